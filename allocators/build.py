@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+# build.py -- the one native build: the two shared libraries and the C test programs (setup.py and make call it).
+"""Usage: python allocators/build.py [--out DIR] [--tests] [--asan]
+
+Libraries are built from every .c file in the source folders they list, so adding a file needs no
+edit here. Test programs are allocators/tests/<group>_*.c, built by the rule for <group>.
+"""
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CC = os.environ.get("CC", "cc")
+CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Wno-unused-parameter",
+          "-fvisibility=hidden", "-I" + os.path.join(HERE, "include"), "-I" + os.path.join(HERE, "src")]
+ASAN_FLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1"]
+
+
+def have_libpmem():
+    return os.path.exists("/usr/include/libpmem.h")
+
+
+def pmem_flags():
+    return (["-DRTK_HAVE_LIBPMEM"], ["-lpmem"]) if have_libpmem() else ([], [])
+
+
+# name -> (source folders under src/, extra cflags, extra link flags)
+def libraries():
+    pmem_c, pmem_l = pmem_flags()
+    return {
+        "librtkit_malloc.so": (["common", "prmalloc"], [], ["-ldl"]),
+        "librtkit_pmem.so": (["common", "pmem"], pmem_c, pmem_l),
+    }
+
+
+# test-name prefix -> (source folders compiled in, libraries linked, extra flags)
+# prmalloc_* tests are plain programs run under LD_PRELOAD; *_unit_* link the sources directly.
+def test_rules():
+    pmem_c, pmem_l = pmem_flags()
+    return {
+        "prmalloc_unit": (["common", "prmalloc"], ["-ldl"], ["-DRTK_NO_INTERPOSE"]),
+        "prmalloc": ([], ["-ldl"], []),
+        "pmem": (["common", "pmem"], pmem_l, pmem_c),
+    }
+
+
+def _sources(folders):
+    files = []
+    for folder in folders:
+        files += sorted(glob.glob(os.path.join(HERE, "src", folder, "*.c")))
+    return files
+
+
+def _run(cmd):
+    proc = subprocess.run(cmd)
+    if proc.returncode != 0:
+        sys.exit(f"native build failed: {' '.join(cmd)}")
+
+
+def build_libraries(out_dir, extra_flags=()):
+    os.makedirs(out_dir, exist_ok=True)
+    built = []
+    for name, (folders, cflags, ldflags) in libraries().items():
+        target = os.path.join(out_dir, name)
+        _run([CC, *CFLAGS, *extra_flags, *cflags, "-shared", "-o", target, *_sources(folders), *ldflags])
+        built.append(target)
+    return built
+
+
+def _rule_for(test_name):
+    # the longest matching prefix wins, so prmalloc_unit_* is not taken for prmalloc_*
+    rules = test_rules()
+    for prefix in sorted(rules, key=len, reverse=True):
+        if test_name.startswith(prefix + "_"):
+            return rules[prefix]
+    return None
+
+
+def build_tests(out_dir, extra_flags=()):
+    tests_dir = os.path.join(out_dir, "tests")
+    os.makedirs(tests_dir, exist_ok=True)
+    built = []
+    for src in sorted(glob.glob(os.path.join(HERE, "tests", "*.c"))):
+        name = os.path.splitext(os.path.basename(src))[0]
+        rule = _rule_for(name)
+        if rule is None:
+            sys.exit(f"no build rule for allocators/tests/{name}.c (prefixes: {', '.join(test_rules())})")
+        folders, ldflags, cflags = rule
+        target = os.path.join(tests_dir, name)
+        _run([CC, *CFLAGS, *extra_flags, *cflags, "-o", target, src, *_sources(folders), *ldflags, "-lm"])
+        built.append(target)
+    return built
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Build rtkit's native libraries and C tests.")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "build", "native"))
+    parser.add_argument("--tests", action="store_true", help="also build the C test programs")
+    parser.add_argument("--asan", action="store_true", help="build with AddressSanitizer")
+    args = parser.parse_args(argv)
+    if shutil.which(CC) is None:
+        sys.exit(f"no C compiler '{CC}' found: install gcc (apt-get install gcc) or set CC")
+    flags = ASAN_FLAGS if args.asan else []
+    built = build_libraries(args.out, flags)
+    if args.tests:
+        built += build_tests(args.out, flags)
+    for path in built:
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+/* stub.c -- placeholder until the common OS layer lands. */

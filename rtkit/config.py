@@ -1,0 +1,387 @@
+# config.py -- THE table of rtkit settings, their parsing, and resolution: CLI flag > environment > profile > default.
+"""Every RTKIT_* setting is declared here once. CLI flags, profiles, the C libraries' defaults and the
+docs are derived from or tested against this table. This module imports nothing of rtkit."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+try:  # Python 3.11+
+    import tomllib as _toml
+except ModuleNotFoundError:  # pragma: no cover - older Pythons
+    import tomli as _toml  # type: ignore
+
+ENV_PREFIX = "RTKIT_"
+PROFILE_DIR_ENV = "RTKIT_PROFILE_PATH"  # extra folders searched for profiles (os.pathsep-separated)
+
+
+class ConfigError(ValueError):
+    """A bad setting: the message is the one clear line shown to the user."""
+
+
+# ---------------------------------------------------------------------------------------------
+# value parsing (the C side implements the same grammar; tests keep the two in step)
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+_SIZE_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_TRUE = {"1", "true", "on", "yes"}
+_FALSE = {"0", "false", "off", "no"}
+
+
+def parse_size(text: str) -> int:
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError("a size such as 4096, 64K, 1M or 2G")
+    return int(m.group(1)) * _SIZE_MULT[m.group(2).lower()]
+
+
+def parse_bool(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    low = str(text).strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError("one of 1/0/true/false/on/off")
+
+
+def parse_int(text: Any) -> int:
+    if isinstance(text, bool):
+        raise ValueError("a whole number")
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise ValueError("a whole number") from None
+
+
+def format_size(n: int) -> str:
+    for unit, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n and n % mult == 0:
+            return f"{n // mult}{unit}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str            # config key, used in profiles and --set: the env name without RTKIT_, lower case
+    kind: str           # bool | int | size | str | path | choice
+    default: Any
+    unit: str           # '' when the value has none
+    doc: str
+    choices: tuple = ()
+    minimum: Optional[int] = None
+    maximum: Optional[int] = None
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.key.upper()
+
+    def accepted(self) -> str:
+        if self.kind == "bool":
+            return "one of 1/0/true/false/on/off"
+        if self.kind == "choice":
+            return "one of " + "/".join(self.choices)
+        if self.kind == "size":
+            what = "a size such as 4096, 64K, 1M or 2G"
+        elif self.kind == "int":
+            what = "a whole number"
+        else:
+            return "a text value"
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f">= {self.minimum}")
+        if self.maximum is not None:
+            bounds.append(f"<= {self.maximum}")
+        return what + (f" ({', '.join(bounds)})" if bounds else "")
+
+    def parse(self, raw: Any) -> Any:
+        """Parse a raw value (a string from env/CLI, or a TOML value). Raises ValueError(accepted)."""
+        if self.kind == "bool":
+            return parse_bool(raw)
+        if self.kind in ("int", "size"):
+            value = parse_size(raw) if self.kind == "size" else parse_int(raw)
+            if (self.minimum is not None and value < self.minimum) or (
+                    self.maximum is not None and value > self.maximum):
+                raise ValueError(self.accepted())
+            return value
+        if self.kind == "choice":
+            low = str(raw).strip().lower()
+            if low not in self.choices:
+                raise ValueError(self.accepted())
+            return low
+        if not isinstance(raw, (str, int, float)):
+            raise ValueError(self.accepted())
+        return str(raw)
+
+    def to_env(self, value: Any) -> str:
+        """The string the child process sees; the C side parses exactly this."""
+        if self.kind == "bool":
+            return "1" if value else "0"
+        return str(value)
+
+
+def _s(key, kind, default, unit, doc, **kw) -> Setting:
+    return Setting(key=key, kind=kind, default=default, unit=unit, doc=doc, **kw)
+
+
+# The table. Order is the order of `rtkit config` and of the README.
+SETTINGS: List[Setting] = [
+    # -- the run itself
+    _s("out", "path", "rtkit-runs", "", "folder that receives one run directory per `rtkit run`"),
+    _s("name", "str", "", "", "name of the run (default: the command's basename); part of the run directory name"),
+    _s("sample_interval_ms", "int", 200, "ms", "how often `rtkit run` samples the child's RSS, faults, CPU and threads",
+       minimum=10, maximum=60000),
+    _s("hooks", "bool", True, "", "instrument TensorFlow sessions and Keras fit inside the child to find and time steps"),
+    _s("warmup_steps", "int", 3, "steps", "first steps left out of the step-time summary", minimum=0),
+    _s("log", "choice", "info", "", "how much rtkit itself prints on stderr", choices=("quiet", "info", "debug")),
+    # -- PRMalloc, the LD_PRELOAD allocator
+    _s("malloc", "bool", True, "", "preload librtkit_malloc.so (census, profiling, planned arenas)"),
+    _s("malloc_route_tf", "bool", True, "",
+       "set TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 (unless the user set it) so TensorFlow's tensors reach the allocator"),
+    _s("malloc_profile_start", "int", 2, "steps", "steps treated as warm-up before the allocator starts profiling",
+       minimum=0),
+    _s("malloc_profile_stable", "int", 3, "steps", "profiling ends once the plan is unchanged for this many steps",
+       minimum=1),
+    _s("malloc_profile_max", "int", 20, "steps", "profiling ends after this many steps even if the plan still changes",
+       minimum=1),
+    _s("malloc_min_size", "size", 32 * 1024, "bytes", "smallest allocation that the profiler and the arenas consider",
+       minimum=16),
+    _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0),
+    _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on arenas (madvise MADV_HUGEPAGE)"),
+    _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)"),
+    _s("malloc_census", "bool", True, "", "count every allocation per step and size class"),
+    _s("malloc_debug", "bool", False, "", "detect double frees and foreign frees inside arenas (slower)"),
+    # -- PMEM segment allocator and tiering
+    _s("pmem_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM"),
+    _s("pmem_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20),
+    _s("pmem_min_size", "size", 64 * 1024, "bytes", "smallest long-lived allocation that tier mode places in the pool",
+       minimum=64),
+    _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024),
+    _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",
+       minimum=8, maximum=65536),
+    _s("pmem_max_record", "size", 4096, "bytes", "largest record served from record classes; larger ones take whole segments",
+       minimum=64),
+    _s("pmem_rebalance_ms", "int", 1000, "ms", "interval of the background thread that moves thread-cache free lists to the pool",
+       minimum=1),
+    _s("pmem_rebalance_min", "int", 8, "records", "a thread-cache free list is moved once it holds at least this many records",
+       minimum=1),
+    _s("pmem_durable", "bool", True, "", "persist a header per record before alloc returns (off: DeepRec's volatile mode)"),
+    # -- stage-aware scheduler
+    _s("sched", "bool", False, "", "give TensorFlow sessions rtkit's thread configuration and per-stage pools"),
+    _s("sched_stage", "bool", False, "", "pipeline the input stage ahead of compute (SmartStage)"),
+    _s("sched_stage_depth", "int", 2, "steps", "how many steps the input stage may run ahead", minimum=1, maximum=64),
+    _s("sched_inter_op", "int", 0, "threads", "inter-op threads for compute (0: chosen by rtkit)", minimum=0),
+    _s("sched_intra_op", "int", 0, "threads", "intra-op threads (0: chosen by rtkit)", minimum=0),
+    _s("sched_input_threads", "int", 0, "threads", "threads of the input stage's pool (0: chosen by rtkit)", minimum=0),
+    _s("sched_tune", "bool", False, "", "try thread configurations in the first steps and keep the fastest"),
+    _s("sched_tune_steps", "int", 60, "steps", "step budget for tuning trials", minimum=0),
+    _s("sched_pin", "bool", False, "", "pin each stage pool's threads to its own CPU set"),
+    _s("sched_override_user", "bool", False, "", "let rtkit's thread settings win over the script's own ConfigProto"),
+    _s("sched_save_profile", "path", "", "", "write the tuned configuration as a profile TOML to this path"),
+]
+
+BY_KEY: Dict[str, Setting] = {s.key: s for s in SETTINGS}
+BY_ENV: Dict[str, Setting] = {s.env: s for s in SETTINGS}
+
+# RTKIT_* variables that are not settings: set by rtkit itself for the child.
+INTERNAL_ENV = {"RTKIT_RUN_DIR", "RTKIT_PROFILE_PATH", "RTKIT_ACTIVE", "RTKIT_LIB_DIR", "RTKIT_PROFILE"}
+
+
+def lookup(key: str) -> Setting:
+    norm = key.strip().lower().replace("-", "_").replace(".", "_")
+    if norm.startswith("rtkit_"):
+        norm = norm[len("rtkit_"):]
+    if norm not in BY_KEY:
+        raise ConfigError(f"unknown setting '{key}': run `rtkit config --list` to see the settings")
+    return BY_KEY[norm]
+
+
+# ---------------------------------------------------------------------------------------------
+# profiles
+
+
+def profile_dirs() -> List[str]:
+    dirs = [p for p in os.environ.get(PROFILE_DIR_ENV, "").split(os.pathsep) if p]
+    try:
+        import importlib.resources as ir
+        dirs.append(str(ir.files("rtkit.profiles")))
+    except (ModuleNotFoundError, TypeError):
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs.append(os.path.join(os.path.dirname(here), "profiles"))  # source checkout
+    return dirs
+
+
+def available_profiles() -> Dict[str, str]:
+    found: Dict[str, str] = {}
+    for d in profile_dirs():
+        if os.path.isdir(d):
+            for f in sorted(os.listdir(d)):
+                if f.endswith(".toml") and f[:-5] not in found:
+                    found[f[:-5]] = os.path.join(d, f)
+    return found
+
+
+def find_profile(name_or_path: str) -> str:
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        if not os.path.isfile(name_or_path):
+            raise ConfigError(f"profile file '{name_or_path}' not found")
+        return name_or_path
+    profiles = available_profiles()
+    if name_or_path not in profiles:
+        raise ConfigError(f"unknown profile '{name_or_path}': available profiles are "
+                          f"{', '.join(sorted(profiles)) or '(none)'}")
+    return profiles[name_or_path]
+
+
+@dataclass
+class Profile:
+    name: str
+    path: str
+    description: str
+    values: Dict[str, Any]           # parsed values, includes resolved first
+    origin: Dict[str, str]           # key -> profile name that set it
+
+
+def load_profile(name_or_path: str, _chain: tuple = ()) -> Profile:
+    path = find_profile(name_or_path)
+    name = os.path.splitext(os.path.basename(path))[0]
+    if path in _chain:
+        raise ConfigError(f"profile '{path}': include cycle through {' -> '.join(_chain + (path,))}")
+    try:
+        with open(path, "rb") as fh:
+            data = _toml.load(fh)
+    except (OSError, _toml.TOMLDecodeError) as exc:
+        raise ConfigError(f"profile '{path}': cannot be read: {exc}") from None
+    unknown_top = set(data) - {"description", "include", "settings"}
+    if unknown_top:
+        raise ConfigError(f"profile '{path}': unknown top-level key(s) {', '.join(sorted(unknown_top))}; "
+                          "accepted: description, include, settings")
+    values: Dict[str, Any] = {}
+    origin: Dict[str, str] = {}
+    include = data.get("include")
+    if include:
+        base = load_profile(str(include), _chain + (path,))
+        values.update(base.values)
+        origin.update(base.origin)
+    settings = data.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ConfigError(f"profile '{path}': [settings] must be a table of key = value")
+    for key, raw in settings.items():
+        if key not in BY_KEY:
+            raise ConfigError(f"profile '{path}': unknown setting '{key}': run `rtkit config --list` to see the settings")
+        setting = BY_KEY[key]
+        try:
+            values[key] = setting.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"profile '{path}': {key} = {raw!r} is not valid: expected {exc}") from None
+        origin[key] = name
+    return Profile(name=name, path=path, description=str(data.get("description", "")), values=values, origin=origin)
+
+
+# ---------------------------------------------------------------------------------------------
+# resolution
+
+
+@dataclass
+class Resolved:
+    values: Dict[str, Any]
+    sources: Dict[str, str]          # key -> 'cli' | 'env' | 'profile:NAME' | 'default'
+    profile: Optional[str] = None
+    errors: List[str] = field(default_factory=list)  # env errors that were replaced by the fallback value
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def child_env(self) -> Dict[str, str]:
+        """RTKIT_* variables for the child: every setting, so the C side and the hooks see final values."""
+        return {BY_KEY[k].env: BY_KEY[k].to_env(v) for k, v in self.values.items()}
+
+    def as_report(self) -> Dict[str, Dict[str, Any]]:
+        return {k: {"value": self.values[k], "source": self.sources[k], "env": BY_KEY[k].env} for k in self.values}
+
+
+def bad_value_message(setting: Setting, raw: Any, where: str) -> str:
+    return (f"rtkit: {where} {setting.env}={raw!r} is not valid: expected {setting.accepted()}; "
+            f"using the default {setting.to_env(setting.default)!r}")
+
+
+def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, str]] = None,
+            profile: Optional[str] = None, strict_env: bool = False) -> Resolved:
+    """Resolve every setting. CLI values and profiles must be valid (ConfigError). A bad environment
+    value raises with strict_env, otherwise it is recorded in .errors and the default is used, so
+    that the user's job still runs."""
+    env = os.environ if env is None else env
+    cli = cli or {}
+    values = {s.key: s.default for s in SETTINGS}
+    sources = {s.key: "default" for s in SETTINGS}
+    errors: List[str] = []
+    profile_name = profile or env.get("RTKIT_PROFILE") or None
+    if profile_name:
+        prof = load_profile(profile_name)
+        for key, value in prof.values.items():
+            values[key] = value
+            sources[key] = f"profile:{prof.origin[key]}"
+    for name, raw in env.items():
+        if not name.startswith(ENV_PREFIX) or name in INTERNAL_ENV:
+            continue
+        setting = BY_ENV.get(name)
+        if setting is None:
+            errors.append(f"rtkit: unknown environment variable {name} ignored: run `rtkit config --list` "
+                          "to see the settings")
+            continue
+        try:
+            values[setting.key] = setting.parse(raw)
+            sources[setting.key] = "env"
+        except ValueError:
+            msg = bad_value_message(setting, raw, "environment")
+            if strict_env:
+                raise ConfigError(msg) from None
+            errors.append(msg)
+    for key, raw in cli.items():
+        setting = lookup(key)
+        try:
+            values[setting.key] = setting.parse(raw)
+        except ValueError:
+            raise ConfigError(f"rtkit: --set {setting.key}={raw!r} is not valid: expected {setting.accepted()}") from None
+        sources[setting.key] = "cli"
+    return Resolved(values=values, sources=sources, profile=profile_name, errors=errors)
+
+
+def parse_assignments(items: List[str]) -> Dict[str, str]:
+    """`--set key=value` items to a dict, with a clear error for a malformed item."""
+    out: Dict[str, str] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"rtkit: --set {item!r} must look like KEY=VALUE (e.g. --set malloc_min_size=64K)")
+        key, value = item.split("=", 1)
+        out[lookup(key).key] = value
+    return out
+
+
+def from_child_env(key: str, env: Optional[Mapping[str, str]] = None) -> Any:
+    """Read one resolved setting inside the child (falls back to the default on a bad value)."""
+    env = os.environ if env is None else env
+    setting = BY_KEY[key]
+    raw = env.get(setting.env)
+    if raw is None:
+        return setting.default
+    try:
+        return setting.parse(raw)
+    except ValueError:
+        return setting.default
+
+
+def doc_table() -> str:
+    """The settings table as Markdown, for the README (a test keeps the README in step)."""
+    rows = ["| variable | type | default | doc |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        default = format_size(s.default) if s.kind == "size" else s.to_env(s.default)
+        unit = f" {s.unit}" if s.unit and s.kind != "size" else ""
+        rows.append(f"| `{s.env}` | {s.kind} | `{default}`{unit} | {s.doc} |")
+    return "\n".join(rows)
+
+

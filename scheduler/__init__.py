@@ -1,0 +1,1 @@
+# rtkit.scheduler -- stage-aware thread-pool scheduler for TensorFlow sessions (installed as rtkit.scheduler).
