@@ -60,10 +60,12 @@ def _run(cmd):
         sys.exit(f"native build failed: {' '.join(cmd)}")
 
 
-def build_libraries(out_dir, extra_flags=()):
+def build_libraries(out_dir, extra_flags=(), only=None):
     os.makedirs(out_dir, exist_ok=True)
     built = []
     for name, (folders, cflags, ldflags) in libraries().items():
+        if only and not any(word in name for word in only):
+            continue
         target = os.path.join(out_dir, name)
         _run([CC, *CFLAGS, *extra_flags, *cflags, "-shared", "-o", target, *_sources(folders), *ldflags])
         built.append(target)
@@ -79,12 +81,14 @@ def _rule_for(test_name):
     return None
 
 
-def build_tests(out_dir, extra_flags=()):
+def build_tests(out_dir, extra_flags=(), only=None):
     tests_dir = os.path.join(out_dir, "tests")
     os.makedirs(tests_dir, exist_ok=True)
     built = []
     for src in sorted(glob.glob(os.path.join(HERE, "tests", "*.c"))):
         name = os.path.splitext(os.path.basename(src))[0]
+        if only and not any(name.startswith(word) for word in only):
+            continue
         rule = _rule_for(name)
         if rule is None:
             sys.exit(f"no build rule for allocators/tests/{name}.c (prefixes: {', '.join(test_rules())})")
@@ -100,13 +104,17 @@ def main(argv=None):
     parser.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "build", "native"))
     parser.add_argument("--tests", action="store_true", help="also build the C test programs")
     parser.add_argument("--asan", action="store_true", help="build with AddressSanitizer")
+    parser.add_argument("--only", action="append", choices=["malloc", "pmem", "prmalloc"],
+                        help="build only this group (library and its tests); repeatable")
     args = parser.parse_args(argv)
     if shutil.which(CC) is None:
         sys.exit(f"no C compiler '{CC}' found: install gcc (apt-get install gcc) or set CC")
     flags = ASAN_FLAGS if args.asan else []
-    built = build_libraries(args.out, flags)
+    only = args.only and [{"malloc": "prmalloc"}.get(w, w) for w in args.only]
+    lib_only = only and [{"prmalloc": "malloc"}.get(w, w) for w in only]
+    built = build_libraries(args.out, flags, lib_only)
     if args.tests:
-        built += build_tests(args.out, flags)
+        built += build_tests(args.out, flags, only)
     for path in built:
         print(path)
 

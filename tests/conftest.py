@@ -1,0 +1,55 @@
+# conftest.py -- shared fixtures: the native build, the `rtkit` command of this interpreter, and a run helper.
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NATIVE_DIR = os.environ.get("RTKIT_NATIVE_DIR") or os.path.join(REPO, "build", "native")
+RTKIT = os.path.join(os.path.dirname(sys.executable), "rtkit")
+
+
+def _have_tensorflow():
+    try:
+        import importlib.util
+        return importlib.util.find_spec("tensorflow") is not None
+    except ValueError:
+        return False
+
+
+requires_tf = pytest.mark.skipif(not _have_tensorflow(), reason="tensorflow is not installed")
+
+
+@pytest.fixture(scope="session")
+def native_dir():
+    """Folder with the native libraries and C test programs; built once if `make` did not build it."""
+    tests_dir = os.path.join(NATIVE_DIR, "tests")
+    if not os.path.isdir(tests_dir) or not os.listdir(tests_dir):
+        subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests",
+                        "--out", NATIVE_DIR], check=True, stdout=subprocess.DEVNULL)
+    return NATIVE_DIR
+
+
+def run_rtkit(args, env=None, cwd=None, timeout=600, check_rc=None):
+    """Run the real `rtkit` command; returns CompletedProcess with text stdout/stderr."""
+    full_env = dict(os.environ)
+    full_env.pop("LD_PRELOAD", None)
+    full_env.update(env or {})
+    proc = subprocess.run([RTKIT, *args], env=full_env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+    if check_rc is not None and proc.returncode != check_rc:
+        raise AssertionError(f"rtkit {' '.join(args)} exited {proc.returncode}, expected {check_rc}\n"
+                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def load_report(run_dir):
+    with open(os.path.join(run_dir, "report.json")) as fh:
+        return json.load(fh)
+
+
+@pytest.fixture
+def rtkit_run():
+    return run_rtkit
