@@ -1,0 +1,184 @@
+/* os.c -- mmap/madvise wrappers, fault counters, clock and atomic file writes (no malloc, no stdio). */
+#include "common/os.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define RTK_HUGE_ALIGN ((size_t)2 << 20)
+
+size_t rtk_os_page_size(void)
+{
+    static size_t page;
+    if (!page) {
+        long p = sysconf(_SC_PAGESIZE);
+        page = p > 0 ? (size_t)p : 4096;
+    }
+    return page;
+}
+
+void *rtk_os_map(size_t size, int flags)
+{
+    size_t page = rtk_os_page_size();
+    size = (size + page - 1) & ~(page - 1);
+    if (size == 0)
+        return NULL;
+    if (!(flags & RTK_MAP_HUGEPAGE)) {
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        if (flags & RTK_MAP_POPULATE)
+            rtk_os_populate(p, size);
+        return p;
+    }
+    /* over-reserve so the usable range starts on a huge-page boundary, then trim both ends */
+    size_t span = size + RTK_HUGE_ALIGN;
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    char *start = (char *)(((uintptr_t)raw + RTK_HUGE_ALIGN - 1) & ~(uintptr_t)(RTK_HUGE_ALIGN - 1));
+    if (start > raw)
+        munmap(raw, (size_t)(start - raw));
+    char *end = start + size;
+    if (raw + span > end)
+        munmap(end, (size_t)(raw + span - end));
+    rtk_os_hugepage(start, size);
+    if (flags & RTK_MAP_POPULATE)
+        rtk_os_populate(start, size);
+    return start;
+}
+
+int rtk_os_unmap(void *p, size_t size)
+{
+    size_t page = rtk_os_page_size();
+    size = (size + page - 1) & ~(page - 1);
+    return p ? munmap(p, size) : 0;
+}
+
+int rtk_os_hugepage(void *p, size_t size)
+{
+#ifdef MADV_HUGEPAGE
+    return madvise(p, size, MADV_HUGEPAGE);
+#else
+    (void)p; (void)size;
+    return -1;
+#endif
+}
+
+void rtk_os_populate(void *p, size_t size)
+{
+    int saved = errno;
+    if (madvise(p, size, MADV_POPULATE_WRITE) != 0) {
+        size_t page = rtk_os_page_size();
+        volatile char *c = p;
+        for (size_t off = 0; off < size; off += page)
+            c[off] = 0;
+    }
+    errno = saved;
+}
+
+uint64_t rtk_os_minor_faults(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (uint64_t)ru.ru_minflt;
+}
+
+uint64_t rtk_os_major_faults(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (uint64_t)ru.ru_majflt;
+}
+
+uint64_t rtk_os_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int rtk_os_write_file_atomic(const char *path, const void *buf, size_t len)
+{
+    char tmp[4096 + 32];
+    int saved = errno;
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return -ENAMETOOLONG;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        errno = saved;
+        return -e;
+    }
+    const char *c = buf;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, c + off, len - off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            errno = saved;
+            return -e;
+        }
+        off += (size_t)w;
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = saved;
+        return -e;
+    }
+    errno = saved;
+    return 0;
+}
+
+long rtk_os_read_file(const char *path, char *buf, size_t cap)
+{
+    int saved = errno;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        errno = saved;
+        return -e;
+    }
+    size_t off = 0;
+    for (;;) {
+        if (off + 1 >= cap) {
+            close(fd);
+            errno = saved;
+            return -EFBIG;
+        }
+        ssize_t r = read(fd, buf + off, cap - 1 - off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            close(fd);
+            errno = saved;
+            return -e;
+        }
+        if (r == 0)
+            break;
+        off += (size_t)r;
+    }
+    close(fd);
+    buf[off] = 0;
+    errno = saved;
+    return (long)off;
+}

@@ -1,0 +1,32 @@
+/* os.h -- the OS primitive layer of the native libraries: mappings, madvise, page-fault counters, clocks, files. */
+#ifndef RTK_COMMON_OS_H
+#define RTK_COMMON_OS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/log.h"
+
+enum {
+    RTK_MAP_POPULATE = 1,  /* fault every page in now (after THP advice, so huge pages are used when allowed) */
+    RTK_MAP_HUGEPAGE = 2,  /* madvise(MADV_HUGEPAGE); the mapping is then aligned to 2 MiB */
+};
+
+RTK_HIDDEN size_t rtk_os_page_size(void);
+/* Anonymous private read/write mapping of `size` bytes (rounded up to pages), NULL on failure. */
+RTK_HIDDEN void *rtk_os_map(size_t size, int flags);
+RTK_HIDDEN int rtk_os_unmap(void *p, size_t size);
+RTK_HIDDEN int rtk_os_hugepage(void *p, size_t size);
+/* Fault pages in for writing (MADV_POPULATE_WRITE when the kernel has it, else touch one byte per page). */
+RTK_HIDDEN void rtk_os_populate(void *p, size_t size);
+/* Minor (and major) page faults of the whole process so far (getrusage RUSAGE_SELF). */
+RTK_HIDDEN uint64_t rtk_os_minor_faults(void);
+RTK_HIDDEN uint64_t rtk_os_major_faults(void);
+/* Monotonic clock in nanoseconds. */
+RTK_HIDDEN uint64_t rtk_os_now_ns(void);
+/* Write `len` bytes to `path` atomically: write "<path>.tmp.<pid>", fsync-free, then rename. 0 or -errno. */
+RTK_HIDDEN int rtk_os_write_file_atomic(const char *path, const void *buf, size_t len);
+/* Read a whole small file into buf (NUL-terminated). Returns bytes read or -errno; -EFBIG when it does not fit. */
+RTK_HIDDEN long rtk_os_read_file(const char *path, char *buf, size_t cap);
+
+#endif

@@ -1,1 +1,0 @@
-/* stub.c -- placeholder until the common OS layer lands. */
