@@ -1,0 +1,48 @@
+# cli.py -- the `rtkit` command: parses the sub-command and hands it to its module under rtkit/commands/.
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+# Sub-commands in the order `rtkit --help` lists them.
+COMMANDS = ["run", "report", "compare", "config", "demo", "bench", "pmem"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one clear line and exit code 2, as argparse, but with the fix
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rtkit import __version__
+
+    parser = _Parser(prog="rtkit", description="Allocator and runtime tuning for TensorFlow sparse-model training on CPU.")
+    parser.add_argument("--version", action="version", version=f"rtkit {__version__}")
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"rtkit.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"rtkit.commands.{name}":
+                raise
+            continue  # a component that is not installed
+        module.register(subs)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

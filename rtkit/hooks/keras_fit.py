@@ -1,0 +1,60 @@
+# keras_fit.py -- patches keras.Model.fit to add a step-timing callback, without changing the user's callbacks.
+from __future__ import annotations
+
+import time
+
+from rtkit.hooks.steps import minor_faults, recorder
+
+_PATCHED_FLAG = "_rtkit_patched"
+
+
+def _make_callback(keras):
+    rec = recorder()
+
+    class RtkitStepCallback(keras.callbacks.Callback):
+        """Times each training batch as one step."""
+
+        def __init__(self):
+            super().__init__()
+            self._start = None
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._start = (time.time(), time.perf_counter(), minor_faults())
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self._start is None:
+                return
+            start_unix, t0, f0 = self._start
+            self._start = None
+            rec.record("keras", "keras.Model.fit", start_unix, (time.perf_counter() - t0) * 1000.0,
+                       minor_faults() - f0)
+
+    return RtkitStepCallback
+
+
+def install(keras) -> None:
+    model_cls = keras.Model
+    if getattr(model_cls, _PATCHED_FLAG, False):
+        return
+    callback_cls = _make_callback(keras)
+    orig_fit = model_cls.fit
+
+    def fit(self, *args, **kwargs):
+        if len(args) > 5:  # callbacks given positionally (x, y, batch_size, epochs, verbose, callbacks, ...)
+            kwargs["callbacks"], args = args[5], args[:5] + args[6:]
+            if args[5:]:  # more positionals after callbacks: leave the call exactly as the user wrote it
+                return orig_fit(self, *args[:5], kwargs.pop("callbacks"), *args[5:], **kwargs)
+        callbacks = kwargs.get("callbacks")
+        if callbacks is None:
+            callbacks = []
+        elif not isinstance(callbacks, list):
+            callbacks = list(callbacks) if not isinstance(callbacks, keras.callbacks.CallbackList) else callbacks
+        if isinstance(callbacks, list) and not any(isinstance(c, callback_cls) for c in callbacks):
+            callbacks = callbacks + [callback_cls()]
+        kwargs["callbacks"] = callbacks
+        return orig_fit(self, *args, **kwargs)
+
+    fit.__wrapped__ = orig_fit
+    fit.__doc__ = orig_fit.__doc__
+    model_cls.fit = fit
+    setattr(model_cls, _PATCHED_FLAG, True)

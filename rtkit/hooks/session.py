@@ -1,0 +1,94 @@
+# session.py -- patches tf.compat.v1 BaseSession: config filters at creation, run wrappers, step timing, close.
+"""Timing sits in BaseSession._call_tf_sessionrun, the one path under run(), make_callable() and
+MonitoredTrainingSession; the signature is the target ops when there are any (a train op stays the same when
+hooks add fetches), else the fetched tensors."""
+from __future__ import annotations
+
+import time
+
+from rtkit.hooks import registry
+from rtkit.hooks.steps import minor_faults, recorder
+
+_PATCHED_FLAG = "_rtkit_patched"
+
+
+def _names(items, name_of, with_index: bool) -> str:
+    out = []
+    for item in items or ():
+        try:
+            if with_index:
+                out.append(f"{name_of(item.oper)}:{item.index}")
+            else:
+                out.append(name_of(item))
+        except Exception:
+            out.append("?")
+    return ",".join(sorted(out))
+
+
+def signature_of(fetch_list, target_list, name_of) -> str:
+    targets = _names(target_list, name_of, with_index=False)
+    if targets:
+        return "targets=" + targets
+    return "fetches=" + _names(fetch_list, name_of, with_index=True)
+
+
+def install(session_module, pywrap) -> None:
+    base = session_module.BaseSession
+    if getattr(base, _PATCHED_FLAG, False):
+        return
+    rec = recorder()
+    name_of = pywrap.TF_OperationName
+
+    orig_init = base.__init__
+    orig_run = base.run
+    orig_call = base._call_tf_sessionrun
+    orig_close = base.close
+
+    def __init__(self, target="", graph=None, config=None):
+        for fn in list(registry.config_filters):
+            try:
+                config = fn(config)
+            except Exception as exc:  # a component's bug must not stop the user's session
+                rec.notes.append(f"config filter {getattr(fn, '__name__', fn)} failed: {exc!r}")
+        orig_init(self, target, graph, config)
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        wrappers = registry.run_wrappers
+        if not wrappers:
+            return orig_run(self, fetches, feed_dict, options, run_metadata)
+
+        def chain(index):
+            if index == len(wrappers):
+                return lambda f, fd=None, o=None, m=None: orig_run(self, f, fd, o, m)
+            wrapper, nxt = wrappers[index], chain(index + 1)
+            return lambda f, fd=None, o=None, m=None: wrapper(self, nxt, f, fd, o, m)
+
+        return chain(0)(fetches, feed_dict, options, run_metadata)
+
+    def _call_tf_sessionrun(self, options, feed_dict, fetch_list, target_list, run_metadata):
+        if registry.is_internal():
+            return orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata)
+        start_unix, t0, f0 = time.time(), time.perf_counter(), minor_faults()
+        result = orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata)
+        elapsed_ms = (time.perf_counter() - t0) * 1000.0
+        try:
+            rec.record("session", signature_of(fetch_list, target_list, name_of), start_unix, elapsed_ms,
+                       minor_faults() - f0)
+        except Exception as exc:
+            rec.notes.append(f"step recording failed: {exc!r}")
+        return result
+
+    def close(self):
+        for fn in list(registry.close_callbacks):
+            try:
+                fn(self)
+            except Exception as exc:
+                rec.notes.append(f"close callback {getattr(fn, '__name__', fn)} failed: {exc!r}")
+        return orig_close(self)
+
+    for name, fn, orig in (("__init__", __init__, orig_init), ("run", run, orig_run),
+                           ("_call_tf_sessionrun", _call_tf_sessionrun, orig_call), ("close", close, orig_close)):
+        fn.__wrapped__ = orig
+        fn.__doc__ = orig.__doc__
+        setattr(base, name, fn)
+    setattr(base, _PATCHED_FLAG, True)

@@ -1,0 +1,162 @@
+# steps.py -- records every candidate step, decides which run signature is the training step, marks the allocator.
+"""A *training step* is the run signature that recurs most (the dominant fetch/target set) for sessions, each
+batch for Keras fit, and each rtkit.step() call for custom loops. Results go to RTKIT_RUN_DIR/steps-<pid>.json,
+rewritten atomically every few seconds and at exit, so a killed job still leaves most of its steps."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import threading
+import time
+from typing import Dict, List, Optional
+
+FLUSH_INTERVAL_S = 5.0
+MAX_RECORDS = 200_000  # per signature; beyond it steps are counted but their records dropped
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss_bytes() -> Optional[int]:
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _find_step_mark():
+    """rtkit_step_mark() of the preloaded allocator, looked up in the global namespace; None when absent."""
+    try:
+        fn = ctypes.CDLL(None).rtkit_step_mark
+    except (AttributeError, OSError):
+        return None
+    fn.restype = None
+    fn.argtypes = []
+    return fn
+
+
+class _Signature:
+    __slots__ = ("name", "count", "total_ms", "records")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.count = 0
+        self.total_ms = 0.0
+        self.records: List[tuple] = []
+
+
+class StepRecorder:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.sources: Dict[str, Dict[str, _Signature]] = {"session": {}, "keras": {}, "manual": {}}
+        self.best: Dict[str, Optional[_Signature]] = {"session": None, "keras": None, "manual": None}
+        self.notes: List[str] = []
+        self.hook = {"status": "not_loaded", "detail": "TensorFlow was not imported", "tensorflow_version": None}
+        self.step_mark = _find_step_mark()
+        self.run_dir = os.environ.get("RTKIT_RUN_DIR") or None
+        self.last_flush = time.monotonic()
+        self.last_manual = (time.time(), time.perf_counter(), minor_faults())
+
+    # -- recording
+
+    def record(self, source: str, signature: str, start_unix: float, step_ms: float, faults: int) -> None:
+        rss = _rss_bytes()
+        with self.lock:
+            table = self.sources[source]
+            sig = table.get(signature)
+            if sig is None:
+                sig = table[signature] = _Signature(signature)
+            sig.count += 1
+            sig.total_ms += step_ms
+            if len(sig.records) < MAX_RECORDS:
+                sig.records.append((round(start_unix, 6), round(step_ms, 4), faults, rss))
+            best = self.best[source]
+            if best is None or sig.count > best.count:
+                self.best[source] = best = sig
+            is_step = best is sig
+        if is_step and self.step_mark is not None:
+            self.step_mark()
+        if time.monotonic() - self.last_flush > FLUSH_INTERVAL_S:
+            self.flush()
+
+    def manual_step(self) -> None:
+        now_unix, now, faults = time.time(), time.perf_counter(), minor_faults()
+        prev_unix, prev, prev_faults = self.last_manual
+        self.last_manual = (now_unix, now, faults)
+        self.record("manual", "rtkit.step()", prev_unix, (now - prev) * 1000.0, faults - prev_faults)
+
+    # -- output
+
+    def chosen(self):
+        """(source, signature) that counts as the training step: explicit marks first, then Keras, then sessions."""
+        for source in ("manual", "keras", "session"):
+            if self.best[source] is not None:
+                return source, self.best[source]
+        return "none", None
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            source, sig = self.chosen()
+            others = [{"signature": s.name, "count": s.count, "total_ms": round(s.total_ms, 3), "source": src}
+                      for src, table in self.sources.items() for s in table.values() if s is not sig]
+            others.sort(key=lambda o: -o["count"])
+            records = list(sig.records) if sig else []
+            return {
+                "pid": os.getpid(),
+                "source": source,
+                "signature": sig.name if sig else None,
+                "count": sig.count if sig else 0,
+                "truncated_steps": (sig.count - len(records)) if sig else 0,
+                "per_step": [{"t_unix": r[0], "step_ms": r[1], "minor_faults": r[2], "rss_bytes": r[3]} for r in records],
+                "other_signatures": others[:20],
+                "hook": dict(self.hook),
+                "allocator_step_mark": self.step_mark is not None,
+                "notes": list(self.notes),
+            }
+
+    def flush(self) -> None:
+        self.last_flush = time.monotonic()
+        if not self.run_dir:
+            return
+        data = self.snapshot()
+        if data["count"] == 0 and self.hook["status"] == "not_loaded":
+            return  # a helper process that never touched TensorFlow: leave no file
+        path = os.path.join(self.run_dir, f"steps-{os.getpid()}.json")
+        tmp = f"{path}.tmp"
+        try:
+            with open(tmp, "w") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # an unwritable run dir was reported by the parent already
+
+    def reset_after_fork(self) -> None:
+        self.lock = threading.Lock()
+        for table in self.sources.values():
+            table.clear()
+        self.best = {k: None for k in self.best}
+        self.last_manual = (time.time(), time.perf_counter(), minor_faults())
+
+
+_recorder: Optional[StepRecorder] = None
+
+
+def recorder() -> StepRecorder:
+    global _recorder
+    if _recorder is None:
+        _recorder = StepRecorder()
+        import atexit
+
+        atexit.register(_recorder.flush)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=lambda: _recorder and _recorder.reset_after_fork())
+    return _recorder
+
+
+def manual_step() -> None:
+    recorder().manual_step()

@@ -1,0 +1,211 @@
+# launch.py -- starts the user's command with rtkit's environment, forwards signals, samples it, and waits.
+"""The parent side of `rtkit run`. Never imports TensorFlow."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from rtkit import config as cfg
+
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _append_path_list(current: Optional[str], item: str, sep: str) -> str:
+    parts = [p for p in (current or "").split(sep) if p]
+    if item not in parts:
+        parts.append(item)
+    return sep.join(parts)
+
+
+def build_child_env(resolved: cfg.Resolved, run_dir: str, base_env: Dict[str, str],
+                    notes: List[str]) -> Dict[str, str]:
+    """The child's environment: the user's own, plus rtkit's settings, preload and bootstrap (appended)."""
+    env = dict(base_env)
+    env.update(resolved.child_env())
+    env["RTKIT_RUN_DIR"] = run_dir
+    env["RTKIT_ACTIVE"] = "1"
+    if resolved.profile:
+        env["RTKIT_PROFILE"] = resolved.profile
+    if resolved["malloc"]:
+        from rtkit.allocators import malloc_library_path
+
+        lib = malloc_library_path()
+        if lib:
+            env["LD_PRELOAD"] = _append_path_list(env.get("LD_PRELOAD"), lib, " ")
+            if resolved["malloc_route_tf"] and "TF_ONEDNN_USE_SYSTEM_ALLOCATOR" not in base_env:
+                env["TF_ONEDNN_USE_SYSTEM_ALLOCATOR"] = "1"
+        else:
+            notes.append("allocator library librtkit_malloc.so not found in the installed package: "
+                         "ran without it (reinstall rtkit with `pip install .` to build it)")
+    if resolved["hooks"]:
+        env["PYTHONPATH"] = _append_path_list(env.get("PYTHONPATH"), BOOTSTRAP_DIR, os.pathsep)
+    return env
+
+
+def changed_env(before: Dict[str, str], after: Dict[str, str]) -> Dict[str, str]:
+    return {k: v for k, v in after.items() if before.get(k) != v and not k.startswith("RTKIT_")}
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling the child and its descendants from /proc (cheap, no psutil object churn per sample)
+
+
+def _proc_stat(pid: int):
+    """(minflt, majflt, utime_s, stime_s, threads, rss_bytes) of one process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2:].split()
+    # fields[0] is state (field 3 of proc(5)); index = proc(5) field number - 3
+    return (int(fields[7]), int(fields[9]), int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK,
+            int(fields[17]), int(fields[21]) * PAGE_SIZE)
+
+
+def _descendants(pid: int) -> List[int]:
+    try:
+        import psutil
+
+        return [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:  # psutil missing or the process is gone: sample the child alone
+        return [pid]
+
+
+@dataclass
+class Sampler:
+    pid: int
+    start: float
+    interval_s: float
+    samples: List[dict] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: Optional[threading.Thread] = None
+
+    def sample_once(self) -> None:
+        total = [0, 0, 0.0, 0.0, 0, 0]
+        procs = 0
+        for pid in _descendants(self.pid):
+            st = _proc_stat(pid)
+            if st is None:
+                continue
+            procs += 1
+            for i, v in enumerate(st):
+                total[i] += v
+        if procs == 0:
+            return
+        self.samples.append({
+            "t_s": round(time.time() - self.start, 3), "rss_bytes": total[5], "minor_faults": total[0],
+            "major_faults": total[1], "cpu_user_s": round(total[2], 3), "cpu_system_s": round(total[3], 3),
+            "threads": total[4], "processes": procs,
+        })
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample_once()
+            self._stop.wait(self.interval_s)
+
+    def start_thread(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="rtkit-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+
+@dataclass
+class ChildResult:
+    exit_code: int
+    signal_name: Optional[str]
+    status: str                  # ok | failed | killed | interrupted | not_started
+    error: Optional[str]
+    rusage: Optional[dict]
+    samples: List[dict]
+    start: float
+    end: float
+
+
+class _Forwarder:
+    """Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the child. A terminal's Ctrl-C already reaches the child
+    (same foreground process group), so SIGINT is forwarded only when the signal did not come from there."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.received: Optional[int] = None
+        self.previous = {}
+
+    def _terminal_delivers_sigint(self) -> bool:
+        try:
+            return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def handler(self, signum, frame):
+        self.received = signum
+        if signum == signal.SIGINT and self._terminal_delivers_sigint():
+            return
+        try:
+            self.proc.send_signal(signum)
+        except OSError:
+            pass
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                self.previous[s] = signal.signal(s, self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        for s, prev in self.previous.items():
+            signal.signal(s, prev)
+
+
+def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> ChildResult:
+    start = time.time()
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except FileNotFoundError:
+        return ChildResult(127, None, "not_started", f"command not found: {command[0]}", None, [], start, time.time())
+    except PermissionError:
+        return ChildResult(126, None, "not_started", f"permission denied: {command[0]}", None, [], start, time.time())
+    except OSError as exc:
+        return ChildResult(126, None, "not_started", f"cannot start {command[0]}: {exc.strerror}", None, [],
+                           start, time.time())
+    sampler = Sampler(proc.pid, start, interval_s)
+    sampler.start_thread()
+    with _Forwarder(proc) as fwd:
+        while True:
+            try:
+                _, status, ru = os.wait4(proc.pid, 0)
+                break
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                status, ru = 0, None
+                break
+    proc.returncode = 0  # reaped by wait4; keep Popen from waiting again
+    sampler.stop()
+    end = time.time()
+    rusage = None
+    if ru is not None:
+        rusage = {"minor_faults": ru.ru_minflt, "major_faults": ru.ru_majflt, "max_rss_bytes": ru.ru_maxrss * 1024,
+                  "cpu_user_s": round(ru.ru_utime, 3), "cpu_system_s": round(ru.ru_stime, 3)}
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"SIG{sig}"
+        state = "interrupted" if fwd.received is not None or sig == signal.SIGINT else "killed"
+        return ChildResult(128 + sig, name, state, None, rusage, sampler.samples, start, end)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+    state = "ok" if code == 0 else ("interrupted" if fwd.received is not None else "failed")
+    return ChildResult(code, None, state, None, rusage, sampler.samples, start, end)

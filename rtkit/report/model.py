@@ -1,0 +1,177 @@
+# model.py -- the report model: assembles report.json from the parent's samples and the child's files.
+"""Schema (version 1) is documented in docs/report.md. This module reads run directories only."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import platform
+import re
+import statistics
+import tempfile
+from typing import Any, Dict, List, Optional, Tuple
+
+SCHEMA_VERSION = 1
+REPORT_FILE = "report.json"
+COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler")
+
+
+class ReportError(Exception):
+    """A run directory or report that cannot be read; the message is one clear line."""
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=1, sort_keys=False, default=str)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def load_report(path: str) -> Dict[str, Any]:
+    """Load report.json from a run directory or a file path."""
+    file = os.path.join(path, REPORT_FILE) if os.path.isdir(path) else path
+    if not os.path.exists(file):
+        raise ReportError(f"no report at {file}: pass a run directory made by `rtkit run`")
+    try:
+        with open(file) as fh:
+            data = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ReportError(f"cannot read {file}: {exc}") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise ReportError(f"{file} is not an rtkit report (no schema_version)")
+    if data["schema_version"] > SCHEMA_VERSION:
+        raise ReportError(f"{file} has schema_version {data['schema_version']}; this rtkit reads up to "
+                          f"{SCHEMA_VERSION}: upgrade rtkit")
+    return data
+
+
+def read_child_files(run_dir: str, prefix: str) -> List[Tuple[int, Dict[str, Any]]]:
+    """All `<prefix>-<pid>.json` files of a run directory, parsed; unreadable ones are skipped."""
+    out = []
+    for path in glob.glob(os.path.join(run_dir, f"{prefix}-*.json")):
+        m = re.search(r"-(\d+)\.json$", path)
+        if not m:
+            continue
+        try:
+            with open(path) as fh:
+                out.append((int(m.group(1)), json.load(fh)))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def percentile(values: List[float], q: float) -> Optional[float]:
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def step_summary(per_step: List[dict], warmup: int) -> Dict[str, Any]:
+    measured = per_step[warmup:] if len(per_step) > warmup else []
+    times = [s["step_ms"] for s in measured]
+    faults = [s["minor_faults"] for s in measured if s.get("minor_faults") is not None]
+    if not times:
+        return {"measured_steps": 0, "step_ms_median": None, "step_ms_p5": None, "step_ms_p95": None,
+                "step_ms_mean": None, "steps_per_s": None, "minor_faults_per_step_median": None}
+    median = statistics.median(times)
+    return {
+        "measured_steps": len(times),
+        "step_ms_median": round(median, 3),
+        "step_ms_p5": round(percentile(times, 0.05), 3),
+        "step_ms_p95": round(percentile(times, 0.95), 3),
+        "step_ms_mean": round(statistics.fmean(times), 3),
+        "steps_per_s": round(1000.0 / median, 3) if median > 0 else None,
+        "minor_faults_per_step_median": statistics.median(faults) if faults else None,
+    }
+
+
+def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[int]) -> Tuple[Dict[str, Any], List[str]]:
+    """Pick the process whose hooks saw the most steps (the training process) and summarise them."""
+    notes: List[str] = []
+    files = read_child_files(run_dir, "steps")
+    empty = {"count": 0, "source": "none", "signature": None, "pid": None, "warmup_steps": warmup, "per_step": [],
+             "summary": step_summary([], warmup), "other_signatures": [],
+             "hook": {"status": "not_loaded", "detail": "no Python process under rtkit loaded the bootstrap",
+                      "tensorflow_version": None}}
+    if not files:
+        return empty, notes
+    pid, data = max(files, key=lambda item: (len(item[1].get("per_step", [])), item[0] == child_pid))
+    per_step = []
+    for i, rec in enumerate(data.get("per_step", [])):
+        per_step.append({"step": i + 1, "t_s": round(rec["t_unix"] - start, 4), "step_ms": rec["step_ms"],
+                         "minor_faults": rec.get("minor_faults"), "rss_bytes": rec.get("rss_bytes")})
+    hook = data.get("hook") or {}
+    if hook.get("status") not in (None, "ok"):
+        notes.append(f"step hooks: {hook.get('status')}: {hook.get('detail')}")
+    if data.get("truncated_steps"):
+        notes.append(f"step records capped: the first {data['truncated_steps']} steps are counted but not kept")
+    count = int(data.get("count", len(per_step)))
+    return {
+        "count": count, "source": data.get("source", "none"), "signature": data.get("signature"), "pid": pid,
+        "warmup_steps": warmup, "per_step": per_step, "summary": step_summary(per_step, warmup),
+        "hook": {"status": hook.get("status", "ok"), "detail": hook.get("detail"),
+                 "tensorflow_version": hook.get("tensorflow_version")},
+        "other_signatures": data.get("other_signatures", []),
+    }, notes + list(data.get("notes", []))
+
+
+def component_section(run_dir: str, prefix: str, preferred_pid: Optional[int]) -> Optional[Dict[str, Any]]:
+    files = read_child_files(run_dir, prefix)
+    if not files:
+        return None
+    for pid, data in files:
+        if pid == preferred_pid:
+            return data
+    # otherwise the process that did the most work (most steps, then largest file)
+    return max(files, key=lambda item: (item[1].get("steps", 0) if isinstance(item[1], dict) else 0,
+                                        len(json.dumps(item[1]))))[1]
+
+
+def process_section(samples: List[dict], rusage: Optional[dict], interval_ms: int) -> Dict[str, Any]:
+    peak_sampled = max((s["rss_bytes"] for s in samples), default=0)
+    last = samples[-1] if samples else {}
+    section = {
+        "sample_interval_ms": interval_ms,
+        "samples": samples,
+        "peak_rss_bytes": peak_sampled,
+        "minor_faults": last.get("minor_faults", 0),
+        "major_faults": last.get("major_faults", 0),
+        "cpu_user_s": last.get("cpu_user_s", 0.0),
+        "cpu_system_s": last.get("cpu_system_s", 0.0),
+        "max_threads": max((s["threads"] for s in samples), default=0),
+    }
+    if rusage:
+        # wait4's figures include every waited-for descendant and the last moments the sampler missed
+        section["peak_rss_bytes"] = max(peak_sampled, rusage["max_rss_bytes"])
+        section["minor_faults"] = max(section["minor_faults"], rusage["minor_faults"])
+        section["major_faults"] = max(section["major_faults"], rusage["major_faults"])
+        section["cpu_user_s"] = max(section["cpu_user_s"], rusage["cpu_user_s"])
+        section["cpu_system_s"] = max(section["cpu_system_s"], rusage["cpu_system_s"])
+    return section
+
+
+def versions(tf_version: Optional[str]) -> Dict[str, Any]:
+    from rtkit import __version__
+
+    return {"rtkit": __version__, "python": platform.python_version(), "tensorflow": tf_version,
+            "platform": platform.platform()}
+
+
+def host_info() -> Dict[str, Any]:
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        mem = None
+    return {"cpus": os.cpu_count(), "memory_bytes": mem}
