@@ -1,0 +1,61 @@
+# __main__.py -- `python -m rtkit.workloads MODEL [options]`: run one bundled workload and print its summary line.
+import argparse
+import sys
+
+from rtkit.workloads import APIS, MODELS
+
+DEFAULTS = dict(steps=100, batch=2048, rows=200_000, seed=0, emb_dim=16, capacity=1 << 17)
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m rtkit.workloads",
+        description="Train a bundled EmbeddingVariable-style workload on synthetic Criteo data.")
+    p.add_argument("model", choices=MODELS)
+    p.add_argument("--api", choices=APIS, default="session",
+                   help="tf.compat.v1 Session, MonitoredTrainingSession or Keras fit (default session)")
+    p.add_argument("--steps", type=_positive, default=DEFAULTS["steps"])
+    p.add_argument("--batch", type=_positive, default=DEFAULTS["batch"])
+    p.add_argument("--rows", type=_positive, default=DEFAULTS["rows"], help="rows of the data set")
+    p.add_argument("--epochs", type=_positive, default=None,
+                   help="passes over the data (default: repeat forever; a run may then end early)")
+    p.add_argument("--data-dir", default=None,
+                   help="data cache folder (default $XDG_CACHE_HOME/rtkit/criteo or ~/.cache/rtkit/criteo)")
+    p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    p.add_argument("--emb-dim", type=_positive, default=DEFAULTS["emb_dim"])
+    p.add_argument("--capacity", type=_positive, default=DEFAULTS["capacity"],
+                   help="embedding rows per feature (more distinct ids wrap onto earlier rows)")
+    p.add_argument("--learning-rate", type=float, default=0.05)
+    p.add_argument("--print-losses", action="store_true", help="print `loss <step> <value>` per step")
+    p.add_argument("--threads-inter", type=_positive, default=None, help="ConfigProto inter-op threads")
+    p.add_argument("--threads-intra", type=_positive, default=None, help="ConfigProto intra-op threads")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar while generating data")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from rtkit.workloads import train  # imports TensorFlow
+
+    result = train.run(model=args.model, api=args.api, steps=args.steps, batch=args.batch,
+                       rows=args.rows, data_dir=args.data_dir, seed=args.seed, emb_dim=args.emb_dim,
+                       capacity=args.capacity, epochs=args.epochs, learning_rate=args.learning_rate,
+                       threads_inter=args.threads_inter, threads_intra=args.threads_intra,
+                       print_losses=args.print_losses, progress=not args.no_progress)
+    sys.stdout.write(train.summary_line(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

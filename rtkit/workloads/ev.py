@@ -1,0 +1,76 @@
+# ev.py -- an EmbeddingVariable analogue on stock TensorFlow: MutableHashTable id->row plus fixed-capacity variables.
+"""Dynamic-vocabulary embeddings in graph mode, after DeepRec's EmbeddingVariable, on stock TF ops.
+
+Per categorical feature, an :class:`IdRowMap` holds a ``tf.lookup.experimental.MutableHashTable``
+(int64 id -> int64 row) and a row counter (an int64 resource variable). For each batch the graph
+
+1. takes the unique ids of the batch (``tf.unique``: first-occurrence order, deterministic),
+2. looks them up with default -1,
+3. gives the ids not seen before the next rows: ``counter.assign_add(n_new) - n_new + [0..n_new)``,
+4. inserts (new id -> row) into the table, and only then
+5. gathers the rows ``row % capacity`` of the embedding variables of that feature.
+
+The embedding variables (``[capacity, dim]``) are ordinary trainable variables read with
+``tf.gather``, so their gradients are ``IndexedSlices`` over the batch's unique rows and
+``tf.compat.v1.train.AdagradOptimizer`` applies sparse updates (its ``accumulator`` slot has the same
+``[capacity, dim]`` shape). Several variables may share one map (Wide&Deep's wide weights and deep
+embeddings use the same rows).
+
+Capacity: rows are assigned without bound, but the variables have ``capacity`` rows; row ``r`` lives
+at ``r % capacity``. Once a feature has seen more than ``capacity`` distinct ids, later ids share
+(wrap onto) rows of earlier ones, like hash-bucket collisions. ``rows_used`` tells how far a feature got.
+"""
+import tensorflow as tf
+
+
+class IdRowMap:
+    """id -> row assignment for one feature (hash table + counter)."""
+
+    def __init__(self, name, capacity):
+        self.name = name
+        self.capacity = int(capacity)
+        with tf.compat.v1.variable_scope(name):
+            self.table = tf.lookup.experimental.MutableHashTable(
+                key_dtype=tf.int64, value_dtype=tf.int64, default_value=-1, name="id_to_row")
+            self.counter = tf.compat.v1.get_variable(
+                "rows_used", shape=[], dtype=tf.int64, initializer=tf.compat.v1.zeros_initializer(),
+                trainable=False, use_resource=True)
+
+    @property
+    def rows_used(self):
+        return self.counter.read_value()
+
+    def rows(self, ids):
+        """(unique_rows, index): physical rows of the unique ids of `ids` and, for each element of the
+        flattened `ids`, its position in unique_rows. New ids get new rows (inserted in-graph)."""
+        with tf.name_scope(self.name + "/assign_rows"):
+            flat = tf.reshape(ids, [-1])
+            uniq, idx = tf.unique(flat, out_idx=tf.int64)
+            found = self.table.lookup(uniq)
+            is_new = found < 0
+            n_new = tf.reduce_sum(tf.cast(is_new, tf.int64))
+            start = self.counter.assign_add(n_new, read_value=True) - n_new
+            offsets = tf.cumsum(tf.cast(is_new, tf.int64), exclusive=True)
+            rows = tf.where(is_new, start + offsets, found)
+            insert = self.table.insert(tf.boolean_mask(uniq, is_new), tf.boolean_mask(rows, is_new))
+            with tf.control_dependencies([insert]):
+                phys = tf.math.floormod(rows, self.capacity)
+            return phys, idx
+
+
+class EmbeddingVariable:
+    """A [capacity, dim] trainable variable addressed through an IdRowMap."""
+
+    def __init__(self, name, id_map, dim, stddev=0.05, seed=None):
+        self.id_map = id_map
+        self.dim = int(dim)
+        self.var = tf.compat.v1.get_variable(
+            name, shape=[id_map.capacity, self.dim], dtype=tf.float32, use_resource=True,
+            initializer=tf.compat.v1.truncated_normal_initializer(stddev=stddev, seed=seed))
+
+    def lookup(self, rows_and_idx, ids_shape):
+        """Embeddings of the ids (shape ids_shape + [dim]) from the rows given by IdRowMap.rows."""
+        phys, idx = rows_and_idx
+        uniq_emb = tf.gather(self.var, phys)                  # gradient: IndexedSlices on `phys` only
+        emb = tf.gather(uniq_emb, idx)
+        return tf.reshape(emb, tf.concat([ids_shape, [self.dim]], axis=0))

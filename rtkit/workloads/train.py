@@ -1,0 +1,164 @@
+# train.py -- training loops of the bundled workloads: tf.compat.v1 Session, MonitoredTrainingSession, Keras fit.
+"""Runs one workload and returns its figures.
+
+Every training step of the graph APIs is exactly one ``run`` of the same fetch list ``[train_op,
+loss]``; variable, table and iterator initialisation run before the first step, so the training step
+is the run signature that recurs. Nothing here knows about rtkit's hooks: rtkit must find the steps
+from outside, as it does for a user's script.
+"""
+import sys
+import time
+
+import tensorflow as tf
+
+from rtkit.workloads import data as data_mod
+from rtkit.workloads import inputs, models
+
+APIS = ("session", "monitored", "keras")
+
+
+def _session_config(threads_inter, threads_intra):
+    if threads_inter is None and threads_intra is None:
+        return None
+    cfg = tf.compat.v1.ConfigProto()
+    if threads_inter is not None:
+        cfg.inter_op_parallelism_threads = int(threads_inter)
+    if threads_intra is not None:
+        cfg.intra_op_parallelism_threads = int(threads_intra)
+    return cfg
+
+
+class _LossLog:
+    """Collects per-step losses; prints `loss <step> <value>` as each step ends when asked to."""
+
+    def __init__(self, print_losses):
+        self.losses, self.step_s, self.print_losses = [], [], print_losses
+        self.t_last = None
+
+    def start(self):
+        self.t0 = self.t_last = time.perf_counter()
+
+    def add(self, value):
+        now = time.perf_counter()
+        self.step_s.append(now - self.t_last)
+        self.t_last = now
+        self.losses.append(float(value))
+        if self.print_losses:
+            sys.stdout.write(f"loss {len(self.losses)} {float(value)!r}\n")
+            sys.stdout.flush()
+
+    def elapsed(self):
+        return (self.t_last or self.t0) - self.t0
+
+
+def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
+                 config, log):
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(seed)
+        ds = inputs.make_dataset(path, batch, epochs)
+        if api == "session":
+            iterator = tf.compat.v1.data.make_initializable_iterator(ds)
+        else:
+            iterator = tf.compat.v1.data.make_one_shot_iterator(ds)
+        batch_t = iterator.get_next()
+        logits = models.build_graph_model(model, batch_t, emb_dim=emb_dim, capacity=capacity, seed=seed)
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch_t["label"],
+                                                                       logits=logits))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        opt = tf.compat.v1.train.AdagradOptimizer(learning_rate)
+        train_op = opt.minimize(loss, global_step=global_step)
+        fetches = [train_op, loss]
+
+        if api == "session":
+            with tf.compat.v1.Session(graph=graph, config=config) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                sess.run(tf.compat.v1.tables_initializer())
+                sess.run(iterator.initializer)
+                log.start()
+                for _ in range(steps):
+                    try:
+                        _, value = sess.run(fetches)
+                    except tf.errors.OutOfRangeError:
+                        break
+                    log.add(value)
+        else:
+            # No hooks, summaries, checkpoints or step-count logging: nothing adds fetches to the step.
+            with tf.compat.v1.train.MonitoredTrainingSession(
+                    config=config, checkpoint_dir=None, save_checkpoint_secs=None,
+                    save_checkpoint_steps=None, save_summaries_steps=None, save_summaries_secs=None,
+                    log_step_count_steps=None) as sess:
+                log.start()   # after the session's own set-up runs
+                while len(log.losses) < steps and not sess.should_stop():
+                    _, value = sess.run(fetches)   # OutOfRangeError ends the `with` quietly
+                    log.add(value)
+
+
+def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
+                 threads_inter, threads_intra, log):
+    import keras
+
+    if threads_inter is not None:
+        tf.config.threading.set_inter_op_parallelism_threads(int(threads_inter))
+    if threads_intra is not None:
+        tf.config.threading.set_intra_op_parallelism_threads(int(threads_intra))
+    keras.utils.set_random_seed(seed)
+    net = models.build_keras_model(model, emb_dim=emb_dim, capacity=capacity, seed=seed)
+    net.compile(optimizer=keras.optimizers.Adagrad(learning_rate),
+                loss=keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=False)
+
+    class Losses(keras.callbacks.Callback):
+        # Keras reports the epoch's running mean; undo the mean to get each batch's own loss
+        # (exact while batches are equal-sized, i.e. all but a short final batch).
+        def on_train_begin(self, logs=None):
+            self.prev_mean = 0.0
+            log.start()
+
+        def on_train_batch_end(self, batch_index, logs=None):
+            mean = float(logs["loss"])
+            k = batch_index + 1
+            log.add(k * mean - (k - 1) * self.prev_mean)
+            self.prev_mean = mean
+
+    ds = inputs.keras_dataset(path, batch, epochs)
+    net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[Losses()])
+
+
+def run(model="wdl", api="session", steps=100, batch=2048, rows=200_000, data_dir=None, seed=0,
+        emb_dim=16, capacity=1 << 17, epochs=None, learning_rate=0.05, threads_inter=None,
+        threads_intra=None, print_losses=False, progress=True):
+    """Train `model` with `api` for up to `steps` steps; returns a dict of figures (see keys below).
+
+    epochs=None repeats the data forever; with a number the run may end early (OutOfRange), and
+    `steps` in the result is the number of steps that actually ran."""
+    if model not in models.MODELS:
+        raise ValueError(f"unknown model {model!r}; expected one of {', '.join(models.MODELS)}")
+    if api not in APIS:
+        raise ValueError(f"unknown api {api!r}; expected one of {', '.join(APIS)}")
+    path = data_mod.ensure_dataset(data_dir, rows, seed, progress=progress)
+    log = _LossLog(print_losses)
+    t_start = time.perf_counter()
+    if api == "keras":
+        _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
+                     threads_inter, threads_intra, log)
+    else:
+        _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
+                     _session_config(threads_inter, threads_intra), log)
+    n = len(log.losses)
+    examples = n * batch if epochs is None else min(n * batch, rows * epochs)
+    elapsed = log.elapsed()
+    return {
+        "model": model, "api": api, "steps": n, "batch": batch, "rows": rows, "seed": seed,
+        "data_path": path, "losses": log.losses, "step_s": log.step_s,
+        "loss_first": log.losses[0] if n else float("nan"),
+        "loss_last": log.losses[-1] if n else float("nan"),
+        "examples": examples, "train_s": elapsed, "total_s": time.perf_counter() - t_start,
+        "examples_per_s": examples / elapsed if elapsed > 0 else 0.0,
+    }
+
+
+def summary_line(result):
+    """The one line the CLI prints when a run ends."""
+    return (f"rtkit-workload: model={result['model']} api={result['api']} steps={result['steps']} "
+            f"loss_first={result['loss_first']:.6f} loss_last={result['loss_last']:.6f} "
+            f"examples_per_s={result['examples_per_s']:.1f}")
