@@ -97,11 +97,12 @@ def main(args) -> int:
         msg = str(exc)
         _eprint(msg if msg.startswith("rtkit") else f"rtkit run: error: {msg}")
         return 2
-    return execute(command, resolved, run_dir=args.run_dir, html=args.html, quiet=args.quiet)
+    return execute(command, resolved, run_dir=args.run_dir, html=args.html, quiet=args.quiet)[0]
 
 
 def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] = None, html: bool = False,
-            quiet: bool = False) -> int:
+            quiet: bool = False) -> tuple:
+    """Run the command under rtkit; returns (exit code, run directory)."""
     from rtkit import launch
     from rtkit.report import model
 
@@ -129,12 +130,14 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
         model.write_json_atomic(report_path, report)
     except OSError as exc:
         _eprint(f"rtkit: cannot write {report_path}: {exc.strerror}")
-        return result.exit_code
+        return result.exit_code, run_dir
     if html:
         try:
             from rtkit.report import html as html_report
 
-            html_report.write_html(report, os.path.join(run_dir, "report.html"))
+            html_path = os.path.join(run_dir, "report.html")
+            html_report.write(report, html_path)
+            _eprint(f"rtkit: html report: {html_path}")
         except Exception as exc:  # the report is a convenience; never change the job's exit code
             _eprint(f"rtkit: could not write report.html: {exc}")
     lines = summary_lines(report) if not quiet and resolved["log"] != "quiet" else []
@@ -142,7 +145,7 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
         _eprint(line if line.startswith("rtkit") else f"rtkit: {line}")
     if not any(report_path in line for line in lines):
         _eprint(f"rtkit: report: {report_path}")
-    return result.exit_code
+    return result.exit_code, run_dir
 
 
 def summary_lines(report: Dict[str, Any]) -> List[str]:

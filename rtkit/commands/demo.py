@@ -1,0 +1,41 @@
+# demo.py -- `rtkit demo`: the bundled Wide&Deep workload under `rtkit run`, with summary and HTML report.
+from __future__ import annotations
+
+import sys
+
+from rtkit import config as cfg
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("demo", help="run the bundled Wide&Deep workload under rtkit and write the report",
+                              description="Generate the synthetic Criteo data (once), train Wide&Deep under "
+                                          "`rtkit run`, print the summary and write report.json and report.html.")
+    p.add_argument("--model", default="wdl", choices=["wdl", "dlrm"])
+    p.add_argument("--api", default="session", choices=["session", "monitored", "keras"])
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the workload's)")
+    p.add_argument("--batch", type=int, default=None, help="batch size (default: the workload's)")
+    p.add_argument("--profile", help="tuning profile to run with")
+    p.add_argument("--out", help="folder for the run directory (default: rtkit-runs)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from rtkit.commands.run import execute
+
+    command = [sys.executable, "-m", "rtkit.workloads", args.model, "--api", args.api]
+    if args.steps:
+        command += ["--steps", str(args.steps)]
+    if args.batch:
+        command += ["--batch", str(args.batch)]
+    try:
+        cli_values = cfg.parse_assignments(args.set)
+        cli_values.setdefault("name", f"demo-{args.model}")
+        if args.out:
+            cli_values["out"] = args.out
+        resolved = cfg.resolve(cli=cli_values, profile=args.profile)
+    except cfg.ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    code, _ = execute(command, resolved, html=True)
+    return code
