@@ -1,0 +1,40 @@
+# compare.py -- `rtkit compare RUN_A RUN_B [--json]`: two runs side by side with B/A ratios.
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "compare", help="compare two runs side by side with ratios (B/A)",
+        description="Put the headline figures of two runs side by side with the ratio B/A "
+                    "(below 1.0 is smaller in B: better for times, memory and faults).")
+    p.add_argument("run_a", metavar="RUN_A", help="run directory (or report.json) of the baseline")
+    p.add_argument("run_b", metavar="RUN_B", help="run directory (or report.json) to compare with it")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from rtkit.report.load import ReportError, load
+    from rtkit.report import compare
+    try:
+        a, _ = load(args.run_a)
+        b, _ = load(args.run_b)
+    except ReportError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    try:
+        if args.json:
+            json.dump(compare.compare(a, b, args.run_a, args.run_b), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(compare.render(a, b, args.run_a, args.run_b))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        from rtkit.commands.report import _silence_stdout
+        _silence_stdout()
+    return 0

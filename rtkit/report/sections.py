@@ -1,0 +1,518 @@
+# sections.py -- turns a report.json dict into titled sections of rows and tables, shared by the terminal and HTML views.
+"""One place decides what a person sees; terminal.py and html.py only lay it out.
+
+The run, process and steps sections follow the schema of record (notes/interfaces.md). The
+allocator, pmem and scheduler sections are embedded as their components wrote them, so they are
+read tolerantly: a few headline figures are looked up under the names their issues use (with
+alternatives), and every other figure is still shown, formatted by the unit in its key."""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from rtkit.report import fmt
+from rtkit.report.fmt import first, get
+
+MAX_TABLE_ROWS = 24          # longer tables show their head and a "... N more" row
+PER_STEP_KEYS = ("per_step", "steps", "samples", "census", "timeline", "per_step_census", "events")
+
+
+@dataclass
+class Table:
+    title: str
+    headers: List[str]
+    rows: List[List[str]]
+    numeric: List[bool] = field(default_factory=list)   # right-align these columns
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    rows: List[Tuple[str, str]] = field(default_factory=list)
+    tables: List[Table] = field(default_factory=list)
+    off: Optional[str] = None          # one-line reason when the section is off
+    notes: List[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def command_text(cmd: Any, limit: int = 0) -> str:
+    if isinstance(cmd, (list, tuple)):
+        text = " ".join(shlex.quote(str(c)) for c in cmd)
+    else:
+        text = str(cmd or "")
+    if limit and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+def _value_text(key: str, value: Any) -> str:
+    if isinstance(value, dict):
+        parts = [f"{k}={_value_text(k, v)}" for k, v in value.items() if not isinstance(v, (dict, list))]
+        return ", ".join(parts) if parts else fmt.by_key(key, value)
+    return fmt.by_key(key, value)
+
+
+def _add(rows: List[Tuple[str, str]], name: str, value: Any, key: str = "", text: Optional[str] = None) -> None:
+    """Append a row unless the value is absent."""
+    if value is None and text is None:
+        return
+    rows.append((name, text if text is not None else _value_text(key or name, value)))
+
+
+def table_from_records(title: str, records: Any, key_name: str = "name", limit: int = MAX_TABLE_ROWS) -> Optional[Table]:
+    """A table from a list of dicts (columns = union of scalar keys, in first-seen order) or from a
+    dict of dicts (first column = the outer key)."""
+    if isinstance(records, dict):
+        items = []
+        for k, v in records.items():
+            if isinstance(v, dict):
+                items.append({key_name: k, **v})
+            else:
+                items.append({key_name: k, "value": v})
+        records = items
+    if not isinstance(records, list) or not records:
+        return None
+    if not all(isinstance(r, dict) for r in records):
+        return Table(title, ["value"], [[fmt.by_key(title, r)] for r in records[:limit]], [False])
+    cols: List[str] = []
+    for r in records:
+        for k, v in r.items():
+            if k not in cols and not isinstance(v, list):
+                cols.append(k)
+    cols = cols[:8]          # keep tables readable on 80 columns
+    rows = []
+    for r in records[:limit]:
+        rows.append([_value_text(c, r.get(c)) if isinstance(r.get(c), dict) else fmt.by_key(c, r.get(c)) for c in cols])
+    numeric = [all(fmt.is_num(r.get(c)) or r.get(c) is None for r in records[:limit]) for c in cols]
+    if len(records) > limit:
+        rows.append([f"... {len(records) - limit} more"] + [""] * (len(cols) - 1))
+    return Table(title, [fmt.label(c) for c in cols], rows, numeric)
+
+
+def generic_rows(d: Dict[str, Any], skip: Iterable[str] = (), prefix: str = "", depth: int = 0) -> List[Tuple[str, str]]:
+    """Every scalar figure in `d` (nested dicts flattened with dots), except keys in `skip`."""
+    skip = set(skip)
+    rows: List[Tuple[str, str]] = []
+    for k, v in d.items():
+        path = prefix + k
+        if path in skip or k in skip:
+            continue
+        if isinstance(v, dict):
+            if depth < 2:
+                rows.extend(generic_rows(v, skip, path + ".", depth + 1))
+        elif isinstance(v, list):
+            if all(not isinstance(x, (dict, list)) for x in v) and len(v) <= 16:
+                rows.append((fmt.label(path), fmt.by_key(k, v)))
+        else:
+            rows.append((fmt.label(path), fmt.by_key(k, v)))
+    return rows
+
+
+def generic_tables(d: Dict[str, Any], skip: Iterable[str] = ()) -> List[Table]:
+    """Tables for the lists of records in `d` (per-step lists are plotted, not tabled)."""
+    skip = set(skip)
+    out = []
+    for k, v in d.items():
+        if k in skip or k in PER_STEP_KEYS:
+            continue
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            t = table_from_records(fmt.label(k), v)
+            if t:
+                out.append(t)
+    return out
+
+
+def _notes(d: Any) -> List[str]:
+    n = get(d, "notes")
+    if isinstance(n, list):
+        return [str(x) for x in n]
+    if isinstance(n, str) and n:
+        return [n]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# derived figures used by several views
+
+
+def faults_per_step(report: Dict[str, Any]) -> Optional[float]:
+    return get(report, "steps.summary.minor_faults_per_step_median")
+
+
+def cpu_seconds(report: Dict[str, Any]) -> Optional[float]:
+    u, s = get(report, "process.cpu_user_s"), get(report, "process.cpu_system_s")
+    if fmt.is_num(u) or fmt.is_num(s):
+        return (u or 0) + (s or 0)
+    return None
+
+
+def cpu_utilization(report: Dict[str, Any]) -> Optional[float]:
+    """CPU seconds per wall second (1.0 = one core busy for the whole run)."""
+    c, d = cpu_seconds(report), get(report, "run.duration_s")
+    return fmt.safe_ratio(c, d)
+
+
+def allocator_counts(alloc: Any) -> Tuple[Optional[float], Optional[float]]:
+    """(arena hits, fallbacks) as totals, from whichever names the allocator used."""
+    hits = first(alloc, "arena_hits", "hits", "served_arena", "calls.arena", "totals.arena_hits", "totals.hits",
+                 "census.arena_hits", "summary.arena_hits")
+    falls = first(alloc, "fallbacks", "fallback_calls", "calls.fallback", "totals.fallbacks", "census.fallbacks",
+                  "summary.fallbacks")
+    if isinstance(hits, dict):
+        hits = first(hits, "calls", "count", "total")
+    if isinstance(falls, dict):
+        falls = first(falls, "calls", "count", "total")
+    return (hits if fmt.is_num(hits) else None, falls if fmt.is_num(falls) else None)
+
+
+def allocator_hit_rate(alloc: Any) -> Optional[float]:
+    if not isinstance(alloc, dict):
+        return None
+    rate = first(alloc, "hit_rate", "arena_hit_rate", "summary.hit_rate", "totals.hit_rate")
+    if fmt.is_num(rate):
+        return rate / 100.0 if rate > 1 else rate
+    hits, falls = allocator_counts(alloc)
+    if hits is not None and falls is not None and hits + falls > 0:
+        return hits / (hits + falls)
+    return None
+
+
+def allocator_state(alloc: Any) -> Optional[str]:
+    v = first(alloc, "state", "status", "phase", "mode")
+    return None if v is None else str(v)
+
+
+def allocator_faults(alloc: Any) -> Tuple[Any, Any]:
+    before = first(alloc, "faults_per_step_before_plan", "minor_faults_per_step_before_plan",
+                   "before_plan.minor_faults_per_step", "before_plan.faults_per_step",
+                   "faults_per_step.before_plan", "faults_per_step.before")
+    after = first(alloc, "faults_per_step_after_plan", "minor_faults_per_step_after_plan",
+                  "after_plan.minor_faults_per_step", "after_plan.faults_per_step",
+                  "faults_per_step.after_plan", "faults_per_step.after")
+    return before, after
+
+
+def allocator_per_step(alloc: Any) -> List[Tuple[Any, float, float]]:
+    """[(step, hits, fallbacks)] from the allocator's per-step census, when it has one."""
+    seq = first(alloc, "per_step", "census.per_step", "steps", "per_step_census")
+    out = []
+    if isinstance(seq, list):
+        for i, r in enumerate(seq):
+            if not isinstance(r, dict):
+                continue
+            h = first(r, "arena_hits", "hits", "served_arena", "arena", "calls.arena")
+            f = first(r, "fallbacks", "fallback", "fallback_calls", "calls.fallback")
+            if fmt.is_num(h) or fmt.is_num(f):
+                out.append((r.get("step", i), h if fmt.is_num(h) else 0, f if fmt.is_num(f) else 0))
+    return out
+
+
+def plan_classes(alloc: Any) -> Any:
+    return first(alloc, "plan.classes", "classes", "plan.size_classes")
+
+
+def plan_reserved(alloc: Any) -> Any:
+    return first(alloc, "plan.reserved_bytes", "reserved_bytes", "arena_reserved_bytes", "plan.arena_bytes",
+                 "arenas.reserved_bytes")
+
+
+def sched_speedup(sched: Any) -> Any:
+    return first(sched, "speedup", "tuning.speedup", "tune.speedup", "speedup_over_first")
+
+
+def sched_occupancy(sched: Any) -> Any:
+    return first(sched, "pipeline.occupancy", "occupancy", "pipeline_occupancy", "stage.occupancy")
+
+
+def sched_chosen(sched: Any) -> Any:
+    return first(sched, "chosen", "chosen_config", "config", "tuning.chosen", "tune.chosen", "applied")
+
+
+# ---------------------------------------------------------------------------------------------
+# sections
+
+
+def run_section(report: Dict[str, Any]) -> Section:
+    run = report.get("run") or {}
+    s = Section("run", "Run")
+    _add(s.rows, "name", run.get("name"))
+    _add(s.rows, "command", None, text=command_text(run.get("command")) or fmt.MISSING)
+    status = run.get("status") or "unknown"
+    _add(s.rows, "status", None, text=str(status))
+    code = run.get("exit_code")
+    code_text = fmt.MISSING if code is None else str(code)
+    if run.get("signal"):
+        code_text += f" ({run['signal']})"
+    _add(s.rows, "exit code", None, text=code_text)
+    if run.get("error"):
+        _add(s.rows, "error", run.get("error"))
+    _add(s.rows, "duration", run.get("duration_s"), "duration_s")
+    _add(s.rows, "started", run.get("start_time"))
+    _add(s.rows, "profile", None, text=run.get("profile") or "(none)")
+    settings = run.get("settings") or {}
+    changed = [(k, v) for k, v in sorted(settings.items()) if isinstance(v, dict) and v.get("source") != "default"]
+    if changed:
+        s.rows.append(("settings", f"{len(changed)} not default:"))
+        for k, v in changed:
+            val = v.get("value")
+            text = _setting_text(k, val)
+            s.rows.append((f"  {k}", f"{text}  [{v.get('source')}]"))
+    elif settings:
+        s.rows.append(("settings", "all defaults"))
+    env = run.get("child_env") or {}
+    interesting = {k: v for k, v in env.items() if not k.startswith("RTKIT_")}
+    if interesting:
+        s.rows.append(("child env", ", ".join(f"{k}={_shorten_env(k, str(v))}" for k, v in sorted(interesting.items()))))
+    versions = run.get("versions") or {}
+    if versions:
+        parts = [f"{k} {v}" for k, v in versions.items() if v and k != "platform"]
+        _add(s.rows, "versions", None, text=", ".join(parts) or fmt.MISSING)
+        if versions.get("platform"):
+            _add(s.rows, "platform", versions.get("platform"))
+    host = run.get("host") or {}
+    if host:
+        _add(s.rows, "host", None, text=f"{host.get('cpus', '?')} CPUs, {fmt.nbytes(host.get('memory_bytes'))}")
+    _add(s.rows, "run dir", run.get("run_dir"))
+    return s
+
+
+def _setting_text(key: str, value: Any) -> str:
+    try:  # sizes read better as 64K/1M; config.py imports nothing of rtkit, so this stays light
+        from rtkit import config
+        st = config.BY_KEY.get(key)
+        if st is not None and st.kind == "size" and isinstance(value, int):
+            return config.format_size(value)
+        if st is not None and st.kind == "bool":
+            return "on" if value else "off"
+    except Exception:  # pragma: no cover - the report must render even without config
+        pass
+    return "''" if value == "" else str(value)
+
+
+def _shorten_env(name: str, value: str) -> str:
+    if name in ("LD_PRELOAD", "PYTHONPATH"):
+        import os
+        parts = value.split(":" if name == "PYTHONPATH" else None) if value else []
+        return " ".join(os.path.basename(p.rstrip("/")) or p for p in parts) or value
+    return value
+
+
+def steps_section(report: Dict[str, Any]) -> Section:
+    st = report.get("steps")
+    s = Section("steps", "Steps")
+    if not isinstance(st, dict):
+        s.off = "no step data"
+        return s
+    summ = st.get("summary") or {}
+    count = st.get("count")
+    _add(s.rows, "steps", None, text=f"{fmt.num(count)} ({st.get('source') or 'none'})")
+    measured = summ.get("measured_steps")
+    if measured is not None and count:
+        _add(s.rows, "measured", None, text=f"{fmt.num(measured)} (warm-up {fmt.num(st.get('warmup_steps'))} left out)")
+    if summ.get("step_ms_median") is not None:
+        _add(s.rows, "step time median", summ.get("step_ms_median"), "step_ms")
+        _add(s.rows, "step time p5 / p95", None,
+             text=f"{fmt.ms(summ.get('step_ms_p5'))} / {fmt.ms(summ.get('step_ms_p95'))}")
+        _add(s.rows, "step time mean", summ.get("step_ms_mean"), "step_ms")
+        _add(s.rows, "steps per second", summ.get("steps_per_s"), "steps_per_s")
+        _add(s.rows, "minor faults per step", summ.get("minor_faults_per_step_median"), "minor_faults",
+             text=None if summ.get("minor_faults_per_step_median") is None
+             else f"{fmt.num(summ.get('minor_faults_per_step_median'))} (median)")
+    if st.get("signature"):
+        _add(s.rows, "signature", None, text=_shorten(str(st.get("signature")), 200))
+    hook = st.get("hook") or {}
+    if hook:
+        text = str(hook.get("status") or fmt.MISSING)
+        if hook.get("tensorflow_version"):
+            text += f", TensorFlow {hook['tensorflow_version']}"
+        if hook.get("detail"):
+            text += f": {hook['detail']}"
+        _add(s.rows, "hooks", None, text=text)
+    others = st.get("other_signatures") or []
+    if others:
+        t = table_from_records("other run signatures (not counted as steps)",
+                               [{"signature": _shorten(str(o.get("signature")), 60), "count": o.get("count")}
+                                for o in others if isinstance(o, dict)])
+        if t:
+            s.tables.append(t)
+    return s
+
+
+def _shorten(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def process_section(report: Dict[str, Any]) -> Section:
+    p = report.get("process")
+    s = Section("process", "Process")
+    if not isinstance(p, dict):
+        s.off = "no process samples"
+        return s
+    _add(s.rows, "peak RSS", p.get("peak_rss_bytes"), "peak_rss_bytes")
+    _add(s.rows, "minor / major faults", None,
+         text=f"{fmt.num(p.get('minor_faults'))} / {fmt.num(p.get('major_faults'))}")
+    cpu = cpu_seconds(report)
+    if cpu is not None:
+        util = cpu_utilization(report)
+        text = (f"{fmt.seconds(cpu)} (user {fmt.seconds(p.get('cpu_user_s'))}, "
+                f"system {fmt.seconds(p.get('cpu_system_s'))})")
+        if util is not None:
+            text += f", {util:.2f} cores avg"
+        _add(s.rows, "CPU time", None, text=text)
+    _add(s.rows, "max threads", p.get("max_threads"), "max_threads")
+    samples = p.get("samples") or []
+    _add(s.rows, "samples", None,
+         text=f"{len(samples)} every {fmt.num(p.get('sample_interval_ms'))} ms")
+    return s
+
+
+def allocator_section(report: Dict[str, Any]) -> Section:
+    a = report.get("allocator")
+    s = Section("allocator", "Allocator (PRMalloc)")
+    if not isinstance(a, dict):
+        s.off = "off"
+        return s
+    shown = set()
+    _add(s.rows, "state", allocator_state(a))
+    classes = plan_classes(a)
+    if isinstance(classes, (list, dict)):
+        blocks = first(a, "plan.blocks", "blocks", "plan.total_blocks")
+        if blocks is None and isinstance(classes, list):
+            bl = [c.get("blocks") for c in classes if isinstance(c, dict) and fmt.is_num(c.get("blocks"))]
+            blocks = sum(bl) if bl else None
+        text = f"{len(classes)} classes"
+        if blocks is not None:
+            text += f", {fmt.num(blocks)} blocks"
+        _add(s.rows, "plan", None, text=text)
+    elif fmt.is_num(classes):
+        _add(s.rows, "plan", None, text=f"{fmt.num(classes)} classes")
+    _add(s.rows, "reserved", plan_reserved(a), "reserved_bytes")
+    rate = allocator_hit_rate(a)
+    _add(s.rows, "hit rate", rate, "hit_rate")
+    hits, falls = allocator_counts(a)
+    _add(s.rows, "arena hits", hits, "arena_hits")
+    _add(s.rows, "fallbacks", falls, "fallbacks")
+    before, after = allocator_faults(a)
+    if before is not None or after is not None:
+        _add(s.rows, "faults/step before plan", before, "faults")
+        _add(s.rows, "faults/step after plan", after, "faults")
+    shown |= {"state", "status", "phase", "mode", "hit_rate", "arena_hit_rate", "arena_hits", "hits", "fallbacks",
+              "fallback_calls", "reserved_bytes", "classes", "notes", "faults_per_step_before_plan",
+              "faults_per_step_after_plan", "minor_faults_per_step_before_plan",
+              "minor_faults_per_step_after_plan", "before_plan", "after_plan", "faults_per_step",
+              "plan.classes", "plan.reserved_bytes", "plan.blocks"}
+    extra = generic_rows(a, skip=shown)
+    if extra:
+        s.rows.extend(extra)
+    t = table_from_records("plan classes", classes, key_name="class")
+    if t and isinstance(classes, (list, dict)):
+        s.tables.append(t)
+    s.tables.extend(generic_tables(a, skip={"classes"}))
+    plan = a.get("plan")
+    if isinstance(plan, dict):
+        s.tables.extend(generic_tables(plan, skip={"classes"}))
+    per = allocator_per_step(a)
+    if per:
+        s.rows.append(("per-step census", f"{len(per)} steps (plotted in the HTML report)"))
+    s.notes = _notes(a)
+    return s
+
+
+def pmem_section(report: Dict[str, Any]) -> Section:
+    p = report.get("pmem")
+    s = Section("pmem", "PMEM tier")
+    if not isinstance(p, dict):
+        s.off = "off"
+        return s
+    s.rows.extend(generic_rows(p, skip={"notes"}))
+    s.tables.extend(generic_tables(p))
+    for k in ("classes", "tiers", "by_class"):
+        if isinstance(p.get(k), dict):
+            t = table_from_records(fmt.label(k), p[k], key_name=k.rstrip("es") if k != "by_class" else "class")
+            if t:
+                s.tables.append(t)
+    s.notes = _notes(p)
+    return s
+
+
+def scheduler_section(report: Dict[str, Any]) -> Section:
+    sc = report.get("scheduler")
+    s = Section("scheduler", "Scheduler")
+    if not isinstance(sc, dict):
+        s.off = "off"
+        return s
+    skip = {"notes", "stages", "trials", "speedup", "occupancy", "chosen", "chosen_config", "config", "applied"}
+    _add(s.rows, "state", first(sc, "state", "status", "mode"))
+    skip |= {"state", "status", "mode"}
+    chosen = sched_chosen(sc)
+    if chosen is not None:
+        _add(s.rows, "chosen config", chosen, "chosen")
+    trials = first(sc, "trials", "tuning.trials", "tune.trials")
+    if isinstance(trials, list):
+        _add(s.rows, "tuning trials", None, text=str(len(trials)))
+    _add(s.rows, "speedup", sched_speedup(sc), "speedup")
+    _add(s.rows, "pipeline occupancy", sched_occupancy(sc), "occupancy")
+    s.rows.extend(generic_rows(sc, skip=skip | {"tuning.trials", "tune.trials", "tuning.speedup",
+                                                "tune.speedup", "pipeline.occupancy", "tuning.chosen",
+                                                "tune.chosen"}))
+    stages = first(sc, "stages", "analysis.stages")
+    t = table_from_records("stages", stages, key_name="stage")
+    if t:
+        s.tables.append(t)
+    if isinstance(trials, list):
+        t = table_from_records("tuning trials", [_flat_trial(x) for x in trials])
+        if t:
+            s.tables.append(t)
+    s.tables.extend(generic_tables(sc, skip={"stages", "trials"}))
+    s.notes = _notes(sc)
+    return s
+
+
+def _flat_trial(tr: Any) -> Any:
+    """A trial's nested config dict flattened into its row, so the table shows the knobs."""
+    if not isinstance(tr, dict):
+        return {"value": tr}
+    out = {}
+    for k, v in tr.items():
+        if isinstance(v, dict):
+            for k2, v2 in v.items():
+                if not isinstance(v2, (dict, list)):
+                    out[k2] = v2
+        else:
+            out[k] = v
+    return out
+
+
+def notes_section(report: Dict[str, Any]) -> Section:
+    s = Section("notes", "Notes")
+    s.notes = _notes(report)
+    if not s.notes:
+        s.off = "none"
+    return s
+
+
+def build_sections(report: Dict[str, Any]) -> List[Section]:
+    return [run_section(report), steps_section(report), process_section(report), allocator_section(report),
+            pmem_section(report), scheduler_section(report), notes_section(report)]
+
+
+# ---------------------------------------------------------------------------------------------
+# series for plots (lists of (x, y))
+
+
+def series(report: Dict[str, Any]) -> Dict[str, Sequence[Tuple[float, float]]]:
+    out: Dict[str, Sequence[Tuple[float, float]]] = {}
+    samples = get(report, "process.samples") or []
+    out["rss"] = [(x["t_s"], x["rss_bytes"]) for x in samples
+                  if isinstance(x, dict) and fmt.is_num(x.get("t_s")) and fmt.is_num(x.get("rss_bytes"))]
+    per = get(report, "steps.per_step") or []
+    out["step_ms"] = [(x.get("step", i), x["step_ms"]) for i, x in enumerate(per)
+                      if isinstance(x, dict) and fmt.is_num(x.get("step_ms"))]
+    out["faults"] = [(x.get("step", i), x["minor_faults"]) for i, x in enumerate(per)
+                     if isinstance(x, dict) and fmt.is_num(x.get("minor_faults"))]
+    return out
