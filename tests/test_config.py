@@ -1,0 +1,129 @@
+# test_config.py -- the settings table: parsing, precedence, profiles and their validation, `rtkit config`, docs.
+import json
+import os
+
+import pytest
+
+from conftest import REPO, run_rtkit
+from rtkit import config as cfg
+
+
+@pytest.mark.parametrize("text,value", [("4096", 4096), ("64K", 65536), ("1m", 1 << 20), ("2G", 2 << 30),
+                                        ("3KiB", 3072), (" 5 ", 5)])
+def test_sizes(text, value):
+    assert cfg.parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "1.5M", "-1", "12Q", "K"])
+def test_bad_sizes(text):
+    with pytest.raises(ValueError):
+        cfg.parse_size(text)
+
+
+@pytest.mark.parametrize("text,value", [("1", True), ("on", True), ("TRUE", True), ("0", False), ("off", False),
+                                        ("false", False)])
+def test_bools(text, value):
+    assert cfg.parse_bool(text) is value
+
+
+def test_every_setting_default_is_valid_and_env_named():
+    for s in cfg.SETTINGS:
+        assert s.env == "RTKIT_" + s.key.upper()
+        assert s.parse(s.to_env(s.default)) == s.default, s.key
+        assert s.doc and s.kind in ("bool", "int", "size", "str", "path", "choice")
+
+
+def test_precedence_cli_env_profile_default():
+    env = {"RTKIT_MALLOC_MIN_SIZE": "128K", "RTKIT_SCHED_STAGE_DEPTH": "5"}
+    r = cfg.resolve(cli={"sched_stage_depth": "7"}, env=env, profile="throughput")
+    assert r["sched_stage_depth"] == 7 and r.sources["sched_stage_depth"] == "cli"
+    assert r["malloc_min_size"] == 128 << 10 and r.sources["malloc_min_size"] == "env"
+    assert r["sched"] is True and r.sources["sched"] == "profile:throughput"
+    assert r["malloc"] is True and r.sources["malloc"] == "profile:default"  # through include
+    assert r["warmup_steps"] == 3 and r.sources["warmup_steps"] == "default"
+
+
+def test_bad_env_value_falls_back_with_one_message():
+    r = cfg.resolve(env={"RTKIT_MALLOC_ARENA_LIMIT": "huge"})
+    assert r["malloc_arena_limit"] == 4 << 30
+    assert len(r.errors) == 1 and "RTKIT_MALLOC_ARENA_LIMIT" in r.errors[0] and "64K" in r.errors[0]
+    with pytest.raises(cfg.ConfigError):
+        cfg.resolve(env={"RTKIT_MALLOC_ARENA_LIMIT": "huge"}, strict_env=True)
+
+
+def test_unknown_env_variable_is_reported():
+    r = cfg.resolve(env={"RTKIT_MALOC": "1"})
+    assert any("RTKIT_MALOC" in e for e in r.errors)
+
+
+def test_child_env_round_trips():
+    r = cfg.resolve(env={}, profile="memory")
+    again = cfg.resolve(env=r.child_env())
+    assert again.values == r.values
+
+
+def test_shipped_profiles_load():
+    names = set(cfg.available_profiles())
+    assert {"default", "throughput", "memory", "off"} <= names
+    for name in names:
+        cfg.load_profile(name)
+    assert cfg.load_profile("off").values["malloc"] is False
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_profile_unknown_key_names_file_and_key(tmp_path):
+    path = _write(tmp_path, "p", "[settings]\nmaloc = true\n")
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.load_profile(path)
+    assert "p.toml" in str(err.value) and "maloc" in str(err.value)
+
+
+def test_profile_bad_value_names_accepted(tmp_path):
+    path = _write(tmp_path, "p", "[settings]\nmalloc_min_size = \"big\"\n")
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.load_profile(path)
+    assert "malloc_min_size" in str(err.value) and "'big'" in str(err.value) and "64K" in str(err.value)
+
+
+def test_profile_include_cycle(tmp_path, monkeypatch):
+    _write(tmp_path, "a", 'include = "b"\n')
+    _write(tmp_path, "b", 'include = "a"\n')
+    monkeypatch.setenv(cfg.PROFILE_DIR_ENV, str(tmp_path))
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.load_profile("a")
+    assert "cycle" in str(err.value)
+
+
+def test_profile_include_overrides(tmp_path, monkeypatch):
+    _write(tmp_path, "mine", 'include = "throughput"\n[settings]\nsched_tune = false\n')
+    monkeypatch.setenv(cfg.PROFILE_DIR_ENV, str(tmp_path))
+    prof = cfg.load_profile("mine")
+    assert prof.values["sched_tune"] is False and prof.origin["sched_tune"] == "mine"
+    assert prof.values["sched_stage"] is True and prof.origin["sched_stage"] == "throughput"
+
+
+def test_rtkit_config_shows_sources():
+    proc = run_rtkit(["config", "--profile", "throughput", "--set", "warmup_steps=9", "--json"],
+                     env={"RTKIT_MALLOC_MIN_SIZE": "64K"}, check_rc=0)
+    data = json.loads(proc.stdout)["settings"]
+    assert data["warmup_steps"] == {"value": 9, "source": "cli", "env": "RTKIT_WARMUP_STEPS"}
+    assert data["malloc_min_size"]["source"] == "env"
+    assert data["sched_stage"]["source"] == "profile:throughput"
+    text = run_rtkit(["config"], check_rc=0).stdout
+    assert "RTKIT_MALLOC_PROFILE_MAX" in text and "default" in text
+
+
+def test_rtkit_config_bad_profile_exit_2():
+    proc = run_rtkit(["config", "--profile", "nope"])
+    assert proc.returncode == 2 and "unknown profile" in proc.stderr
+
+
+def test_readme_settings_table_is_current():
+    with open(os.path.join(REPO, "README.md")) as fh:
+        readme = fh.read()
+    assert cfg.doc_table() in readme, "README settings table is stale: paste `rtkit config --markdown` into it"
