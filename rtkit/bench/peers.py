@@ -185,11 +185,16 @@ def parse_user_config(spec: str, known: Optional[Dict[str, Peer]] = None) -> Pee
     if not _NAME_RE.match(name):
         raise PeerError(f"{where}: name '{name}' may only hold letters, digits, '_', '.', '+', '-'")
     peer = Peer(name=name, description=f"user configuration {body.strip()}", kind="user")
+    items = []
     for item in _split_items(body):
         key, eq, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if not eq or not key:
             raise PeerError(f"{where}: '{item}' must look like KEY=VALUE")
+        items.append((key, value))
+    # `base` first, wherever it is written, so that the other keys refine it.
+    items.sort(key=lambda kv: kv[0] != "base")
+    for key, value in items:
         if key == "base":
             if value not in known:
                 raise PeerError(f"{where}: base '{value}' is not a catalogue configuration "
@@ -197,7 +202,7 @@ def parse_user_config(spec: str, known: Optional[Dict[str, Peer]] = None) -> Pee
             b = known[value]
             peer.env.update(b.env)
             peer.settings.update(b.settings)
-            peer.library, peer.preload, peer.profile = b.library, b.preload, b.profile
+            peer.library, peer.preload, peer.profile, peer.args = b.library, b.preload, b.profile, list(b.args)
         elif key == "profile":
             try:
                 _config.find_profile(value)
