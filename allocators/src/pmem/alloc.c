@@ -1,0 +1,626 @@
+/* alloc.c -- PMEM pool allocation paths: thread caches, shared pools, segments, extents, background moves. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include "pmem/pool.h"
+
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define NEXT_OF(rec) (*(char **)((rec) + RTK_HDR))
+
+/* ---- thread caches ---- */
+
+static struct rtk_tcache *tcache_create(struct rtkit_pmem_pool *p) {
+    size_t len = sizeof(struct rtk_tcache) + ((size_t)p->g.ncls + 1) * sizeof(struct rtk_tclass);
+    len = (len + 4095) & ~(size_t)4095;
+    struct rtk_tcache *tc = rtk_map_anon(len);
+    if (!tc) return NULL;
+    tc->len = len;
+    tc->pool = p;
+    for (uint32_t c = 0; c <= p->g.ncls; c++) tc->cls[c].seg = UINT64_MAX;
+    pthread_mutex_lock(&p->reg_lock);
+    tc->next = p->tcaches;
+    if (p->tcaches) p->tcaches->prev = tc;
+    p->tcaches = tc;
+    p->nthreads++;
+    pthread_mutex_unlock(&p->reg_lock);
+    pthread_setspecific(p->key, tc);
+    return tc;
+}
+
+static inline struct rtk_tcache *tcache_get(struct rtkit_pmem_pool *p) {
+    struct rtk_tcache *tc = pthread_getspecific(p->key);
+    return LIKELY(tc != NULL) ? tc : tcache_create(p);
+}
+
+/* hand every list, the current segments and the counters of a cache to the shared pools; reg_lock held */
+static void tcache_drain_locked(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
+    rtk_spin_lock(&tc->lock);
+    for (uint32_t c = 1; c <= p->g.ncls; c++) {
+        struct rtk_tclass *t = &tc->cls[c];
+        struct rtk_cpool *cp = &p->cp[c];
+        rtk_spin_lock(&cp->lock);
+        if (t->count) {
+            rtk_vstack_push(&cp->chains, (uintptr_t)t->head, (uintptr_t)t->tail, t->count);
+            cp->free_count += t->count;
+        }
+        if (t->seg != UINT64_MAX && t->next < t->nslots) rtk_vstack_push(&cp->partials, t->seg, t->next, 0);
+        cp->allocs += t->allocs;
+        cp->req += t->req;
+        rtk_spin_unlock(&cp->lock);
+        memset(t, 0, sizeof *t);
+        t->seg = UINT64_MAX;
+    }
+    rtk_spin_unlock(&tc->lock);
+    if (tc->prev) tc->prev->next = tc->next;
+    else p->tcaches = tc->next;
+    if (tc->next) tc->next->prev = tc->prev;
+    p->nthreads--;
+}
+
+void rtk_tcache_destructor(void *arg) {
+    struct rtk_tcache *tc = arg;
+    struct rtkit_pmem_pool *p = tc->pool;
+    pthread_mutex_lock(&p->reg_lock);
+    tcache_drain_locked(p, tc);
+    pthread_mutex_unlock(&p->reg_lock);
+    munmap(tc, tc->len);
+}
+
+RTK_EXPORT void rtkit_pmem_thread_release(rtkit_pmem_pool *p) {
+    struct rtk_tcache *tc = pthread_getspecific(p->key);
+    if (!tc) return;
+    pthread_setspecific(p->key, NULL);
+    rtk_tcache_destructor(tc);
+}
+
+void rtk_release_all_tcaches(struct rtkit_pmem_pool *p) {
+    pthread_mutex_lock(&p->reg_lock);
+    while (p->tcaches) {
+        struct rtk_tcache *tc = p->tcaches;
+        tcache_drain_locked(p, tc);
+        munmap(tc, tc->len);
+    }
+    pthread_mutex_unlock(&p->reg_lock);
+}
+
+/* ---- segments ---- */
+
+static int64_t seg_take_run(struct rtkit_pmem_pool *p, uint64_t n) {
+    uint64_t N = p->g.nsegs;
+    if (p->segs_free < n) return -1;
+    if (n == 1) {
+        for (uint64_t i = 0; i < N; i++) {
+            uint64_t s = (p->seg_hint + i) % N;
+            if (SEG_KIND(p->vseg[s]) == RTK_SEG_FREE) {
+                p->seg_hint = s + 1;
+                return (int64_t)s;
+            }
+        }
+        return -1;
+    }
+    uint64_t run = 0;
+    for (uint64_t s = 0; s < N; s++) {
+        run = SEG_KIND(p->vseg[s]) == RTK_SEG_FREE ? run + 1 : 0;
+        if (run == n) return (int64_t)(s + 1 - n);
+    }
+    return -1;
+}
+
+/* a fresh segment for class c, its table entry persisted before any record in it can be handed out */
+static int64_t seg_new_class(struct rtkit_pmem_pool *p, unsigned c) {
+    pthread_mutex_lock(&p->seg_lock);
+    int64_t s = seg_take_run(p, 1);
+    if (s < 0) {
+        pthread_mutex_unlock(&p->seg_lock);
+        return -1;
+    }
+    uint32_t gen = (SEG_GEN(p->vseg[s]) + 1) & 0xffffff;
+    uint64_t e = rtk_seg_entry(RTK_SEG_CLASS, c, gen ? gen : 1, (uint64_t)s, p->g.uuid);
+    p->vseg[s] = e;
+    p->segs_free--;
+    pthread_mutex_unlock(&p->seg_lock);
+    atomic_store(&p->segtab[s], e);
+    if (p->durable) rtk_persist(p, (void *)&p->segtab[s], 8);
+    __atomic_fetch_add(&p->cp[c].segments, 1, __ATOMIC_RELAXED);
+    return s;
+}
+
+/* ---- record classes ---- */
+
+static inline char *tc_pop(struct rtk_tclass *t) {
+    char *r = t->head;
+    if (r) {
+        t->head = NEXT_OF(r);
+        if (!t->head) t->tail = NULL;
+        t->count--;
+    }
+    return r;
+}
+
+static inline void tc_push(struct rtk_tclass *t, char *r) {
+    NEXT_OF(r) = t->head;
+    if (!t->head) t->tail = r;
+    t->head = r;
+    t->count++;
+}
+
+static inline char *tc_bump(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsigned c) {
+    if (t->seg == UINT64_MAX || t->next >= t->nslots) return NULL;
+    return p->base + rtk_seg_off(&p->g, t->seg) + (t->next++) * (uint64_t)rtk_rs(&p->g, c);
+}
+
+/* take a chain of free records from the shared pool into the (empty) thread list */
+static char *pool_chain(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsigned c) {
+    struct rtk_cpool *cp = &p->cp[c];
+    if (!__atomic_load_n(&cp->chains.n, __ATOMIC_RELAXED)) return NULL;
+    uint64_t e[3];
+    rtk_spin_lock(&cp->lock);
+    int got = rtk_vstack_pop(&cp->chains, e);
+    if (got) cp->free_count -= e[2];
+    rtk_spin_unlock(&cp->lock);
+    if (!got) return NULL;
+    if (t->count) { /* append (only on the larger-class path, where t may hold records) */
+        NEXT_OF((char *)(uintptr_t)e[1]) = t->head;
+        t->head = (char *)(uintptr_t)e[0];
+        t->count += e[2];
+    } else {
+        t->head = (char *)(uintptr_t)e[0];
+        t->tail = (char *)(uintptr_t)e[1];
+        t->count = e[2];
+    }
+    return tc_pop(t);
+}
+
+static void retire_current(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsigned c) {
+    if (t->seg != UINT64_MAX && t->next < t->nslots) {
+        struct rtk_cpool *cp = &p->cp[c];
+        rtk_spin_lock(&cp->lock);
+        rtk_vstack_push(&cp->partials, t->seg, t->next, 0);
+        rtk_spin_unlock(&cp->lock);
+    }
+    t->seg = UINT64_MAX;
+}
+
+static char *pool_partial(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsigned c) {
+    struct rtk_cpool *cp = &p->cp[c];
+    if (!__atomic_load_n(&cp->partials.n, __ATOMIC_RELAXED)) return NULL;
+    uint64_t e[3];
+    rtk_spin_lock(&cp->lock);
+    int got = rtk_vstack_pop(&cp->partials, e);
+    rtk_spin_unlock(&cp->lock);
+    if (!got) return NULL;
+    retire_current(p, t, c);
+    t->seg = e[0];
+    t->next = e[1];
+    t->nslots = rtk_nslots(&p->g, c);
+    return tc_bump(p, t, c);
+}
+
+static char *class_new_segment(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsigned c) {
+    int64_t s = seg_new_class(p, c);
+    if (s < 0) return NULL;
+    retire_current(p, t, c);
+    t->seg = (uint64_t)s;
+    t->next = 0;
+    t->nslots = rtk_nslots(&p->g, c);
+    return tc_bump(p, t, c);
+}
+
+/* DeepRec's order: own list, shared pool, own segment, a new segment, then a larger class */
+static char *class_alloc(struct rtkit_pmem_pool *p, struct rtk_tcache *tc, unsigned c, unsigned *got_cls) {
+    struct rtk_tclass *t = &tc->cls[c];
+    char *r = tc_pop(t);
+    if (LIKELY(r != NULL)) goto done;
+    if ((r = pool_chain(p, t, c))) goto done;
+    if ((r = tc_bump(p, t, c))) goto done;
+    if ((r = pool_partial(p, t, c))) goto done;
+    if ((r = class_new_segment(p, t, c))) goto done;
+    for (unsigned k = c + 1; k <= p->g.ncls; k++) {
+        struct rtk_tclass *u = &tc->cls[k];
+        if ((r = tc_pop(u)) || (r = pool_chain(p, u, k)) || (r = tc_bump(p, u, k)) || (r = pool_partial(p, u, k))) {
+            c = k;
+            goto done;
+        }
+    }
+    return NULL;
+done:
+    *got_cls = c;
+    return r;
+}
+
+static inline void write_header(struct rtkit_pmem_pool *p, char *rec, uint64_t word, uint32_t gen) {
+    struct rtk_rec *h = (struct rtk_rec *)rec;
+    uint64_t off = (uint64_t)(rec - p->base) + RTK_HDR;
+    atomic_store_explicit(&h->word, word, memory_order_relaxed);
+    atomic_store_explicit(&h->check, rtk_rec_check(word, off, gen, p->g.uuid), memory_order_release);
+    if (p->durable) rtk_persist(p, rec, RTK_HDR);
+}
+
+static inline uint32_t gen_of(struct rtkit_pmem_pool *p, const char *rec) {
+    uint64_t s = (uint64_t)(rec - p->base - p->g.data_off) / p->g.seg_size;
+    return SEG_GEN(p->vseg[s]);
+}
+
+static int extent_alloc(struct rtkit_pmem_pool *p, uint64_t nbytes, uint64_t *handle) {
+    uint64_t n = (nbytes + RTK_HDR + p->g.seg_size - 1) / p->g.seg_size;
+    if (nbytes > RTK_MAX_REQUEST || n > p->g.nsegs)
+        return rtk_fail(RTKIT_PMEM_ETOOBIG, EFBIG, p->path, "allocation of %llu bytes is above the largest extent (%llu)",
+                        (unsigned long long)nbytes, (unsigned long long)(p->g.nsegs * p->g.seg_size - RTK_HDR));
+    pthread_mutex_lock(&p->seg_lock);
+    int64_t s = seg_take_run(p, n);
+    if (s < 0) {
+        pthread_mutex_unlock(&p->seg_lock);
+        return rtk_fail(RTKIT_PMEM_ENOSPC, ENOSPC, p->path, "no run of %llu free segments for %llu bytes",
+                        (unsigned long long)n, (unsigned long long)nbytes);
+    }
+    uint32_t gen = (SEG_GEN(p->vseg[s]) + 1) & 0xffffff;
+    uint64_t e = rtk_seg_entry(RTK_SEG_EXTENT, 0, gen ? gen : 1, (uint64_t)s, p->g.uuid);
+    p->vseg[s] = e;
+    for (uint64_t t = 1; t < n; t++) p->vseg[s + t] = RTK_SEG_TAIL;
+    p->segs_free -= n;
+    p->ext_count++;
+    p->ext_bytes += n * p->g.seg_size;
+    p->ext_req += nbytes;
+    pthread_mutex_unlock(&p->seg_lock);
+    atomic_store(&p->segtab[s], e);
+    if (p->durable) rtk_persist(p, (void *)&p->segtab[s], 8);
+    char *rec = p->base + rtk_seg_off(&p->g, (uint64_t)s);
+    write_header(p, rec, REC_WORD(0, RTK_REC_ALLOC, nbytes), SEG_GEN(e));
+    *handle = (uint64_t)(rec - p->base) + RTK_HDR;
+    return 0;
+}
+
+RTK_EXPORT int rtkit_pmem_alloc(rtkit_pmem_pool *p, uint64_t nbytes, uint64_t *handle) {
+    if (UNLIKELY(!p || !handle)) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, NULL, "pool and handle are required");
+    if (nbytes == 0) nbytes = 1;
+    if (UNLIKELY(nbytes > p->g.max_record)) return extent_alloc(p, nbytes, handle);
+    unsigned c = (unsigned)((nbytes + RTK_HDR + p->g.block - 1) >> p->g.shift);
+    if (c < p->g.cmin) c = p->g.cmin;
+    struct rtk_tcache *tc = tcache_get(p);
+    if (UNLIKELY(!tc)) return rtk_fail(RTKIT_PMEM_ESYS, ENOMEM, p->path, "no memory for a thread cache");
+    rtk_spin_lock(&tc->lock);
+    unsigned got;
+    char *rec = class_alloc(p, tc, c, &got);
+    if (LIKELY(rec != NULL)) {
+        tc->cls[got].allocs++;
+        tc->cls[got].req += (int64_t)nbytes;
+    }
+    rtk_spin_unlock(&tc->lock);
+    if (UNLIKELY(!rec))
+        return rtk_fail(RTKIT_PMEM_ENOSPC, ENOSPC, p->path, "pool is full (no record of %llu bytes left)",
+                        (unsigned long long)nbytes);
+    write_header(p, rec, REC_WORD(got, RTK_REC_ALLOC, nbytes), gen_of(p, rec));
+    *handle = (uint64_t)(rec - p->base) + RTK_HDR;
+    return 0;
+}
+
+/* locate and validate the record of a handle: kind of segment, class, header pointer */
+static int locate(struct rtkit_pmem_pool *p, uint64_t h, char **rec_out, unsigned *cls, uint64_t *seg) {
+    const struct rtk_geom *g = &p->g;
+    if (h < g->data_off + RTK_HDR || h >= g->size || (h & 7))
+        return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is outside the pool's records",
+                        (unsigned long long)h);
+    uint64_t s = (h - RTK_HDR - g->data_off) / g->seg_size;
+    uint64_t v = p->vseg[s], in = h - RTK_HDR - rtk_seg_off(g, s);
+    if (SEG_KIND(v) == RTK_SEG_CLASS) {
+        unsigned c = SEG_CLS(v);
+        uint32_t rs = rtk_rs(g, c);
+        if (in % rs || in / rs >= rtk_nslots(g, c))
+            return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is not the start of a record",
+                            (unsigned long long)h);
+        *cls = c;
+    } else if (SEG_KIND(v) == RTK_SEG_EXTENT && in == 0) {
+        *cls = 0;
+    } else {
+        return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is not in a segment in use",
+                        (unsigned long long)h);
+    }
+    *rec_out = p->base + h - RTK_HDR;
+    *seg = s;
+    return 0;
+}
+
+RTK_EXPORT int rtkit_pmem_free(rtkit_pmem_pool *p, uint64_t h) {
+    if (UNLIKELY(!p)) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, NULL, "pool is NULL");
+    char *rec;
+    unsigned c;
+    uint64_t s;
+    int rc = locate(p, h, &rec, &c, &s);
+    if (rc) return rc;
+    struct rtk_rec *hd = (struct rtk_rec *)rec;
+    uint32_t gen = SEG_GEN(p->vseg[s]);
+    uint64_t w = atomic_load_explicit(&hd->word, memory_order_acquire);
+    int valid = atomic_load_explicit(&hd->check, memory_order_relaxed) == rtk_rec_check(w, h, gen, p->g.uuid);
+    if (REC_STATE(w) != RTK_REC_ALLOC || !valid) {
+        if (REC_STATE(w) == RTK_REC_FREE)
+            return rtk_fail(RTKIT_PMEM_EDOUBLEFREE, EINVAL, p->path, "double free of handle %llu",
+                            (unsigned long long)h);
+        return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is not an allocated record",
+                        (unsigned long long)h);
+    }
+    uint64_t nw = REC_WORD(REC_CLS(w), RTK_REC_FREE, REC_SIZE(w));
+    if (!atomic_compare_exchange_strong(&hd->word, &w, nw))
+        return rtk_fail(RTKIT_PMEM_EDOUBLEFREE, EINVAL, p->path, "double free of handle %llu (concurrent)",
+                        (unsigned long long)h);
+    atomic_store_explicit(&hd->check, rtk_rec_check(nw, h, gen, p->g.uuid), memory_order_release);
+    if (p->durable) rtk_persist(p, rec, RTK_HDR);
+    if (c == 0) {
+        uint64_t n = (REC_SIZE(w) + RTK_HDR + p->g.seg_size - 1) / p->g.seg_size;
+        uint64_t e = rtk_seg_entry(RTK_SEG_FREE, 0, gen, s, p->g.uuid);
+        atomic_store(&p->segtab[s], e);
+        if (p->durable) rtk_persist(p, (void *)&p->segtab[s], 8);
+        pthread_mutex_lock(&p->seg_lock);
+        p->vseg[s] = e;
+        for (uint64_t t = 1; t < n; t++) p->vseg[s + t] = 0;
+        p->segs_free += n;
+        p->ext_count--;
+        p->ext_bytes -= n * p->g.seg_size;
+        p->ext_req -= REC_SIZE(w);
+        pthread_mutex_unlock(&p->seg_lock);
+        return 0;
+    }
+    struct rtk_tcache *tc = tcache_get(p);
+    if (UNLIKELY(!tc)) { /* no cache: give the record straight to the shared pool */
+        struct rtk_cpool *cp = &p->cp[c];
+        NEXT_OF(rec) = NULL;
+        rtk_spin_lock(&cp->lock);
+        rtk_vstack_push(&cp->chains, (uintptr_t)rec, (uintptr_t)rec, 1);
+        cp->free_count++;
+        cp->allocs--;
+        cp->req -= (int64_t)REC_SIZE(w);
+        rtk_spin_unlock(&cp->lock);
+        return 0;
+    }
+    rtk_spin_lock(&tc->lock);
+    struct rtk_tclass *t = &tc->cls[c];
+    tc_push(t, rec);
+    t->allocs--;
+    t->req -= (int64_t)REC_SIZE(w);
+    rtk_spin_unlock(&tc->lock);
+    return 0;
+}
+
+RTK_EXPORT void *rtkit_pmem_ptr(rtkit_pmem_pool *p, uint64_t h) { return h ? p->base + h : NULL; }
+RTK_EXPORT void *rtkit_pmem_base(rtkit_pmem_pool *p) { return p->base; }
+RTK_EXPORT uint64_t rtkit_pmem_handle(rtkit_pmem_pool *p, const void *ptr) {
+    const char *c = ptr;
+    return (c >= p->base + p->g.data_off && c < p->base + p->g.size) ? (uint64_t)(c - p->base) : 0;
+}
+
+static int live_record(struct rtkit_pmem_pool *p, uint64_t h, uint64_t *req, uint64_t *usable) {
+    char *rec;
+    unsigned c;
+    uint64_t s;
+    int rc = locate(p, h, &rec, &c, &s);
+    if (rc) return rc;
+    struct rtk_rec *hd = (struct rtk_rec *)rec;
+    uint64_t w = atomic_load(&hd->word);
+    if (REC_STATE(w) != RTK_REC_ALLOC || atomic_load(&hd->check) != rtk_rec_check(w, h, SEG_GEN(p->vseg[s]), p->g.uuid))
+        return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is not an allocated record",
+                        (unsigned long long)h);
+    if (req) *req = REC_SIZE(w);
+    if (usable) {
+        if (c)
+            *usable = rtk_rs(&p->g, c) - RTK_HDR;
+        else
+            *usable = (REC_SIZE(w) + RTK_HDR + p->g.seg_size - 1) / p->g.seg_size * p->g.seg_size - RTK_HDR;
+    }
+    return 0;
+}
+
+RTK_EXPORT int rtkit_pmem_record_size(rtkit_pmem_pool *p, uint64_t h, uint64_t *requested, uint64_t *usable) {
+    if (!p) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, NULL, "pool is NULL");
+    return live_record(p, h, requested, usable);
+}
+
+RTK_EXPORT int rtkit_pmem_persist(rtkit_pmem_pool *p, uint64_t h, uint64_t offset, uint64_t len) {
+    if (!p) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, NULL, "pool is NULL");
+    uint64_t usable;
+    int rc = live_record(p, h, NULL, &usable);
+    if (rc) return rc;
+    if (offset > usable || len > usable - offset)
+        return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, p->path, "range [%llu, +%llu) is outside the record (%llu bytes)",
+                        (unsigned long long)offset, (unsigned long long)len, (unsigned long long)usable);
+    if (len == 0) len = usable - offset;
+    rtk_persist(p, p->base + h + offset, len);
+    return 0;
+}
+
+RTK_EXPORT int rtkit_pmem_persist_range(rtkit_pmem_pool *p, const void *addr, uint64_t len) {
+    if (!p) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, NULL, "pool is NULL");
+    const char *a = addr;
+    if (a < p->base || a + len > p->base + p->g.size || a + len < a)
+        return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, p->path, "range is outside the pool");
+    rtk_persist(p, addr, len);
+    return 0;
+}
+
+RTK_EXPORT int rtkit_pmem_next(rtkit_pmem_pool *p, uint64_t after, uint64_t *handle, uint64_t *requested) {
+    if (!p || !handle) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, NULL, "pool and handle are required");
+    const struct rtk_geom *g = &p->g;
+    uint64_t s = 0, i = 0;
+    if (after) {
+        if (after < g->data_off + RTK_HDR || after >= g->size)
+            return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is outside the pool",
+                            (unsigned long long)after);
+        s = (after - RTK_HDR - g->data_off) / g->seg_size;
+        uint64_t v = p->vseg[s];
+        if (SEG_KIND(v) == RTK_SEG_CLASS)
+            i = (after - RTK_HDR - rtk_seg_off(g, s)) / rtk_rs(g, SEG_CLS(v)) + 1;
+        else
+            s++;
+    }
+    for (; s < g->nsegs; s++, i = 0) {
+        uint64_t v = p->vseg[s];
+        uint32_t gen = SEG_GEN(v);
+        if (SEG_KIND(v) == RTK_SEG_EXTENT) {
+            if (i) continue;
+            uint64_t h = rtk_seg_off(g, s) + RTK_HDR;
+            struct rtk_rec *r = (struct rtk_rec *)(p->base + h - RTK_HDR);
+            uint64_t w = atomic_load(&r->word);
+            if (REC_STATE(w) == RTK_REC_ALLOC && atomic_load(&r->check) == rtk_rec_check(w, h, gen, g->uuid)) {
+                *handle = h;
+                if (requested) *requested = REC_SIZE(w);
+                return 0;
+            }
+            continue;
+        }
+        if (SEG_KIND(v) != RTK_SEG_CLASS) continue;
+        unsigned c = SEG_CLS(v);
+        uint32_t rs = rtk_rs(g, c);
+        uint64_t ns = rtk_nslots(g, c);
+        for (; i < ns; i++) {
+            uint64_t h = rtk_seg_off(g, s) + i * rs + RTK_HDR;
+            struct rtk_rec *r = (struct rtk_rec *)(p->base + h - RTK_HDR);
+            uint64_t w = atomic_load_explicit(&r->word, memory_order_relaxed);
+            if (REC_STATE(w) == RTK_REC_ALLOC && atomic_load(&r->check) == rtk_rec_check(w, h, gen, g->uuid)) {
+                *handle = h;
+                if (requested) *requested = REC_SIZE(w);
+                return 0;
+            }
+        }
+    }
+    *handle = 0;
+    return 0;
+}
+
+/* ---- background thread: move long thread lists into the shared pool ---- */
+
+static void rebalance_once(struct rtkit_pmem_pool *p) {
+    pthread_mutex_lock(&p->reg_lock);
+    for (struct rtk_tcache *tc = p->tcaches; tc; tc = tc->next) {
+        for (uint32_t c = p->g.cmin; c <= p->g.ncls; c++) {
+            struct rtk_tclass *t = &tc->cls[c];
+            if (__atomic_load_n(&t->count, __ATOMIC_RELAXED) < (uint64_t)p->rebalance_min) continue;
+            rtk_spin_lock(&tc->lock);
+            char *head = t->head, *tail = t->tail;
+            uint64_t n = t->count;
+            if (n >= (uint64_t)p->rebalance_min) {
+                t->head = t->tail = NULL;
+                t->count = 0;
+            }
+            rtk_spin_unlock(&tc->lock);
+            if (n < (uint64_t)p->rebalance_min) continue;
+            struct rtk_cpool *cp = &p->cp[c];
+            rtk_spin_lock(&cp->lock);
+            rtk_vstack_push(&cp->chains, (uintptr_t)head, (uintptr_t)tail, n);
+            cp->free_count += n;
+            rtk_spin_unlock(&cp->lock);
+            atomic_fetch_add(&p->bg_moves, 1);
+            atomic_fetch_add(&p->bg_moved, n);
+        }
+    }
+    pthread_mutex_unlock(&p->reg_lock);
+    atomic_fetch_add(&p->bg_runs, 1);
+}
+
+RTK_EXPORT int rtkit_pmem_rebalance_now(rtkit_pmem_pool *p) {
+    if (!p) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, NULL, "pool is NULL");
+    rebalance_once(p);
+    return 0;
+}
+
+void *rtk_background_main(void *arg) {
+    struct rtkit_pmem_pool *p = arg;
+    pthread_mutex_lock(&p->bg_mu);
+    while (!p->bg_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += p->rebalance_ms / 1000;
+        ts.tv_nsec += (long)(p->rebalance_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&p->bg_cv, &p->bg_mu, &ts);
+        if (p->bg_stop) break;
+        pthread_mutex_unlock(&p->bg_mu);
+        rebalance_once(p);
+        pthread_mutex_lock(&p->bg_mu);
+    }
+    pthread_mutex_unlock(&p->bg_mu);
+    return NULL;
+}
+
+/* ---- statistics ---- */
+
+RTK_EXPORT int rtkit_pmem_class_stats_get(rtkit_pmem_pool *p, uint32_t c, rtkit_pmem_class_stats *o) {
+    if (!p || !o || c < p->g.cmin || c > p->g.ncls)
+        return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, p ? p->path : NULL, "class %u is not in [%u, %u]", c,
+                        p ? p->g.cmin : 0, p ? p->g.ncls : 0);
+    memset(o, 0, sizeof *o);
+    o->cls = c;
+    o->record_size = rtk_rs(&p->g, c);
+    struct rtk_cpool *cp = &p->cp[c];
+    o->segments = __atomic_load_n(&cp->segments, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&p->reg_lock);
+    rtk_spin_lock(&cp->lock);
+    o->allocated = cp->allocs;
+    o->free_pool = cp->free_count;
+    for (uint64_t i = 0; i < cp->partials.n; i++) o->unused_slots += rtk_nslots(&p->g, c) - cp->partials.e[i][1];
+    rtk_spin_unlock(&cp->lock);
+    for (struct rtk_tcache *tc = p->tcaches; tc; tc = tc->next) {
+        struct rtk_tclass *t = &tc->cls[c];
+        o->allocated += __atomic_load_n(&t->allocs, __ATOMIC_RELAXED);
+        o->free_threads += __atomic_load_n(&t->count, __ATOMIC_RELAXED);
+        if (t->seg != UINT64_MAX && t->next < t->nslots) o->unused_slots += t->nslots - t->next;
+    }
+    pthread_mutex_unlock(&p->reg_lock);
+    return 0;
+}
+
+RTK_EXPORT int rtkit_pmem_stats_get(rtkit_pmem_pool *p, rtkit_pmem_stats *o) {
+    if (!p || !o) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, NULL, "pool and out are required");
+    memset(o, 0, sizeof *o);
+    const struct rtk_geom *g = &p->g;
+    o->pool_size = g->size;
+    o->segment_size = g->seg_size;
+    o->data_offset = g->data_off;
+    o->block_size = g->block;
+    o->max_record = g->max_record;
+    o->nclasses = g->ncls;
+    o->nsegments = (uint32_t)g->nsegs;
+    pthread_mutex_lock(&p->seg_lock);
+    o->segments_free = p->segs_free;
+    o->extents = p->ext_count;
+    o->extent_bytes = p->ext_bytes;
+    uint64_t ext_req = p->ext_req;
+    for (uint64_t s = 0; s < g->nsegs; s++) {
+        unsigned k = SEG_KIND(p->vseg[s]);
+        if (k == RTK_SEG_CLASS) o->segments_class++;
+        else if (k != RTK_SEG_FREE) o->segments_extent++;
+    }
+    pthread_mutex_unlock(&p->seg_lock);
+    int64_t req = (int64_t)ext_req;
+    o->allocated_records = o->extents;
+    o->allocated_bytes = o->extent_bytes;
+    for (uint32_t c = g->cmin; c <= g->ncls; c++) {
+        rtkit_pmem_class_stats cs;
+        rtkit_pmem_class_stats_get(p, c, &cs);
+        o->allocated_records += (uint64_t)(cs.allocated > 0 ? cs.allocated : 0);
+        o->allocated_bytes += (uint64_t)(cs.allocated > 0 ? cs.allocated : 0) * cs.record_size;
+        o->free_records_pool += cs.free_pool;
+        o->free_records_threads += cs.free_threads;
+        o->unused_slots += cs.unused_slots;
+        pthread_mutex_lock(&p->reg_lock);
+        req += p->cp[c].req;
+        for (struct rtk_tcache *tc = p->tcaches; tc; tc = tc->next) req += tc->cls[c].req;
+        pthread_mutex_unlock(&p->reg_lock);
+    }
+    o->requested_bytes = (uint64_t)(req > 0 ? req : 0);
+    uint64_t used = (o->segments_class + o->segments_extent) * g->seg_size;
+    o->fragmentation = used ? 1.0 - (double)o->requested_bytes / (double)used : 0.0;
+    o->background_runs = atomic_load(&p->bg_runs);
+    o->background_moves = atomic_load(&p->bg_moves);
+    o->moved_records = atomic_load(&p->bg_moved);
+    o->recovered_records = p->recovered_records;
+    o->recovery_ns = p->recovery_ns;
+    o->recovered_bytes_scanned = p->recovered_scanned;
+    o->recovery_threads = p->recovery_threads_used;
+    o->threads_cached = p->nthreads;
+    o->durable = p->durable;
+    o->persist_kind = p->pkind;
+    o->is_pmem = p->is_pmem;
+    o->anonymous = p->anonymous;
+    return 0;
+}

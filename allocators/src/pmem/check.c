@@ -1,0 +1,145 @@
+/* check.c -- offline verification and layout report of a pool file; never writes to the pool. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "pmem/pool.h"
+
+static void note(rtkit_pmem_check_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(rtkit_pmem_check_report *r, const char *fmt, ...) {
+    if (r->errors++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->first_error, sizeof r->first_error, fmt, ap);
+        va_end(ap);
+    }
+}
+
+static int inspect(const char *path, rtkit_pmem_check_report *r, int scan_records) {
+    memset(r, 0, sizeof *r);
+    if (!path || !*path) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, path, "path is required");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return rtk_fail(RTKIT_PMEM_ESYS, errno, path, "cannot open: %s", strerror(errno));
+    if (scan_records && flock(fd, LOCK_SH | LOCK_NB)) {
+        close(fd);
+        return rtk_fail(RTKIT_PMEM_EBUSY, EBUSY, path, "pool is open in another process; close it before checking");
+    }
+    struct rtk_hdr h;
+    struct rtk_geom g;
+    int rc = rtk_read_header(fd, path, &h, &g);
+    if (rc) {
+        snprintf(r->first_error, sizeof r->first_error, "%s", rtkit_pmem_last_error());
+        r->errors = rc == RTKIT_PMEM_ECORRUPT;
+        close(fd);
+        return rc;
+    }
+    r->version = h.version;
+    r->block_size = g.block;
+    r->max_record = g.max_record;
+    r->nclasses = g.ncls;
+    r->pool_size = g.size;
+    r->segment_size = g.seg_size;
+    r->nsegments = g.nsegs;
+    r->data_offset = g.data_off;
+    r->uuid = g.uuid;
+    r->open_count = h.open_count;
+    r->clean = h.mcsum == rtk_hdr_mcsum(&h) && h.clean == 1;
+    char *base = mmap(NULL, g.size, PROT_READ, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return rtk_fail(RTKIT_PMEM_ESYS, e, path, "cannot map: %s", strerror(e));
+    }
+    const uint64_t *tab = (const uint64_t *)(base + RTK_META_HDR);
+    uint64_t tail_until = 0;
+    for (uint64_t s = 0; s < g.nsegs; s++) {
+        uint64_t e = tab[s];
+        if (!rtk_seg_entry_ok(e, s, g.uuid)) {
+            note(r, "segment %llu: table entry checksum mismatch", (unsigned long long)s);
+            continue;
+        }
+        unsigned k = SEG_KIND(e);
+        if (s < tail_until) {
+            if (k != RTK_SEG_FREE) note(r, "segment %llu: in use inside an extent", (unsigned long long)s);
+            r->segments_extent++;
+            continue;
+        }
+        uint64_t soff = rtk_seg_off(&g, s);
+        if (k == RTK_SEG_FREE) {
+            r->segments_free++;
+        } else if (k == RTK_SEG_EXTENT) {
+            const struct rtk_rec *rec = (const struct rtk_rec *)(base + soff);
+            uint64_t w = rec->word;
+            if (REC_STATE(w) == RTK_REC_ALLOC && REC_CLS(w) == 0 &&
+                rec->check == rtk_rec_check(w, soff + RTK_HDR, SEG_GEN(e), g.uuid)) {
+                uint64_t n = (REC_SIZE(w) + RTK_HDR + g.seg_size - 1) / g.seg_size;
+                if (s + n > g.nsegs) note(r, "segment %llu: extent runs past the pool", (unsigned long long)s);
+                tail_until = s + n;
+                r->segments_extent++;
+                r->extents++;
+                r->extent_bytes += n * g.seg_size;
+                r->records_allocated++;
+                r->bytes_allocated += n * g.seg_size;
+                r->requested_bytes += REC_SIZE(w);
+            } else {
+                r->segments_free++; /* an extent whose allocation never returned: free on open */
+                r->records_torn += w != 0;
+            }
+        } else if (k == RTK_SEG_CLASS) {
+            unsigned c = SEG_CLS(e);
+            if (c < g.cmin || c > g.ncls) {
+                note(r, "segment %llu: class %u out of range", (unsigned long long)s, c);
+                continue;
+            }
+            r->segments_class++;
+            if (!scan_records) continue;
+            uint32_t rs = rtk_rs(&g, c);
+            uint64_t ns = rtk_nslots(&g, c);
+            for (uint64_t i = 0; i < ns; i++) {
+                const struct rtk_rec *rec = (const struct rtk_rec *)(base + soff + i * rs);
+                uint64_t w = rec->word;
+                if (w == 0) {
+                    r->records_free++;
+                    continue;
+                }
+                if (rec->check != rtk_rec_check(w, soff + i * rs + RTK_HDR, SEG_GEN(e), g.uuid)) {
+                    r->records_torn++;
+                    r->records_free++;
+                    continue;
+                }
+                if (REC_STATE(w) == RTK_REC_ALLOC) {
+                    if (REC_CLS(w) != c) {
+                        note(r, "segment %llu slot %llu: record class %u in a class %u segment", (unsigned long long)s,
+                             (unsigned long long)i, REC_CLS(w), c);
+                        continue;
+                    }
+                    r->records_allocated++;
+                    r->bytes_allocated += rs;
+                    r->requested_bytes += REC_SIZE(w);
+                } else if (REC_STATE(w) == RTK_REC_FREE) {
+                    r->records_free++;
+                } else {
+                    note(r, "segment %llu slot %llu: unknown record state 0x%x", (unsigned long long)s,
+                         (unsigned long long)i, REC_STATE(w));
+                }
+            }
+        } else {
+            note(r, "segment %llu: unknown kind %u", (unsigned long long)s, k);
+        }
+    }
+    munmap(base, g.size);
+    close(fd);
+    if (r->errors) {
+        rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "%s", r->first_error);
+        return RTKIT_PMEM_ECORRUPT;
+    }
+    return 0;
+}
+
+RTK_EXPORT int rtkit_pmem_check(const char *path, rtkit_pmem_check_report *r) { return inspect(path, r, 1); }
+RTK_EXPORT int rtkit_pmem_info(const char *path, rtkit_pmem_check_report *r) { return inspect(path, r, 0); }
