@@ -1,0 +1,275 @@
+# test_scheduler.py -- the scheduler in-process with real tf.compat.v1 sessions: stages, pools, SmartStage semantics, tuning.
+"""The Scheduler's hook methods are driven directly here (filter_config at session creation, wrap_run
+around every run, on_close before close), exactly as rtkit's session hooks call them, so these tests
+do not patch TensorFlow for the rest of the pytest process. tests/test_scheduler_run.py covers the
+same through `rtkit run`."""
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import requires_tf
+
+pytestmark = [requires_tf, pytest.mark.timeout(300)]
+
+tf = pytest.importorskip("tensorflow")
+tf1 = tf.compat.v1
+
+from rtkit import config as rconfig  # noqa: E402
+from rtkit.scheduler import pools  # noqa: E402
+from rtkit.scheduler.core import Scheduler  # noqa: E402
+from rtkit.scheduler.pipeline import THREAD_PREFIX  # noqa: E402
+from rtkit.scheduler.stages import analyze  # noqa: E402
+
+
+def write_data(path, rows=320, bad_row=None):
+    rng = np.random.RandomState(0)
+    with open(path, "w") as fh:
+        for i in range(rows):
+            ids = " ".join(str(x) for x in rng.randint(0, 500, size=4))
+            dense = "oops" if i == bad_row else f"{rng.rand():.4f}"
+            fh.write(f"{i % 2},{ids},{dense}\n")
+    return path
+
+
+class Model:
+    """A small sparse model whose parsing happens in-graph after get_next (the input stage)."""
+
+    def __init__(self, path, batch=32, probe=None):
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            ds = tf.data.TextLineDataset(path).batch(batch)
+            self.iterator = tf1.data.make_initializable_iterator(ds)
+            line = self.iterator.get_next()
+            cols = tf.strings.split(line, ",").to_tensor()
+            label = tf.strings.to_number(cols[:, 0])
+            ids = tf.strings.to_hash_bucket_fast(tf.strings.split(cols[:, 1], " ").to_tensor(), 500)
+            dense = tf.strings.to_number(cols[:, 2])
+            if probe is not None:  # a stateless py_func in the input stage records its thread
+                dense = tf.numpy_function(probe, [dense], tf.float32, stateful=False)
+                dense.set_shape([None])
+            emb = tf1.get_variable("emb", [500, 8], initializer=tf1.constant_initializer(0.01))
+            e = tf.reduce_mean(tf.gather(emb, ids), axis=1)
+            w = tf1.get_variable("w", [9, 1], initializer=tf1.constant_initializer(0.1))
+            logit = tf.squeeze(tf.matmul(tf.concat([e, dense[:, None]], 1), w), 1)
+            self.loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logit))
+            self.train = tf1.train.AdagradOptimizer(0.1).minimize(self.loss)
+            self.init = tf1.global_variables_initializer()
+            self.emb = emb
+
+
+class Hooked:
+    """What rtkit's session hooks do, for one session: config filter, run wrapper, close callback."""
+
+    def __init__(self, sched, graph, config=None):
+        self.sched = sched
+        self.sess = tf1.Session(graph=graph, config=sched.filter_config(config))
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        s = self.sess
+        return self.sched.wrap_run(s, lambda f, fd=None, o=None, m=None: s.run(f, fd, o, m),
+                                   fetches, feed_dict, options, run_metadata)
+
+    def close(self):
+        self.sched.on_close(self.sess)
+        self.sess.close()
+
+
+def settings(**kw):
+    out = {s.key: s.default for s in rconfig.SETTINGS}
+    out.update(sched=True)
+    out.update(kw)
+    return out
+
+
+def train(tmp_path, stage, rows=320, bad_row=None, probe=None, steps=None, **kw):
+    """Train to the end of the data; returns (losses, error or None, scheduler, hooked session)."""
+    path = write_data(str(tmp_path / "data.csv"), rows, bad_row)
+    m = Model(path, probe=probe)
+    sched = Scheduler(tf, settings(sched_stage=stage, **kw), str(tmp_path))
+    h = Hooked(sched, m.graph)
+    h.run(m.init)
+    h.run(m.iterator.initializer)
+    losses, err = [], None
+    try:
+        while steps is None or len(losses) < steps:
+            _, value = h.run([m.train, m.loss])
+            losses.append(float(value))
+    except tf.errors.OutOfRangeError:
+        pass
+    except tf.errors.OpError as exc:
+        err = exc
+    return losses, err, sched, h
+
+
+def rtkit_threads():
+    return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
+
+
+def test_stage_analysis_classifies_ops_and_cuts_at_get_next(tmp_path):
+    m = Model(write_data(str(tmp_path / "d.csv"), 64))
+    sm = analyze(m.graph)
+    assert sm.cuttable, sm.notes
+    by_type = {}
+    for op in m.graph.get_operations():
+        by_type.setdefault(op.type, set()).add(sm.stage[op.name])
+    assert by_type["IteratorGetNext"] == {"input"}
+    assert by_type["StringToHashBucketFast"] == {"input"}
+    assert by_type["StringSplitV2"] == {"input"}
+    assert by_type["GatherV2"] == {"embedding"}
+    assert by_type["ResourceSparseApplyAdagrad"] == {"embedding"}
+    assert by_type["ResourceApplyAdagrad"] == {"apply"}
+    assert "dense" in by_type["MatMul"]
+    # the boundary is what the rest consumes from the input stage: hashed ids, parsed floats, labels
+    ops_of_boundary = {m.graph.get_tensor_by_name(n).op.type for n in sm.boundary}
+    assert "StringToHashBucketFast" in ops_of_boundary and "StringToNumber" in ops_of_boundary
+    assert not any(m.graph.get_operation_by_name(n).op_def.is_stateful
+                   for n in sm.pipelined if m.graph.get_operation_by_name(n).type != "IteratorGetNext")
+
+
+def test_staged_and_unstaged_give_same_losses_and_steps(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    base, err0, s0, h0 = train(tmp_path / "a", stage=False)
+    staged, err1, s1, h1 = train(tmp_path / "b", stage=True)
+    h0.close()
+    h1.close()
+    assert err0 is None and err1 is None
+    assert len(base) == len(staged) == 10  # 320 rows / batch 32, then OutOfRange ends the loop
+    np.testing.assert_allclose(staged, base, rtol=1e-5, atol=1e-6)
+    rep = s1.report()
+    assert rep["pipeline"]["pipelines_started"] >= 1
+    assert rep["pipeline"]["occupancy_samples_batches"], rep["pipeline"]
+    assert s0.report()["pipeline"]["pipelines_started"] == 0
+    assert not rtkit_threads()
+
+
+def test_input_stage_ops_run_on_the_input_pool_threads(tmp_path):
+    seen = set()
+
+    def probe(x):
+        seen.add(threading.get_native_id())
+        return x
+
+    losses, err, sched, h = train(tmp_path, stage=True, probe=probe)
+    try:
+        assert err is None and len(losses) == 10
+        input_idx = sched.plan.index("input", sched.active["input"])
+        compute_idx = sched.plan.index("compute", sched.active["compute"])
+        input_tids = set(pools.pool_threads(input_idx))
+        assert input_tids, pools.thread_names()
+        assert seen and seen <= input_tids, (seen, pools.thread_names())
+        assert not seen & set(pools.pool_threads(compute_idx))
+    finally:
+        h.close()
+    # unstaged, the same op runs on the compute pool
+    seen.clear()
+    (tmp_path / "u").mkdir()
+    losses, err, sched, h = train(tmp_path / "u", stage=False, probe=probe)
+    h.close()
+    compute_tids = set(pools.pool_threads(sched.plan.index("compute", sched.active["compute"])))
+    assert seen and seen <= compute_tids, (seen, pools.thread_names())
+
+
+def test_input_stage_error_reaches_the_caller_at_its_step(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    base, err0, _, h0 = train(tmp_path / "a", stage=False, bad_row=100)
+    staged, err1, _, h1 = train(tmp_path / "b", stage=True, bad_row=100)
+    h0.close()
+    h1.close()
+    assert isinstance(err0, tf.errors.InvalidArgumentError)
+    assert type(err1) is type(err0)
+    assert len(staged) == len(base) == 3  # rows 96..127 hold the bad row: the 4th step fails
+    np.testing.assert_allclose(staged, base, rtol=1e-5, atol=1e-6)
+    assert not rtkit_threads()
+
+
+def test_close_mid_run_stops_the_pipeline(tmp_path):
+    losses, err, sched, h = train(tmp_path, stage=True, rows=3200, steps=5)
+    assert len(losses) == 5
+    assert rtkit_threads(), "the pipeline should be running ahead"
+    h.close()
+    assert not rtkit_threads()
+
+
+def test_reinitialising_the_iterator_restarts_the_pipeline(tmp_path):
+    path = write_data(str(tmp_path / "d.csv"), 320)
+    m = Model(path)
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
+    h = Hooked(sched, m.graph)
+    h.run(m.init)
+    epochs = []
+    for _ in range(2):
+        h.run(m.iterator.initializer)
+        n = 0
+        try:
+            while True:
+                h.run([m.train, m.loss])
+                n += 1
+        except tf.errors.OutOfRangeError:
+            epochs.append(n)
+    # a run that reads other things (no input) is not pipelined and does not consume a batch
+    h.run(m.emb)
+    h.close()
+    assert epochs == [10, 10]
+    assert not rtkit_threads()
+
+
+def test_feeds_only_graph_runs_unstaged_with_a_note(tmp_path):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None])
+        v = tf1.get_variable("v", [], initializer=tf1.zeros_initializer())
+        step = tf1.assign_add(v, tf.reduce_sum(x))
+        init = tf1.global_variables_initializer()
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
+    h = Hooked(sched, g)
+    h.run(init)
+    for i in range(6):
+        h.run(step, {x: [1.0, float(i)]})
+    assert h.run(v) == pytest.approx(6 + 15)
+    h.close()
+    rep = sched.report()
+    assert not rep["pipeline"]["cuttable"]
+    assert any("cannot be cut" in n for n in rep["notes"])
+
+
+def test_user_thread_settings_win_unless_override(tmp_path):
+    user = tf1.ConfigProto(inter_op_parallelism_threads=1)
+    kept = Scheduler(tf, settings(), None).filter_config(user)
+    assert kept is user and not len(kept.session_inter_op_thread_pool)
+    over = Scheduler(tf, settings(sched_override_user=True), None)
+    cfg = over.filter_config(user)
+    assert len(cfg.session_inter_op_thread_pool) >= 2
+    assert over.sessions_info[0]["applied"].startswith("rtkit")
+
+
+def test_tuning_picks_a_config_writes_profile_report_and_trace(tmp_path):
+    out = tmp_path / "tuned.toml"
+    losses, err, sched, h = train(tmp_path, stage=True, rows=32 * 60,
+                                  sched_tune=True, sched_tune_steps=24, sched_save_profile=str(out))
+    h.close()
+    assert err is None and len(losses) == 60
+    rep = sched.report()
+    assert rep["tuning"]["done"], rep["tuning"]
+    assert len(rep["tuning"]["trials"]) >= 2
+    assert rep["tuning"]["steps_used"] <= 24
+    assert rep["speedup_over_first_x"] and rep["speedup_over_first_x"] >= 1.0
+    prof = rconfig.load_profile(str(out))
+    assert prof.values["sched_inter_op"] == rep["chosen"]["compute_threads"]
+    assert prof.values["sched_tune"] is False
+    assert os.path.isfile(tmp_path / "scheduler-profile.toml")
+    assert rep["stages"]["input"]["op_time_ms_per_step"] > 0
+    assert rep["stages"]["embedding"]["op_time_ms_per_step"] > 0
+    sched.at_exit()
+    import json
+    with open(tmp_path / f"scheduler-{os.getpid()}.json") as fh:
+        assert json.load(fh)["chosen"]["compute_threads"] == rep["chosen"]["compute_threads"]
+    with open(tmp_path / f"trace-{os.getpid()}.json") as fh:
+        trace = json.load(fh)
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"input", "embedding", "dense", "apply"} <= tracks
+    cats = {e.get("cat") for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert {"input", "embedding", "dense", "steps", "pipeline-input-run"} <= cats
