@@ -1,0 +1,33 @@
+/* prmalloc.h -- the public C interface of librtkit_malloc.so (PRMalloc) beyond the interposed malloc API. */
+#ifndef RTKIT_PRMALLOC_H
+#define RTKIT_PRMALLOC_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Mark the END of one training step. Called by rtkit's Python hooks (ctypes.CDLL(None).rtkit_step_mark)
+ * once per step; drives warm-up -> profiling -> planned arenas, the per-step census and the stats file.
+ * Cheap when nothing is due (sums per-thread counters); thread-safe; a no-op when RTKIT_MALLOC=0. */
+void rtkit_step_mark(void);
+
+/* State of the allocator: 0 disabled, 1 passthrough (census only, waiting for steps), 2 profiling, 3 planned. */
+int rtkit_malloc_state(void);
+
+/* 1 when p lies inside one of the planned arenas (served without glibc), else 0. */
+int rtkit_malloc_in_arena(const void *p);
+
+/* Write $RTKIT_RUN_DIR/allocator-<pid>.json now (no throttling). 0 on success, -errno, or -1 when no run
+ * directory is set or the allocator is disabled. */
+int rtkit_malloc_write_stats(void);
+
+/* Schema version of allocator-<pid>.json and of the plan file format. */
+#define RTKIT_MALLOC_STATS_SCHEMA 1
+#define RTKIT_MALLOC_PLAN_VERSION 1
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,152 @@
+/* internal.h -- PRMalloc's shared internal types: thread census slots, plans, arenas, profiler and global state. */
+#ifndef RTK_PRMALLOC_INTERNAL_H
+#define RTK_PRMALLOC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/lock.h"
+#include "common/log.h"
+
+#define RTK_BUCKETS 64          /* census buckets: sizes in [2^b, 2^(b+1)); 0-byte requests land in bucket 0 */
+#define RTK_MAX_CLASSES 128     /* most size classes a plan may hold */
+#define RTK_SPACINGS 5          /* exact, 1/8, 1/4, 1/2, 1/1 of a power of two */
+#define RTK_MAX_SLOTS 4096      /* per-thread census slots (reused after thread exit) */
+#define RTK_RING_STEPS 2000     /* per-step history kept for the stats file */
+#define RTK_MIN_BLOCK_ALIGN 64
+#define RTK_MAX_BLOCK_ALIGN 4096
+
+/* glibc's own allocator, exported by libc.so.6: delegation without dlsym, so nothing recurses. */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+
+/* glibc chunk header: the size word before the user pointer (low 3 bits are flags; bit 1 = mmapped).
+ * Reading it costs one load and gives live bytes (chunk bytes, overhead included) without a table. */
+static inline size_t rtk_chunk_bytes(const void *p) { return ((const size_t *)p)[-1] & ~(size_t)7; }
+static inline size_t rtk_libc_usable(const void *p)
+{
+    size_t h = ((const size_t *)p)[-1];
+    return (h & ~(size_t)7) - ((h & 2) ? 16 : 8);
+}
+
+/* ---- per-thread census slot (written only by its owner thread; summed by the step mark) */
+typedef struct rtk_tslot {
+    uint64_t count[RTK_BUCKETS];
+    uint64_t bytes[RTK_BUCKETS];
+    uint64_t frees;
+    uint64_t calloc_calls, realloc_calls, memalign_calls;
+    uint64_t arena_hits, fallbacks, arena_misses, arena_exhausted;
+    int64_t live;               /* chunk bytes allocated minus freed by this thread (may go negative) */
+    int owned;                  /* 1 while a live thread owns the slot */
+    char pad[60];
+} rtk_tslot_t;
+
+typedef struct rtk_totals {
+    uint64_t allocs, bytes, frees, calloc_calls, realloc_calls, memalign_calls;
+    uint64_t arena_hits, fallbacks, arena_misses, arena_exhausted, small_calls;
+    int64_t live;
+    uint64_t count[RTK_BUCKETS], bucket_bytes[RTK_BUCKETS];
+} rtk_totals_t;
+
+RTK_HIDDEN rtk_tslot_t *rtk_slot_claim(void);
+RTK_HIDDEN void rtk_census_sum(rtk_totals_t *t);
+RTK_HIDDEN int rtk_census_init(void);
+RTK_HIDDEN void rtk_census_fork_prepare(void);
+RTK_HIDDEN void rtk_census_fork_parent(void);
+RTK_HIDDEN void rtk_census_fork_child(void);
+extern __thread rtk_tslot_t *rtk_t_slot __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+static inline rtk_tslot_t *rtk_slot(void)
+{
+    rtk_tslot_t *s = rtk_t_slot;
+    return __builtin_expect(s != NULL, 1) ? s : rtk_slot_claim();
+}
+
+static inline unsigned rtk_bucket(size_t n) { return 63u - (unsigned)__builtin_clzl(n | 1); }
+
+/* ---- plans */
+typedef struct rtk_class {
+    size_t size;                /* block bytes */
+    uint32_t blocks;
+    uint32_t align;             /* guaranteed alignment of each block */
+} rtk_class_t;
+
+typedef struct rtk_plan {
+    int nclasses;
+    int spacing;                /* index into rtk_spacing_name */
+    size_t reserved;            /* bytes the arena reserves (page-rounded per class) */
+    rtk_class_t cls[RTK_MAX_CLASSES];
+} rtk_plan_t;
+
+/* one profiled event: kind 1 = alloc, 2 = free (sizes are the requested ones) */
+typedef struct rtk_event {
+    uint64_t size;
+    uint32_t align;
+    uint32_t kind;
+} rtk_event_t;
+
+typedef struct rtk_ctab {
+    int n;
+    int overflow;               /* more distinct classes than RTK_MAX_CLASSES: spacing unusable */
+    size_t size[RTK_MAX_CLASSES];
+    uint32_t blocks[RTK_MAX_CLASSES];
+    uint32_t align[RTK_MAX_CLASSES];
+} rtk_ctab_t;
+
+/* The planner keeps, per spacing, the most concurrently-live blocks of every class over the profiled steps. */
+typedef struct rtk_planner {
+    int steps;
+    rtk_ctab_t tab[RTK_SPACINGS];
+} rtk_planner_t;
+
+RTK_HIDDEN extern const char *const rtk_spacing_name[RTK_SPACINGS];
+RTK_HIDDEN size_t rtk_class_round(size_t size, int spacing);
+RTK_HIDDEN void rtk_planner_reset(rtk_planner_t *pl);
+RTK_HIDDEN void rtk_planner_add_step(rtk_planner_t *pl, const rtk_event_t *ev, size_t n);
+RTK_HIDDEN int rtk_planner_plan(const rtk_planner_t *pl, int spacing, size_t page, rtk_plan_t *out);
+RTK_HIDDEN int rtk_planner_best(const rtk_planner_t *pl, size_t page, rtk_plan_t *out);
+RTK_HIDDEN int rtk_plan_equal(const rtk_plan_t *a, const rtk_plan_t *b);
+RTK_HIDDEN size_t rtk_plan_trim(rtk_plan_t *p, size_t limit, size_t page);
+RTK_HIDDEN uint64_t rtk_plan_fingerprint(const rtk_plan_t *p);
+RTK_HIDDEN int rtk_plan_format(const rtk_plan_t *p, size_t min_size, char *buf, size_t cap);
+RTK_HIDDEN int rtk_plan_parse(const char *text, rtk_plan_t *out, char *why, size_t why_cap);
+
+/* ---- arenas */
+typedef struct rtk_aclass {
+    size_t size;
+    uint32_t blocks, align;
+    char *start;
+    uint32_t *stack;            /* free block indexes */
+    uint8_t *inuse;             /* debug mode: 1 per handed-out block */
+    rtk_spin_t lock;
+    uint32_t top;
+    char pad[16];
+} rtk_aclass_t;
+
+typedef struct rtk_arena {
+    char *base;
+    size_t span;
+    int n;
+    int retired;                /* a rejected plan: frees still land here, nothing new is served */
+    int debug;
+    size_t meta_size;
+    uint64_t live_blocks;
+    rtk_aclass_t cls[RTK_MAX_CLASSES];
+} rtk_arena_t;
+
+enum { RTK_ARENA_OK = 0, RTK_ARENA_MISS = 1, RTK_ARENA_EXHAUSTED = 2 };
+
+RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int thp, int debug);
+RTK_HIDDEN void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why);
+RTK_HIDDEN rtk_aclass_t *rtk_arena_class_of(rtk_arena_t *a, const void *p);
+/* 0 ok; -1 not a block start (foreign pointer inside the arena); -2 double free (debug mode only) */
+RTK_HIDDEN int rtk_arena_free(rtk_arena_t *a, void *p);
+RTK_HIDDEN size_t rtk_arena_block_size(rtk_arena_t *a, const void *p);
+RTK_HIDDEN void rtk_arena_lock_all(rtk_arena_t *a);
+RTK_HIDDEN void rtk_arena_unlock_all(rtk_arena_t *a);
+RTK_HIDDEN void rtk_arena_reset_locks(rtk_arena_t *a);
+
+#endif

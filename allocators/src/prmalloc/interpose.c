@@ -1,0 +1,231 @@
+/* interpose.c -- the interposed entry points: the C allocation API and every C++ operator new/delete form.
+ * Small requests take an inline path (census in the thread's slot + glibc); the rest goes to core.c.
+ * With -DRTK_NO_INTERPOSE (unit tests) the same functions are built as rtk_api_* instead. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "prmalloc/core.h"
+
+#ifdef RTK_NO_INTERPOSE
+#define API(name) rtk_api_##name
+#define EXPORT __attribute__((visibility("hidden")))
+#else
+#define API(name) name
+#define EXPORT __attribute__((visibility("default")))
+#endif
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+static inline int is_pow2(size_t a) { return a && !(a & (a - 1)); }
+
+EXPORT void *API(malloc)(size_t n)
+{
+    if (likely(n < rtk_hot.fast_max)) {
+        void *p = __libc_malloc(n);
+        rtk_tslot_t *s = rtk_slot();
+        unsigned b = rtk_bucket(n);
+        s->count[b]++;
+        s->bytes[b] += n;
+        if (likely(p != NULL))
+            s->live += (int64_t)rtk_chunk_bytes(p);
+        return p;
+    }
+    return rtk_alloc(n, 0, 0);
+}
+
+EXPORT void API(free)(void *p)
+{
+    if (unlikely(p == NULL))
+        return;
+    if (unlikely(rtk_in_range(p))) {
+        rtk_free_range(p);
+        return;
+    }
+    if (likely(rtk_hot.inspect)) {
+        size_t cs = rtk_chunk_bytes(p);
+        if (unlikely(cs >= rtk_hot.track_min))
+            rtk_profile_free(p);
+        rtk_tslot_t *s = rtk_slot();
+        s->frees++;
+        s->live -= (int64_t)cs;
+    }
+    __libc_free(p);
+}
+
+EXPORT void *API(calloc)(size_t nmemb, size_t size)
+{
+    size_t n;
+    if (unlikely(__builtin_mul_overflow(nmemb, size, &n))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (likely(n < rtk_hot.fast_max)) {
+        void *p = __libc_calloc(1, n);
+        rtk_tslot_t *s = rtk_slot();
+        unsigned b = rtk_bucket(n);
+        s->count[b]++;
+        s->bytes[b] += n;
+        s->calloc_calls++;
+        if (likely(p != NULL))
+            s->live += (int64_t)rtk_chunk_bytes(p);
+        return p;
+    }
+    void *p = rtk_alloc(n, 0, 1);
+    if (rtk_hot.inspect)
+        rtk_slot()->calloc_calls++;
+    return p;
+}
+
+EXPORT void *API(realloc)(void *p, size_t n)
+{
+    if (p == NULL)
+        return API(malloc)(n);
+    if (n == 0) {  /* glibc frees and returns NULL */
+        API(free)(p);
+        return NULL;
+    }
+    return rtk_realloc(p, n);
+}
+
+EXPORT void *API(reallocarray)(void *p, size_t nmemb, size_t size)
+{
+    size_t n;
+    if (__builtin_mul_overflow(nmemb, size, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return API(realloc)(p, n);
+}
+
+static void *aligned(size_t align, size_t n)
+{
+    void *p = rtk_alloc(n, align, 0);
+    if (rtk_hot.inspect)
+        rtk_slot()->memalign_calls++;
+    return p;
+}
+
+EXPORT int API(posix_memalign)(void **out, size_t align, size_t n)
+{
+    if (!is_pow2(align) || align % sizeof(void *))
+        return EINVAL;
+    int saved = errno;
+    void *p = aligned(align, n);
+    errno = saved;  /* posix_memalign reports through its result, never errno */
+    if (!p)
+        return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+EXPORT void *API(aligned_alloc)(size_t align, size_t n)
+{
+    if (!is_pow2(align)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return aligned(align, n);
+}
+
+EXPORT void *API(memalign)(size_t align, size_t n)
+{
+    if (align > ((size_t)1 << 62)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    /* glibc rounds a non-power-of-two alignment up to the next power of two */
+    if (!is_pow2(align))
+        align = align ? (size_t)1 << (64 - __builtin_clzl(align)) : 1;
+    return aligned(align, n);
+}
+
+static size_t page_size(void)
+{
+    static size_t page;
+    if (!page)
+        page = (size_t)sysconf(_SC_PAGESIZE);
+    return page;
+}
+
+EXPORT void *API(valloc)(size_t n) { return aligned(page_size(), n); }
+
+EXPORT void *API(pvalloc)(size_t n)
+{
+    size_t page = page_size(), r;
+    if (__builtin_add_overflow(n, page - 1, &r)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    r &= ~(page - 1);
+    return aligned(page, r ? r : page);
+}
+
+EXPORT size_t API(malloc_usable_size)(void *p) { return rtk_usable_size(p); }
+
+#ifndef RTK_NO_INTERPOSE
+/* ---- C++ operators, by their Itanium-ABI names (size_t = unsigned long: 'm').
+ * A throwing form that gets NULL hands the request to the next definition (libstdc++'s), which calls our
+ * malloc again and, on failure, runs the new-handler loop and throws std::bad_alloc as C++ requires. */
+typedef void *(*new_fn)(size_t);
+typedef void *(*new_al_fn)(size_t, size_t);
+
+__attribute__((noinline, cold)) static void *new_failed(const char *sym, size_t n)
+{
+    new_fn next = (new_fn)dlsym(RTLD_NEXT, sym);
+    if (next)
+        return next(n);
+    rtk_log_line("operator new(%zu) failed and no C++ runtime provides bad_alloc; aborting", n);
+    abort();
+}
+
+__attribute__((noinline, cold)) static void *new_al_failed(const char *sym, size_t n, size_t al)
+{
+    new_al_fn next = (new_al_fn)dlsym(RTLD_NEXT, sym);
+    if (next)
+        return next(n, al);
+    rtk_log_line("aligned operator new(%zu, %zu) failed and no C++ runtime provides bad_alloc; aborting", n, al);
+    abort();
+}
+
+static inline void *new_aligned(size_t n, size_t al)
+{
+    if (al <= 16)
+        return malloc(n);
+    return aligned(al, n);
+}
+
+EXPORT void *_Znwm(size_t n) { void *p = malloc(n); return likely(p != NULL) ? p : new_failed("_Znwm", n); }
+EXPORT void *_Znam(size_t n) { void *p = malloc(n); return likely(p != NULL) ? p : new_failed("_Znam", n); }
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *nt) { (void)nt; return malloc(n); }
+EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *nt) { (void)nt; return malloc(n); }
+EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t al)
+{
+    void *p = new_aligned(n, al);
+    return likely(p != NULL) ? p : new_al_failed("_ZnwmSt11align_val_t", n, al);
+}
+EXPORT void *_ZnamSt11align_val_t(size_t n, size_t al)
+{
+    void *p = new_aligned(n, al);
+    return likely(p != NULL) ? p : new_al_failed("_ZnamSt11align_val_t", n, al);
+}
+EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) { (void)nt; return new_aligned(n, al); }
+EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) { (void)nt; return new_aligned(n, al); }
+
+EXPORT void _ZdlPv(void *p) { free(p); }
+EXPORT void _ZdaPv(void *p) { free(p); }
+EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; free(p); }
+EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; free(p); }
+EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *nt) { (void)nt; free(p); }
+EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const void *nt) { (void)nt; free(p); }
+EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) { (void)al; free(p); }
+EXPORT void _ZdaPvSt11align_val_t(void *p, size_t al) { (void)al; free(p); }
+EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al) { (void)n; (void)al; free(p); }
+EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t al) { (void)n; (void)al; free(p); }
+EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *nt) { (void)al; (void)nt; free(p); }
+EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *nt) { (void)al; (void)nt; free(p); }
+#endif

@@ -1,0 +1,310 @@
+/* plan.c -- turns profiled steps into an arena plan (lifetime packing per size class, several spacings) and
+ * reads/writes the versioned plan file. Pure functions over caller-owned memory: no allocation, unit-testable. */
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+
+#include "prmalloc/internal.h"
+#include "rtkit/prmalloc.h"
+
+const char *const rtk_spacing_name[RTK_SPACINGS] = {"exact", "1/8", "1/4", "1/2", "1/1"};
+static const unsigned steps_per_octave[RTK_SPACINGS] = {0, 8, 4, 2, 1};
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+size_t rtk_class_round(size_t size, int spacing)
+{
+    if (size <= RTK_MIN_BLOCK_ALIGN)
+        return RTK_MIN_BLOCK_ALIGN;
+    unsigned s = steps_per_octave[spacing];
+    size_t c = size;
+    if (s) {
+        unsigned k = 63u - (unsigned)__builtin_clzl(size);
+        size_t base = (size_t)1 << k;
+        size_t step = base / s;
+        if (size != base)
+            c = base + (size - base + step - 1) / step * step;
+    }
+    return round_up(c, RTK_MIN_BLOCK_ALIGN);
+}
+
+void rtk_planner_reset(rtk_planner_t *pl) { memset(pl, 0, sizeof *pl); }
+
+static int ctab_find(rtk_ctab_t *t, size_t size, int add)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->size[i] == size)
+            return i;
+    if (!add)
+        return -1;
+    if (t->n >= RTK_MAX_CLASSES) {
+        t->overflow = 1;
+        return -1;
+    }
+    int i = t->n++;
+    t->size[i] = size;
+    t->blocks[i] = 0;
+    t->align[i] = 0;
+    return i;
+}
+
+/* One profiled step: events in time order. Per class, the most blocks live at once is what lifetime packing
+ * needs: blocks whose lifetimes do not overlap are reused (an interval graph needs max-overlap colours). */
+void rtk_planner_add_step(rtk_planner_t *pl, const rtk_event_t *ev, size_t n)
+{
+    pl->steps++;
+    for (int sp = 0; sp < RTK_SPACINGS; sp++) {
+        rtk_ctab_t step;      /* blocks[] = most live this step */
+        uint32_t live[RTK_MAX_CLASSES];
+        step.n = 0;
+        step.overflow = 0;
+        memset(live, 0, sizeof live);
+        for (size_t i = 0; i < n; i++) {
+            int c = ctab_find(&step, rtk_class_round(ev[i].size, sp), ev[i].kind == 1);
+            if (c < 0)
+                continue;
+            if (ev[i].kind == 1) {
+                live[c]++;
+                if (live[c] > step.blocks[c])
+                    step.blocks[c] = live[c];
+                if (ev[i].align > step.align[c])
+                    step.align[c] = ev[i].align;
+            } else if (live[c] > 0) {
+                live[c]--;
+            }
+        }
+        rtk_ctab_t *t = &pl->tab[sp];
+        if (step.overflow)
+            t->overflow = 1;
+        for (int c = 0; c < step.n; c++) {
+            int j = ctab_find(t, step.size[c], 1);
+            if (j < 0)
+                continue;
+            if (step.blocks[c] > t->blocks[j])
+                t->blocks[j] = step.blocks[c];
+            if (step.align[c] > t->align[j])
+                t->align[j] = step.align[c];
+        }
+    }
+}
+
+static size_t natural_align(size_t size)
+{
+    size_t a = size & (~size + 1);  /* lowest set bit */
+    if (a > RTK_MAX_BLOCK_ALIGN)
+        a = RTK_MAX_BLOCK_ALIGN;
+    return a < RTK_MIN_BLOCK_ALIGN ? RTK_MIN_BLOCK_ALIGN : a;
+}
+
+static size_t plan_reserved(const rtk_plan_t *p, size_t page)
+{
+    size_t r = 0;
+    for (int i = 0; i < p->nclasses; i++)
+        r += round_up(p->cls[i].size * p->cls[i].blocks, page);
+    return r;
+}
+
+static void plan_sort(rtk_plan_t *p)
+{
+    for (int i = 1; i < p->nclasses; i++) {
+        rtk_class_t c = p->cls[i];
+        int j = i - 1;
+        while (j >= 0 && p->cls[j].size > c.size) {
+            p->cls[j + 1] = p->cls[j];
+            j--;
+        }
+        p->cls[j + 1] = c;
+    }
+}
+
+int rtk_planner_plan(const rtk_planner_t *pl, int spacing, size_t page, rtk_plan_t *out)
+{
+    const rtk_ctab_t *t = &pl->tab[spacing];
+    out->nclasses = 0;
+    out->spacing = spacing;
+    out->reserved = 0;
+    if (t->overflow)
+        return -1;
+    for (int i = 0; i < t->n; i++) {
+        if (!t->blocks[i])
+            continue;
+        size_t size = t->size[i];
+        size_t want = t->align[i] > RTK_MAX_BLOCK_ALIGN ? RTK_MAX_BLOCK_ALIGN : t->align[i];
+        if (want > natural_align(size))
+            size = round_up(size, want);
+        /* two spacings' classes may meet after alignment rounding: merge them */
+        int merged = 0;
+        for (int j = 0; j < out->nclasses; j++)
+            if (out->cls[j].size == size) {
+                out->cls[j].blocks += t->blocks[i];
+                merged = 1;
+            }
+        if (merged)
+            continue;
+        rtk_class_t *c = &out->cls[out->nclasses++];
+        c->size = size;
+        c->blocks = t->blocks[i];
+        c->align = (uint32_t)natural_align(size);
+    }
+    plan_sort(out);
+    out->reserved = plan_reserved(out, page);
+    return 0;
+}
+
+int rtk_planner_best(const rtk_planner_t *pl, size_t page, rtk_plan_t *out)
+{
+    rtk_plan_t cand;
+    int best = -1;
+    out->nclasses = 0;
+    out->spacing = 0;
+    out->reserved = 0;
+    for (int sp = 0; sp < RTK_SPACINGS; sp++) {
+        if (rtk_planner_plan(pl, sp, page, &cand) != 0 || cand.nclasses == 0)
+            continue;
+        if (best < 0 || cand.reserved < out->reserved) {
+            memcpy(out, &cand, sizeof cand);
+            best = sp;
+        }
+    }
+    return best;
+}
+
+int rtk_plan_equal(const rtk_plan_t *a, const rtk_plan_t *b)
+{
+    if (a->nclasses != b->nclasses)
+        return 0;
+    for (int i = 0; i < a->nclasses; i++)
+        if (a->cls[i].size != b->cls[i].size || a->cls[i].blocks != b->cls[i].blocks)
+            return 0;
+    return 1;
+}
+
+/* Fit the plan into `limit` bytes: blocks of the largest classes go first (they cost most per block and the
+ * glibc fallback handles big sizes with the least relative overhead). */
+size_t rtk_plan_trim(rtk_plan_t *p, size_t limit, size_t page)
+{
+    p->reserved = plan_reserved(p, page);
+    for (int i = p->nclasses - 1; i >= 0 && p->reserved > limit; i--) {
+        while (p->cls[i].blocks > 0 && p->reserved > limit) {
+            p->cls[i].blocks--;
+            p->reserved = plan_reserved(p, page);
+        }
+    }
+    int k = 0;
+    for (int i = 0; i < p->nclasses; i++)
+        if (p->cls[i].blocks)
+            p->cls[k++] = p->cls[i];
+    p->nclasses = k;
+    p->reserved = plan_reserved(p, page);
+    return p->reserved;
+}
+
+uint64_t rtk_plan_fingerprint(const rtk_plan_t *p)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < p->nclasses; i++) {
+        uint64_t v[3] = {p->cls[i].size, p->cls[i].blocks, p->cls[i].align};
+        const unsigned char *b = (const unsigned char *)v;
+        for (size_t k = 0; k < sizeof v; k++) {
+            h ^= b[k];
+            h *= 1099511628211ull;
+        }
+    }
+    return h;
+}
+
+int rtk_plan_format(const rtk_plan_t *p, size_t min_size, char *buf, size_t cap)
+{
+    size_t off = 0;
+    int n = snprintf(buf, cap,
+                     "rtkit-malloc-plan %d\n"
+                     "# written by librtkit_malloc.so; load with RTKIT_MALLOC_PLAN=<this file> or rtkit run --plan\n"
+                     "spacing %s\nmin_size %zu\nreserved_bytes %zu\nfingerprint %016llx\nclasses %d\n",
+                     RTKIT_MALLOC_PLAN_VERSION, rtk_spacing_name[p->spacing], min_size, p->reserved,
+                     (unsigned long long)rtk_plan_fingerprint(p), p->nclasses);
+    if (n < 0 || (size_t)n >= cap)
+        return -1;
+    off = (size_t)n;
+    for (int i = 0; i < p->nclasses; i++) {
+        n = snprintf(buf + off, cap - off, "class %zu %u %u\n", p->cls[i].size, p->cls[i].blocks, p->cls[i].align);
+        if (n < 0 || (size_t)n >= cap - off)
+            return -1;
+        off += (size_t)n;
+    }
+    n = snprintf(buf + off, cap - off, "end\n");
+    if (n < 0 || (size_t)n >= cap - off)
+        return -1;
+    return (int)(off + (size_t)n);
+}
+
+static const char *next_line(const char *s, char *line, size_t cap)
+{
+    size_t n = 0;
+    while (*s && *s != '\n') {
+        if (n + 1 < cap)
+            line[n++] = *s;
+        s++;
+    }
+    line[n] = 0;
+    return *s ? s + 1 : s;
+}
+
+#define WHY(...) do { snprintf(why, why_cap, __VA_ARGS__); return -1; } while (0)
+
+int rtk_plan_parse(const char *text, rtk_plan_t *out, char *why, size_t why_cap)
+{
+    char line[256];
+    const char *s = text;
+    int version = -1, declared = -1, have_fp = 0, ended = 0;
+    unsigned long long fp = 0;
+    memset(out, 0, sizeof *out);
+    s = next_line(s, line, sizeof line);
+    if (sscanf(line, "rtkit-malloc-plan %d", &version) != 1)
+        WHY("not an rtkit malloc plan (first line '%.40s')", line);
+    if (version != RTKIT_MALLOC_PLAN_VERSION)
+        WHY("plan format version %d, this library reads version %d", version, RTKIT_MALLOC_PLAN_VERSION);
+    while (*s && !ended) {
+        s = next_line(s, line, sizeof line);
+        if (line[0] == '#' || line[0] == 0)
+            continue;
+        char word[32], arg[64];
+        size_t size;
+        unsigned blocks, align;
+        if (sscanf(line, "class %zu %u %u", &size, &blocks, &align) == 3) {
+            if (out->nclasses >= RTK_MAX_CLASSES)
+                WHY("more than %d classes", RTK_MAX_CLASSES);
+            if (size == 0 || size % RTK_MIN_BLOCK_ALIGN || blocks == 0 || align < RTK_MIN_BLOCK_ALIGN ||
+                align > RTK_MAX_BLOCK_ALIGN || (align & (align - 1)) || size % align ||
+                size > ((size_t)1 << 40) / blocks)
+                WHY("bad class line '%.60s'", line);
+            rtk_class_t *c = &out->cls[out->nclasses++];
+            c->size = size;
+            c->blocks = blocks;
+            c->align = align;
+        } else if (sscanf(line, "%31s %63s", word, arg) == 2) {
+            if (!strcmp(word, "spacing")) {
+                for (int i = 0; i < RTK_SPACINGS; i++)
+                    if (!strcmp(arg, rtk_spacing_name[i]))
+                        out->spacing = i;
+            } else if (!strcmp(word, "fingerprint")) {
+                fp = strtoull(arg, NULL, 16);
+                have_fp = 1;
+            } else if (!strcmp(word, "classes")) {
+                declared = atoi(arg);
+            }
+        } else if (!strcmp(line, "end")) {
+            ended = 1;
+        }
+    }
+    if (!ended)
+        WHY("plan file is truncated (no 'end' line)");
+    if (declared != out->nclasses)
+        WHY("plan declares %d classes but lists %d", declared, out->nclasses);
+    for (int i = 1; i < out->nclasses; i++)
+        if (out->cls[i].size <= out->cls[i - 1].size)
+            WHY("classes are not in increasing size order");
+    if (!have_fp || fp != rtk_plan_fingerprint(out))
+        WHY("fingerprint mismatch: the plan file was edited or is corrupt");
+    out->reserved = plan_reserved(out, 4096);
+    return 0;
+}
