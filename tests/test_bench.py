@@ -90,6 +90,8 @@ def test_metrics_from_report_steady_state_faults():
     assert m["peak_rss_bytes"] == 1 << 30 and m["minor_faults"] == 12345 and m["duration_s"] == 4.5
     assert m["allocator_hit_rate"] == 0.75
     assert stats.metrics_from_report({"allocator": {"arena_hits": 3, "arena_misses": 1}})["allocator_hit_rate"] == 0.75
+    planned_nothing = {"hit_rate": None, "totals": {"arena_hits": 0, "arena_misses": 5}}
+    assert stats.metrics_from_report({"allocator": planned_nothing})["allocator_hit_rate"] is None
     none = stats.metrics_from_report({"steps": {"per_step": [], "summary": {"minor_faults_per_step_median": None}}})
     assert all(v is None for v in none.values())
 

@@ -37,6 +37,13 @@ def _fmt_ratio(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def _fmt_range(spread: Optional[Mapping[str, Any]], med: Optional[float]) -> str:
+    """(max - min) / median over the rounds: how much to trust a ratio near 1.0."""
+    if not spread or not med or spread.get("n", 0) < 2:
+        return "-"
+    return f"{(spread['max'] - spread['min']) / med * 100:.0f}%"
+
+
 # Metrics shown with a ratio column; the others are shown alone.
 _WITH_RATIO = ("step_ms_median", "steps_per_s", "peak_rss_bytes", "minor_faults_per_step", "minor_faults")
 
@@ -49,6 +56,8 @@ def table_rows(bench: Mapping[str, Any]) -> List[List[str]]:
         header.append(label)
         if key in _WITH_RATIO:
             header.append("x " + (baseline or "base"))
+        if key == "step_ms_median":
+            header.append("step range")
     rows = [header]
     for name in bench.get("configs_run", []):
         counts = bench["counts"][name]
@@ -63,6 +72,8 @@ def table_rows(bench: Mapping[str, Any]) -> List[List[str]]:
             row.append(_fmt(key, med.get(key)))
             if key in _WITH_RATIO:
                 row.append(_fmt_ratio(rat.get(key)))
+            if key == "step_ms_median":
+                row.append(_fmt_range(bench.get("spread", {}).get(name, {}).get(key), med.get(key)))
         rows.append(row)
     for skip in bench.get("skipped", []):
         rows.append([skip["config"], "skipped"] + ["-"] * (len(header) - 2))
@@ -112,6 +123,7 @@ def render_markdown(bench: Mapping[str, Any]) -> str:
                        f" (exit {r.get('exit_code')}){': ' + r['error'] if r.get('error') else ''}; log {r.get('log')}")
     out.append("")
     out.append("Columns: step ms = median step time after warm-up (report steps.summary.step_ms_median); "
+               "step range = (max - min) / median of step ms over the rounds; "
                "faults/step = median minor faults per step after warm-up; minor faults = whole process; "
                "wall s = run duration; alloc hit rate = allocator's own figure when it reports one.")
     return "\n".join(out) + "\n"

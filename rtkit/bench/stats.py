@@ -50,6 +50,9 @@ def _find_hit_rate(section: Any, depth: int = 0) -> Optional[float]:
     if not isinstance(section, Mapping) or depth > 4:
         return None
     for key, value in section.items():
+        if str(key) == "hit_rate":     # PRMalloc: arena hits / large requests; null when none was large
+            return _num(value)
+    for key, value in section.items():
         if "hit_rate" in str(key) and _num(value) is not None:
             return _num(value)
     hits = sum(_num(v) or 0 for k, v in section.items() if str(k).endswith("hits"))

@@ -64,17 +64,17 @@ def _err(msg: str) -> int:
 
 def _list(peers_mod, lib_dirs) -> int:
     from rtkit import config as cfg
-    print("configuration   library                     description")
+    print(f"{'configuration':<19} {'library':<44} description")
     for peer in peers_mod.CATALOGUE.values():
         lib = ""
         if peer.library:
             path = peer.resolve_library(lib_dirs)
             lib = path or f"MISSING {peer.library}"
-        print(f"{peer.name:<15} {lib:<27} {peer.description}")
+        print(f"{peer.name:<19} {lib or '-':<44} {peer.description}")
         extra = [f"{k}={v}" for k, v in peer.env.items()] + [f"--set {k}={v}" for k, v in peer.settings.items()]
-        print(f"{'':<15} {' '.join(extra)}")
+        print(f"{'':<19} {' '.join(extra)}")
     for name in sorted(cfg.available_profiles()):
-        print(f"profile:{name:<7} {'':<27} rtkit run --profile {name}")
+        print(f"{'profile:' + name:<19} {'-':<44} rtkit run --profile {name}")
     return 0
 
 
