@@ -239,3 +239,36 @@ def test_real_workload_bench(tmp_path):
     for r in data["runs"]:
         assert r["steps_count"] == 6 and r["metrics"]["step_ms_median"] > 0
     assert data["workload_command"][1:4] == ["-m", "rtkit.workloads", "wdl"]
+
+
+def test_timeout_and_interrupt(tmp_path):
+    import signal
+    import subprocess
+    import time
+    from conftest import RTKIT
+    sleeper = [PY, "-c", "import time; time.sleep(60)"]
+    out = str(tmp_path / "t")
+    t0 = time.monotonic()
+    bench(["--configs", "glibc", "--rounds", "1", "--timeout", "2", "--out", out, "--", *sleeper], check_rc=1,
+          timeout=120)
+    assert time.monotonic() - t0 < 45
+    run = load(out)["runs"][0]
+    assert run["status"] == "timeout" and "ran past --timeout 2 s" in run["error"]
+
+    # Ctrl-C: the current run is stopped, the figures so far are written, exit 130.
+    out = str(tmp_path / "i")
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    proc = subprocess.Popen([RTKIT, "bench", "--no-progress", "--configs", "tf-default,glibc", "--rounds", "2",
+                             "--out", out, "--", *sleeper], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while not os.path.isdir(os.path.join(out, "runs", "tf-default-r1")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    data = load(out)
+    assert data["complete"] is False and [r["status"] for r in data["runs"]] == ["interrupted"]
+    assert any("interrupted" in n for n in data["notes"])
