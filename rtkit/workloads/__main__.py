@@ -4,7 +4,7 @@ import sys
 
 from rtkit.workloads import APIS, MODELS
 
-DEFAULTS = dict(steps=100, batch=2048, rows=200_000, seed=0, emb_dim=16, capacity=1 << 17)
+DEFAULTS = dict(steps=100, batch=2048, rows=200_000, seed=0, emb_dim=16)
 
 
 def _positive(text):
@@ -33,8 +33,9 @@ def build_parser():
                    help="data cache folder (default $XDG_CACHE_HOME/rtkit/criteo or ~/.cache/rtkit/criteo)")
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     p.add_argument("--emb-dim", type=_positive, default=DEFAULTS["emb_dim"])
-    p.add_argument("--capacity", type=_positive, default=DEFAULTS["capacity"],
-                   help="embedding rows per feature (more distinct ids wrap onto earlier rows)")
+    p.add_argument("--capacity", type=_positive, default=None,
+                   help="embedding rows per feature; more distinct ids wrap onto earlier rows "
+                        "(default 131072, keras 16384)")
     p.add_argument("--learning-rate", type=float, default=0.05)
     p.add_argument("--print-losses", action="store_true", help="print `loss <step> <value>` per step")
     p.add_argument("--threads-inter", type=_positive, default=None, help="ConfigProto inter-op threads")

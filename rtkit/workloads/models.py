@@ -109,23 +109,29 @@ def build_keras_model(name, emb_dim=16, capacity=1 << 17, seed=0):
     def dense(units, i, activation="relu", stddev=None):
         kinit = (keras.initializers.GlorotUniform(seed=seed + i) if stddev is None
                  else keras.initializers.TruncatedNormal(stddev=stddev, seed=seed + i))
-        return layers.Dense(units, activation=activation, kernel_initializer=kinit)
+        return layers.Dense(units, activation=activation, kernel_initializer=kinit, name=f"fc_{i}")
 
-    def embed(f, dim, std, offset):
-        col = layers.Lambda(lambda t, f=f: t[:, f])(cat_in)
-        rows = layers.Hashing(num_bins=capacity, name=f"hash_{name}_{f}_{dim}")(col)
-        return layers.Embedding(capacity, dim, embeddings_initializer=init(offset + f, std))(rows)
+    # All 26 features share one Hashing layer and one Embedding per width (feature f owns rows
+    # [f*capacity, (f+1)*capacity)): 26 separate layers make Keras' first step trace for tens of seconds.
+    rows = layers.Hashing(num_bins=capacity, name="hash_ids")(cat_in)
+    offsets = ops.arange(NUM_CAT, dtype="int64") * capacity
+    rows = layers.Lambda(lambda r: ops.cast(r, "int64") + offsets, name="feature_rows")(rows)
+
+    def embed(dim, std, offset):
+        table = layers.Embedding(NUM_CAT * capacity, dim, name=f"embedding_{dim}",
+                                 embeddings_initializer=init(offset, std))(rows)     # [B, 26, dim]
+        return [layers.Lambda(lambda t, f=f: t[:, f, :])(table) for f in range(NUM_CAT)]
 
     if name == "wdl":
-        deep = [embed(f, emb_dim, 0.05, 1000) for f in range(NUM_CAT)]
-        wide = [embed(f, 1, 0.01, 2000) for f in range(NUM_CAT)]
+        deep = embed(emb_dim, 0.05, 1000)
+        wide = embed(1, 0.01, 2000)
         wide_logit = layers.Add()(wide + [dense(1, 1, None, 0.01)(dense_in)])
         h = layers.Concatenate()(deep + [dense_in])
         for i, u in enumerate(WDL_DNN):
             h = dense(u, 10 + i)(h)
         logits = layers.Add()([wide_logit, dense(1, 20, None, 0.01)(h)])
     elif name == "dlrm":
-        embs = [embed(f, emb_dim, 0.05, 1000) for f in range(NUM_CAT)]
+        embs = embed(emb_dim, 0.05, 1000)
         bottom = dense_in
         for i, u in enumerate(DLRM_BOTTOM):
             bottom = dense(u, 10 + i)(bottom)

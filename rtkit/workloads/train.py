@@ -15,6 +15,8 @@ from rtkit.workloads import data as data_mod
 from rtkit.workloads import inputs, models
 
 APIS = ("session", "monitored", "keras")
+GRAPH_CAPACITY = 1 << 17    # embedding rows per feature (hash-table workloads)
+KERAS_CAPACITY = 1 << 14    # Keras variant: Hashing(num_bins) per feature
 
 
 def _session_config(threads_inter, threads_intra):
@@ -125,16 +127,20 @@ def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, lea
 
 
 def run(model="wdl", api="session", steps=100, batch=2048, rows=200_000, data_dir=None, seed=0,
-        emb_dim=16, capacity=1 << 17, epochs=None, learning_rate=0.05, threads_inter=None,
+        emb_dim=16, capacity=None, epochs=None, learning_rate=0.05, threads_inter=None,
         threads_intra=None, print_losses=False, progress=True):
     """Train `model` with `api` for up to `steps` steps; returns a dict of figures (see keys below).
 
     epochs=None repeats the data forever; with a number the run may end early (OutOfRange), and
-    `steps` in the result is the number of steps that actually ran."""
+    `steps` in the result is the number of steps that actually ran. capacity=None: 131072 rows
+    per feature for the graph APIs, 16384 for Keras (whose Adagrad does work proportional to the
+    table size each step)."""
     if model not in models.MODELS:
         raise ValueError(f"unknown model {model!r}; expected one of {', '.join(models.MODELS)}")
     if api not in APIS:
         raise ValueError(f"unknown api {api!r}; expected one of {', '.join(APIS)}")
+    if capacity is None:
+        capacity = KERAS_CAPACITY if api == "keras" else GRAPH_CAPACITY
     path = data_mod.ensure_dataset(data_dir, rows, seed, progress=progress)
     log = _LossLog(print_losses)
     t_start = time.perf_counter()
@@ -149,6 +155,7 @@ def run(model="wdl", api="session", steps=100, batch=2048, rows=200_000, data_di
     elapsed = log.elapsed()
     return {
         "model": model, "api": api, "steps": n, "batch": batch, "rows": rows, "seed": seed,
+        "capacity": capacity, "emb_dim": emb_dim,
         "data_path": path, "losses": log.losses, "step_s": log.step_s,
         "loss_first": log.losses[0] if n else float("nan"),
         "loss_last": log.losses[-1] if n else float("nan"),
