@@ -41,8 +41,9 @@ def libraries():
 def test_rules():
     pmem_c, pmem_l = pmem_flags()
     return {
-        "prmalloc_unit": (["common", "prmalloc"], ["-ldl"], ["-DRTK_NO_INTERPOSE"]),
-        "prmalloc": ([], ["-ldl"], []),
+        # -fno-builtin: the compiler must not elide the malloc/free pairs the tests exist to exercise
+        "prmalloc_unit": (["common", "prmalloc"], ["-ldl"], ["-DRTK_NO_INTERPOSE", "-fno-builtin"]),
+        "prmalloc": ([], ["-ldl"], ["-fno-builtin"]),
         "pmem": (["common", "pmem"], pmem_l, pmem_c),
     }
 

@@ -1,6 +1,7 @@
 /* core.c -- PRMalloc's engine: settings, lazy init, the step-mark state machine (warm-up -> profiling -> planned),
  * the large-allocation profiler, arena serving and fallback, plan load/validation, fork handling, exit stats. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -378,8 +379,24 @@ static void do_init(void)
         snprintf(b, sizeof b, "%ld", (long)rtk_g.pid);
         setenv("_RTKIT_MALLOC_ROOT", b, 1);
     }
-    rtk_env_set_quiet(!rtk_g.is_root);
+    rtk_env_set_quiet(1);
     read_settings();
+    rtk_env_set_quiet(0);
+    if (rtk_g.nerrors && rtk_g.is_root) {
+        /* shells (pyenv shims) do not pass our marker on: with a run directory, a marker file there makes
+         * the report once per run */
+        int say = 1;
+        if (rtk_g.cfg.run_dir[0]) {
+            char marker[sizeof rtk_g.cfg.run_dir + 40];
+            snprintf(marker, sizeof marker, "%s/.malloc-settings-reported", rtk_g.cfg.run_dir);
+            int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            say = fd >= 0 || errno != EEXIST;
+            if (fd >= 0)
+                close(fd);
+        }
+        for (int i = 0; say && i < rtk_g.nerrors; i++)
+            rtk_log_line("%s", rtk_g.errors[i]);
+    }
     rtk_g.plan_source = "none";
     rtk_g.profile_reason = "";
     rtk_log_set_debug(rtk_g.cfg.debug);

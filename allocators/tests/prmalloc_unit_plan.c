@@ -1,0 +1,227 @@
+/* prmalloc_unit_plan.c -- unit tests of the planner, plan file, arenas and env parsing, linked against the
+ * sources (-DRTK_NO_INTERPOSE): lifetime packing, spacing choice, trimming, round trip, rejection, borrowing. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/env.h"
+#include "prmalloc/internal.h"
+
+static int g_failures;
+#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+                                         g_failures++; } } while (0)
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static rtk_event_t ev[4096];
+static size_t nev;
+static void A(size_t size) { ev[nev++] = (rtk_event_t){size, 0, 1}; }
+static void F(size_t size) { ev[nev++] = (rtk_event_t){size, 0, 2}; }
+
+static uint32_t blocks_of(const rtk_plan_t *p, size_t size)
+{
+    for (int i = 0; i < p->nclasses; i++)
+        if (p->cls[i].size == size)
+            return p->cls[i].blocks;
+    return 0;
+}
+
+static void test_class_round(void)
+{
+    CHECK(rtk_class_round(1, 0) == 64);
+    CHECK(rtk_class_round(100, 0) == 128);
+    CHECK(rtk_class_round(MiB, 0) == MiB);
+    CHECK(rtk_class_round(MiB + 1, 0) == MiB + 64);
+    CHECK(rtk_class_round(MiB + 1, 1) == MiB + MiB / 8);  /* 1/8 octave */
+    CHECK(rtk_class_round(MiB + 1, 2) == MiB + MiB / 4);
+    CHECK(rtk_class_round(MiB + 1, 3) == MiB + MiB / 2);
+    CHECK(rtk_class_round(MiB + 1, 4) == 2 * MiB);
+    CHECK(rtk_class_round(MiB, 4) == MiB);
+}
+
+static void test_lifetime_packing(void)
+{
+    rtk_planner_t pl;
+    rtk_plan_t p;
+    rtk_planner_reset(&pl);
+    /* sequential lifetimes share one block; two overlapping ones need two */
+    nev = 0;
+    A(MiB); F(MiB); A(MiB); F(MiB);
+    A(2 * MiB); A(2 * MiB); F(2 * MiB); F(2 * MiB);
+    rtk_planner_add_step(&pl, ev, nev);
+    CHECK(rtk_planner_plan(&pl, 0, 4096, &p) == 0);
+    CHECK(p.nclasses == 2);
+    CHECK(blocks_of(&p, MiB) == 1);
+    CHECK(blocks_of(&p, 2 * MiB) == 2);
+    CHECK(p.reserved == MiB + 4 * MiB);
+    /* a later step with 3 overlapping 1 MiB: the plan keeps the maximum over steps */
+    nev = 0;
+    A(MiB); A(MiB); A(MiB); F(MiB); F(MiB); F(MiB);
+    rtk_planner_add_step(&pl, ev, nev);
+    rtk_planner_plan(&pl, 0, 4096, &p);
+    CHECK(blocks_of(&p, MiB) == 3 && blocks_of(&p, 2 * MiB) == 2);
+    /* frees of sizes never allocated in the step (carried elsewhere) do not underflow */
+    nev = 0;
+    F(5 * MiB); A(MiB); F(MiB);
+    rtk_planner_add_step(&pl, ev, nev);
+    rtk_planner_plan(&pl, 0, 4096, &p);
+    CHECK(blocks_of(&p, 5 * MiB) == 0 && p.nclasses == 2);
+}
+
+static void test_spacing_choice(void)
+{
+    rtk_planner_t pl;
+    rtk_plan_t p;
+    /* fixed sizes: exact spacing wastes nothing and wins */
+    rtk_planner_reset(&pl);
+    for (int s = 0; s < 3; s++) {
+        nev = 0;
+        A(3 * MiB + 4096); A(700 * KiB); F(700 * KiB); F(3 * MiB + 4096);
+        rtk_planner_add_step(&pl, ev, nev);
+    }
+    CHECK(rtk_planner_best(&pl, 4096, &p) == 0);
+    CHECK(p.nclasses == 2 && p.reserved == 3 * MiB + 4096 + 700 * KiB);
+    /* sizes varying with the batch (+-3% per step): exact needs a block per size seen; a coarser grid wins */
+    rtk_planner_reset(&pl);
+    for (int s = 0; s < 10; s++) {
+        size_t v = 4 * MiB + (size_t)s * 37 * 4096;
+        nev = 0;
+        A(v); A(v / 2); F(v / 2); F(v);
+        rtk_planner_add_step(&pl, ev, nev);
+    }
+    int sp = rtk_planner_best(&pl, 4096, &p);
+    CHECK(sp > 0);
+    CHECK(p.nclasses <= 4);
+    rtk_plan_t exact;
+    rtk_planner_plan(&pl, 0, 4096, &exact);
+    CHECK(exact.reserved > p.reserved);
+    /* more than RTK_MAX_CLASSES distinct exact sizes: exact is unusable, others still plan */
+    rtk_planner_reset(&pl);
+    nev = 0;
+    for (int i = 0; i < 300; i++) {
+        A(64 * KiB + (size_t)i * 640);
+        F(64 * KiB + (size_t)i * 640);
+    }
+    rtk_planner_add_step(&pl, ev, nev);
+    CHECK(rtk_planner_plan(&pl, 0, 4096, &p) == -1);
+    CHECK(rtk_planner_best(&pl, 4096, &p) > 0 && p.nclasses > 0);
+}
+
+static void test_trim_and_file(void)
+{
+    rtk_plan_t p = {0}, q;
+    p.nclasses = 3;
+    p.cls[0] = (rtk_class_t){64 * KiB, 4, 4096};
+    p.cls[1] = (rtk_class_t){MiB, 2, 4096};
+    p.cls[2] = (rtk_class_t){8 * MiB, 3, 4096};
+    p.spacing = 1;
+    CHECK(rtk_plan_trim(&p, 64 * MiB, 4096) == 256 * KiB + 2 * MiB + 24 * MiB);
+    CHECK(rtk_plan_trim(&p, 12 * MiB, 4096) <= 12 * MiB);
+    CHECK(p.nclasses == 3 && p.cls[2].blocks == 1);
+    char buf[8192], why[256];
+    int n = rtk_plan_format(&p, 32 * KiB, buf, sizeof buf);
+    CHECK(n > 0);
+    CHECK(rtk_plan_parse(buf, &q, why, sizeof why) == 0);
+    CHECK(rtk_plan_equal(&p, &q) && q.spacing == 1 && q.reserved == p.reserved);
+    /* an edited block count breaks the fingerprint */
+    char *line = strstr(buf, "class 1048576 2 ");
+    CHECK(line != NULL);
+    if (line) {
+        line[14] = '3';
+        CHECK(rtk_plan_parse(buf, &q, why, sizeof why) == -1 && strstr(why, "fingerprint"));
+    }
+    CHECK(rtk_plan_parse("rtkit-malloc-plan 99\nend\n", &q, why, sizeof why) == -1 && strstr(why, "version"));
+    CHECK(rtk_plan_parse("hello\n", &q, why, sizeof why) == -1);
+    rtk_plan_format(&p, 32 * KiB, buf, sizeof buf);
+    buf[strlen(buf) - 4] = 0;  /* drop "end\n" */
+    CHECK(rtk_plan_parse(buf, &q, why, sizeof why) == -1 && strstr(why, "truncated"));
+}
+
+static void test_arena(void)
+{
+    rtk_plan_t p = {0};
+    p.nclasses = 3;
+    p.cls[0] = (rtk_class_t){64 * KiB, 2, 4096};
+    p.cls[1] = (rtk_class_t){100 * KiB, 1, 4096};
+    p.cls[2] = (rtk_class_t){MiB, 2, 4096};
+    rtk_arena_t *a = rtk_arena_create(&p, 1, 1);
+    CHECK(a != NULL);
+    if (!a)
+        return;
+    int why;
+    void *x = rtk_arena_alloc(a, 60 * KiB, 64, &why);
+    void *y = rtk_arena_alloc(a, 64 * KiB, 64, &why);
+    CHECK(x && y && x != y && why == RTK_ARENA_OK);
+    /* class 64K exhausted: borrow 100K (<= 2x) */
+    void *z = rtk_arena_alloc(a, 64 * KiB, 64, &why);
+    CHECK(z && rtk_arena_block_size(a, z) == 100 * KiB);
+    void *w = rtk_arena_alloc(a, 64 * KiB, 64, &why);
+    CHECK(!w && why == RTK_ARENA_EXHAUSTED);
+    CHECK(!rtk_arena_alloc(a, 3 * MiB, 64, &why) && why == RTK_ARENA_MISS);
+    CHECK(!rtk_arena_alloc(a, 10 * KiB, 64, &why) && why == RTK_ARENA_MISS);  /* 64K > 2 x 10K */
+    CHECK(!rtk_arena_alloc(a, MiB, 8192, &why));                             /* stricter than 4096 */
+    CHECK(rtk_arena_class_of(a, x) != NULL && rtk_arena_class_of(a, &why) == NULL);
+    CHECK(rtk_arena_free(a, (char *)x + 64) == -1);  /* not a block start */
+    CHECK(rtk_arena_free(a, x) == 0);
+    CHECK(rtk_arena_free(a, x) == -2);                /* double free, debug mode */
+    CHECK(rtk_arena_free(a, y) == 0 && rtk_arena_free(a, z) == 0);
+    CHECK(a->live_blocks == 0);
+    void *m1 = rtk_arena_alloc(a, MiB, 4096, &why), *m2 = rtk_arena_alloc(a, MiB - 5, 64, &why);
+    CHECK(m1 && m2 && ((uintptr_t)m1 & 4095) == 0 && ((uintptr_t)m2 & 4095) == 0);
+    memset(m1, 1, MiB);
+    memset(m2, 2, MiB);
+    rtk_arena_free(a, m1);
+    rtk_arena_free(a, m2);
+}
+
+static void test_env(void)
+{
+    size_t s;
+    int b;
+    long v;
+    CHECK(rtk_parse_size("4096", &s) == 0 && s == 4096);
+    CHECK(rtk_parse_size(" 64K ", &s) == 0 && s == 64 * KiB);
+    CHECK(rtk_parse_size("2G", &s) == 0 && s == (size_t)2 << 30);
+    CHECK(rtk_parse_size("1MiB", &s) == 0 && s == MiB);
+    CHECK(rtk_parse_size("3mb", &s) == 0 && s == 3 * MiB);
+    CHECK(rtk_parse_size("1.5M", &s) == -1);
+    CHECK(rtk_parse_size("-1", &s) == -1);
+    CHECK(rtk_parse_size("", &s) == -1);
+    CHECK(rtk_parse_size("99999999999999999999", &s) == -1);
+    CHECK(rtk_parse_size("99999999999T", &s) == -1);
+    CHECK(rtk_parse_bool("On", &b) == 0 && b == 1);
+    CHECK(rtk_parse_bool("0", &b) == 0 && b == 0);
+    CHECK(rtk_parse_bool("maybe", &b) == -1);
+    CHECK(rtk_parse_int(" -12 ", &v) == 0 && v == -12);
+    CHECK(rtk_parse_int("12x", &v) == -1);
+    char sink[256] = "";
+    setenv("RTKIT_TEST_SIZE", "12Q", 1);
+    rtk_env_set_error_sink(sink, sizeof sink);
+    rtk_env_set_quiet(1);
+    CHECK(rtk_env_size("RTKIT_TEST_SIZE", 7, 0, (size_t)-1, &s) == -1 && s == 7);
+    CHECK(strstr(sink, "RTKIT_TEST_SIZE='12Q'") && strstr(sink, "a size such as"));
+    setenv("RTKIT_TEST_INT", "0", 1);
+    CHECK(rtk_env_int("RTKIT_TEST_INT", 3, 1, 100, &v) == -1 && v == 3 && strstr(sink, ">= 1"));
+    unsetenv("RTKIT_TEST_INT");
+    CHECK(rtk_env_int("RTKIT_TEST_INT", 3, 1, 100, &v) == 0 && v == 3);
+    setenv("RTKIT_TEST_BOOL", "off", 1);
+    CHECK(rtk_env_bool("RTKIT_TEST_BOOL", 1, &b) == 0 && b == 0);
+}
+
+int main(void)
+{
+    test_class_round();
+    test_lifetime_packing();
+    test_spacing_choice();
+    test_trim_and_file();
+    test_arena();
+    test_env();
+    if (g_failures) {
+        fprintf(stderr, "prmalloc_unit_plan: %d check(s) failed\n", g_failures);
+        return 1;
+    }
+    printf("prmalloc_unit_plan: ok\n");
+    return 0;
+}
