@@ -13,7 +13,7 @@ SAME_BAND = 0.02     # ratios within 2% of 1.0 are called "same", not better/wor
 
 def _cpu_ms_per_step(r: Dict[str, Any]) -> Optional[float]:
     cpu, n = sec.cpu_seconds(r), get(r, "steps.count")
-    if cpu is None or not n:
+    if cpu is None or not fmt.is_num(n) or not n:
         return None
     return cpu * 1000.0 / n
 
@@ -66,6 +66,7 @@ def _who(r: Dict[str, Any], path: str) -> Dict[str, Any]:
 
 def compare(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str = "") -> Dict[str, Any]:
     """The comparison as data: each metric with both values, the ratio B/A and which run is better."""
+    a, b = sec.normalize(a), sec.normalize(b)
     rows = []
     for key, label, getter, _f, lower in METRICS:
         va, vb = getter(a), getter(b)

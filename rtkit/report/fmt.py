@@ -89,7 +89,7 @@ def by_key(key: str, v: Any) -> str:
     if not is_num(v):
         return str(v)
     k = unit_key(key)
-    if k.endswith("bytes") or k.endswith("_size") or k == "size":
+    if k.endswith("bytes") or k.startswith("bytes_") or k.endswith("_size") or k == "size":
         return nbytes(v)
     if k.endswith("_ms") or k == "ms":
         return ms(v)
@@ -105,13 +105,13 @@ def by_key(key: str, v: Any) -> str:
         return pct(v)
     if k.endswith("percent") or k.endswith("_pct"):
         return f"{num(v)}%"
-    if k.endswith("speedup") or k.endswith("ratio"):
+    if k.endswith("speedup") or k.endswith("ratio") or k.endswith("_x"):
         return ratio(v)
     return num(v)
 
 
 _STATS = ("_median", "_mean", "_avg", "_p5", "_p50", "_p90", "_p95", "_p99", "_min", "_max", "_total", "_sum",
-          "_before_plan", "_after_plan", "_before", "_after", "_peak", "_last", "_first")
+          "_before_plan", "_after_plan", "_per_step", "_before", "_after", "_peak", "_last", "_first")
 
 
 def unit_key(key: str) -> str:
@@ -145,11 +145,16 @@ def get(d: Any, path: str, default: Any = None) -> Any:
 
 def first(d: Any, *paths: str) -> Any:
     """The first present, non-null value among several candidate key paths."""
+    return first_kv(d, *paths)[1]
+
+
+def first_kv(d: Any, *paths: str) -> tuple:
+    """(path, value) of the first present, non-null candidate; (None, None) when none is."""
     for p in paths:
         v = get(d, p)
         if v is not None:
-            return v
-    return None
+            return p, v
+    return None, None
 
 
 def safe_ratio(b: Any, a: Any) -> Optional[float]:

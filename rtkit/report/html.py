@@ -34,7 +34,9 @@ footer{margin-top:30px;color:#888;font-size:12px}
 
 
 def _kv_table(rows: List[tuple]) -> str:
-    body = "".join(f"<tr><td>{escape(str(k).strip())}</td><td>{escape(str(v))}</td></tr>" for k, v in rows)
+    body = "".join(
+        f'<tr><td style="padding-left:{9 + 7 * (len(k) - len(k.lstrip(" ")))}px">{escape(k.strip())}</td>'
+        f"<td>{escape(str(v))}</td></tr>" for k, v in ((str(k), v) for k, v in rows))
     return f'<table class="kv">{body}</table>'
 
 
@@ -75,16 +77,20 @@ def _byte_scale(values: List[float]) -> tuple:
 
 def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
     """SVG plots keyed by the section they belong to."""
+    report = sec.normalize(report)
     out: Dict[str, List[str]] = {"process": [], "steps": [], "allocator": [], "scheduler": []}
     ser = sec.series(report)
-    warm = get(report, "steps.warmup_steps") or 0
+    warm = get(report, "steps.warmup_steps")
+    warm = warm if fmt.is_num(warm) else 0
     per = get(report, "steps.per_step") or []
     first_step = ser["step_ms"][0][0] if ser["step_ms"] else 0
     shade = (first_step - 0.5, first_step + warm - 0.5, "warm-up") if warm and ser["step_ms"] else None
     if ser["rss"]:
         unit, mult = _byte_scale([y for _, y in ser["rss"]])
+        per_t = [x.get("t_s") for x in per if isinstance(x, dict) and fmt.is_num(x.get("t_s"))]
+        span = (min(per_t), max(per_t), "training steps") if len(per_t) >= 2 else None
         out["process"].append(svg.line_chart([("RSS", ser["rss"])], "RSS over time", "time (s)", f"RSS ({unit})",
-                                             yscale=mult))
+                                             yscale=mult, shade_x=span))
     if ser["step_ms"]:
         median = get(report, "steps.summary.step_ms_median")
         out["steps"].append(svg.line_chart(
@@ -98,12 +104,18 @@ def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
     if isinstance(alloc, dict):
         per_alloc = sec.allocator_per_step(alloc)
         if per_alloc:
+            span = sec.allocator_profile_span(alloc)
             out["allocator"].append(svg.bar_chart(
                 [("arena hits", [(s, h) for s, h, _ in per_alloc]), ("fallbacks", [(s, f) for s, _, f in per_alloc])],
-                "Allocator: arena hits and fallbacks per step", "step", "allocations"))
+                "Allocator: arena hits and fallbacks per step", "step (allocator's count)", "allocations",
+                shade_x=(span[0] - 0.5, span[1] + 0.5, "profiling") if span else None))
     sched = report.get("scheduler")
     if isinstance(sched, dict):
-        trials = fmt.first(sched, "trials", "tuning.trials", "tune.trials")
+        occ = sec.sched_occupancy_series(sched)
+        if len(occ) >= 2:
+            out["scheduler"].append(svg.line_chart([("queued", occ)], "Pipeline occupancy (input batches ready)",
+                                                   "sample", "batches"))
+        trials = fmt.first(sched, *sec.SCHED_TRIALS)
         if isinstance(trials, list):
             pts = []
             for i, t in enumerate(trials):
@@ -136,6 +148,7 @@ def _cards(report: Dict[str, Any]) -> str:
 
 def render(report: Dict[str, Any]) -> str:
     """The report as one HTML document (a string)."""
+    report = sec.normalize(report)
     run = report.get("run") or {}
     status = str(run.get("status") or "unknown")
     name = run.get("name") or os.path.basename(str(run.get("run_dir") or "")) or "run"

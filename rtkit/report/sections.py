@@ -95,21 +95,26 @@ def table_from_records(title: str, records: Any, key_name: str = "name", limit: 
 
 
 def generic_rows(d: Dict[str, Any], skip: Iterable[str] = (), prefix: str = "", depth: int = 0) -> List[Tuple[str, str]]:
-    """Every scalar figure in `d` (nested dicts flattened with dots), except keys in `skip`."""
+    """Every scalar figure in `d`, except keys in `skip` (a bare key, or a dotted path from the
+    section's top). Nested dicts become a heading row and indented rows; nulls are left out."""
     skip = set(skip)
     rows: List[Tuple[str, str]] = []
+    indent = "  " * depth
     for k, v in d.items():
         path = prefix + k
-        if path in skip or k in skip:
+        if path in skip or k in skip or v is None or v == "" or v == []:
             continue
         if isinstance(v, dict):
             if depth < 2:
-                rows.extend(generic_rows(v, skip, path + ".", depth + 1))
+                inner = generic_rows(v, skip, path + ".", depth + 1)
+                if inner:
+                    rows.append((indent + fmt.label(k), ""))
+                    rows.extend(inner)
         elif isinstance(v, list):
             if all(not isinstance(x, (dict, list)) for x in v) and len(v) <= 16:
-                rows.append((fmt.label(path), fmt.by_key(k, v)))
+                rows.append((indent + fmt.label(k), fmt.by_key(k, v)))
         else:
-            rows.append((fmt.label(path), fmt.by_key(k, v)))
+            rows.append((indent + fmt.label(k), fmt.by_key(k, v)))
     return rows
 
 
@@ -137,6 +142,41 @@ def _notes(d: Any) -> List[str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# tolerance: a report from another version, or one cut short, must still render
+
+_DICTS = {"run": ("settings", "versions", "host", "child_env"), "process": (), "steps": ("summary", "hook")}
+_LISTS = {"process": ("samples",), "steps": ("per_step", "other_signatures")}
+
+
+def normalize(report: Any) -> Dict[str, Any]:
+    """A shallow-fixed copy: known sections and their known sub-tables have the right container
+    types (wrong ones become empty), list items that are not records are dropped. Values keep
+    their types; every formatter copes with a wrong scalar."""
+    if not isinstance(report, dict):
+        return {"run": {}, "process": {}, "steps": {}, "notes": []}
+    out = dict(report)
+    for name, subs in _DICTS.items():
+        sec_ = out.get(name)
+        sec_ = dict(sec_) if isinstance(sec_, dict) else {}
+        for sub in subs:
+            if sub in sec_ and not isinstance(sec_[sub], dict):
+                sec_[sub] = {}
+        for sub in _LISTS.get(name, ()):
+            if sub in sec_:
+                sec_[sub] = [x for x in sec_[sub] if isinstance(x, dict)] if isinstance(sec_[sub], list) else []
+        out[name] = sec_
+    settings = out["run"].get("settings")
+    if isinstance(settings, dict):
+        out["run"]["settings"] = {k: v for k, v in settings.items() if isinstance(v, dict)}
+    for name in ("allocator", "pmem", "scheduler"):
+        if name in out and not isinstance(out[name], dict):
+            out[name] = None
+    notes = out.get("notes")
+    out["notes"] = [str(n) for n in notes] if isinstance(notes, list) else ([] if notes is None else [str(notes)])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # derived figures used by several views
 
 
@@ -147,7 +187,7 @@ def faults_per_step(report: Dict[str, Any]) -> Optional[float]:
 def cpu_seconds(report: Dict[str, Any]) -> Optional[float]:
     u, s = get(report, "process.cpu_user_s"), get(report, "process.cpu_system_s")
     if fmt.is_num(u) or fmt.is_num(s):
-        return (u or 0) + (s or 0)
+        return (u if fmt.is_num(u) else 0) + (s if fmt.is_num(s) else 0)
     return None
 
 
@@ -197,6 +237,12 @@ def allocator_faults(alloc: Any) -> Tuple[Any, Any]:
     return before, after
 
 
+def allocator_profile_span(alloc: Any) -> Optional[Tuple[float, float]]:
+    """(first, last) step the allocator profiled, when it says."""
+    a, b = first(alloc, "profile.start_step"), first(alloc, "profile.end_step", "plan.made_at_step")
+    return (a, b) if fmt.is_num(a) and fmt.is_num(b) and b >= a else None
+
+
 def allocator_per_step(alloc: Any) -> List[Tuple[Any, float, float]]:
     """[(step, hits, fallbacks)] from the allocator's per-step census, when it has one."""
     seq = first(alloc, "per_step", "census.per_step", "steps", "per_step_census")
@@ -208,7 +254,7 @@ def allocator_per_step(alloc: Any) -> List[Tuple[Any, float, float]]:
             h = first(r, "arena_hits", "hits", "served_arena", "arena", "calls.arena")
             f = first(r, "fallbacks", "fallback", "fallback_calls", "calls.fallback")
             if fmt.is_num(h) or fmt.is_num(f):
-                out.append((r.get("step", i), h if fmt.is_num(h) else 0, f if fmt.is_num(f) else 0))
+                out.append((_step_no(r, i - 1), h if fmt.is_num(h) else 0, f if fmt.is_num(f) else 0))
     return out
 
 
@@ -221,16 +267,31 @@ def plan_reserved(alloc: Any) -> Any:
                  "arenas.reserved_bytes")
 
 
+SCHED_SPEEDUP = ("speedup_over_first_x", "tuning.speedup_over_first_x", "speedup", "tuning.speedup",
+                 "speedup_over_first")
+SCHED_OCCUPANCY = ("pipeline.occupancy_mean_batches", "pipeline.occupancy", "occupancy", "pipeline_occupancy")
+SCHED_CHOSEN = ("chosen", "chosen_config", "config", "tuning.chosen", "applied")
+SCHED_TRIALS = ("tuning.trials", "trials", "tune.trials")
+
+
 def sched_speedup(sched: Any) -> Any:
-    return first(sched, "speedup", "tuning.speedup", "tune.speedup", "speedup_over_first")
+    return first(sched, *SCHED_SPEEDUP)
 
 
-def sched_occupancy(sched: Any) -> Any:
-    return first(sched, "pipeline.occupancy", "occupancy", "pipeline_occupancy", "stage.occupancy")
+def sched_occupancy(sched: Any) -> tuple:
+    """(key, value): the key says the unit (a fraction, or batches queued ahead)."""
+    return fmt.first_kv(sched, *SCHED_OCCUPANCY)
 
 
 def sched_chosen(sched: Any) -> Any:
-    return first(sched, "chosen", "chosen_config", "config", "tuning.chosen", "tune.chosen", "applied")
+    return first(sched, *SCHED_CHOSEN)
+
+
+def sched_occupancy_series(sched: Any) -> List[Tuple[float, float]]:
+    seq = first(sched, "pipeline.occupancy_samples_batches", "pipeline.occupancy_samples")
+    if not isinstance(seq, list):
+        return []
+    return [(i + 1, v) for i, v in enumerate(seq) if fmt.is_num(v)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,7 +449,16 @@ def allocator_section(report: Dict[str, Any]) -> Section:
         text = f"{len(classes)} classes"
         if blocks is not None:
             text += f", {fmt.num(blocks)} blocks"
+        plan = a.get("plan")
+        if isinstance(plan, dict):   # the plan's other scalars (spacing, source...) on the same line
+            text += "".join(f", {fmt.label(k)} {fmt.by_key(k, v)}" for k, v in plan.items()
+                            if k not in ("classes", "reserved_bytes", "blocks") and v not in (None, "", False)
+                            and not isinstance(v, (dict, list)) and not k.endswith("path"))
         _add(s.rows, "plan", None, text=text)
+        if isinstance(plan, dict):
+            for k, v in plan.items():
+                if k.endswith("path") and v:
+                    _add(s.rows, "plan file" if k == "plan_path" else fmt.label(k), v)
     elif fmt.is_num(classes):
         _add(s.rows, "plan", None, text=f"{fmt.num(classes)} classes")
     _add(s.rows, "reserved", plan_reserved(a), "reserved_bytes")
@@ -405,7 +475,10 @@ def allocator_section(report: Dict[str, Any]) -> Section:
               "fallback_calls", "reserved_bytes", "classes", "notes", "faults_per_step_before_plan",
               "faults_per_step_after_plan", "minor_faults_per_step_before_plan",
               "minor_faults_per_step_after_plan", "before_plan", "after_plan", "faults_per_step",
-              "plan.classes", "plan.reserved_bytes", "plan.blocks"}
+              "plan.classes", "plan.reserved_bytes", "plan.blocks", "schema_version", "pid", "config",
+              "totals.arena_hits", "totals.fallbacks", "totals.hit_rate", "census.arena_hits", "census.fallbacks"}
+    if isinstance(classes, (list, dict)) and isinstance(a.get("plan"), dict):
+        shown |= {f"plan.{k}" for k, v in a["plan"].items() if not isinstance(v, (dict, list))}
     extra = generic_rows(a, skip=shown)
     if extra:
         s.rows.extend(extra)
@@ -446,20 +519,26 @@ def scheduler_section(report: Dict[str, Any]) -> Section:
     if not isinstance(sc, dict):
         s.off = "off"
         return s
-    skip = {"notes", "stages", "trials", "speedup", "occupancy", "chosen", "chosen_config", "config", "applied"}
     _add(s.rows, "state", first(sc, "state", "status", "mode"))
-    skip |= {"state", "status", "mode"}
     chosen = sched_chosen(sc)
     if chosen is not None:
         _add(s.rows, "chosen config", chosen, "chosen")
-    trials = first(sc, "trials", "tuning.trials", "tune.trials")
+    trials = first(sc, *SCHED_TRIALS)
+    tuning = sc.get("tuning")
     if isinstance(trials, list):
-        _add(s.rows, "tuning trials", None, text=str(len(trials)))
-    _add(s.rows, "speedup", sched_speedup(sc), "speedup")
-    _add(s.rows, "pipeline occupancy", sched_occupancy(sc), "occupancy")
-    s.rows.extend(generic_rows(sc, skip=skip | {"tuning.trials", "tune.trials", "tuning.speedup",
-                                                "tune.speedup", "pipeline.occupancy", "tuning.chosen",
-                                                "tune.chosen"}))
+        text = str(len(trials))
+        if isinstance(tuning, dict) and tuning.get("steps_used") is not None:
+            text += f" ({fmt.num(tuning.get('steps_used'))} steps used)"
+        _add(s.rows, "tuning trials", None, text=text)
+    _add(s.rows, "speedup over first config", sched_speedup(sc), "speedup")
+    okey, occ = sched_occupancy(sc)
+    if occ is not None:
+        text = fmt.by_key(okey, occ) if not okey.endswith("batches") else f"{fmt.num(occ)} batches queued (mean)"
+        _add(s.rows, "pipeline occupancy", None, text=text)
+    shown = {"state", "status", "mode", "notes", "stages", "schema_version", "pid", "settings", "step_signature",
+             "sessions", "keras", *SCHED_SPEEDUP, *SCHED_OCCUPANCY, *SCHED_CHOSEN, *SCHED_TRIALS,
+             "pipeline.occupancy_samples_batches"}
+    s.rows.extend(generic_rows(sc, skip=shown))
     stages = first(sc, "stages", "analysis.stages")
     t = table_from_records("stages", stages, key_name="stage")
     if t:
@@ -497,6 +576,7 @@ def notes_section(report: Dict[str, Any]) -> Section:
 
 
 def build_sections(report: Dict[str, Any]) -> List[Section]:
+    report = normalize(report)
     return [run_section(report), steps_section(report), process_section(report), allocator_section(report),
             pmem_section(report), scheduler_section(report), notes_section(report)]
 
@@ -505,14 +585,20 @@ def build_sections(report: Dict[str, Any]) -> List[Section]:
 # series for plots (lists of (x, y))
 
 
+def _step_no(rec: Dict[str, Any], i: int) -> float:
+    v = rec.get("step")
+    return v if fmt.is_num(v) else i + 1
+
+
 def series(report: Dict[str, Any]) -> Dict[str, Sequence[Tuple[float, float]]]:
+    report = normalize(report)
     out: Dict[str, Sequence[Tuple[float, float]]] = {}
     samples = get(report, "process.samples") or []
     out["rss"] = [(x["t_s"], x["rss_bytes"]) for x in samples
                   if isinstance(x, dict) and fmt.is_num(x.get("t_s")) and fmt.is_num(x.get("rss_bytes"))]
     per = get(report, "steps.per_step") or []
-    out["step_ms"] = [(x.get("step", i), x["step_ms"]) for i, x in enumerate(per)
+    out["step_ms"] = [(_step_no(x, i), x["step_ms"]) for i, x in enumerate(per)
                       if isinstance(x, dict) and fmt.is_num(x.get("step_ms"))]
-    out["faults"] = [(x.get("step", i), x["minor_faults"]) for i, x in enumerate(per)
+    out["faults"] = [(_step_no(x, i), x["minor_faults"]) for i, x in enumerate(per)
                      if isinstance(x, dict) and fmt.is_num(x.get("minor_faults"))]
     return out

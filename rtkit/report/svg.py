@@ -153,7 +153,14 @@ def bar_chart(series: Sequence[Tuple[str, Sequence[Point]]], title: str, xlabel:
     for _, pts in series:
         for x, y in pts:
             totals[float(x)] += max(0.0, float(y))
-    yticks = nice_ticks(0.0, max(totals.values()) or 1.0)
+    top, cap = max(totals.values()) or 1.0, None
+    ordered = sorted(totals.values())
+    ref = ordered[int(0.9 * (len(ordered) - 1))]
+    if ref > 0 and top > 5 * ref:
+        # a few outliers (first step, warm-up) would flatten the steady state: clip them, label them
+        cap = nice_ticks(0.0, 2.5 * ref)[-1]
+        top = cap
+    yticks = nice_ticks(0.0, top)
     xlo, xhi = xs[0] - 0.5, xs[-1] + 0.5
     f = _Frame(width, height, xlo, xhi, 0.0, yticks[-1])
     xticks = [t for t in nice_ticks(xs[0], xs[-1], 8) if xs[0] <= t <= xs[-1] and float(t).is_integer()] or [xs[0]]
@@ -173,12 +180,21 @@ def bar_chart(series: Sequence[Tuple[str, Sequence[Point]]], title: str, xlabel:
         rects = []
         for x, y in pts:
             x, y = float(x), max(0.0, float(y))
-            if y <= 0:
+            if y <= 0 or (cap is not None and base[x] >= cap):
                 continue
-            y0, y1 = f.y(base[x]), f.y(base[x] + y)
+            y0, y1 = f.y(base[x]), f.y(min(cap, base[x] + y) if cap is not None else base[x] + y)
             base[x] += y
             rects.append(f'<rect x="{f.x(x) - bw / 2:.1f}" y="{y1:.1f}" width="{bw:.1f}" height="{max(0.5, y0 - y1):.1f}"/>')
         body.append(f'<g fill="{colour}">' + "".join(rects) + "</g>")
+    if cap is not None:
+        clipped = [x for x in xs if totals[x] > cap]
+        if bw >= 9:   # the value of each clipped bar, written down the bar
+            for x in clipped[:50]:
+                body.append(f'<text transform="translate({f.x(x) + 3:.1f},{f.top + 4}) rotate(90)" font-size="9" '
+                            f'fill="#fff" font-weight="bold">{escape(_plain(totals[x]))}</text>')
+        body.append(f'<text x="{f.w - f.right}" y="{f.top - 2}" font-size="10" fill="#666" text-anchor="end">'
+                    f'{len(clipped)} bar(s) above {escape(yfmt(cap))} cut at the top'
+                    f'{", value written in the bar" if bw >= 9 else ""}</text>')
     if len(series) > 1:
         body.extend(_legend(f, [n for n, _ in series], colours))
     return _svg(width, height, body, title)

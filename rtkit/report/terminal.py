@@ -40,7 +40,7 @@ def kv_lines(rows: List[tuple], width: int = WIDTH) -> List[str]:
         if len(name) > lw:   # a long label gets its own line
             out.append(f"  {name}")
             name = ""
-        out.append(f"  {name:<{lw}}  {pieces[0]}")
+        out.append(f"  {name:<{lw}}  {pieces[0]}".rstrip())
         out.extend(f"  {'':<{lw}}  {p}" for p in pieces[1:])
     return out
 
@@ -106,6 +106,7 @@ def render(report: Dict[str, Any], colour: bool = False, width: int = WIDTH) -> 
 def summary_lines(report: Dict[str, Any], report_path: Optional[str] = None) -> List[str]:
     """The short summary `rtkit run` prints on stderr at the end (4 to 8 lines, each 'rtkit: ...').
     The last line is `rtkit: report: <path>` (report_path, else run.run_dir/report.json)."""
+    report = sec.normalize(report)
     run = report.get("run") or {}
     status = run.get("status") or "unknown"
     code = run.get("exit_code")
@@ -155,7 +156,11 @@ def summary_lines(report: Dict[str, Any], report_path: Optional[str] = None) -> 
         lines.append(text)
     sched = report.get("scheduler")
     if isinstance(sched, dict):
-        text = f"rtkit: scheduler: {get(sched, 'state') or 'on'}"
+        state = get(sched, "state") or ("on, pipelined" if get(sched, "pipeline.enabled") else "on")
+        text = f"rtkit: scheduler: {state}"
+        chosen = sec.sched_chosen(sched)
+        if isinstance(chosen, dict):
+            text += ", " + ", ".join(f"{k}={v}" for k, v in chosen.items() if not isinstance(v, (dict, list)))
         sp = sec.sched_speedup(sched)
         if fmt.is_num(sp):
             text += f", speedup {fmt.ratio(sp)}"

@@ -1,0 +1,449 @@
+# test_report_render.py -- `rtkit report` (terminal, --json, --html), summary lines and `rtkit compare` on real runs and edge cases.
+import copy
+import json
+import os
+import re
+import sys
+from html.parser import HTMLParser
+
+import pytest
+
+from conftest import load_report, requires_tf, run_rtkit
+from rtkit.report import compare as compare_mod
+from rtkit.report import fmt, html as html_mod, terminal
+
+PY = sys.executable
+TF_STEPS = 30
+
+TF_SCRIPT = f"""
+import numpy as np, tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+x = tf.compat.v1.placeholder(tf.float32, [None, 128])
+w = tf.Variable(tf.random.normal([128, 128]))
+loss = tf.reduce_sum(tf.matmul(tf.matmul(x, w), w))
+train = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss)
+with tf.compat.v1.Session() as s:
+    s.run(tf.compat.v1.global_variables_initializer())
+    for i in range({TF_STEPS}):
+        s.run([loss, train], {{x: np.random.rand(256, 128).astype(np.float32)}})
+"""
+
+ANSI = re.compile(r"\x1b\[")
+
+
+# ---------------------------------------------------------------------------------------------
+# real runs, made once per module
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Real run directories from the real `rtkit run`: a TF session job, a second one with the
+    scheduler on, a plain Python job, and a job that fails with exit code 3."""
+    base = tmp_path_factory.mktemp("runs")
+    out = {}
+    script = base / "train.py"
+    script.write_text(TF_SCRIPT)
+    plain = "import time\nx = [bytearray(1 << 20) for _ in range(40)]\ntime.sleep(0.6)\n"
+    out["plain"] = str(base / "plain")
+    out["plain_proc"] = run_rtkit(["run", "--run-dir", out["plain"], "--", PY, "-c", plain], check_rc=0)
+    out["fail"] = str(base / "fail")
+    out["fail_proc"] = run_rtkit(["run", "--run-dir", out["fail"], "--", PY, "-c", "import sys; sys.exit(3)"],
+                                 check_rc=3)
+    return out, base, script
+
+
+@pytest.fixture(scope="module")
+def tf_runs(runs):
+    out, base, script = runs
+    tf = {}
+    tf["a"] = str(base / "tf_a")
+    tf["a_proc"] = run_rtkit(["run", "--run-dir", tf["a"], "--", PY, str(script)], check_rc=0)
+    tf["b"] = str(base / "tf_b")
+    tf["b_proc"] = run_rtkit(["run", "--run-dir", tf["b"], "--set", "sched=on", "--", PY, str(script)], check_rc=0)
+    return tf
+
+
+def report_cli(*args):
+    return run_rtkit(["report", *map(str, args)])
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML checks
+
+
+class _Checker(HTMLParser):
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack, self.errors, self.tags, self.urls, self.text = [], [], [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.urls.extend(v for k, v in attrs if k in ("src", "href", "xlink:href") and v)
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append(tag)
+        self.urls.extend(v for k, v in attrs if k in ("src", "href", "xlink:href") and v)
+
+    def handle_endtag(self, tag):
+        if tag in self.VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1] if self.stack else 'nothing'}")
+        else:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def check_html(text):
+    c = _Checker()
+    c.feed(text)
+    c.close()
+    assert not c.errors, c.errors[:5]
+    assert not c.stack, f"unclosed: {c.stack}"
+    assert text.startswith("<!DOCTYPE html>")
+    for bad in ("script", "link", "img", "iframe"):
+        assert bad not in c.tags, f"<{bad}> in a self-contained report"
+    assert not [u for u in c.urls if not u.startswith("#")], c.urls
+    assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in text
+    return c
+
+
+# ---------------------------------------------------------------------------------------------
+# terminal view on real runs
+
+
+@requires_tf
+def test_terminal_report_of_a_real_tf_run(tf_runs):
+    rep = load_report(tf_runs["a"])
+    assert rep["steps"]["count"] == TF_STEPS
+    proc = report_cli(tf_runs["a"])
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert not ANSI.search(text), "colour codes when stdout is not a tty"
+    for line in text.splitlines():
+        assert len(line) <= 80, f"line over 80 columns: {line!r}"
+    summ = rep["steps"]["summary"]
+    assert f"{TF_STEPS} (session)" in text
+    assert fmt.ms(summ["step_ms_median"]) in text
+    assert f"{fmt.ms(summ['step_ms_p5'])} / {fmt.ms(summ['step_ms_p95'])}" in text
+    assert fmt.nbytes(rep["process"]["peak_rss_bytes"]) in text
+    assert f"{fmt.num(rep['process']['minor_faults'])} / {fmt.num(rep['process']['major_faults'])}" in text
+    assert "status     ok" in text.replace("status ", "status     ", 1) or re.search(r"status\s+ok", text)
+    for title in ("Run", "Steps", "Process"):
+        assert re.search(rf"^{title}\n-+$", text, re.M), title
+    assert re.search(r"^PMEM tier: off$", text, re.M)
+    assert re.search(r"^Notes: none$|^Notes\n", text, re.M)
+
+
+@requires_tf
+def test_scheduler_section_of_a_real_run(tf_runs):
+    rep = load_report(tf_runs["b"])
+    assert isinstance(rep["scheduler"], dict), "scheduler on but no scheduler section"
+    text = report_cli(tf_runs["b"]).stdout
+    assert re.search(r"^Scheduler\n-+$", text, re.M)
+    assert "stages:" in text
+    settings = re.search(r"settings\s+(\d+) not default", text)
+    assert settings and int(settings.group(1)) >= 1
+    assert re.search(r"sched\s+on\s+\[cli\]", text)
+
+
+def test_terminal_report_of_a_failed_run(runs):
+    out, _, _ = runs
+    text = report_cli(out["fail"]).stdout
+    assert re.search(r"status\s+failed", text)
+    assert re.search(r"exit code\s+3", text)
+    assert re.search(r"^Steps\n-+\n\s+steps\s+0 \(none\)", text, re.M)
+    assert re.search(r"^Allocator \(PRMalloc\): off$", text, re.M) or "Allocator (PRMalloc)\n" in text
+
+
+def test_summary_lines_real_run(runs):
+    out, _, _ = runs
+    rep = load_report(out["plain"])
+    lines = terminal.summary_lines(rep)
+    assert 3 <= len(lines) <= 8
+    assert all(line.startswith("rtkit: ") for line in lines)
+    assert lines[0].startswith("rtkit: ok (exit 0)")
+    assert lines[-1] == f"rtkit: report: {os.path.join(out['plain'], 'report.json')}"
+    assert fmt.nbytes(rep["process"]["peak_rss_bytes"]) in "\n".join(lines)
+    # rtkit run itself printed them on stderr
+    assert lines[0] in out["plain_proc"].stderr
+
+
+@requires_tf
+def test_summary_lines_have_steps(tf_runs):
+    rep = load_report(tf_runs["a"])
+    text = "\n".join(terminal.summary_lines(rep))
+    assert f"steps: {TF_STEPS} (session)" in text
+    assert fmt.ms(rep["steps"]["summary"]["step_ms_median"]) in text
+    assert f"steps: {TF_STEPS} (session)" in tf_runs["a_proc"].stderr
+
+
+def test_json_flag_prints_the_report(runs):
+    out, _, _ = runs
+    proc = report_cli(out["plain"], "--json")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == load_report(out["plain"])
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML on real runs
+
+
+@requires_tf
+def test_html_report_of_a_real_run(tf_runs, tmp_path):
+    proc = report_cli(tf_runs["a"], "--html")
+    assert proc.returncode == 0, proc.stderr
+    path = os.path.join(tf_runs["a"], "report.html")
+    assert proc.stdout.strip() == path
+    text = open(path, encoding="utf-8").read()
+    c = check_html(text)
+    assert c.tags.count("svg") >= 3, "RSS, step time and faults plots"
+    for title in ("RSS over time", "Step time per step", "Minor page faults per step"):
+        assert title in text
+    rep = load_report(tf_runs["a"])
+    body = "".join(c.text)
+    assert fmt.ms(rep["steps"]["summary"]["step_ms_median"]) in body
+    assert fmt.nbytes(rep["process"]["peak_rss_bytes"]) in body
+    # one polyline point per step in the step-time plot
+    step_svg = text[text.index("Step time per step"):]
+    points = re.search(r'<polyline[^>]*points="([^"]+)"', step_svg).group(1).split()
+    assert len(points) == TF_STEPS
+    # explicit path
+    other = tmp_path / "x.html"
+    proc = report_cli(tf_runs["a"], "--html", other)
+    assert proc.returncode == 0 and other.exists()
+
+
+def test_html_of_failed_run_without_steps(runs, tmp_path):
+    out, _, _ = runs
+    dest = tmp_path / "f.html"
+    assert report_cli(out["fail"], "--html", dest).returncode == 0
+    text = dest.read_text()
+    check_html(text)
+    assert "Step time per step" not in text           # no steps, no step plot
+    assert 'class="status failed"' in text
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_missing_or_bad_run_dir(tmp_path):
+    for args in ([tmp_path / "nope"], [tmp_path], [tmp_path / "nope", "--json"], [tmp_path / "nope", "--html"]):
+        proc = report_cli(*args)
+        assert proc.returncode == 2, args
+        assert proc.stdout == ""
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("rtkit: "), proc.stderr
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "report.json").write_text("{ not json")
+    proc = report_cli(bad)
+    assert proc.returncode == 2 and "not valid JSON" in proc.stderr
+    (bad / "report.json").write_text("[1, 2]")
+    proc = report_cli(bad)
+    assert proc.returncode == 2 and "not an rtkit report" in proc.stderr
+    proc = run_rtkit(["compare", str(tmp_path / "nope"), str(bad)])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_html_unwritable_path(runs, tmp_path):
+    out, _, _ = runs
+    proc = report_cli(out["plain"], "--html", tmp_path / "no" / "such" / "dir" / "r.html")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("rtkit: cannot write")
+
+
+# ---------------------------------------------------------------------------------------------
+# compare
+
+
+@requires_tf
+def test_compare_two_real_runs(tf_runs):
+    a, b = load_report(tf_runs["a"]), load_report(tf_runs["b"])
+    proc = run_rtkit(["compare", tf_runs["a"], tf_runs["b"], "--json"])
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    metrics = {m["key"]: m for m in data["metrics"]}
+    expect = {
+        "step_ms_median": (a["steps"]["summary"]["step_ms_median"], b["steps"]["summary"]["step_ms_median"]),
+        "step_ms_p95": (a["steps"]["summary"]["step_ms_p95"], b["steps"]["summary"]["step_ms_p95"]),
+        "steps_per_s": (a["steps"]["summary"]["steps_per_s"], b["steps"]["summary"]["steps_per_s"]),
+        "peak_rss_bytes": (a["process"]["peak_rss_bytes"], b["process"]["peak_rss_bytes"]),
+        "cpu_s": (a["process"]["cpu_user_s"] + a["process"]["cpu_system_s"],
+                  b["process"]["cpu_user_s"] + b["process"]["cpu_system_s"]),
+    }
+    for key, (va, vb) in expect.items():
+        m = metrics[key]
+        assert m["a"] == pytest.approx(va) and m["b"] == pytest.approx(vb), key
+        assert m["ratio"] == pytest.approx(vb / va), key
+    assert metrics["steps"]["a"] == metrics["steps"]["b"] == TF_STEPS
+    assert {"key": "sched", "a": False, "b": True} in data["settings_differ"]
+    text = run_rtkit(["compare", tf_runs["a"], tf_runs["b"]]).stdout
+    for line in text.splitlines():
+        assert len(line) <= 80, line
+    row = next(l for l in text.splitlines() if l.startswith("step time median"))
+    m = metrics["step_ms_median"]
+    assert fmt.ms(m["a"]) in row and fmt.ms(m["b"]) in row and fmt.ratio(m["ratio"]) in row
+    assert "scheduler on" in text.splitlines()[1] and "scheduler off" in text.splitlines()[0]
+
+
+def test_compare_ratios_on_a_modified_copy(runs, tmp_path):
+    """A copy of a real report with known changes: ratios and verdicts must follow exactly."""
+    out, _, _ = runs
+    a = load_report(out["plain"])
+    b = copy.deepcopy(a)
+    a["steps"]["summary"].update(step_ms_median=10.0, step_ms_p95=20.0, steps_per_s=100.0,
+                                 minor_faults_per_step_median=40)
+    b["steps"]["summary"].update(step_ms_median=8.0, step_ms_p95=30.0, steps_per_s=125.0,
+                                 minor_faults_per_step_median=0)
+    b["process"]["peak_rss_bytes"] = a["process"]["peak_rss_bytes"] * 2
+    a["allocator"] = None
+    b["allocator"] = {"state": "planned", "arena_hits": 900, "fallbacks": 100}
+    data = compare_mod.compare(a, b)
+    m = {x["key"]: x for x in data["metrics"]}
+    assert m["step_ms_median"]["ratio"] == pytest.approx(0.8) and m["step_ms_median"]["better"] == "b"
+    assert m["step_ms_p95"]["ratio"] == pytest.approx(1.5) and m["step_ms_p95"]["better"] == "a"
+    assert m["steps_per_s"]["ratio"] == pytest.approx(1.25) and m["steps_per_s"]["better"] == "b"
+    assert m["peak_rss_bytes"]["ratio"] == pytest.approx(2.0) and m["peak_rss_bytes"]["better"] == "a"
+    assert m["minor_faults_per_step"]["ratio"] == 0.0
+    assert m["allocator_hit_rate"]["a"] is None and m["allocator_hit_rate"]["b"] == pytest.approx(0.9)
+    assert m["allocator_hit_rate"]["ratio"] is None
+    text = compare_mod.render(a, b)
+    assert re.search(r"step time median\s+10\.0 ms\s+8\.00 ms\s+0\.80x\s+B better", text)
+    assert re.search(r"peak RSS .*2\.00x\s+A better", text)
+    assert re.search(r"allocator hit rate\s+-\s+90\.0%\s+-", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# hand-made sections (allocator / pmem / scheduler shapes) and robustness
+
+
+def full_report(base):
+    """A real report with allocator, pmem and scheduler sections filled in by hand."""
+    rep = copy.deepcopy(base)
+    n = 20
+    rep["steps"]["count"] = n
+    rep["steps"]["source"] = "session"
+    rep["steps"]["per_step"] = [{"step": i + 1, "t_s": 0.1 * i, "step_ms": 50.0 + (i % 3), "minor_faults": 900 if i < 5 else 1,
+                                 "rss_bytes": 10 << 20} for i in range(n)]
+    rep["steps"]["summary"].update(measured_steps=n - 3, step_ms_median=51.0, step_ms_p5=50.0, step_ms_p95=52.0,
+                                   step_ms_mean=51.0, steps_per_s=19.6, minor_faults_per_step_median=1)
+    rep["allocator"] = {
+        "state": "planned", "hit_rate": 0.975, "arena_hits": 39000, "fallbacks": 1000,
+        "faults_per_step_before_plan": 2100.0, "faults_per_step_after_plan": 0.25,
+        "plan": {"classes": [{"size_bytes": 65536 << k, "blocks": 2, "reserved_bytes": 131072 << k} for k in range(3)],
+                 "reserved_bytes": 3 * (1 << 30) // 2, "spacing": 1.25},
+        "per_step": [{"step": i + 1, "arena_hits": 0 if i < 5 else 2000, "fallbacks": 2000 if i < 5 else 30}
+                     for i in range(n)],
+        "notes": ["plan from steps 3-5"],
+    }
+    rep["pmem"] = {"path": "/dev/shm/pool", "pool_bytes": 1 << 30, "pmem_bytes": 300 << 20, "background_moves": 7,
+                   "classes": [{"record_bytes": 64 << k, "allocations": 10 * k} for k in range(3)]}
+    rep["scheduler"] = {
+        "stages": {"input": {"ops": 12, "op_time_ms_per_step": 4.5}, "embedding": {"ops": 80, "op_time_ms_per_step": 20.0},
+                   "dense": {"ops": 40, "op_time_ms_per_step": 15.0}, "apply": {"ops": 9, "op_time_ms_per_step": 2.0}},
+        "chosen": {"compute_threads": 2, "input_threads": 1},
+        "tuning": {"done": True, "steps_used": 12,
+                   "trials": [{"compute_threads": c, "input_threads": 1, "step_ms_median": 40.0 + c} for c in (1, 2, 4)]},
+        "speedup_over_first_x": 1.15,
+        "pipeline": {"enabled": True, "occupancy_mean_batches": 1.5, "occupancy_samples_batches": [1, 2, 2, 1, 1, 2]},
+        "notes": ["input stage pipelined"],
+    }
+    rep["notes"] = ["a run note"]
+    return rep
+
+
+def test_component_sections_terminal(runs):
+    out, _, _ = runs
+    rep = full_report(load_report(out["plain"]))
+    text = terminal.render(rep)
+    for line in text.splitlines():
+        assert len(line) <= 80, line
+    assert re.search(r"state\s+planned", text)
+    assert re.search(r"plan\s+3 classes, 6 blocks, spacing 1\.25", text)
+    assert re.search(r"reserved\s+1\.50 GiB", text)
+    assert re.search(r"hit rate\s+97\.5%", text)
+    assert re.search(r"faults/step before plan\s+2,100", text)
+    assert re.search(r"faults/step after plan\s+0\.25", text)
+    assert re.search(r"^\s+64\.0 KiB\s+2\s+128\.0 KiB$", text, re.M)
+    assert re.search(r"pool bytes\s+1\.00 GiB", text) and re.search(r"background moves\s+7", text)
+    assert re.search(r"chosen config\s+compute_threads=2, input_threads=1", text)
+    assert re.search(r"speedup over first config\s+1\.15x", text)
+    assert re.search(r"pipeline occupancy\s+1\.5 batches", text)
+    assert re.search(r"^\s+embedding\s+80\s+20\.0 ms$", text, re.M)
+    assert re.search(r"tuning trials\s+3 \(12 steps used\)", text)
+    assert "- plan from steps 3-5" in text and "- input stage pipelined" in text and "- a run note" in text
+    lines = terminal.summary_lines(rep)
+    assert 4 <= len(lines) <= 8
+    assert any("allocator: planned, hit rate 97.5%" in l for l in lines)
+    assert any("scheduler:" in l and "1.15x" in l for l in lines)
+
+
+def test_component_sections_html(runs, tmp_path):
+    out, _, _ = runs
+    rep = full_report(load_report(out["plain"]))
+    path = html_mod.write(rep, str(tmp_path / "r.html"))
+    text = open(path).read()
+    c = check_html(text)
+    assert "Allocator: arena hits and fallbacks per step" in text
+    assert "Tuning trials: median step time" in text
+    assert "Pipeline occupancy" in text
+    assert c.tags.count("svg") >= 6
+    body = "".join(c.text)
+    assert "97.5%" in body and "1.50 GiB" in body and "1.15x" in body
+
+
+def test_sections_off_are_one_line(runs):
+    out, _, _ = runs
+    rep = load_report(out["plain"])
+    rep["allocator"] = rep["pmem"] = rep["scheduler"] = None
+    text = terminal.render(rep)
+    for name in ("Allocator (PRMalloc)", "PMEM tier", "Scheduler"):
+        assert re.search(rf"^{re.escape(name)}: off$", text, re.M), name
+    assert not any("allocator" in l for l in terminal.summary_lines(rep))
+
+
+def _paths(obj, prefix=()):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield prefix + (k,)
+            yield from _paths(v, prefix + (k,))
+
+
+def test_renderers_survive_missing_and_null_fields(runs):
+    """Drop or null every field of a full report in turn: every view still renders."""
+    out, _, _ = runs
+    full = full_report(load_report(out["plain"]))
+    full["process"]["samples"] = full["process"]["samples"][:3]
+    for path in list(_paths(full)):
+        for mode in ("drop", "null", "text"):
+            rep = copy.deepcopy(full)
+            node = rep
+            for k in path[:-1]:
+                node = node[k]
+            if mode == "drop":
+                del node[path[-1]]
+            else:
+                node[path[-1]] = None if mode == "null" else "weird"
+            terminal.render(rep)
+            terminal.summary_lines(rep)
+            check_html(html_mod.render(rep))
+            compare_mod.render(full, rep)
+
+
+def test_long_values_wrap_within_80_columns(runs):
+    out, _, _ = runs
+    rep = load_report(out["plain"])
+    rep["run"]["command"] = [PY, "-c", "x" * 300]
+    rep["notes"] = ["n" * 50 + " " + "word " * 60]
+    rep["steps"]["other_signatures"] = [{"signature": "fetch:" + "y" * 200, "count": 3}]
+    text = terminal.render(rep)
+    assert all(len(l) <= 80 for l in text.splitlines())
+    assert "x" * 40 in text
