@@ -1,0 +1,1 @@
+# rtkit.bootstrap -- holds the sitecustomize.py that rtkit run puts on the child's PYTHONPATH.
