@@ -44,7 +44,7 @@ METRICS: List[Tuple[str, str, Callable[[Dict[str, Any]], Any], Callable[[Any], s
     ("minor_faults", "minor faults (total)", lambda r: get(r, "process.minor_faults"), fmt.num, True),
     ("major_faults", "major faults (total)", lambda r: get(r, "process.major_faults"), fmt.num, True),
     ("cpu_s", "CPU time", sec.cpu_seconds, fmt.seconds, True),
-    ("cpu_ms_per_step", "CPU per step", _cpu_ms_per_step, fmt.ms, True),
+    ("cpu_ms_per_step", "CPU time / steps", _cpu_ms_per_step, fmt.ms, True),
     ("max_threads", "max threads", lambda r: get(r, "process.max_threads"), fmt.num, None),
     ("duration_s", "wall time", lambda r: get(r, "run.duration_s"), fmt.seconds, True),
     ("allocator_hit_rate", "allocator hit rate", _alloc(sec.allocator_hit_rate), fmt.pct, False),
