@@ -16,6 +16,17 @@
 #define RTK_MIN_BLOCK_ALIGN 64
 #define RTK_MAX_BLOCK_ALIGN 4096
 
+#if defined(__SANITIZE_ADDRESS__) && defined(RTK_NO_INTERPOSE)
+/* unit tests under AddressSanitizer: delegate to the sanitizer's allocator so it owns (and checks) it all */
+#include <malloc.h>
+#include <stdlib.h>
+#define __libc_malloc malloc
+#define __libc_free free
+#define __libc_calloc calloc
+#define __libc_realloc realloc
+#define __libc_memalign memalign
+#endif
+
 /* glibc's own allocator, exported by libc.so.6: delegation without dlsym, so nothing recurses. */
 extern void *__libc_malloc(size_t);
 extern void __libc_free(void *);
@@ -23,6 +34,12 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 
+#if defined(__SANITIZE_ADDRESS__) && defined(RTK_NO_INTERPOSE)
+/* unit tests under AddressSanitizer: its interceptors own __libc_malloc's memory, so ask them */
+#include <malloc.h>
+static inline size_t rtk_chunk_bytes(const void *p) { return malloc_usable_size((void *)p); }
+static inline size_t rtk_libc_usable(const void *p) { return malloc_usable_size((void *)p); }
+#else
 /* glibc chunk header: the size word before the user pointer (low 3 bits are flags; bit 1 = mmapped).
  * Reading it costs one load and gives live bytes (chunk bytes, overhead included) without a table. */
 static inline size_t rtk_chunk_bytes(const void *p) { return ((const size_t *)p)[-1] & ~(size_t)7; }
@@ -31,6 +48,7 @@ static inline size_t rtk_libc_usable(const void *p)
     size_t h = ((const size_t *)p)[-1];
     return (h & ~(size_t)7) - ((h & 2) ? 16 : 8);
 }
+#endif
 
 /* ---- per-thread census slot (written only by its owner thread; summed by the step mark) */
 typedef struct rtk_tslot {
