@@ -215,6 +215,10 @@ def test_html_report_of_a_real_run(tf_runs, tmp_path):
     step_svg = text[text.index("Step time per step"):]
     points = re.search(r'<polyline[^>]*points="([^"]+)"', step_svg).group(1).split()
     assert len(points) == TF_STEPS
+    # `--html RUN_DIR` (flag first, no PATH) writes the default file too
+    os.unlink(path)
+    proc = report_cli("--html", tf_runs["a"])
+    assert proc.returncode == 0 and proc.stdout.strip() == path and os.path.exists(path)
     # explicit path
     other = tmp_path / "x.html"
     proc = report_cli(tf_runs["a"], "--html", other)
@@ -241,6 +245,8 @@ def test_missing_or_bad_run_dir(tmp_path):
         assert proc.returncode == 2, args
         assert proc.stdout == ""
         assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("rtkit: "), proc.stderr
+    proc = report_cli()
+    assert proc.returncode == 2 and "RUN_DIR is required" in proc.stderr
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "report.json").write_text("{ not json")
@@ -447,3 +453,29 @@ def test_long_values_wrap_within_80_columns(runs):
     text = terminal.render(rep)
     assert all(len(l) <= 80 for l in text.splitlines())
     assert "x" * 40 in text
+
+
+# ---------------------------------------------------------------------------------------------
+# the SVG helpers
+
+
+def test_svg_ticks_cover_the_data_and_outliers_are_cut():
+    from rtkit.report import svg
+    for lo, hi in ((0, 78), (0, 80), (0, 0.003), (3, 3), (0, 1e9), (-5, 17)):
+        ticks = svg.nice_ticks(lo, hi)
+        assert ticks[0] <= lo and ticks[-1] >= hi and len(ticks) >= 2
+    assert svg.clip_cap([10] * 30) is None
+    assert svg.clip_cap([4000] + [25] * 50) == pytest.approx(svg.nice_ticks(0, 62.5)[-1])
+    assert svg.clip_cap([0] * 20 + [900]) is None           # nothing to compare the outlier with
+    pts = [(i, 25.0) for i in range(1, 60)] + [(60, 4000.0)]
+    chart = svg.line_chart([("t", pts)], "T", "step", "ms", clip=True)
+    assert "1 point(s) above" in chart and "max 4000" in chart
+    ys = [float(p.split(",")[1]) for p in re.search(r'points="([^"]+)"', chart).group(1).split()]
+    assert min(ys) >= 30 - 0.01        # nothing drawn above the plot's top edge
+    bars = svg.bar_chart([("h", [(i, 10) for i in range(40)] + [(40, 5000)])], "B", "step", "n")
+    assert "1 bar(s) above" in bars
+    groups = "".join(re.findall(r'<g fill="[^"]+">(.*?)</g>', bars))
+    tops = [float(y) for y in re.findall(r'<rect x="[^"]+" y="([^"]+)"', groups)]
+    assert len(tops) == 41 and min(tops) >= 30 - 0.01   # the cut bar stops at the plot's top edge
+    many = [(i, float(i % 7)) for i in range(100000)]
+    assert len(svg.downsample(many)) <= 1500

@@ -11,7 +11,8 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
         "report", help="show a run's report (terminal tables, --json, or a self-contained --html file)",
         description="Show the report of a finished `rtkit run`: terminal tables by default, the raw JSON with "
                     "--json, or one self-contained HTML file with plots with --html.")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or its report.json)")
+    # optional only so that `rtkit report --html RUN_DIR` (PATH omitted) works: see main()
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="run directory (or its report.json)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--json", action="store_true", help="print report.json")
     group.add_argument("--html", nargs="?", const="", default=None, metavar="PATH",
@@ -23,6 +24,12 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 def main(args: argparse.Namespace) -> int:
     from rtkit.report.load import ReportError, load   # lazy: keeps `rtkit --help` light
+    if args.run_dir is None:
+        if args.html:          # `--html RUN_DIR`: argparse gave the run directory to --html
+            args.run_dir, args.html = args.html, ""
+        else:
+            print("rtkit report: error: RUN_DIR is required (see `rtkit report --help`)", file=sys.stderr)
+            return 2
     try:
         report, run_dir = load(args.run_dir)
     except ReportError as exc:

@@ -96,7 +96,7 @@ def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
         out["steps"].append(svg.line_chart(
             [("step time", ser["step_ms"])], "Step time per step", "step", "step time (ms)", shade_x=shade,
             hline=(median, f"median {fmt.ms(median)}") if fmt.is_num(median) else None,
-            markers=len(per) <= 120))
+            markers=len(per) <= 120, clip=True))
     if ser["faults"]:
         out["steps"].append(svg.bar_chart([("minor faults", ser["faults"])], "Minor page faults per step", "step",
                                           "minor faults", shade_x=shade))

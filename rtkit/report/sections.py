@@ -594,8 +594,11 @@ def series(report: Dict[str, Any]) -> Dict[str, Sequence[Tuple[float, float]]]:
     report = normalize(report)
     out: Dict[str, Sequence[Tuple[float, float]]] = {}
     samples = get(report, "process.samples") or []
-    out["rss"] = [(x["t_s"], x["rss_bytes"]) for x in samples
-                  if isinstance(x, dict) and fmt.is_num(x.get("t_s")) and fmt.is_num(x.get("rss_bytes"))]
+    rss = [(x["t_s"], x["rss_bytes"]) for x in samples
+           if isinstance(x, dict) and fmt.is_num(x.get("t_s")) and fmt.is_num(x.get("rss_bytes"))]
+    while rss and rss[-1][1] == 0:     # a sample taken after the process exited is not a measurement
+        rss.pop()
+    out["rss"] = rss
     per = get(report, "steps.per_step") or []
     out["step_ms"] = [(_step_no(x, i), x["step_ms"]) for i, x in enumerate(per)
                       if isinstance(x, dict) and fmt.is_num(x.get("step_ms"))]

@@ -29,10 +29,10 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> List[float]:
 
 def _plain(v: float) -> str:
     if abs(v) >= 1e6:
-        return f"{v / 1e6:g}M"
+        return f"{v / 1e6:.4g}M"
     if abs(v) >= 1e4:
-        return f"{v / 1e3:g}k"
-    return f"{v:g}"
+        return f"{v / 1e3:.4g}k"
+    return f"{v:.4g}"
 
 
 def downsample(points: Sequence[Point], limit: int = 1500) -> List[Point]:
@@ -105,15 +105,22 @@ def _svg(width: int, height: int, body: List[str], aria: str) -> str:
 def line_chart(series: Sequence[Tuple[str, Sequence[Point]]], title: str, xlabel: str, ylabel: str,
                yfmt: Callable[[float], str] = _plain, width: int = 900, height: int = 260,
                yscale: float = 1.0, shade_x: Optional[Tuple[float, float, str]] = None,
-               hline: Optional[Tuple[float, str]] = None, markers: bool = False) -> str:
+               hline: Optional[Tuple[float, str]] = None, markers: bool = False, clip: bool = False) -> str:
     """Lines for one or more series of (x, y). y values are divided by `yscale` before plotting;
-    `shade_x` = (x0, x1, label) shades a range (e.g. warm-up); `hline` = (y, label) draws a reference."""
+    `shade_x` = (x0, x1, label) shades a range (e.g. warm-up); `hline` = (y, label) draws a reference;
+    `clip` cuts the axis above a few outliers (see clip_cap) and says so on the chart."""
     series = [(n, downsample([(float(x), float(y) / yscale) for x, y in pts])) for n, pts in series if pts]
     if not series:
         return ""
     xs = [p[0] for _, pts in series for p in pts]
     ys = [p[1] for _, pts in series for p in pts]
     ylo = min(0.0, min(ys))
+    cap = clip_cap(ys) if clip else None
+    if cap is not None:   # outliers (the first step builds the graph) would flatten the rest
+        clipped = sum(1 for y in ys if y > cap)
+        series = [(n, [(x, min(y, cap)) for x, y in pts]) for n, pts in series]
+        note = f"{clipped} point(s) above {yfmt(cap)} cut at the top (max {yfmt(max(ys))})"
+        ys = [min(y, cap) for y in ys]
     yticks = nice_ticks(ylo, max(ys))
     xticks = nice_ticks(min(xs), max(xs), 8)
     xticks = [t for t in xticks if min(xs) <= t <= max(xs)] or [min(xs), max(xs)]
@@ -136,9 +143,24 @@ def line_chart(series: Sequence[Tuple[str, Sequence[Point]]], title: str, xlabel
         body.append(f'<line x1="{f.left}" x2="{f.w - f.right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#444" '
                     f'stroke-dasharray="5,4"/>')
         body.append(f'<text x="{f.w - f.right - 4}" y="{y - 4:.1f}" font-size="10" text-anchor="end">{escape(hline[1])}</text>')
+    if cap is not None:
+        body.append(f'<text x="{f.w - f.right}" y="{f.top - 2}" font-size="10" fill="#666" text-anchor="end">'
+                    f'{escape(note)}</text>')
     if len(series) > 1:
         body.extend(_legend(f, [n for n, _ in series], colours))
     return _svg(width, height, body, title)
+
+
+def clip_cap(values: Sequence[float]) -> Optional[float]:
+    """An axis top that leaves out a few outliers: when the largest value is over 5x the 90th
+    percentile, about 2.5x that percentile (a round tick); else None (no clipping)."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    ref = ordered[int(0.9 * (len(ordered) - 1))]
+    if ref > 0 and ordered[-1] > 5 * ref:
+        return nice_ticks(0.0, 2.5 * ref)[-1]
+    return None
 
 
 def bar_chart(series: Sequence[Tuple[str, Sequence[Point]]], title: str, xlabel: str, ylabel: str,
@@ -153,13 +175,9 @@ def bar_chart(series: Sequence[Tuple[str, Sequence[Point]]], title: str, xlabel:
     for _, pts in series:
         for x, y in pts:
             totals[float(x)] += max(0.0, float(y))
-    top, cap = max(totals.values()) or 1.0, None
-    ordered = sorted(totals.values())
-    ref = ordered[int(0.9 * (len(ordered) - 1))]
-    if ref > 0 and top > 5 * ref:
-        # a few outliers (first step, warm-up) would flatten the steady state: clip them, label them
-        cap = nice_ticks(0.0, 2.5 * ref)[-1]
-        top = cap
+    # a few outliers (first step, warm-up) would flatten the steady state: clip them, label them
+    cap = clip_cap(list(totals.values()))
+    top = cap if cap is not None else (max(totals.values()) or 1.0)
     yticks = nice_ticks(0.0, top)
     xlo, xhi = xs[0] - 0.5, xs[-1] + 0.5
     f = _Frame(width, height, xlo, xhi, 0.0, yticks[-1])
