@@ -123,7 +123,7 @@ def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, lea
             self.prev_mean = mean
 
     ds = inputs.keras_dataset(path, batch, epochs)
-    net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[Losses()])
+    net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False, callbacks=[Losses()])
 
 
 def run(model="wdl", api="session", steps=100, batch=2048, rows=200_000, data_dir=None, seed=0,
