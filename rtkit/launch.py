@@ -66,6 +66,8 @@ def _proc_stat(pid: int):
     except OSError:
         return None
     fields = raw[raw.rfind(")") + 2:].split()
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped: its zero RSS is not a sample
+        return None
     # fields[0] is state (field 3 of proc(5)); index = proc(5) field number - 3
     return (int(fields[7]), int(fields[9]), int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK,
             int(fields[17]), int(fields[21]) * PAGE_SIZE)
