@@ -601,6 +601,8 @@ static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
              "loaded plan does not match the job (%s): arenas served %llu of %llu allocations >= min_size in steps %u..%u",
              what, (unsigned long long)hits, (unsigned long long)large, begin, end - 1);
     retire_arena();
+    rtk_g.plan_hits0 = t->arena_hits;
+    rtk_g.plan_large0 = t->arena_hits + t->fallbacks;
     rtk_g.plan_source = "none";
     rtk_g.plan.nclasses = 0;
     start_profiling(steps);
@@ -658,6 +660,8 @@ EXPORT void rtkit_step_mark(void)
         else
             g_streak = g_cand.nclasses > 0 ? 1 : 0;
         memcpy(&g_prev, &g_cand, sizeof g_cand);
+        rtk_g.plan_hits0 = t.arena_hits;
+        rtk_g.plan_large0 = t.arena_hits + t.fallbacks;
         if (g_streak >= rtk_g.cfg.profile_stable) {
             finish_profiling(steps, "stable");
             rtk_g.profile_done = 1;

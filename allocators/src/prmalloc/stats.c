@@ -133,6 +133,12 @@ long rtk_stats_format(char *buf, size_t cap)
         put(&o, "%.4f", (double)t->arena_hits / (double)large);
     else
         put(&o, "null");
+    put(&o, ",\n  \"hit_rate_after_plan\": ");
+    uint64_t large_after = large - rtk_g.plan_large0, hits_after = t->arena_hits - rtk_g.plan_hits0;
+    if (rtk_g.state == RTK_STATE_PLANNED && large >= rtk_g.plan_large0 && large_after)
+        put(&o, "%.4f", (double)hits_after / (double)large_after);
+    else
+        put(&o, "null");
     put(&o, ",\n  \"minor_faults_per_step_before_plan\": ");
     put_avg(&o, rtk_g.faults_before_sum, rtk_g.faults_before_steps);
     put(&o, ",\n  \"minor_faults_per_step_after_plan\": ");

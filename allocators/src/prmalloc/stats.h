@@ -41,6 +41,7 @@ typedef struct rtk_state {
     int plan_trimmed;
     int validating;
     uint64_t val_hits0, val_large0;
+    uint64_t plan_hits0, plan_large0;  /* totals when the current plan took over (hit_rate_after_plan) */
     rtk_plan_t plan;
     rtk_totals_t last;                 /* totals at the last step mark / stats write */
     uint64_t faults_mark, faults_before_start, faults_after_start;
