@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # build.py -- the one native build: the two shared libraries and the C test programs (setup.py and make call it).
-"""Usage: python allocators/build.py [--out DIR] [--tests] [--asan]
+"""Usage: python allocators/build.py [--out DIR] [--tests] [--bench] [--asan]
 
 Libraries are built from every .c file in the source folders they list, so adding a file needs no
 edit here. Test programs are allocators/tests/<group>_*.c, built by the rule for <group>.
@@ -100,11 +100,31 @@ def build_tests(out_dir, extra_flags=(), only=None):
     return built
 
 
+def build_bench(out_dir, extra_flags=()):
+    """Micro-benchmarks (allocators/bench/*.c): plain programs, run under LD_PRELOAD by bench/run_micro.py."""
+    bench_dir = os.path.join(out_dir, "bench")
+    os.makedirs(bench_dir, exist_ok=True)
+    built = []
+    for src in sorted(glob.glob(os.path.join(HERE, "bench", "*.c"))):
+        name = os.path.splitext(os.path.basename(src))[0]
+        target = os.path.join(bench_dir, name)
+        # group benches (pmem_*) link their group's sources like its tests; the rest are plain programs
+        folders, ldflags, cflags = _rule_for(name) or ([], [], [])
+        if name.startswith("pmem_") and os.path.exists("/usr/include/libpmemobj.h"):
+            ldflags = [*ldflags, "-lpmemobj"]  # the PMEM bench compares against PMDK's allocator
+        # -fno-builtin: keep the malloc/free pairs being measured
+        _run([CC, *CFLAGS, *extra_flags, *cflags, "-fno-builtin", "-o", target, src, *_sources(folders),
+              *ldflags, "-ldl", "-lm"])
+        built.append(target)
+    return built
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Build rtkit's native libraries and C tests.")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "build", "native"))
     parser.add_argument("--tests", action="store_true", help="also build the C test programs")
     parser.add_argument("--asan", action="store_true", help="build with AddressSanitizer")
+    parser.add_argument("--bench", action="store_true", help="also build the micro-benchmarks (allocators/bench)")
     parser.add_argument("--only", action="append", choices=["malloc", "pmem", "prmalloc"],
                         help="build only this group (library and its tests); repeatable")
     args = parser.parse_args(argv)
@@ -116,6 +136,8 @@ def main(argv=None):
     built = build_libraries(args.out, flags, lib_only)
     if args.tests:
         built += build_tests(args.out, flags, only)
+    if args.bench:
+        built += build_bench(args.out, flags)
     for path in built:
         print(path)
 
