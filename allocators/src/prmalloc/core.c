@@ -417,7 +417,8 @@ static void do_init(void)
     rtk_g.faults_mark = rtk_os_minor_faults();
     rtk_hot.min_size = rtk_g.cfg.min_size;
     rtk_hot.inspect = 1;
-    rtk_hot.fast_max = rtk_g.cfg.census ? rtk_g.cfg.min_size : 0;
+    /* the inline small path assumes heap chunks: keep it under glibc's smallest mmap threshold (128 KiB) */
+    rtk_hot.fast_max = rtk_g.cfg.census ? (rtk_g.cfg.min_size < (128u << 10) ? rtk_g.cfg.min_size : (128u << 10)) : 0;
     if (rtk_g.cfg.plan_path[0])
         load_plan();
     if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)

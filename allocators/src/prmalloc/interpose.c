@@ -23,37 +23,61 @@
 
 static inline int is_pow2(size_t a) { return a && !(a & (a - 1)); }
 
+/* glibc's chunk size for a request served from its heap (request2size): the small path counts live bytes
+ * from the size alone, so it can tail-call glibc. fast_max stays below the mmap threshold, so it is exact. */
+static inline size_t small_chunk(size_t n) { return n + 23 < 32 ? 32 : (n + 23) & ~(size_t)15; }
+
+static inline void census_small(rtk_tslot_t *s, size_t n)
+{
+    unsigned b = rtk_bucket(n);
+    s->count[b]++;
+    s->bytes[b] += n;
+    s->live += (int64_t)small_chunk(n);
+}
+
+__attribute__((noinline, cold)) static void *malloc_new_thread(size_t n)
+{
+    census_small(rtk_slot_claim(), n);
+    return __libc_malloc(n);
+}
+
 EXPORT void *API(malloc)(size_t n)
 {
     if (likely(n < rtk_hot.fast_max)) {
-        void *p = __libc_malloc(n);
-        rtk_tslot_t *s = rtk_slot();
-        unsigned b = rtk_bucket(n);
-        s->count[b]++;
-        s->bytes[b] += n;
-        if (likely(p != NULL))
-            s->live += (int64_t)rtk_chunk_bytes(p);
-        return p;
+        rtk_tslot_t *s = rtk_t_slot;
+        if (unlikely(s == NULL))
+            return malloc_new_thread(n);
+        census_small(s, n);
+        return __libc_malloc(n);
     }
     return rtk_alloc(n, 0, 0);
 }
 
+__attribute__((noinline)) static void free_slow(void *p, size_t cs)
+{
+    if (cs >= rtk_hot.track_min)
+        rtk_profile_free(p);
+    rtk_tslot_t *s = rtk_slot();
+    s->frees++;
+    s->live -= (int64_t)cs;
+    __libc_free(p);
+}
+
 EXPORT void API(free)(void *p)
 {
-    if (unlikely(p == NULL))
-        return;
     if (unlikely(rtk_in_range(p))) {
         rtk_free_range(p);
         return;
     }
-    if (likely(rtk_hot.inspect)) {
-        size_t cs = rtk_chunk_bytes(p);
-        if (unlikely(cs >= rtk_hot.track_min))
-            rtk_profile_free(p);
-        rtk_tslot_t *s = rtk_slot();
-        s->frees++;
-        s->live -= (int64_t)cs;
-    }
+    if (unlikely(p == NULL))
+        return;
+    /* counted even when disabled (into a shared sink slot): one branch less on every free */
+    size_t cs = rtk_chunk_bytes(p);
+    rtk_tslot_t *s = rtk_t_slot;
+    if (unlikely(cs >= rtk_hot.track_min || s == NULL))
+        return free_slow(p, cs);
+    s->frees++;
+    s->live -= (int64_t)cs;
     __libc_free(p);
 }
 
@@ -65,15 +89,10 @@ EXPORT void *API(calloc)(size_t nmemb, size_t size)
         return NULL;
     }
     if (likely(n < rtk_hot.fast_max)) {
-        void *p = __libc_calloc(1, n);
         rtk_tslot_t *s = rtk_slot();
-        unsigned b = rtk_bucket(n);
-        s->count[b]++;
-        s->bytes[b] += n;
+        census_small(s, n);
         s->calloc_calls++;
-        if (likely(p != NULL))
-            s->live += (int64_t)rtk_chunk_bytes(p);
-        return p;
+        return __libc_calloc(1, n);
     }
     void *p = rtk_alloc(n, 0, 1);
     if (rtk_hot.inspect)
