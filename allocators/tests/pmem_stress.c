@@ -111,7 +111,13 @@ int main(int argc, char **argv) {
         uint64_t h = atomic_exchange(&exchange[i], 0);
         if (h) errors += verify_and_free(h);
     }
-    /* concurrent double free: exactly one of two frees wins */
+    /* concurrent double free (durable mode): exactly one of two frees wins */
+    rtkit_pmem_pool *main_pool = pool;
+    rtkit_pmem_options od;
+    rtkit_pmem_options_init(&od);
+    od.durable = 1;
+    od.segment_size = 64 * 1024;
+    if (rtkit_pmem_anonymous(4 << 20, &od, &pool)) return fprintf(stderr, "anonymous: %s\n", rtkit_pmem_last_error()), 2;
     for (int i = 0; i < 200; i++) {
         uint64_t h;
         rtkit_pmem_alloc(pool, 64, &h);
@@ -121,6 +127,8 @@ int main(int argc, char **argv) {
         pthread_join(a, NULL);
         pthread_join(b, NULL);
     }
+    rtkit_pmem_close(pool);
+    pool = main_pool;
     rtkit_pmem_stats st;
     rtkit_pmem_stats_get(pool, &st);
     if (st.allocated_records != 0) {

@@ -3,12 +3,74 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 #include "pmem/pool.h"
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define NEXT_OF(rec) (*(char **)((rec) + RTK_HDR))
+
+/* ---- owner/stealer exclusion on a thread cache ----
+ * The owner thread enters and leaves its cache on every alloc and free; a stealer (the background
+ * thread, close) enters rarely. With membarrier the owner needs no atomic read-modify-write: it
+ * publishes busy, then looks for a stealer; the stealer publishes stealing, forces a barrier on every
+ * thread of the process, then waits for busy to drop. */
+static inline void pause_cpu(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static inline void tc_enter(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
+    if (UNLIKELY(!p->asym)) {
+        rtk_spin_lock(&tc->lock);
+        return;
+    }
+    for (;;) {
+        atomic_store_explicit(&tc->busy, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        if (LIKELY(!atomic_load_explicit(&tc->stealing, memory_order_acquire))) return;
+        atomic_store_explicit(&tc->busy, 0, memory_order_release);
+        while (atomic_load_explicit(&tc->stealing, memory_order_acquire)) pause_cpu();
+    }
+}
+
+static inline void tc_leave(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
+    if (UNLIKELY(!p->asym)) {
+        rtk_spin_unlock(&tc->lock);
+        return;
+    }
+    atomic_store_explicit(&tc->busy, 0, memory_order_release);
+}
+
+static void tc_steal_begin(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
+    if (!p->asym) {
+        rtk_spin_lock(&tc->lock);
+        return;
+    }
+    atomic_store(&tc->stealing, 1);
+    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    unsigned n = 0;
+    while (atomic_load_explicit(&tc->busy, memory_order_acquire))
+        if (++n % 256 == 0) sched_yield(); else pause_cpu();
+}
+
+static void tc_steal_end(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
+    if (!p->asym) {
+        rtk_spin_unlock(&tc->lock);
+        return;
+    }
+    atomic_store_explicit(&tc->stealing, 0, memory_order_release);
+}
+
+int rtk_membarrier_register(void) {
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return 0;
+    return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
 
 /* ---- thread caches ---- */
 
@@ -37,7 +99,7 @@ static inline struct rtk_tcache *tcache_get(struct rtkit_pmem_pool *p) {
 
 /* hand every list, the current segments and the counters of a cache to the shared pools; reg_lock held */
 static void tcache_drain_locked(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
-    rtk_spin_lock(&tc->lock);
+    tc_steal_begin(p, tc);
     for (uint32_t c = 1; c <= p->g.ncls; c++) {
         struct rtk_tclass *t = &tc->cls[c];
         struct rtk_cpool *cp = &p->cp[c];
@@ -53,7 +115,7 @@ static void tcache_drain_locked(struct rtkit_pmem_pool *p, struct rtk_tcache *tc
         memset(t, 0, sizeof *t);
         t->seg = UINT64_MAX;
     }
-    rtk_spin_unlock(&tc->lock);
+    tc_steal_end(p, tc);
     if (tc->prev) tc->prev->next = tc->next;
     else p->tcaches = tc->next;
     if (tc->next) tc->next->prev = tc->prev;
@@ -240,8 +302,7 @@ static inline void write_header(struct rtkit_pmem_pool *p, char *rec, uint64_t w
 }
 
 static inline uint32_t gen_of(struct rtkit_pmem_pool *p, const char *rec) {
-    uint64_t s = (uint64_t)(rec - p->base - p->g.data_off) / p->g.seg_size;
-    return SEG_GEN(p->vseg[s]);
+    return SEG_GEN(p->vseg[rtk_seg_index(&p->g, (uint64_t)(rec - p->base))]);
 }
 
 static int extent_alloc(struct rtkit_pmem_pool *p, uint64_t nbytes, uint64_t *handle) {
@@ -281,14 +342,14 @@ RTK_EXPORT int rtkit_pmem_alloc(rtkit_pmem_pool *p, uint64_t nbytes, uint64_t *h
     if (c < p->g.cmin) c = p->g.cmin;
     struct rtk_tcache *tc = tcache_get(p);
     if (UNLIKELY(!tc)) return rtk_fail(RTKIT_PMEM_ESYS, ENOMEM, p->path, "no memory for a thread cache");
-    rtk_spin_lock(&tc->lock);
+    tc_enter(p, tc);
     unsigned got;
     char *rec = class_alloc(p, tc, c, &got);
     if (LIKELY(rec != NULL)) {
         tc->cls[got].allocs++;
         tc->cls[got].req += (int64_t)nbytes;
     }
-    rtk_spin_unlock(&tc->lock);
+    tc_leave(p, tc);
     if (UNLIKELY(!rec))
         return rtk_fail(RTKIT_PMEM_ENOSPC, ENOSPC, p->path, "pool is full (no record of %llu bytes left)",
                         (unsigned long long)nbytes);
@@ -303,15 +364,12 @@ static int locate(struct rtkit_pmem_pool *p, uint64_t h, char **rec_out, unsigne
     if (h < g->data_off + RTK_HDR || h >= g->size || (h & 7))
         return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is outside the pool's records",
                         (unsigned long long)h);
-    uint64_t s = (h - RTK_HDR - g->data_off) / g->seg_size;
+    uint64_t s = rtk_seg_index(g, h - RTK_HDR);
     uint64_t v = p->vseg[s], in = h - RTK_HDR - rtk_seg_off(g, s);
     if (SEG_KIND(v) == RTK_SEG_CLASS) {
-        unsigned c = SEG_CLS(v);
-        uint32_t rs = rtk_rs(g, c);
-        if (in % rs || in / rs >= rtk_nslots(g, c))
-            return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is not the start of a record",
-                            (unsigned long long)h);
-        *cls = c;
+        /* no division to test that h starts a slot: the header checksum covers the offset, so a handle
+         * into the middle of a record finds no valid header there (the caller checks it) */
+        *cls = SEG_CLS(v);
     } else if (SEG_KIND(v) == RTK_SEG_EXTENT && in == 0) {
         *cls = 0;
     } else {
@@ -333,18 +391,27 @@ RTK_EXPORT int rtkit_pmem_free(rtkit_pmem_pool *p, uint64_t h) {
     struct rtk_rec *hd = (struct rtk_rec *)rec;
     uint32_t gen = SEG_GEN(p->vseg[s]);
     uint64_t w = atomic_load_explicit(&hd->word, memory_order_acquire);
-    int valid = atomic_load_explicit(&hd->check, memory_order_relaxed) == rtk_rec_check(w, h, gen, p->g.uuid);
+    uint64_t chk = atomic_load_explicit(&hd->check, memory_order_relaxed);
+    int valid = chk == rtk_rec_check(w, h, gen, p->g.uuid);
     if (REC_STATE(w) != RTK_REC_ALLOC || !valid) {
-        if (REC_STATE(w) == RTK_REC_FREE)
+        /* free, with the check of either state: a concurrent free may not have rewritten it yet */
+        if (REC_STATE(w) == RTK_REC_FREE &&
+            (valid || chk == rtk_rec_check(REC_WORD(REC_CLS(w), RTK_REC_ALLOC, REC_SIZE(w)), h, gen, p->g.uuid)))
             return rtk_fail(RTKIT_PMEM_EDOUBLEFREE, EINVAL, p->path, "double free of handle %llu",
                             (unsigned long long)h);
         return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is not an allocated record",
                         (unsigned long long)h);
     }
     uint64_t nw = REC_WORD(REC_CLS(w), RTK_REC_FREE, REC_SIZE(w));
-    if (!atomic_compare_exchange_strong(&hd->word, &w, nw))
-        return rtk_fail(RTKIT_PMEM_EDOUBLEFREE, EINVAL, p->path, "double free of handle %llu (concurrent)",
-                        (unsigned long long)h);
+    if (p->durable) {
+        /* two threads freeing the same record at the same instant: exactly one wins */
+        if (!atomic_compare_exchange_strong(&hd->word, &w, nw))
+            return rtk_fail(RTKIT_PMEM_EDOUBLEFREE, EINVAL, p->path, "double free of handle %llu (concurrent)",
+                            (unsigned long long)h);
+    } else {
+        /* volatile mode saves the locked instruction: sequential double frees are still caught above */
+        atomic_store_explicit(&hd->word, nw, memory_order_relaxed);
+    }
     atomic_store_explicit(&hd->check, rtk_rec_check(nw, h, gen, p->g.uuid), memory_order_release);
     if (p->durable) rtk_persist(p, rec, RTK_HDR);
     if (c == 0) {
@@ -374,12 +441,12 @@ RTK_EXPORT int rtkit_pmem_free(rtkit_pmem_pool *p, uint64_t h) {
         rtk_spin_unlock(&cp->lock);
         return 0;
     }
-    rtk_spin_lock(&tc->lock);
+    tc_enter(p, tc);
     struct rtk_tclass *t = &tc->cls[c];
     tc_push(t, rec);
     t->allocs--;
     t->req -= (int64_t)REC_SIZE(w);
-    rtk_spin_unlock(&tc->lock);
+    tc_leave(p, tc);
     return 0;
 }
 
@@ -446,7 +513,7 @@ RTK_EXPORT int rtkit_pmem_next(rtkit_pmem_pool *p, uint64_t after, uint64_t *han
         if (after < g->data_off + RTK_HDR || after >= g->size)
             return rtk_fail(RTKIT_PMEM_EBADHANDLE, EINVAL, p->path, "handle %llu is outside the pool",
                             (unsigned long long)after);
-        s = (after - RTK_HDR - g->data_off) / g->seg_size;
+        s = rtk_seg_index(g, after - RTK_HDR);
         uint64_t v = p->vseg[s];
         if (SEG_KIND(v) == RTK_SEG_CLASS)
             i = (after - RTK_HDR - rtk_seg_off(g, s)) / rtk_rs(g, SEG_CLS(v)) + 1;
@@ -492,26 +559,26 @@ RTK_EXPORT int rtkit_pmem_next(rtkit_pmem_pool *p, uint64_t after, uint64_t *han
 static void rebalance_once(struct rtkit_pmem_pool *p) {
     pthread_mutex_lock(&p->reg_lock);
     for (struct rtk_tcache *tc = p->tcaches; tc; tc = tc->next) {
+        int any = 0;
+        for (uint32_t c = p->g.cmin; c <= p->g.ncls && !any; c++)
+            any = __atomic_load_n(&tc->cls[c].count, __ATOMIC_RELAXED) >= (uint64_t)p->rebalance_min;
+        if (!any) continue;
+        tc_steal_begin(p, tc);
         for (uint32_t c = p->g.cmin; c <= p->g.ncls; c++) {
             struct rtk_tclass *t = &tc->cls[c];
-            if (__atomic_load_n(&t->count, __ATOMIC_RELAXED) < (uint64_t)p->rebalance_min) continue;
-            rtk_spin_lock(&tc->lock);
-            char *head = t->head, *tail = t->tail;
             uint64_t n = t->count;
-            if (n >= (uint64_t)p->rebalance_min) {
-                t->head = t->tail = NULL;
-                t->count = 0;
-            }
-            rtk_spin_unlock(&tc->lock);
             if (n < (uint64_t)p->rebalance_min) continue;
             struct rtk_cpool *cp = &p->cp[c];
             rtk_spin_lock(&cp->lock);
-            rtk_vstack_push(&cp->chains, (uintptr_t)head, (uintptr_t)tail, n);
+            rtk_vstack_push(&cp->chains, (uintptr_t)t->head, (uintptr_t)t->tail, n);
             cp->free_count += n;
             rtk_spin_unlock(&cp->lock);
+            t->head = t->tail = NULL;
+            t->count = 0;
             atomic_fetch_add(&p->bg_moves, 1);
             atomic_fetch_add(&p->bg_moved, n);
         }
+        tc_steal_end(p, tc);
     }
     pthread_mutex_unlock(&p->reg_lock);
     atomic_fetch_add(&p->bg_runs, 1);

@@ -114,7 +114,11 @@ void rtk_vstack_free(struct rtk_vstack *s);
 struct rtk_geom {
     uint64_t size, seg_size, nsegs, data_off, uuid;
     uint32_t block, shift, max_record, ncls, cmin;
+    uint32_t seg_shift; /* log2(seg_size) when a power of two, else 0 */
 };
+static inline uint64_t rtk_seg_index(const struct rtk_geom *g, uint64_t off) {
+    return g->seg_shift ? (off - g->data_off) >> g->seg_shift : (off - g->data_off) / g->seg_size;
+}
 int rtk_geom_compute(struct rtk_geom *g, uint64_t size, uint64_t seg_size, uint32_t block, uint32_t max_record,
                      char *why, size_t whylen);
 static inline uint32_t rtk_rs(const struct rtk_geom *g, unsigned cls) { return cls << g->shift; }

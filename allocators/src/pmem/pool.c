@@ -136,6 +136,7 @@ int rtk_geom_compute(struct rtk_geom *g, uint64_t size, uint64_t seg_size, uint3
     g->size = size;
     g->nsegs = n;
     g->data_off = (RTK_META_HDR + n * 8 + seg_size - 1) / seg_size * seg_size;
+    g->seg_shift = is_pow2(seg_size) ? (uint32_t)__builtin_ctzll(seg_size) : 0;
     return 0;
 }
 
@@ -209,8 +210,9 @@ void rtk_persist(struct rtkit_pmem_pool *p, const void *addr, uint64_t len) {
         break;
     }
     default:
-        /* anonymous memory or tmpfs: the stores are already where the next opener reads them */
-        atomic_thread_fence(memory_order_seq_cst);
+        /* anonymous memory or tmpfs: executed stores reach the page cache even if the process is killed
+         * next, so only the compiler must keep them in program order */
+        atomic_signal_fence(memory_order_seq_cst);
         break;
     }
 }
@@ -220,15 +222,16 @@ void rtk_persist(struct rtkit_pmem_pool *p, const void *addr, uint64_t len) {
 static struct rtkit_pmem_pool *pool_alloc(const struct rtk_geom *g, const char *path) {
     size_t cp_bytes = ((size_t)g->ncls + 1) * sizeof(struct rtk_cpool);
     size_t vseg_bytes = g->nsegs * sizeof(uint64_t);
-    size_t len = sizeof(struct rtkit_pmem_pool) + cp_bytes + vseg_bytes;
+    size_t head = (sizeof(struct rtkit_pmem_pool) + 63) & ~(size_t)63; /* the class pools are 64-aligned */
+    size_t len = head + cp_bytes + vseg_bytes;
     len = (len + 4095) & ~(size_t)4095;
     char *m = rtk_map_anon(len);
     if (!m) return NULL;
     struct rtkit_pmem_pool *p = (struct rtkit_pmem_pool *)m;
     p->self_len = len;
     p->g = *g;
-    p->cp = (struct rtk_cpool *)(m + sizeof *p);
-    p->vseg = (uint64_t *)(m + sizeof *p + cp_bytes);
+    p->cp = (struct rtk_cpool *)(m + head);
+    p->vseg = (uint64_t *)(m + head + cp_bytes);
     p->fd = -1;
     p->page = (uint64_t)sysconf(_SC_PAGESIZE);
     snprintf(p->path, sizeof p->path, "%s", path ? path : "<anonymous>");
@@ -310,6 +313,7 @@ static int finish_open(struct rtkit_pmem_pool *p, const rtkit_pmem_options *o) {
     if (pthread_key_create(&p->key, rtk_tcache_destructor) != 0)
         return rtk_fail(RTKIT_PMEM_ESYS, EAGAIN, p->path, "no thread-specific key left");
     p->have_key = 1;
+    p->asym = getenv("RTKIT_PMEM_NO_MEMBARRIER") ? 0 : rtk_membarrier_register();
     int rc = rtk_recover(p);
     if (rc) return rc;
     if (!p->anonymous) write_mutable(p, 0);

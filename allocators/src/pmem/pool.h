@@ -22,7 +22,8 @@ struct rtk_tclass {
 };
 
 struct rtk_tcache {
-    atomic_int lock;
+    atomic_int lock;            /* fallback when membarrier is missing */
+    atomic_int busy, stealing;  /* asymmetric Dekker: the owner pays plain stores, the stealer a membarrier */
     struct rtkit_pmem_pool *pool;
     struct rtk_tcache *next, *prev;
     size_t len;
@@ -32,7 +33,7 @@ struct rtk_tcache {
 struct rtkit_pmem_pool {
     char *base;
     struct rtk_geom g;
-    int fd, anonymous, by_libpmem, is_pmem, pkind, durable, have_key, was_clean;
+    int fd, anonymous, by_libpmem, is_pmem, pkind, durable, have_key, was_clean, asym;
     uint64_t page;
     size_t self_len;
     _Atomic uint64_t *segtab; /* persistent */
@@ -59,6 +60,7 @@ struct rtkit_pmem_pool {
 };
 
 void *rtk_map_anon(size_t len);
+int rtk_membarrier_register(void);
 void rtk_persist(struct rtkit_pmem_pool *p, const void *addr, uint64_t len);
 void rtk_tcache_destructor(void *tc);
 void rtk_release_all_tcaches(struct rtkit_pmem_pool *p);
