@@ -191,7 +191,8 @@ static void throughput(const char *dirs, int rounds, double secs) {
                 for (int c = 0; c < NCONF; c++) {
                     med[c] = median(v[c], rounds);
                     if (med[c] < 0) printf(" %14s", "n/a");
-                    else printf(" %13.2fM", med[c] / 1e6);
+                    else if (med[c] >= 1e6) printf(" %13.2fM", med[c] / 1e6);
+                    else printf(" %13.1fK", med[c] / 1e3);
                 }
                 printf(" %10.2fx %10.2fx\n", med[C_MEMKIND] > 0 ? med[C_RTK_VOLATILE] / med[C_MEMKIND] : 0,
                        med[C_PMEMOBJ] > 0 ? med[C_RTK_DURABLE] / med[C_PMEMOBJ] : 0);
