@@ -201,8 +201,8 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         return libc_alloc(n, align, zero);
     rtk_tslot_t *s = rtk_slot();
     unsigned b = rtk_bucket(n);
-    s->count[b]++;
-    s->bytes[b] += n;
+    s->bk[b].count++;
+    s->bk[b].bytes += n;
     if (n < rtk_hot.min_size) {
         void *p = libc_alloc(n, align, zero);
         if (p)
@@ -317,8 +317,8 @@ void *rtk_realloc(void *p, size_t n)
     void *q = __libc_realloc(p, n);
     rtk_tslot_t *s = rtk_slot();
     unsigned b = rtk_bucket(n);
-    s->count[b]++;
-    s->bytes[b] += n;
+    s->bk[b].count++;
+    s->bk[b].bytes += n;
     if (q) {
         s->live += (int64_t)rtk_chunk_bytes(q) - (int64_t)old_cs;
         if (n >= rtk_hot.min_size) {

@@ -52,14 +52,12 @@ static inline size_t rtk_libc_usable(const void *p)
 
 /* ---- per-thread census slot (written only by its owner thread; summed by the step mark) */
 typedef struct rtk_tslot {
-    uint64_t count[RTK_BUCKETS];
-    uint64_t bytes[RTK_BUCKETS];
-    uint64_t frees;
+    int64_t live;               /* chunk bytes allocated minus freed by this thread (may go negative) */
+    uint64_t frees;             /* live and frees share the first line: a free touches one cache line */
     uint64_t calloc_calls, realloc_calls, memalign_calls;
     uint64_t arena_hits, fallbacks, arena_misses, arena_exhausted;
-    int64_t live;               /* chunk bytes allocated minus freed by this thread (may go negative) */
     int owned;                  /* 1 while a live thread owns the slot */
-    char pad[60];
+    struct { uint64_t count, bytes; } bk[RTK_BUCKETS] __attribute__((aligned(64)));  /* a malloc: 1 line here */
 } rtk_tslot_t;
 
 typedef struct rtk_totals {

@@ -30,8 +30,8 @@ static inline size_t small_chunk(size_t n) { return n + 23 < 32 ? 32 : (n + 23) 
 static inline void census_small(rtk_tslot_t *s, size_t n)
 {
     unsigned b = rtk_bucket(n);
-    s->count[b]++;
-    s->bytes[b] += n;
+    s->bk[b].count++;
+    s->bk[b].bytes += n;
     s->live += (int64_t)small_chunk(n);
 }
 

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+# run_micro.py -- PRMalloc micro-benchmarks against glibc, jemalloc, tcmalloc and mimalloc: interleaved rounds, medians, ratios, faults, callgrind instructions.
+"""Usage: python allocators/bench/run_micro.py [--rounds N] [--no-callgrind] [--out DIR]
+
+Each round runs every configuration once, in order (A B C D E, A B C D E, ...), so drift on a noisy machine
+hits all of them alike. Reported: the median over rounds of each benchmark's own median step time, the
+ratio to the fastest peer, and minor faults per step (getrusage inside the benchmark). Instructions per
+malloc/free pair come from `valgrind --tool=callgrind`: two run lengths, differenced, so start-up cancels.
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+PEERS = {
+    "glibc": "",
+    "jemalloc": os.path.join(LIBDIR, "libjemalloc.so.2"),
+    "tcmalloc": os.path.join(LIBDIR, "libtcmalloc_minimal.so.4"),
+    "mimalloc": os.path.join(LIBDIR, "libmimalloc.so.2"),
+}
+# benchmark name -> (program, args, metric key, unit)
+BENCHES = {
+    "large-touch": ("malloc_large", ["40", "10", "1"], "step_ms", "ms/step"),
+    "large-notouch": ("malloc_large", ["200", "20", "0"], "step_ms", "ms/step"),
+    "small": ("small_objects", ["5000000"], "ns_per_pair", "ns/pair"),
+}
+
+
+def build(out):
+    subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--bench", "--only", "prmalloc",
+                    "--out", out], check=True, stdout=subprocess.DEVNULL)
+
+
+def configs(out):
+    cfg = {name: lib for name, lib in PEERS.items() if not lib or os.path.exists(lib)}
+    cfg["rtkit"] = os.path.join(out, "librtkit_malloc.so")
+    return cfg
+
+
+def parse(line):
+    return {k: v for k, v in re.findall(r"(\w+)=([^\s]+)", line)}
+
+
+def run_once(out, prog, args, lib, run_dir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "_RTKIT_MALLOC_ROOT"}
+    env.pop("LD_PRELOAD", None)
+    if lib:
+        env["LD_PRELOAD"] = lib
+    env["RTKIT_RUN_DIR"] = run_dir
+    proc = subprocess.run([os.path.join(out, "bench", prog), *args], env=env, capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{prog} under {lib or 'glibc'} failed: {proc.stderr[-500:]}")
+    return parse(proc.stdout.strip().splitlines()[-1])
+
+
+def callgrind_instructions(out, lib, n1=100000, n2=300000):
+    if not shutil.which("valgrind"):
+        return None
+    counts = []
+    for n in (n1, n2):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_")}
+        env.pop("LD_PRELOAD", None)
+        if lib:
+            env["LD_PRELOAD"] = lib
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
+                                   os.path.join(out, "bench", "small_objects"), str(n)],
+                                  env=env, capture_output=True, text=True, timeout=600)
+        m = re.search(r"Collected : (\d+)", proc.stderr)
+        if not m:
+            return None
+        counts.append(int(m.group(1)))
+    return (counts[1] - counts[0]) / (n2 - n1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=os.path.join(REPO, "build", "native"))
+    ap.add_argument("--no-callgrind", action="store_true")
+    ap.add_argument("--only", action="append", choices=sorted(BENCHES))
+    args = ap.parse_args(argv)
+    build(args.out)
+    cfg = configs(args.out)
+    benches = {k: v for k, v in BENCHES.items() if not args.only or k in args.only}
+    results = {(b, c): [] for b in benches for c in cfg}
+    faults = {(b, c): [] for b in benches for c in cfg}
+    with tempfile.TemporaryDirectory() as run_dir:
+        for r in range(args.rounds):
+            for b, (prog, bargs, key, _unit) in benches.items():
+                for c, lib in cfg.items():
+                    res = run_once(args.out, prog, bargs, lib, run_dir)
+                    results[(b, c)].append(float(res[key]))
+                    if "faults_per_step" in res:
+                        faults[(b, c)].append(float(res["faults_per_step"]))
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    print(f"# PRMalloc micro-benchmarks: {args.rounds} interleaved rounds, medians")
+    for b, (prog, bargs, key, unit) in benches.items():
+        med = {c: statistics.median(results[(b, c)]) for c in cfg}
+        best_peer = min((c for c in cfg if c != "rtkit"), key=lambda c: med[c])
+        print(f"\n## {b} ({prog} {' '.join(bargs)}), {unit}; ratio = config / best peer ({best_peer})")
+        print(f"{'config':10} {'median':>12} {'ratio':>8} {'faults/step':>12}")
+        for c in cfg:
+            f = statistics.median(faults[(b, c)]) if faults[(b, c)] else None
+            ratio = med[c] / med[best_peer] if med[best_peer] else float("nan")
+            print(f"{c:10} {med[c]:12.4f} {ratio:8.3f} {('%.1f' % f) if f is not None else '-':>12}")
+        if "rtkit" in cfg:
+            print(f"rtkit speed-up over best peer: {med[best_peer] / med['rtkit']:.2f}x" if med["rtkit"] else "")
+    if not args.no_callgrind:
+        g = callgrind_instructions(args.out, "")
+        r = callgrind_instructions(args.out, cfg["rtkit"])
+        if g and r:
+            print(f"\n## small_objects instructions per malloc/free pair (callgrind, incl. ~15 of loop body)")
+            print(f"glibc {g:.1f}  rtkit {r:.1f}  ratio {r / g:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
