@@ -65,8 +65,11 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
             iterator = tf.compat.v1.data.make_one_shot_iterator(ds)
         batch_t = iterator.get_next()
         logits = models.build_graph_model(model, batch_t, emb_dim=emb_dim, capacity=capacity, seed=seed)
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch_t["label"],
-                                                                       logits=logits))
+        per_example = tf.nn.sigmoid_cross_entropy_with_logits(labels=batch_t["label"], logits=logits)
+        # Mean in float64, then back to float32: the result no longer depends on how the reduction
+        # is split over threads, so the reported loss is the same whatever pools rtkit configures
+        # (a float32 mean differed in the last bit under rtkit's stage scheduler).
+        loss = tf.cast(tf.reduce_mean(tf.cast(per_example, tf.float64)), tf.float32)
         global_step = tf.compat.v1.train.get_or_create_global_step()
         opt = tf.compat.v1.train.AdagradOptimizer(learning_rate)
         train_op = opt.minimize(loss, global_step=global_step)
