@@ -64,7 +64,9 @@ def test_every_entry_point_and_arena_realloc(prm, tmp_path):
 
 
 def test_multithreaded_stress_with_churn(prm, tmp_path):
-    proc = run_c(prm, "prmalloc_stress", extra={**FAST, "RTKIT_RUN_DIR": str(tmp_path)})
+    # concurrency varies run to run, so the plan may never be "stable": cap profiling at 4 of 8 rounds
+    proc = run_c(prm, "prmalloc_stress", args=["8"],
+                 extra={**FAST, "RTKIT_MALLOC_PROFILE_MAX": "4", "RTKIT_RUN_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "state 3" in proc.stderr
     doc = stats(tmp_path)
