@@ -126,11 +126,14 @@ def test_same_seed_gives_identical_losses(data_dir):
     second = run("wdl", api="session", **kw)
     assert first["steps"] == second["steps"] == 6
     assert first["losses"] == second["losses"]
+    single = run("wdl", api="session", threads_inter=1, threads_intra=1, **kw)
+    assert single["losses"] == first["losses"]                         # thread pools do not matter
     third = run("wdl", api="session", seed=1, **kw)                     # another seed: another run
     assert third["losses"] != first["losses"]
 
 
 @requires_tf
+@pytest.mark.filterwarnings("ignore:Your input ran out of data")      # Keras says so; expected here
 @pytest.mark.parametrize("api", ["session", "monitored", "keras"])
 def test_running_out_of_data_ends_the_run_normally(api, data_dir):
     from rtkit.workloads import run
@@ -162,3 +165,13 @@ def test_cli_rejects_bad_arguments():
     proc = subprocess.run([sys.executable, "-m", "rtkit.workloads", "wdl", "--steps", "0"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "positive integer" in proc.stderr
+
+
+def test_cli_unwritable_data_dir_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    proc = subprocess.run([sys.executable, "-m", "rtkit.workloads", "wdl", "--data-dir",
+                           str(blocker / "sub")], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "cannot create the data set" in proc.stderr and "Traceback" not in proc.stderr

@@ -46,6 +46,14 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    from rtkit.workloads import data
+
+    try:   # before TensorFlow is imported: a bad --data-dir is one line, not a traceback
+        data.ensure_dataset(args.data_dir, args.rows, args.seed, progress=not args.no_progress)
+    except OSError as exc:
+        sys.stderr.write(f"rtkit.workloads: cannot create the data set in "
+                         f"{args.data_dir or data.default_data_dir()}: {exc}\n")
+        return 2
     from rtkit.workloads import train  # imports TensorFlow
 
     result = train.run(model=args.model, api=args.api, steps=args.steps, batch=args.batch,
