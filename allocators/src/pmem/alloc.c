@@ -197,7 +197,7 @@ static inline char *tc_pop(struct rtk_tclass *t) {
     if (r) {
         t->head = NEXT_OF(r);
         if (!t->head) t->tail = NULL;
-        t->count--;
+        __atomic_store_n(&t->count, t->count - 1, __ATOMIC_RELAXED); /* the background thread peeks at it */
     }
     return r;
 }
@@ -206,7 +206,7 @@ static inline void tc_push(struct rtk_tclass *t, char *r) {
     NEXT_OF(r) = t->head;
     if (!t->head) t->tail = r;
     t->head = r;
-    t->count++;
+    __atomic_store_n(&t->count, t->count + 1, __ATOMIC_RELAXED);
 }
 
 static inline char *tc_bump(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsigned c) {
@@ -227,11 +227,11 @@ static char *pool_chain(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsigne
     if (t->count) { /* append (only on the larger-class path, where t may hold records) */
         NEXT_OF((char *)(uintptr_t)e[1]) = t->head;
         t->head = (char *)(uintptr_t)e[0];
-        t->count += e[2];
+        __atomic_store_n(&t->count, t->count + e[2], __ATOMIC_RELAXED);
     } else {
         t->head = (char *)(uintptr_t)e[0];
         t->tail = (char *)(uintptr_t)e[1];
-        t->count = e[2];
+        __atomic_store_n(&t->count, e[2], __ATOMIC_RELAXED);
     }
     return tc_pop(t);
 }

@@ -74,13 +74,13 @@ int rtk_vstack_push(struct rtk_vstack *s, uint64_t a, uint64_t b, uint64_t c) {
     s->e[s->n][0] = a;
     s->e[s->n][1] = b;
     s->e[s->n][2] = c;
-    s->n++;
+    __atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELAXED); /* peeked at without the lock */
     return 0;
 }
 
 int rtk_vstack_pop(struct rtk_vstack *s, uint64_t out[3]) {
     if (s->n == 0) return 0;
-    s->n--;
+    __atomic_store_n(&s->n, s->n - 1, __ATOMIC_RELAXED);
     memcpy(out, s->e[s->n], 24);
     return 1;
 }
