@@ -156,6 +156,32 @@ def test_bad_input(pm, pool_dir):
     assert issubclass(pm.PoolFullError, pm.PmemError)
 
 
+@pytest.mark.skipif(not SHM, reason="needs /dev/shm (tmpfs refuses an oversized fallocate at once)")
+def test_no_space_at_create(pm, pool_dir):
+    st = os.statvfs(pool_dir)
+    too_big = st.f_blocks * st.f_frsize * 2
+    path = os.path.join(pool_dir, "huge.pool")
+    with pytest.raises(pm.PoolFullError) as e:
+        pm.Pool.create(path, too_big)
+    assert "no space" in str(e.value) and e.value.path == path
+    assert not os.path.exists(path)
+
+
+def test_persist_array_view(pm, pool_dir):
+    path = os.path.join(pool_dir, "p.pool")
+    with pm.Pool.create(path, 8 << 20, segment_size=64 << 10, force_msync=True) as pool:
+        h = pool.alloc(1024)
+        v = pool.view(h, "int32")
+        v[:] = 7
+        pool.persist(v)          # the array's bytes
+        pool.persist(h, 128, 64)  # a sub-range of the record
+        with pytest.raises(pm.InvalidArgumentError):
+            pool.persist(h, 1000, 1000)
+        with pytest.raises(pm.InvalidArgumentError):
+            pool.persist(v[::2])
+        assert pool.stats()["persist_kind"] in ("msync", "flush")
+
+
 def test_version_refused(pm, pool_dir):
     path = os.path.join(pool_dir, "v.pool")
     pm.Pool.create(path, 4 << 20, segment_size=64 << 10).close()

@@ -217,9 +217,20 @@ class Pool:
             _raise(rc, self.path or "")
         return int(req[0]), int(usable[0])
 
-    def persist(self, handle, offset=0, nbytes=0):
-        """Make [offset, offset+nbytes) of the record durable (nbytes 0: to its end)."""
-        rc = self._lib.rtkit_pmem_persist(self._pool(), int(handle), int(offset), int(nbytes))
+    def persist(self, target, offset=0, nbytes=0):
+        """Make [offset, offset+nbytes) of the record `target` (a handle) durable (nbytes 0: to its end);
+        or, with a numpy array (a view into the pool), the bytes of that array."""
+        iface = getattr(target, "__array_interface__", None)
+        if iface is not None:
+            if not target.flags["C_CONTIGUOUS"]:
+                raise InvalidArgumentError(f"{self.path}: persist needs a contiguous array", path=self.path or "",
+                                           reason="array not contiguous", code=EINVAL)
+            addr = self._ffi.cast("void *", iface["data"][0])
+            rc = self._lib.rtkit_pmem_persist_range(self._pool(), addr, int(target.nbytes))
+            if rc:
+                _raise(rc, self.path or "")
+            return
+        rc = self._lib.rtkit_pmem_persist(self._pool(), int(target), int(offset), int(nbytes))
         if rc:
             _raise(rc, self.path or "")
 
