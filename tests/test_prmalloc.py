@@ -238,3 +238,11 @@ def test_tensorflow_under_preload(prm, tmp_path):
     after = [s for s in doc["per_step"] if s["step"] > doc["profile"]["end_step"]]
     assert after and sum(s["arena_hits"] for s in after) > 0
     assert doc["minor_faults_per_step_after_plan"] <= 5 < doc["minor_faults_per_step_before_plan"]
+
+
+def test_debug_mode_reports_double_free(prm, tmp_path):
+    proc = run_c(prm, "prmalloc_debug", extra={**FAST, "RTKIT_MALLOC_DEBUG": "1", "RTKIT_RUN_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "prmalloc_debug: ok\n"
+    assert "double free" in proc.stderr and "not a block start" in proc.stderr
+    assert stats(tmp_path)["totals"]["debug_errors"] == 2
