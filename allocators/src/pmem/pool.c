@@ -15,6 +15,7 @@
 #ifdef RTK_HAVE_LIBPMEM
 #include <libpmem.h>
 #endif
+#include "common/env.h"
 #include "pmem/pool.h"
 
 static __thread char rtk_errbuf[384];
@@ -140,39 +141,39 @@ int rtk_geom_compute(struct rtk_geom *g, uint64_t size, uint64_t seg_size, uint3
     return 0;
 }
 
-/* ---- settings from the environment (names from rtkit/config.py); one stderr line per bad value ---- */
+/* ---- settings from the environment (names from rtkit/config.py); common/env prints one stderr line per bad value ---- */
 
 static long env_long(const char *name, long fallback, long lo, long hi, int size_suffix) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (size_suffix && end != v) {
-        switch (*end) {
-        case 'k': case 'K': x <<= 10; end++; break;
-        case 'm': case 'M': x <<= 20; end++; break;
-        case 'g': case 'G': x <<= 30; end++; break;
-        default: break;
-        }
-        if (*end == 'B' || *end == 'b') end++;
+    if (size_suffix) {
+        size_t v;
+        rtk_env_size(name, (size_t)fallback, (size_t)lo, (size_t)hi, &v);
+        return (long)v;
     }
-    if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "rtkit: %s=%s is not %s in [%ld, %ld]; using %ld\n", name, v,
-                size_suffix ? "a size (like 64K, 1M)" : "an integer", lo, hi, fallback);
-        return fallback;
-    }
-    return (long)x;
+    long v;
+    rtk_env_int(name, fallback, lo, hi, &v);
+    return v;
 }
 
 static int env_bool(const char *name, int fallback) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    if (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "on") || !strcasecmp(v, "yes")) return 1;
-    if (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "off") || !strcasecmp(v, "no")) return 0;
-    fprintf(stderr, "rtkit: %s=%s is not a boolean (1/0/true/false/on/off); using %s\n", name, v,
-            fallback ? "on" : "off");
-    return fallback;
+    int v;
+    rtk_env_bool(name, fallback, &v);
+    return v;
+}
+
+/* read once per process, so a bad value is reported once however many pools are opened */
+static struct {
+    long segment_size, block_size, max_record, rebalance_ms, rebalance_min;
+    int durable;
+} env_cfg;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void env_read(void) {
+    env_cfg.segment_size = env_long("RTKIT_PMEM_SEGMENT_SIZE", 1 << 20, 64 * 1024, 1L << 40, 1);
+    env_cfg.block_size = env_long("RTKIT_PMEM_BLOCK_SIZE", 64, 8, 65536, 1);
+    env_cfg.max_record = env_long("RTKIT_PMEM_MAX_RECORD", 4096, 64, 1L << 30, 1);
+    env_cfg.rebalance_ms = env_long("RTKIT_PMEM_REBALANCE_MS", 1000, 1, 3600000, 0);
+    env_cfg.rebalance_min = env_long("RTKIT_PMEM_REBALANCE_MIN", 8, 1, 1 << 30, 0);
+    env_cfg.durable = env_bool("RTKIT_PMEM_DURABLE", 1);
 }
 
 RTK_EXPORT void rtkit_pmem_options_init(rtkit_pmem_options *o) {
@@ -181,10 +182,10 @@ RTK_EXPORT void rtkit_pmem_options_init(rtkit_pmem_options *o) {
 }
 
 static void resolve_runtime(struct rtkit_pmem_pool *p, const rtkit_pmem_options *o) {
-    p->durable = o->durable >= 0 ? !!o->durable : env_bool("RTKIT_PMEM_DURABLE", 1);
-    p->rebalance_ms = o->rebalance_ms ? o->rebalance_ms : (int)env_long("RTKIT_PMEM_REBALANCE_MS", 1000, 1, 3600000, 0);
-    p->rebalance_min = o->rebalance_min > 0 ? o->rebalance_min
-                                            : (int)env_long("RTKIT_PMEM_REBALANCE_MIN", 8, 1, 1 << 30, 0);
+    pthread_once(&env_once, env_read);
+    p->durable = o->durable >= 0 ? !!o->durable : env_cfg.durable;
+    p->rebalance_ms = o->rebalance_ms ? o->rebalance_ms : (int)env_cfg.rebalance_ms;
+    p->rebalance_min = o->rebalance_min > 0 ? o->rebalance_min : (int)env_cfg.rebalance_min;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     p->recovery_threads = o->recovery_threads > 0 ? o->recovery_threads : (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
 }
@@ -331,10 +332,10 @@ static void abort_open(struct rtkit_pmem_pool *p) {
 }
 
 static void geom_from_opts(const rtkit_pmem_options *o, uint64_t *seg, uint32_t *block, uint32_t *maxrec) {
-    *seg = o->segment_size ? o->segment_size
-                           : (uint64_t)env_long("RTKIT_PMEM_SEGMENT_SIZE", 1 << 20, 4096, 1L << 40, 1);
-    *block = o->block_size ? o->block_size : (uint32_t)env_long("RTKIT_PMEM_BLOCK_SIZE", 64, 8, 65536, 1);
-    *maxrec = o->max_record ? o->max_record : (uint32_t)env_long("RTKIT_PMEM_MAX_RECORD", 4096, 8, 1L << 30, 1);
+    pthread_once(&env_once, env_read);
+    *seg = o->segment_size ? o->segment_size : (uint64_t)env_cfg.segment_size;
+    *block = o->block_size ? o->block_size : (uint32_t)env_cfg.block_size;
+    *maxrec = o->max_record ? o->max_record : (uint32_t)env_cfg.max_record;
 }
 
 static void init_header(struct rtkit_pmem_pool *p) {
