@@ -562,8 +562,8 @@ RTK_EXPORT int rtkit_pmem_close(rtkit_pmem_pool *p) {
     pthread_key_delete(p->key);
     int rc = 0;
     if (!p->anonymous) {
-        /* volatile mode flushed nothing per record: a clean close makes everything durable */
-        if (!p->durable || p->pkind == RTKIT_PMEM_PERSIST_MSYNC) rc = rtkit_pmem_sync(p);
+        /* a clean close makes everything durable: payloads never persisted, and in volatile mode the headers */
+        if (p->pkind != RTKIT_PMEM_PERSIST_NONE) rc = rtkit_pmem_sync(p);
         write_mutable(p, 1);
     }
     unmap_data(p);
