@@ -179,9 +179,9 @@ class Scheduler:
         if hit is not None:
             return sig, hit
         fetch_ops = [getattr(e, "op", e) for e in resolved]
-        reach = reachable(graph, fetch_ops, fed, stop=sm.pipelined | sm.support)
+        reach = reachable(graph, fetch_ops, fed, stop=sm.pipelined | sm.resets)
         mode = "plain"
-        if reach & sm.support:
+        if reach & sm.resets:
             mode = "reset"
         elif reach & sm.pipelined:
             bset = set(sm.boundary)

@@ -51,6 +51,7 @@ class StageMap:
     boundary: List[str]                      # tensor names crossing from the cut into the rest
     support: Set[str]                        # iterator/dataset ops upstream of get_next (init, save...)
     cuttable: bool
+    resets: Set[str] = field(default_factory=set)  # stateful support ops: a run reaching one acts on the iterator
     notes: List[str] = field(default_factory=list)
 
     def counts(self) -> Dict[str, int]:
@@ -105,6 +106,10 @@ def analyze(graph) -> StageMap:
                 if t.op.name not in support:
                     support.add(t.op.name)
 
+    # Constants upstream of the dataset may be shared with the model; only stateful ops (the iterator,
+    # MakeIterator, iterator save/restore) mean that a run acts on the iterator itself.
+    resets = {n for n in support if _is_stateful(by_name[n])}
+
     # 4. boundary tensors and the checks that make the cut safe
     boundary: List[str] = []
     seen: Set[str] = set()
@@ -154,7 +159,7 @@ def analyze(graph) -> StageMap:
             if fwd and stage.get(fwd) == "embedding":
                 stage[op.name] = "embedding"
     return StageMap(stage=stage, pipelined=pipelined, boundary=boundary, support=support,
-                    cuttable=cuttable, notes=notes)
+                    resets=resets, cuttable=cuttable, notes=notes)
 
 
 def reachable(graph, fetch_ops, fed_tensors: Set[str], stop: Set[str]) -> Set[str]:

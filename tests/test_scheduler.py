@@ -273,3 +273,40 @@ def test_tuning_picks_a_config_writes_profile_report_and_trace(tmp_path):
     assert {"input", "embedding", "dense", "apply"} <= tracks
     cats = {e.get("cat") for e in trace["traceEvents"] if e["ph"] == "X"}
     assert {"input", "embedding", "dense", "steps", "pipeline-input-run"} <= cats
+
+
+def test_forward_only_runs_and_shared_constants_keep_the_order(tmp_path):
+    """Loss-only runs (they consume a batch, as without rtkit) between train steps, and a constant shared by
+    the dataset and the model, give the same values staged and unstaged."""
+    path = write_data(str(tmp_path / "d.csv"), 320)
+
+    def go(stage):
+        g = tf.Graph()
+        with g.as_default():
+            bs = tf.constant(32, tf.int64)  # used by the dataset and by the model
+            it = tf1.data.make_initializable_iterator(tf.data.TextLineDataset(path).batch(bs))
+            cols = tf.strings.split(it.get_next(), ",").to_tensor()
+            x = tf.strings.to_number(cols[:, 2]) + tf.cast(bs, tf.float32) * 0.0
+            v = tf1.get_variable("v", [], initializer=tf1.zeros_initializer())
+            loss = tf.reduce_mean(tf.square(x - v))
+            train = tf1.train.GradientDescentOptimizer(0.5).minimize(loss)
+            init = tf1.global_variables_initializer()
+        sched = Scheduler(tf, settings(sched_stage=stage), str(tmp_path))
+        h = Hooked(sched, g)
+        h.run(init)
+        h.run(it.initializer)
+        out = []
+        try:
+            for i in range(100):
+                out.append(float(h.run(loss) if i % 3 == 2 else h.run([train, loss])[1]))
+        except tf.errors.OutOfRangeError:
+            pass
+        h.close()
+        return out, sched.report()
+
+    base, _ = go(False)
+    staged, rep = go(True)
+    assert len(base) == len(staged) == 10
+    np.testing.assert_allclose(staged, base, rtol=1e-5, atol=1e-6)
+    assert rep["pipeline"]["dropped_batches"] == 0
+    assert rep["pipeline"]["pipelines_started"] == 1  # never reset by the shared constant
