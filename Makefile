@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 NATIVE := build/native
 
-.PHONY: all install native test demo bench bench-deps asan clean
+.PHONY: all install native test demo bench bench-deps asan clean readme-settings
 
 all: install
 
@@ -43,3 +43,7 @@ asan:
 
 clean:
 	rm -rf build dist *.egg-info $(VENV)
+
+# Regenerate the README's settings table from rtkit/config.py (tests/test_config.py checks it is current).
+readme-settings:
+	$(PYTHON) -c "import re, sys; sys.path.insert(0, '.'); from rtkit.config import doc_table; p = 'README.md'; t = open(p).read(); open(p, 'w').write(re.sub(r'<!-- settings:begin -->\n.*?\n<!-- settings:end -->', lambda m: '<!-- settings:begin -->\n' + doc_table() + '\n<!-- settings:end -->', t, flags=re.S))"
