@@ -76,7 +76,7 @@ int main(int argc, char **argv)
     long f_end = faults();
     int n = steps - warm;
     qsort(t + warm, (size_t)n, sizeof *t, cmp);
-    printf("bench=malloc_large touch=%d step_ms=%.3f faults_per_step=%.1f steps=%d marked=%d\n", touch, t[warm + n / 2] * 1e3,
+    printf("bench=malloc_large touch=%d step_us=%.2f faults_per_step=%.1f steps=%d marked=%d\n", touch, t[warm + n / 2] * 1e6,
            (double)(f_end - f_warm) / n, n, mark != NULL);
     return 0;
 }

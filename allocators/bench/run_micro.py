@@ -27,8 +27,8 @@ PEERS = {
 }
 # benchmark name -> (program, args, metric key, unit)
 BENCHES = {
-    "large-touch": ("malloc_large", ["40", "10", "1"], "step_ms", "ms/step"),
-    "large-notouch": ("malloc_large", ["200", "20", "0"], "step_ms", "ms/step"),
+    "large-touch": ("malloc_large", ["40", "10", "1"], "step_us", "us/step"),
+    "large-notouch": ("malloc_large", ["200", "20", "0"], "step_us", "us/step"),
     "small": ("small_objects", ["5000000"], "ns_per_pair", "ns/pair"),
 }
 
