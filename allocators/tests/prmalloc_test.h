@@ -31,7 +31,7 @@ static void test_bind(void)
     }
 }
 
-static int test_done(const char *name)
+__attribute__((unused)) static int test_done(const char *name)
 {
     if (g_failures) {
         fprintf(stderr, "%s: %d check(s) failed\n", name, g_failures);
