@@ -197,8 +197,8 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         if (rtk_hot.mode != RTK_MODE_READY)  /* re-entered from inside init: straight to glibc */
             return libc_alloc(n, align, zero);
     }
-    if (!rtk_hot.inspect)
-        return libc_alloc(n, align, zero);
+    if (!rtk_hot.inspect || (n < rtk_hot.min_size && !rtk_g.cfg.census))
+        return libc_alloc(n, align, zero);  /* RTKIT_MALLOC_CENSUS=0: small requests are not counted */
     rtk_tslot_t *s = rtk_slot();
     unsigned b = rtk_bucket(n);
     s->bk[b].count++;
