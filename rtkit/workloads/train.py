@@ -103,10 +103,13 @@ def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, lea
                  threads_inter, threads_intra, log):
     import keras
 
-    if threads_inter is not None:
-        tf.config.threading.set_inter_op_parallelism_threads(int(threads_inter))
-    if threads_intra is not None:
-        tf.config.threading.set_intra_op_parallelism_threads(int(threads_intra))
+    try:
+        if threads_inter is not None:
+            tf.config.threading.set_inter_op_parallelism_threads(int(threads_inter))
+        if threads_intra is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(int(threads_intra))
+    except RuntimeError as exc:   # the eager runtime was already started in this process
+        sys.stderr.write(f"rtkit.workloads: thread settings ignored for keras: {exc}\n")
     keras.utils.set_random_seed(seed)
     net = models.build_keras_model(model, emb_dim=emb_dim, capacity=capacity, seed=seed)
     net.compile(optimizer=keras.optimizers.Adagrad(learning_rate),
@@ -129,7 +132,7 @@ def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, lea
     net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False, callbacks=[Losses()])
 
 
-def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_dir=None, seed=0,
+def run(model="wdl", api="session", steps=200, batch=2048, rows=409_600, data_dir=None, seed=0,
         emb_dim=16, capacity=None, epochs=None, learning_rate=0.05, threads_inter=None,
         threads_intra=None, print_losses=False, progress=True):
     """Train `model` with `api` for up to `steps` steps; returns a dict of figures (see keys below).
