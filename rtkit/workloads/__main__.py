@@ -4,7 +4,7 @@ import sys
 
 from rtkit.workloads import APIS, MODELS
 
-DEFAULTS = dict(steps=200, batch=2048, rows=409_600, seed=0, emb_dim=16)
+DEFAULTS = dict(steps=200, batch=2048, rows=200_000, seed=0, emb_dim=16)
 
 
 def _positive(text):

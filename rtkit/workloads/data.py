@@ -166,7 +166,7 @@ class _Progress:
             sys.stderr.flush()
 
 
-def ensure_dataset(data_dir=None, rows=409_600, seed=0, progress=True):
+def ensure_dataset(data_dir=None, rows=200_000, seed=0, progress=True):
     """Path of the data set for (rows, seed) under data_dir, generating it first if it is not there."""
     rows, seed = int(rows), int(seed)
     if rows <= 0:

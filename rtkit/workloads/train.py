@@ -132,7 +132,7 @@ def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, lea
     net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False, callbacks=[Losses()])
 
 
-def run(model="wdl", api="session", steps=200, batch=2048, rows=409_600, data_dir=None, seed=0,
+def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_dir=None, seed=0,
         emb_dim=16, capacity=None, epochs=None, learning_rate=0.05, threads_inter=None,
         threads_intra=None, print_losses=False, progress=True):
     """Train `model` with `api` for up to `steps` steps; returns a dict of figures (see keys below).
