@@ -272,9 +272,11 @@ class Scheduler:
                         self._tuning_finished()
                 if self.settings.get("sched_pin") and self.pin_result is None and \
                         (self.tuner is None or self.tuner.done) and st.routed:
+                    total = sum(self.stage_cost_ms.values())
+                    share = self.stage_cost_ms["input"] / total if total else None
                     self.pin_result = _pools.pin_pools(self.plan, {
                         "compute": self.plan.index("compute", self.active["compute"]),
-                        "input": self.plan.index("input", self.active["input"])})
+                        "input": self.plan.index("input", self.active["input"])}, share)
         return result
 
     def _count_signature(self, sig) -> bool:

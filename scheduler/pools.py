@@ -107,17 +107,22 @@ def pool_threads(index: int) -> List[int]:
     return sorted(t for t, n in thread_names().items() if n == want)
 
 
-def pin_pools(plan: PoolPlan, active: Dict[str, int]) -> Dict[str, object]:
-    """Pin each active pool's threads to its own share of this process's CPUs. Returns what was done."""
+def pin_pools(plan: PoolPlan, active: Dict[str, int], input_share: Optional[float] = None) -> Dict[str, object]:
+    """Pin each active pool's threads to its own share of this process's CPUs: the input pool gets CPUs in
+    proportion to the input stage's measured share of op time (a quarter when unmeasured), at least one,
+    and the compute pool the rest. Only the inter-op pools are pinned: the intra-op pool is TF's own."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError) as exc:
         return {"pinned": False, "detail": f"no sched_getaffinity: {exc}"}
     if len(cpus) < 2:
         return {"pinned": False, "detail": "fewer than 2 CPUs: nothing to split"}
-    n_input = max(1, len(cpus) // 4)
+    if input_share is not None:
+        n_input = max(1, min(len(cpus) - 1, round(len(cpus) * input_share)))
+    else:
+        n_input = max(1, len(cpus) // 4)
     sets = {"input": cpus[:n_input], "compute": cpus[n_input:]}
-    result: Dict[str, object] = {"pinned": True, "cpus": {}}
+    result: Dict[str, object] = {"pinned": True, "input_share": input_share, "cpus": {}}
     for stage, idx in active.items():
         tids = pool_threads(idx)
         done = 0

@@ -310,3 +310,22 @@ def test_forward_only_runs_and_shared_constants_keep_the_order(tmp_path):
     np.testing.assert_allclose(staged, base, rtol=1e-5, atol=1e-6)
     assert rep["pipeline"]["dropped_batches"] == 0
     assert rep["pipeline"]["pipelines_started"] == 1  # never reset by the shared constant
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 CPUs")
+def test_pinning_puts_each_pool_on_its_own_cpus(tmp_path):
+    losses, err, sched, h = train(tmp_path, stage=True, rows=32 * 20, sched_pin=True)
+    try:
+        assert err is None and len(losses) == 20
+        pin = sched.report()["pinning"]
+        assert pin and pin["pinned"], pin
+        cpus = pin["cpus"]
+        assert not set(cpus["input"]["cpus"]) & set(cpus["compute"]["cpus"])
+        for stage in ("input", "compute"):
+            idx = sched.plan.index(stage, sched.active[stage])
+            tids = pools.pool_threads(idx)
+            assert tids and cpus[stage]["threads"] == len(tids)
+            for tid in tids:
+                assert sorted(os.sched_getaffinity(tid)) == cpus[stage]["cpus"]
+    finally:
+        h.close()
