@@ -54,9 +54,12 @@ class Scheduler:
         self.override = bool(settings.get("sched_override_user"))
         self.tune = bool(settings.get("sched_tune"))
         self.plan = _pools.make_plan(settings, self.tune)
+        # with pipelining allowed, tuning also tries the job without it (a batch's feed costs a host copy)
         self.tuner = Tuner(self.plan.compute_sizes, self.plan.input_sizes,
-                           int(settings.get("sched_tune_steps") or 0)) if self.tune else None
-        self.active = {"compute": self.plan.compute_sizes[0], "input": self.plan.input_sizes[0]}
+                           int(settings.get("sched_tune_steps") or 0),
+                           stage_options=(True, False) if self.stage else (False,)) if self.tune else None
+        self.active = {"compute": self.plan.compute_sizes[0], "input": self.plan.input_sizes[0],
+                       "stage": self.stage}
         self.notes: List[str] = []
         self.trace = Trace()
         self.sessions_info: List[Dict] = []
@@ -211,8 +214,8 @@ class Scheduler:
         is_step = self._count_signature(sig)
         tracing = is_step and self._traced_steps < TRACE_STEPS and self.step_runs > WARM_RUNS
         if is_step and not tracing and self.tuner is not None and not self.tuner.done and self._traced_steps >= TRACE_STEPS:
-            c, i = self.tuner.current()
-            self.active["compute"], self.active["input"] = c, i
+            c, i, stg = self.tuner.current()
+            self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
 
         # routing and tracing options
         opts = options
@@ -237,7 +240,8 @@ class Scheduler:
                           "for that session")
                 st.stage_disabled = True
             self._stop_pipeline(st, "iterator reset/save run" if mode == "reset" else "uncovered run")
-        elif mode == "pipelined" and self.stage and not st.stage_disabled:
+        elif mode == "pipelined" and self.stage and not st.stage_disabled and \
+                (self.active["stage"] or self._draining(st)):
             pipe = self._pipeline(session, st)
             if tracing and self._traced_steps == 0:
                 self._input_trace_left = TRACE_STEPS
@@ -252,8 +256,6 @@ class Scheduler:
             feeds = dict(feed_dict or {})
             feeds.update(extra)
             st.pipelined_runs += 1
-        elif mode == "pipelined" and not self.stage:
-            pass
 
         t0 = time.time()
         result = run_next(fetches, feeds, opts, md)
@@ -317,6 +319,18 @@ class Scheduler:
             pipe.start()
             return pipe
 
+    def _draining(self, st: _SessionState) -> bool:
+        """Pipelining is off for now (a tuning trial or the choice): stop producing, serve what is queued."""
+        pipe = st.pipeline
+        if pipe is None:
+            return False
+        pipe.halt()
+        if pipe.finished:
+            self._retire(pipe)
+            st.pipeline = None
+            return False
+        return True
+
     def _make_run_input(self, ref, st: _SessionState):
         RunOptions = self.tf.compat.v1.RunOptions
         RunMetadata = self.tf.compat.v1.RunMetadata
@@ -376,9 +390,9 @@ class Scheduler:
             self._retire(pipe)
 
     def _tuning_finished(self) -> None:
-        c, i = self.tuner.chosen
-        self.active["compute"], self.active["input"] = c, i
-        values = {"sched": True, "sched_stage": self.stage, "sched_stage_depth": self.depth,
+        c, i, stg = self.tuner.chosen
+        self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
+        values = {"sched": True, "sched_stage": stg, "sched_stage_depth": self.depth,
                   "sched_inter_op": c, "sched_intra_op": self.plan.intra_op, "sched_input_threads": i,
                   "sched_tune": False}
         desc = f"Tuned by the rtkit scheduler on {now_iso()} ({_pools.cpu_count()} CPUs)"
@@ -421,7 +435,8 @@ class Scheduler:
             "steps_seen": self.step_runs,
             "step_ms_median": med,
             "chosen": {"compute_threads": self.active["compute"], "input_threads": self.active["input"],
-                       "intra_op_threads": self.plan.intra_op, "stage_depth_steps": self.depth if self.stage else 0},
+                       "intra_op_threads": self.plan.intra_op, "stage_pipelined": self.active["stage"],
+                       "stage_depth_steps": self.depth if self.active["stage"] else 0},
             "tuning": tuning,
             "speedup_over_first_x": tuning["speedup_over_first_x"] if tuning else None,
             "pipeline": {

@@ -28,8 +28,12 @@ class Pipeline:
         self.depth = max(1, int(depth))
         self._run_input = run_input             # fetch list -> list of numpy values (raises TF errors)
         self._on_event = on_event
-        self._q: "queue.Queue" = queue.Queue(maxsize=self.depth)
+        # Unbounded queue, bounded by _space: on halt() the in-flight batch must still be queued even
+        # when `depth` batches are waiting, since the step side (the only consumer) is the halting thread.
+        self._q: "queue.Queue" = queue.Queue()
+        self._space = threading.Semaphore(self.depth)
         self._stop = threading.Event()
+        self._halt = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.produced = 0
         self.consumed = 0
@@ -42,17 +46,20 @@ class Pipeline:
         self._thread.start()
 
     def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._q.put(item, timeout=0.05)
+        if self._stop.is_set():
+            return False
+        self._q.put(item)
+        return True
+
+    def _wait_space(self) -> bool:
+        while not (self._stop.is_set() or self._halt.is_set()):
+            if self._space.acquire(timeout=0.05):
                 return True
-            except queue.Full:
-                continue
         return False
 
     def _loop(self) -> None:
         seq = 0
-        while not self._stop.is_set():
+        while self._wait_space():
             t0 = time.time()
             try:
                 values = self._run_input(self.boundary)
@@ -86,6 +93,7 @@ class Pipeline:
                 if not self.alive and self._q.empty():
                     raise RuntimeError("rtkit scheduler: the input pipeline thread ended without a result")
         t1 = time.time()
+        self._space.release()
         self.wait_ms.append((t1 - t0) * 1000.0)
         if self._on_event and t1 - t0 > 0.0005:
             self._on_event("wait_input", t0, t1, {"seq": seq})
@@ -93,6 +101,12 @@ class Pipeline:
             raise payload
         self.consumed += 1
         return dict(zip(self.boundary, payload))
+
+    def halt(self, timeout_s: float = 60.0) -> None:
+        """Stop producing but keep what is queued (the in-flight batch included): the step side drains it."""
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
 
     def stop(self, timeout_s: float = 60.0) -> int:
         """Stop the thread and drop what it prefetched. Returns the number of dropped batches."""

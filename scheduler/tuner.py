@@ -7,13 +7,15 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional, Tuple
 
-Config = Tuple[int, int]  # (compute pool threads, input pool threads)
+Config = Tuple[int, int, bool]  # (compute pool threads, input pool threads, input stage pipelined)
 
 
 class Tuner:
-    def __init__(self, compute_sizes: List[int], input_sizes: List[int], budget_steps: int, skip_steps: int = 2):
-        c0, i0 = compute_sizes[0], input_sizes[0]
-        cands: List[Config] = [(c0, i0)] + [(c, i0) for c in compute_sizes[1:]] + [(c0, i) for i in input_sizes[1:]]
+    def __init__(self, compute_sizes: List[int], input_sizes: List[int], budget_steps: int, skip_steps: int = 2,
+                 stage_options: Tuple[bool, ...] = (False,)):
+        c0, i0, s0 = compute_sizes[0], input_sizes[0], stage_options[0]
+        cands: List[Config] = ([(c0, i0, s0)] + [(c, i0, s0) for c in compute_sizes[1:]]
+                               + [(c0, i, s0) for i in input_sizes[1:]] + [(c0, i0, s) for s in stage_options[1:]])
         self.budget_steps = int(budget_steps)
         per = self.budget_steps // max(1, len(cands))
         self.skip = skip_steps if per > skip_steps + 2 else 0
@@ -59,8 +61,9 @@ class Tuner:
     def report(self) -> Dict:
         first = self._median(self.candidates[0])
         best = self._median(self.chosen)
-        trials = [{"compute_threads": c, "input_threads": i, "steps": len(self.times[(c, i)]),
-                   "step_ms_median": self._median((c, i))} for c, i in self.candidates]
+        trials = [{"compute_threads": c, "input_threads": i, "stage_pipelined": st,
+                   "steps": len(self.times[(c, i, st)]), "step_ms_median": self._median((c, i, st))}
+                  for c, i, st in self.candidates]
         overhead = 0.0
         if best:
             for c in self.candidates:
@@ -69,7 +72,8 @@ class Tuner:
                     overhead += max(0.0, m - best) * self.per_trial
         return {"done": self.done, "budget_steps": self.budget_steps, "steps_used": self.steps_used,
                 "steps_per_trial": self.per_trial, "skipped_steps_per_trial": self.skip, "trials": trials,
-                "chosen": {"compute_threads": self.chosen[0], "input_threads": self.chosen[1]},
+                "chosen": {"compute_threads": self.chosen[0], "input_threads": self.chosen[1],
+                           "stage_pipelined": self.chosen[2]},
                 "first_step_ms_median": first, "chosen_step_ms_median": best,
                 "speedup_over_first_x": (first / best) if first and best else None,
                 "overhead_vs_chosen_ms": overhead}

@@ -248,14 +248,22 @@ def test_user_thread_settings_win_unless_override(tmp_path):
 
 def test_tuning_picks_a_config_writes_profile_report_and_trace(tmp_path):
     out = tmp_path / "tuned.toml"
+    (tmp_path / "base").mkdir()
+    base, _, _, h0 = train(tmp_path / "base", stage=False, rows=32 * 60)
+    h0.close()
     losses, err, sched, h = train(tmp_path, stage=True, rows=32 * 60,
-                                  sched_tune=True, sched_tune_steps=24, sched_save_profile=str(out))
+                                  sched_tune=True, sched_tune_steps=30, sched_save_profile=str(out))
     h.close()
     assert err is None and len(losses) == 60
+    # trials switch pools and pipelining on and off (draining what was prefetched): same batches, same order
+    np.testing.assert_allclose(losses, base, rtol=1e-5, atol=1e-6)
     rep = sched.report()
     assert rep["tuning"]["done"], rep["tuning"]
-    assert len(rep["tuning"]["trials"]) >= 2
-    assert rep["tuning"]["steps_used"] <= 24
+    trials = rep["tuning"]["trials"]
+    assert len(trials) >= 3
+    assert {t["stage_pipelined"] for t in trials} == {True, False}
+    assert rep["pipeline"]["dropped_batches"] == 0
+    assert rep["tuning"]["steps_used"] <= 30
     assert rep["speedup_over_first_x"] and rep["speedup_over_first_x"] >= 1.0
     prof = rconfig.load_profile(str(out))
     assert prof.values["sched_inter_op"] == rep["chosen"]["compute_threads"]
