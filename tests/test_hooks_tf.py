@@ -95,3 +95,19 @@ def test_step_mark_reaches_preloaded_allocator(tmp_path):
         pytest.skip("the allocator library wrote no statistics in this build")
     # the first training step is recognised as dominant from its second occurrence on
     assert alloc["steps"] >= 23 - 2
+
+
+@pytest.mark.parametrize("model,api", [("wdl", "session"), ("dlrm", "monitored"), ("wdl", "keras")])
+def test_bundled_workload_steps_equal_steps_run(tmp_path, model, api):
+    """The bundled workloads never call rtkit: the hooks must find exactly the steps they ran."""
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", sys.executable, "-m", "rtkit.workloads", model,
+                      "--api", api, "--steps", "14", "--batch", "256", "--rows", "20000", "--no-progress",
+                      "--data-dir", str(tmp_path / "data")])
+    assert proc.returncode == 0, proc.stderr
+    line = [l for l in proc.stdout.splitlines() if l.startswith("rtkit-workload:")]
+    assert len(line) == 1
+    ran = int(dict(kv.split("=", 1) for kv in line[0].split()[1:])["steps"])
+    assert ran == 14
+    steps = load_report(tmp_path / "r")["steps"]
+    assert steps["count"] == ran
+    assert steps["source"] == ("keras" if api == "keras" else "session")

@@ -82,8 +82,9 @@ def _prepare_data(args) -> int:
     """Generate the workload's synthetic data set once, before the first measured run, so that
     no configuration pays for it (numpy only, no TensorFlow)."""
     import subprocess
+    rows = f"rows={int(args.rows)}, " if args.rows else ""  # else the workload's own default
     code = ("import sys; from rtkit.workloads import data; "
-            f"data.ensure_dataset(rows={args.rows!r} or 200000, progress=sys.stderr.isatty())")
+            f"data.ensure_dataset({rows}progress=sys.stderr.isatty())")
     return subprocess.run([sys.executable, "-c", code]).returncode
 
 
