@@ -27,11 +27,30 @@ def pmem_flags():
     return (["-DRTK_HAVE_LIBPMEM"], ["-lpmem"]) if have_libpmem() else ([], [])
 
 
+# The preload library links the PMEM pool in for tier mode (prmalloc/tier.c) but exports none of its rtkit_pmem_*
+# symbols: under LD_PRELOAD they would otherwise take the place of librtkit_pmem.so's in a job that uses both.
+MALLOC_VERSION_SCRIPT = "{ global: *; local: rtkit_pmem_*; };\n"
+
+
+def malloc_version_script(out_dir):
+    path = os.path.join(out_dir, "librtkit_malloc.map")
+    os.makedirs(out_dir, exist_ok=True)
+    if not os.path.exists(path) or open(path).read() != MALLOC_VERSION_SCRIPT:
+        with open(path, "w") as f:
+            f.write(MALLOC_VERSION_SCRIPT)
+    return path
+
+
 # name -> (source folders under src/, extra cflags, extra link flags)
-def libraries():
+def libraries(out_dir=None):
     pmem_c, pmem_l = pmem_flags()
+    # tier mode's pool is volatile scratch: no flush to choose, so the preload library maps it with plain mmap and
+    # stays free of libpmem (which would load libndctl, libudev, libcrypto, ... into every preloaded process)
+    malloc_l = ["-ldl"]
+    if out_dir:
+        malloc_l.append("-Wl,--version-script=" + malloc_version_script(out_dir))
     return {
-        "librtkit_malloc.so": (["common", "prmalloc"], [], ["-ldl"]),
+        "librtkit_malloc.so": (["common", "prmalloc", "pmem"], [], malloc_l),
         "librtkit_pmem.so": (["common", "pmem"], pmem_c, pmem_l),
     }
 
@@ -42,7 +61,7 @@ def test_rules():
     pmem_c, pmem_l = pmem_flags()
     return {
         # -fno-builtin: the compiler must not elide the malloc/free pairs the tests exist to exercise
-        "prmalloc_unit": (["common", "prmalloc"], ["-ldl"], ["-DRTK_NO_INTERPOSE", "-fno-builtin"]),
+        "prmalloc_unit": (["common", "prmalloc", "pmem"], ["-ldl"], ["-DRTK_NO_INTERPOSE", "-fno-builtin"]),
         "prmalloc": ([], ["-ldl"], ["-fno-builtin"]),
         "pmem": (["common", "pmem"], pmem_l, pmem_c),
     }
@@ -64,7 +83,7 @@ def _run(cmd):
 def build_libraries(out_dir, extra_flags=(), only=None):
     os.makedirs(out_dir, exist_ok=True)
     built = []
-    for name, (folders, cflags, ldflags) in libraries().items():
+    for name, (folders, cflags, ldflags) in libraries(out_dir).items():
         if only and not any(word in name for word in only):
             continue
         target = os.path.join(out_dir, name)

@@ -13,6 +13,7 @@
 #include "common/os.h"
 #include "prmalloc/core.h"
 #include "prmalloc/stats.h"
+#include "prmalloc/tier.h"
 #include "rtkit/prmalloc.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -197,6 +198,13 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         if (rtk_hot.mode != RTK_MODE_READY)  /* re-entered from inside init: straight to glibc */
             return libc_alloc(n, align, zero);
     }
+    if (__builtin_expect(n >= rtk_tier_min, 0)) {
+        /* tier mode: made before the first step mark, or of a size the profiler saw outlive steps (then the
+         * pool goes before the arena, whose block for that size would only sit under a long-lived tensor) */
+        void *p = rtk_tier_alloc(n, align, zero, !rtk_tier_pre);
+        if (p)
+            return p;
+    }
     if (!rtk_hot.inspect || (n < rtk_hot.min_size && !rtk_g.cfg.census))
         return libc_alloc(n, align, zero);  /* RTKIT_MALLOC_CENSUS=0: small requests are not counted */
     rtk_tslot_t *s = rtk_slot();
@@ -270,6 +278,8 @@ size_t rtk_usable_size(const void *p)
 {
     if (!p)
         return 0;
+    if (rtk_in_tier(p))
+        return rtk_tier_usable(p);
     if (rtk_in_range(p)) {
         rtk_arena_t *a = rtk_arena_of(p);
         if (a)
@@ -282,6 +292,8 @@ void *rtk_realloc(void *p, size_t n)
 {
     if (rtk_hot.mode != RTK_MODE_READY)
         rtk_init();
+    if (rtk_in_tier(p))
+        return rtk_tier_realloc(p, n);
     rtk_arena_t *a = rtk_in_range(p) ? rtk_arena_of(p) : NULL;
     if (rtk_hot.inspect)
         rtk_slot()->realloc_calls++;
@@ -381,6 +393,7 @@ static void do_init(void)
     }
     rtk_env_set_quiet(1);
     read_settings();
+    rtk_tier_read_settings();
     rtk_env_set_quiet(0);
     if (rtk_g.nerrors && rtk_g.is_root) {
         /* shells (pyenv shims) do not pass our marker on: with a run directory, a marker file there makes
@@ -419,6 +432,8 @@ static void do_init(void)
     rtk_hot.inspect = 1;
     /* the inline small path assumes heap chunks: keep it under glibc's smallest mmap threshold (128 KiB) */
     rtk_hot.fast_max = rtk_g.cfg.census ? (rtk_g.cfg.min_size < (128u << 10) ? rtk_g.cfg.min_size : (128u << 10)) : 0;
+    if (rtk_hot.fast_max > rtk_tier_min)
+        rtk_hot.fast_max = rtk_tier_min;  /* the inline small path never reaches the tier */
     if (rtk_g.cfg.plan_path[0])
         load_plan();
     if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
@@ -535,8 +550,12 @@ static void profile_close_step(uint32_t next_step)
         if (old[i].ptr && old[i].step == g_pstep) {
             ptab_insert(tab, &count, old[i].ptr, old[i].size, old[i].align, next_step);
             plog_add(old[i].size, old[i].align, 1);
+            if (rtk_tier_min != SIZE_MAX)
+                rtk_tier_note_carried(old[i].ptr, old[i].size);  /* tier mode: carried twice = long-lived */
         }
     }
+    if (rtk_tier_min != SIZE_MAX)
+        rtk_tier_carry_done();
     memset(old, 0, sizeof(rtk_pent_t) * PTAB_CAP);
     g_ptab = tab;
     g_ptab_spare = old;
@@ -549,6 +568,7 @@ static void finish_profiling(uint32_t step, const char *reason)
 {
     size_t page = rtk_os_page_size();
     __atomic_store_n(&rtk_hot.track_min, SIZE_MAX, __ATOMIC_RELEASE);
+    rtk_tier_plan_ready();
     rtk_g.profile_end_step = step;
     rtk_g.profile_reason = reason;
     rtk_g.profiled_steps = (uint32_t)g_planner.steps;
@@ -620,6 +640,7 @@ EXPORT void rtkit_step_mark(void)
 {
     if (rtk_hot.mode != RTK_MODE_READY)
         rtk_init();
+    rtk_tier_step_mark();
     if (rtk_hot.mode != RTK_MODE_READY || rtk_g.state == RTK_STATE_OFF || rtk_g.state == RTK_STATE_DISABLED) {
         if (rtk_g.state == RTK_STATE_DISABLED)
             __atomic_add_fetch(&rtk_g.steps, 1, __ATOMIC_RELAXED);
@@ -700,6 +721,11 @@ EXPORT int rtkit_malloc_in_arena(const void *p)
     return p && rtk_in_range(p) && rtk_arena_of(p) != NULL;
 }
 
+EXPORT int rtkit_malloc_in_pmem(const void *p)
+{
+    return p && rtk_in_tier(p) && rtk_tier_usable(p) != 0;
+}
+
 EXPORT int rtkit_malloc_write_stats(void)
 {
     if (rtk_hot.mode != RTK_MODE_READY)
@@ -717,10 +743,12 @@ EXPORT int rtkit_malloc_write_stats(void)
 __attribute__((destructor)) static void rtk_dtor(void)
 {
     if (rtk_hot.mode != RTK_MODE_READY || rtk_g.state == RTK_STATE_OFF || !rtk_g.cfg.run_dir[0])
-        return;
+        goto out;
     if (rtk_g.steps == 0 && (rtk_g.forked || !rtk_g.is_root))
-        return;  /* a helper process that never marked a step: the job's own file tells the story */
+        goto out;  /* a helper process that never marked a step: the job's own file tells the story */
     rtkit_malloc_write_stats();
+out:
+    rtk_tier_exit();
 }
 
 /* ---------------------------------------------------------------- fork */
@@ -749,6 +777,7 @@ static void fork_child(void)
     rtk_spin_reset(&g_prof_lock);
     rtk_census_fork_child();
     rtk_spin_reset(&g_step_lock);
+    rtk_tier_fork_child();
     rtk_g.forked = 1;
     rtk_g.pid = getpid();
     rtk_g.is_root = 0;

@@ -15,6 +15,8 @@ typedef struct rtk_hot {
     size_t min_size;        /* RTKIT_MALLOC_MIN_SIZE when active, SIZE_MAX otherwise */
     int inspect;            /* free counts and reads the chunk header */
     int mode;
+    uintptr_t tier_lo;      /* [tier_lo, tier_lo + tier_span) is the tier-mode pool (span 0: none), tier.c */
+    uintptr_t tier_span;
 } rtk_hot_t;
 
 RTK_HIDDEN extern rtk_hot_t rtk_hot;

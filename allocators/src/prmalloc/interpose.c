@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "prmalloc/core.h"
+#include "prmalloc/tier.h"
 
 #ifdef RTK_NO_INTERPOSE
 #define API(name) rtk_api_##name
@@ -71,6 +72,10 @@ __attribute__((noinline)) static void free_slow(void *p, size_t cs)
 
 EXPORT void API(free)(void *p)
 {
+    if (unlikely(rtk_in_tier(p))) {  /* never taken while tier mode is off (span 0) */
+        rtk_tier_free(p);
+        return;
+    }
     if (unlikely(rtk_in_range(p))) {
         rtk_free_range(p);
         return;

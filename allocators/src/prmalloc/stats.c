@@ -5,6 +5,7 @@
 
 #include "common/os.h"
 #include "prmalloc/stats.h"
+#include "prmalloc/tier.h"
 #include "rtkit/prmalloc.h"
 
 #define STATS_CAP ((size_t)1 << 20)
@@ -162,7 +163,15 @@ long rtk_stats_format(char *buf, size_t cap)
             (unsigned long long)1 << b, (unsigned long long)t->count[b], (unsigned long long)t->bucket_bytes[b]);
         first = 0;
     }
-    put(&o, "]\n}\n");
+    put(&o, "],\n  \"pmem\": ");
+    if (!o.full) {
+        long m = rtk_tier_format(o.buf + o.off, o.cap - o.off, 0);
+        if (m < 0)
+            o.full = 1;
+        else
+            o.off += (size_t)m;
+    }
+    put(&o, "\n}\n");
     return o.full ? -1 : (long)o.off;
 }
 
@@ -180,5 +189,7 @@ int rtk_stats_write_locked(uint64_t now_ns)
     char path[sizeof rtk_g.cfg.run_dir + 64];
     snprintf(path, sizeof path, "%s/allocator-%ld.json", rtk_g.cfg.run_dir, (long)rtk_g.pid);
     rtk_g.last_write_ns = now_ns;
-    return rtk_os_write_file_atomic(path, g_buf, (size_t)n);
+    int r = rtk_os_write_file_atomic(path, g_buf, (size_t)n);
+    rtk_tier_write_file(rtk_g.cfg.run_dir, (long)rtk_g.pid);
+    return r;
 }

@@ -1,0 +1,551 @@
+/* tier.c -- PMEM tier mode: with RTKIT_PMEM_PATH set, long-lived large allocations (made before the first step
+ * mark, or of sizes the profiler saw outliving steps) live in a volatile rtkit PMEM pool instead of DRAM. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "common/env.h"
+#include "common/os.h"
+#include "prmalloc/tier.h"
+#include "rtkit/pmem.h"
+
+#define TIER_HDR 32                       /* size, handle, spare, tag in front of every payload */
+#define TIER_MAGIC 0x7469657252544b31ull  /* mixed into the tag so a stray pointer into the pool is told apart */
+#define LL_CAP 4096                       /* long-lived sizes remembered (open addressing, never removed) */
+
+enum { T_OFF = 0, T_IDLE, T_CREATING, T_ON, T_FAILED, T_BUSY, T_CHILD };
+
+size_t rtk_tier_min = SIZE_MAX;
+int rtk_tier_pre = 1;                     /* 1 until the first step mark */
+
+static struct {
+    int state;
+    char path[512];
+    size_t size, min_size;
+    char errors[4][320];
+    int nerrors;
+    rtkit_pmem_pool *pool;
+    char *base;
+    pid_t owner;
+    int plan_ready;
+    char medium[16];
+    char reason[1024];
+    /* counters (relaxed atomics: every placed request is >= min size, so these are rare) */
+    uint64_t bytes, peak, allocs, frees, fallbacks, fallback_bytes, pre_allocs, pre_bytes, ll_allocs, ll_bytes;
+    uint64_t bad_frees, child_frees, errors_other;
+    uint64_t bytes_at_mark, steps;
+} T;
+
+static uint64_t g_ll[LL_CAP];
+static unsigned g_ll_n;
+static __thread int t_in_tier __attribute__((tls_model("initial-exec")));
+
+static inline uint64_t ll_hash(uint64_t s) { return (s * 0x9E3779B97F4A7C15ull) >> 52; }  /* 12 bits */
+
+static int ll_has(uint64_t s)
+{
+    for (unsigned i = (unsigned)ll_hash(s), k = 0; k < LL_CAP; k++, i = (i + 1) & (LL_CAP - 1)) {
+        uint64_t v = __atomic_load_n(&g_ll[i], __ATOMIC_RELAXED);
+        if (v == s)
+            return 1;
+        if (!v)
+            return 0;
+    }
+    return 0;
+}
+
+static void note_longlived(size_t size)
+{
+    if (size < rtk_tier_min || g_ll_n >= LL_CAP / 4 * 3)
+        return;
+    for (unsigned i = (unsigned)ll_hash(size);; i = (i + 1) & (LL_CAP - 1)) {
+        if (g_ll[i] == size)
+            return;
+        if (!g_ll[i]) {
+            __atomic_store_n(&g_ll[i], (uint64_t)size, __ATOMIC_RELAXED);
+            g_ll_n++;
+            return;
+        }
+    }
+}
+
+/* pointers carried at the previous and at this boundary (only while profiling with tier mode on) */
+#define CARRY_CAP 8192
+static uintptr_t g_carry[2][CARRY_CAP];
+static int g_carry_cur;
+
+static int carry_find_or_add(uintptr_t *tab, uintptr_t p, int add)
+{
+    for (unsigned i = (unsigned)(((p >> 4) * 0x9E3779B97F4A7C15ull) >> 51), k = 0; k < CARRY_CAP / 4 * 3;
+         k++, i = (i + 1) & (CARRY_CAP - 1)) {
+        if (tab[i] == p)
+            return 1;
+        if (!tab[i]) {
+            if (add)
+                tab[i] = p;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+void rtk_tier_note_carried(uintptr_t p, size_t size)
+{
+    if (size < rtk_tier_min)
+        return;
+    if (carry_find_or_add(g_carry[!g_carry_cur], p, 0))
+        note_longlived(size);
+    carry_find_or_add(g_carry[g_carry_cur], p, 1);
+}
+
+void rtk_tier_carry_done(void)
+{
+    g_carry_cur = !g_carry_cur;
+    memset(g_carry[g_carry_cur], 0, sizeof g_carry[0]);
+}
+
+void rtk_tier_plan_ready(void) { __atomic_store_n(&T.plan_ready, 1, __ATOMIC_RELEASE); }
+
+int rtk_tier_prestep(void) { return rtk_tier_pre; }
+
+/* ---------------------------------------------------------------- settings and the pool */
+void rtk_tier_read_settings(void)
+{
+    const char *path = rtk_env_str("RTKIT_PMEM_PATH");
+    size_t v;
+#define TBAD(call) do { rtk_env_set_error_sink(T.errors[T.nerrors < 4 ? T.nerrors : 3], sizeof T.errors[0]); \
+                        if ((call) != 0 && T.nerrors < 4) T.nerrors++; } while (0)
+    TBAD(rtk_env_size("RTKIT_PMEM_SIZE", (size_t)1 << 30, (size_t)1 << 20, SIZE_MAX, &v));
+    T.size = v;
+    TBAD(rtk_env_size("RTKIT_PMEM_MIN_SIZE", 64 << 10, 64, SIZE_MAX, &v));
+    T.min_size = v;
+    rtk_env_set_error_sink(NULL, 0);
+    if (!path || strlen(path) >= sizeof T.path) {
+        if (path)
+            snprintf(T.reason, sizeof T.reason, "RTKIT_PMEM_PATH is longer than %zu bytes", sizeof T.path - 1);
+        T.state = path ? T_FAILED : T_OFF;
+        return;
+    }
+    snprintf(T.path, sizeof T.path, "%s", path);
+    T.state = T_IDLE;
+    rtk_tier_min = T.min_size;
+}
+
+/* One line per run on stderr: the first process of the tree that meets the problem says it. */
+static void say(const char *msg)
+{
+    const char *dir = rtk_env_str("RTKIT_RUN_DIR");
+    if (dir) {
+        char marker[1200];
+        snprintf(marker, sizeof marker, "%s/.pmem-path-reported", dir);
+        int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == EEXIST)
+            return;
+        if (fd >= 0)
+            close(fd);
+    }
+    rtk_log_line("%s", msg);
+}
+
+/* The tier pool is volatile scratch: an old pool (or an empty file) at the path is replaced, unless a live
+ * process holds it; anything else is left alone. 0: go ahead; 1: busy; -1: refuse (reason set). */
+static int clear_old(void)
+{
+    int fd = open(T.path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return 0;  /* absent (or unreadable: create says why) */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return 1;
+    }
+    struct stat st;
+    char magic[8] = {0};
+    int pool = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+               (st.st_size == 0 || (pread(fd, magic, 8, 0) == 8 && memcmp(magic, "RTKPMEM1", 8) == 0));
+    flock(fd, LOCK_UN);
+    close(fd);
+    if (!pool) {
+        snprintf(T.reason, sizeof T.reason, "%s exists and is not an rtkit pool; refusing to overwrite it", T.path);
+        return -1;
+    }
+    if (unlink(T.path) != 0) {
+        snprintf(T.reason, sizeof T.reason, "%s: cannot replace the old pool: %s", T.path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void tier_open(void)
+{
+    int expect = T_IDLE;
+    if (!__atomic_compare_exchange_n(&T.state, &expect, T_CREATING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;  /* another thread is creating it (its requests meanwhile stay in DRAM) or it is settled */
+    t_in_tier = 1;
+    for (int i = 0; i < T.nerrors; i++)
+        say(T.errors[i]);
+    int st = clear_old();
+    int next = T_FAILED;
+    if (st == 1) {
+        snprintf(T.reason, sizeof T.reason, "%s is held by another process; this process keeps its memory in DRAM",
+                 T.path);
+        next = T_BUSY;
+    } else if (st == 0) {
+        rtkit_pmem_options o;
+        rtkit_pmem_options_init(&o);
+        o.durable = 0;  /* scratch: DeepRec's volatile mode, no per-record flush */
+        rtkit_pmem_pool *pool = NULL;
+        int rc = rtkit_pmem_create(T.path, T.size, &o, &pool);
+        if (rc == 0) {
+            rtkit_pmem_stats s;
+            rtkit_pmem_stats_get(pool, &s);
+            T.pool = pool;
+            T.base = rtkit_pmem_base(pool);
+            T.size = s.pool_size;
+            T.owner = getpid();
+            struct statfs sf;
+            int ram = statfs(T.path, &sf) == 0 && (sf.f_type == 0x01021994 || sf.f_type == 0x858458f6);
+            snprintf(T.medium, sizeof T.medium, "%s", s.is_pmem ? "pmem" : ram ? "tmpfs" : "file");
+            /* publish the range before anything can be placed: a free must always recognise pool memory */
+            __atomic_store_n(&rtk_hot.tier_lo, (uintptr_t)T.base, __ATOMIC_RELEASE);
+            __atomic_store_n(&rtk_hot.tier_span, (uintptr_t)s.pool_size, __ATOMIC_RELEASE);
+            next = T_ON;
+        } else {
+            snprintf(T.reason, sizeof T.reason, "%s", rtkit_pmem_last_error());
+        }
+    }
+    if (next == T_FAILED) {
+        char line[1200];
+        snprintf(line, sizeof line, "RTKIT_PMEM_PATH: %s; tier mode off, allocations stay in DRAM", T.reason);
+        say(line);
+        rtk_tier_min = SIZE_MAX;
+    }
+    __atomic_store_n(&T.state, next, __ATOMIC_RELEASE);
+    t_in_tier = 0;
+}
+
+/* ---------------------------------------------------------------- allocation */
+static inline void add_bytes(uint64_t n)
+{
+    uint64_t now = __atomic_add_fetch(&T.bytes, n, __ATOMIC_RELAXED);
+    uint64_t peak = __atomic_load_n(&T.peak, __ATOMIC_RELAXED);
+    while (now > peak && !__atomic_compare_exchange_n(&T.peak, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+static inline uint64_t tag_of(uint64_t h, const void *q) { return h ^ TIER_MAGIC ^ ((uintptr_t)q * 0x9E3779B97F4A7C15ull); }
+
+void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
+{
+    if (t_in_tier)
+        return NULL;  /* the pool's own set-up (libpmem, thread creation) allocates: DRAM */
+    if (longlived ? !__atomic_load_n(&T.plan_ready, __ATOMIC_ACQUIRE) || !ll_has(n) : !rtk_tier_pre)
+        return NULL;
+    int st = __atomic_load_n(&T.state, __ATOMIC_ACQUIRE);
+    if (st != T_ON) {
+        if (st != T_IDLE)
+            return NULL;
+        tier_open();
+        if (__atomic_load_n(&T.state, __ATOMIC_ACQUIRE) != T_ON)
+            return NULL;
+    }
+    size_t a = align > 16 ? align : 16, need;
+    if (__builtin_add_overflow(n, TIER_HDR + a, &need))
+        return NULL;
+    uint64_t h;
+    t_in_tier = 1;
+    int rc = rtkit_pmem_alloc(T.pool, need, &h);
+    t_in_tier = 0;
+    if (rc != 0) {
+        if (rc == RTKIT_PMEM_ENOSPC || rc == RTKIT_PMEM_ETOOBIG) {
+            __atomic_add_fetch(&T.fallbacks, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&T.fallback_bytes, n, __ATOMIC_RELAXED);
+        } else {
+            __atomic_add_fetch(&T.errors_other, 1, __ATOMIC_RELAXED);
+        }
+        return NULL;
+    }
+    char *p = rtkit_pmem_ptr(T.pool, h);
+    char *q = (char *)(((uintptr_t)p + TIER_HDR + a - 1) & ~(uintptr_t)(a - 1));
+    uint64_t *hd = (uint64_t *)(q - TIER_HDR);
+    hd[0] = n;
+    hd[1] = h;
+    hd[2] = 0;
+    hd[3] = tag_of(h, q);
+    if (zero)
+        memset(q, 0, n);  /* a reused extent holds old data */
+    __atomic_add_fetch(&T.allocs, 1, __ATOMIC_RELAXED);
+    if (longlived) {
+        __atomic_add_fetch(&T.ll_allocs, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&T.ll_bytes, n, __ATOMIC_RELAXED);
+    } else {
+        __atomic_add_fetch(&T.pre_allocs, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&T.pre_bytes, n, __ATOMIC_RELAXED);
+    }
+    add_bytes(n);
+    return q;
+}
+
+/* the tier header of p, or NULL when p is not a payload this file handed out */
+static uint64_t *header_of(const void *p)
+{
+    if (!T.base || ((uintptr_t)p & 15) || (const char *)p < T.base + 4096 + TIER_HDR)
+        return NULL;
+    uint64_t *hd = (uint64_t *)((const char *)p - TIER_HDR);
+    if (hd[3] != tag_of(hd[1], p))
+        return NULL;
+    return hd;
+}
+
+void rtk_tier_free(void *p)
+{
+    if (__builtin_expect(T.state == T_CHILD, 0)) {
+        /* a forked child sees a private copy of the pool: giving records back would free the parent's */
+        __atomic_add_fetch(&T.child_frees, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    uint64_t *hd = header_of(p);
+    if (!hd) {
+        __atomic_add_fetch(&T.bad_frees, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    uint64_t n = hd[0], h = hd[1];
+    hd[3] = 0;  /* a second free of p no longer matches */
+    t_in_tier = 1;
+    int rc = rtkit_pmem_free(T.pool, h);
+    t_in_tier = 0;
+    if (rc != 0) {
+        __atomic_add_fetch(&T.bad_frees, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    __atomic_add_fetch(&T.frees, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&T.bytes, n, __ATOMIC_RELAXED);
+}
+
+size_t rtk_tier_usable(const void *p)
+{
+    uint64_t *hd = header_of(p);
+    return hd ? (size_t)hd[0] : 0;
+}
+
+void *rtk_tier_realloc(void *p, size_t n)
+{
+    uint64_t *hd = header_of(p);
+    if (!hd) {
+        __atomic_add_fetch(&T.bad_frees, 1, __ATOMIC_RELAXED);
+        errno = EINVAL;
+        return NULL;
+    }
+    size_t old = (size_t)hd[0];
+    if (n <= old && n >= old / 2 && T.state != T_CHILD)
+        return p;  /* a mild shrink keeps the record (malloc_usable_size still reports the old size) */
+    void *q = rtk_alloc(n, 0, 0);
+    if (!q) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    memcpy(q, p, old < n ? old : n);
+    rtk_tier_free(p);
+    return q;
+}
+
+/* ---------------------------------------------------------------- step marks, fork, exit */
+void rtk_tier_step_mark(void)
+{
+    rtk_tier_pre = 0;
+    T.steps++;
+    T.bytes_at_mark = __atomic_load_n(&T.bytes, __ATOMIC_RELAXED);
+}
+
+void rtk_tier_fork_child(void)
+{
+    rtk_tier_min = SIZE_MAX;
+    if (T.state != T_ON)
+        return;
+    /* the pool is MAP_SHARED: turn the child's view into a private copy so its writes stay its own */
+    int fd = open(T.path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        void *a = mmap(T.base, T.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0);
+        if (a == MAP_FAILED)
+            snprintf(T.reason, sizeof T.reason, "forked child: pool view stays shared (%s)", strerror(errno));
+        close(fd);
+    }
+    T.state = T_CHILD;
+}
+
+void rtk_tier_exit(void)
+{
+    /* scratch: the file goes with the process (the mapping stays valid for frees still to come) */
+    if (T.state == T_ON && T.owner == getpid())
+        unlink(T.path);
+}
+
+/* ---------------------------------------------------------------- report */
+typedef struct { char *buf; size_t cap, off; int full; } tout_t;
+
+static void put(tout_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(tout_t *o, const char *fmt, ...)
+{
+    if (o->full)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->buf + o->off, o->cap - o->off, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= o->cap - o->off)
+        o->full = 1;
+    else
+        o->off += (size_t)n;
+}
+
+static void put_str(tout_t *o, const char *s)
+{
+    put(o, "\"");
+    for (; s && *s && !o->full; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            put(o, "\\%c", c);
+        else if (c < 0x20)
+            put(o, "\\u%04x", c);
+        else
+            put(o, "%c", c);
+    }
+    put(o, "\"");
+}
+
+static const char *state_name(int s)
+{
+    switch (s) {
+    case T_IDLE: return "idle";
+    case T_CREATING: return "creating";
+    case T_ON: return "on";
+    case T_FAILED: return "failed";
+    case T_BUSY: return "busy";
+    case T_CHILD: return "forked_child";
+    default: return "off";
+    }
+}
+
+/* RssAnon / RssFile / RssShmem of this process, in bytes (-1 when unknown) */
+static void rss_parts(long long out[3])
+{
+    static const char *keys[3] = {"RssAnon:", "RssFile:", "RssShmem:"};
+    char buf[8192];
+    out[0] = out[1] = out[2] = -1;
+    if (rtk_os_read_file("/proc/self/status", buf, sizeof buf) < 0)
+        return;
+    for (int i = 0; i < 3; i++) {
+        const char *s = strstr(buf, keys[i]);
+        if (s)
+            out[i] = atoll(s + strlen(keys[i])) * 1024;
+    }
+}
+
+#define U(x) ((unsigned long long)(x))
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+long rtk_tier_format(char *buf, size_t cap, int indent)
+{
+    tout_t o = {buf, cap, 0, 0};
+    const char *nl = indent ? "\n  " : " ";
+    int st = __atomic_load_n(&T.state, __ATOMIC_ACQUIRE);
+    put(&o, "{%s\"schema_version\": 1,%s\"pid\": %ld,%s\"state\": \"%s\",%s\"path\": ", nl, nl, (long)getpid(), nl,
+        state_name(st), nl);
+    put_str(&o, T.path);
+    put(&o, ",%s\"medium\": ", nl);
+    put_str(&o, T.medium);
+    put(&o, ",%s\"pool_size_bytes\": %llu,%s\"min_size_bytes\": %llu,%s\"durable\": false,", nl,
+        U(st == T_OFF ? 0 : T.size), nl, U(T.min_size), nl);
+    uint64_t bytes = LD(T.bytes), mark = LD(T.bytes_at_mark);
+    put(&o, "%s\"tier_bytes\": %llu,%s\"tier_peak_bytes\": %llu,%s\"tier_bytes_at_last_step\": %llu,", nl, U(bytes),
+        nl, U(LD(T.peak)), nl, U(mark));
+    put(&o, "%s\"tier_allocs\": %llu,%s\"tier_frees\": %llu,%s\"tier_fallbacks\": %llu,%s\"tier_fallback_bytes\": %llu,",
+        nl, U(LD(T.allocs)), nl, U(LD(T.frees)), nl, U(LD(T.fallbacks)), nl, U(LD(T.fallback_bytes)));
+    put(&o, "%s\"placed_before_first_step\": {\"allocs\": %llu, \"bytes\": %llu},"
+            "%s\"placed_long_lived\": {\"allocs\": %llu, \"bytes\": %llu, \"sizes_known\": %u, \"active\": %s},",
+        nl, U(LD(T.pre_allocs)), U(LD(T.pre_bytes)), nl, U(LD(T.ll_allocs)), U(LD(T.ll_bytes)), g_ll_n,
+        LD(T.plan_ready) ? "true" : "false");
+    put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
+        nl, U(LD(T.child_frees)), nl, U(LD(T.errors_other)));
+    /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now */
+    put(&o, "%s\"dram_bytes_saved_estimate\": %llu,", nl, U(T.steps ? mark : bytes));
+    long long rss[3];
+    rss_parts(rss);
+    put(&o, "%s\"process_rss_anon_bytes\": %lld,%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
+        nl, rss[0], nl, rss[1], nl, rss[2]);
+    put(&o, "%s\"pool\": ", nl);
+    if (T.pool && st == T_ON) {  /* not in a forked child: a pool lock may be held by a thread it lost */
+        rtkit_pmem_stats s;
+        rtkit_pmem_stats_get(T.pool, &s);
+        put(&o, "{\"segment_size_bytes\": %llu, \"block_size_bytes\": %u, \"max_record_bytes\": %u, "
+                "\"segments\": %u, \"segments_free\": %llu, \"segments_class\": %llu, \"segments_extent\": %llu, "
+                "\"allocated_bytes\": %llu, \"requested_bytes\": %llu, \"extents\": %llu, \"extent_bytes\": %llu, "
+                "\"fragmentation\": %.4f, \"is_pmem\": %s, \"persist\": \"%s\", \"background_runs\": %llu, "
+                "\"background_moves\": %llu, \"moved_records\": %llu, \"classes\": [",
+            U(s.segment_size), s.block_size, s.max_record, s.nsegments, U(s.segments_free), U(s.segments_class),
+            U(s.segments_extent), U(s.allocated_bytes), U(s.requested_bytes), U(s.extents), U(s.extent_bytes),
+            s.fragmentation, s.is_pmem ? "true" : "false",
+            s.persist_kind == RTKIT_PMEM_PERSIST_FLUSH ? "flush" : s.persist_kind == RTKIT_PMEM_PERSIST_MSYNC ? "msync"
+                                                                                                            : "none",
+            U(s.background_runs), U(s.background_moves), U(s.moved_records));
+        int seen = 0, first = 1;
+        for (uint32_t c = 1; c < 65536; c++) {
+            rtkit_pmem_class_stats cs;
+            if (rtkit_pmem_class_stats_get(T.pool, c, &cs) != 0) {
+                if (seen)
+                    break;
+                continue;
+            }
+            seen = 1;
+            if (cs.allocated <= 0 && !cs.segments)
+                continue;
+            put(&o, "%s{\"record_size_bytes\": %u, \"allocated\": %lld, \"segments\": %u}", first ? "" : ", ",
+                cs.record_size, (long long)cs.allocated, cs.segments);
+            first = 0;
+        }
+        put(&o, "]}");
+        put(&o, ",%s\"background_moves\": %llu", nl, U(s.background_moves));
+    } else {
+        put(&o, "null,%s\"background_moves\": 0", nl);
+    }
+    put(&o, ",%s\"notes\": [", nl);
+    int n = 0;
+    if (T.reason[0]) {
+        put_str(&o, T.reason);
+        n++;
+    }
+    for (int i = 0; i < T.nerrors; i++, n++) {
+        put(&o, n ? ", " : "");
+        put_str(&o, T.errors[i]);
+    }
+    if (st == T_ON && strcmp(T.medium, "tmpfs") == 0)
+        put(&o, "%s\"pool on tmpfs: its pages are shared memory, still RAM; DRAM saved counts anonymous memory only\"",
+            n++ ? ", " : "");
+    if (st == T_IDLE)
+        put(&o, "%s\"no allocation qualified yet: the pool is created at the first one\"", n++ ? ", " : "");
+    put(&o, "]%s}", indent ? "\n" : " ");
+    return o.full ? -1 : (long)o.off;
+}
+
+static char g_tbuf[32768];
+
+void rtk_tier_write_file(const char *run_dir, long pid)
+{
+    if (T.state == T_OFF || !run_dir || !run_dir[0])
+        return;
+    long n = rtk_tier_format(g_tbuf, sizeof g_tbuf - 1, 1);
+    if (n < 0)
+        return;
+    g_tbuf[n++] = '\n';
+    char path[1200];
+    snprintf(path, sizeof path, "%s/pmem-%ld.json", run_dir, pid);
+    rtk_os_write_file_atomic(path, g_tbuf, (size_t)n);
+}

@@ -1,0 +1,43 @@
+/* tier.h -- PMEM tier mode of the preload allocator: long-lived large allocations placed in a pool file. */
+#ifndef RTK_PRMALLOC_TIER_H
+#define RTK_PRMALLOC_TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prmalloc/core.h"
+
+/* Smallest request tier mode may place in the pool; SIZE_MAX while tier mode is off (the only test on the
+ * allocation path when RTKIT_PMEM_PATH is empty). */
+RTK_HIDDEN extern size_t rtk_tier_min;
+RTK_HIDDEN extern int rtk_tier_pre;   /* 1 until the first step mark */
+
+/* Read RTKIT_PMEM_PATH / _SIZE / _MIN_SIZE (no allocation, no output); called from do_init. */
+RTK_HIDDEN void rtk_tier_read_settings(void);
+/* Place a request in the pool. longlived: 0 = the caller is before the first step mark (any size >= min),
+ * 1 = after it (only sizes the profiler saw outliving steps). NULL: not placed, caller uses DRAM. */
+RTK_HIDDEN void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived);
+RTK_HIDDEN int rtk_tier_prestep(void);
+RTK_HIDDEN void rtk_tier_free(void *p);
+RTK_HIDDEN size_t rtk_tier_usable(const void *p);
+RTK_HIDDEN void *rtk_tier_realloc(void *p, size_t n);
+/* The profiler carries allocation p (of `size`) live across a step boundary (called under the profiler lock);
+ * one carried across two boundaries in a row marks its size long-lived. carry_done closes the boundary. */
+RTK_HIDDEN void rtk_tier_note_carried(uintptr_t p, size_t size);
+RTK_HIDDEN void rtk_tier_carry_done(void);
+RTK_HIDDEN void rtk_tier_plan_ready(void);
+RTK_HIDDEN void rtk_tier_step_mark(void);
+/* The "pmem" JSON object (no trailing newline) into buf; length or -1 when it does not fit. */
+RTK_HIDDEN long rtk_tier_format(char *buf, size_t cap, int indent);
+/* Write $RTKIT_RUN_DIR/pmem-<pid>.json when tier mode is configured. */
+RTK_HIDDEN void rtk_tier_write_file(const char *run_dir, long pid);
+RTK_HIDDEN void rtk_tier_fork_child(void);
+RTK_HIDDEN void rtk_tier_exit(void);
+
+/* one subtraction and one compare: tier_span is 0 while no pool is mapped */
+static inline int rtk_in_tier(const void *p)
+{
+    return (uintptr_t)p - rtk_hot.tier_lo < rtk_hot.tier_span;
+}
+
+#endif

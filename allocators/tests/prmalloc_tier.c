@@ -1,0 +1,228 @@
+/* prmalloc_tier.c -- PMEM tier mode under LD_PRELOAD: what lands in the pool, frees/realloc, fork, pool full.
+ * Usage: prmalloc_tier basic|full|plain (RTKIT_PMEM_PATH, RTKIT_RUN_DIR set by the caller). */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "prmalloc_test.h"
+
+typedef int (*in_pmem_fn)(const void *);
+typedef int (*write_fn)(void);
+static in_pmem_fn t_in_pmem;
+static write_fn t_write;
+
+/* 1 when p lies inside a mapping of the file named by RTKIT_PMEM_PATH, per /proc/self/maps */
+static int in_pool_file(const void *p)
+{
+    const char *path = getenv("RTKIT_PMEM_PATH");
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f || !path)
+        return 0;
+    char line[4096];
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+            continue;
+        if ((uintptr_t)p >= lo && (uintptr_t)p < hi && strstr(line, path))
+            found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i += 97)
+        p[i] = (unsigned char)(seed + i);
+}
+
+static int same(const unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i += 97)
+        if (p[i] != (unsigned char)(seed + i))
+            return 0;
+    return 1;
+}
+
+static void *thread_body(void *arg)
+{
+    /* before the first step mark: pool records allocated and freed from several threads */
+    void *keep[40];
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < 40; i++) {
+            keep[i] = malloc((size_t)(128 << 10) + (size_t)i * 4096);
+            if (keep[i])
+                fill(keep[i], 128 << 10, (unsigned)i);
+        }
+        for (int i = 0; i < 40; i++) {
+            CHECK(keep[i] && t_in_pmem(keep[i]));
+            CHECK(same(keep[i], 128 << 10, (unsigned)i));
+            free(keep[i]);
+        }
+    }
+    return arg;
+}
+
+static int basic(void)
+{
+    /* (a) before the first step mark: large allocations go to the pool, small ones do not */
+    unsigned char *w = malloc(1 << 20);
+    void *al = NULL;
+    CHECK(posix_memalign(&al, 64, 256 << 10) == 0);
+    unsigned char *z = calloc(200, 1024);
+    unsigned char *small = malloc(1000), *mid = malloc(32 << 10);
+    CHECK(w && al && z && small && mid);
+    CHECK(t_in_pmem(w) && in_pool_file(w));
+    CHECK(t_in_pmem(al) && in_pool_file(al) && ((uintptr_t)al % 64) == 0);
+    CHECK(t_in_pmem(z));
+    CHECK(!t_in_pmem(small) && !in_pool_file(small));
+    CHECK(!t_in_pmem(mid) && !in_pool_file(mid));
+    int zero = 1;
+    for (size_t i = 0; i < 200 * 1024; i++)
+        zero &= z[i] == 0;
+    CHECK(zero);
+    void *pg = aligned_alloc(4096, 100 << 10);
+    CHECK(pg && t_in_pmem(pg) && ((uintptr_t)pg % 4096) == 0);
+    free(pg);
+    CHECK(malloc_usable_size(w) >= (1u << 20));
+    fill(w, 1 << 20, 7);
+
+    /* realloc: grow (still before the first mark: stays in the pool), shrink in place, shrink out to DRAM */
+    w = realloc(w, 2 << 20);
+    CHECK(w && t_in_pmem(w) && same(w, 1 << 20, 7));
+    unsigned char *w2 = realloc(w, 1536 << 10);
+    CHECK(w2 == w);
+    w = realloc(w2, 100);
+    CHECK(w && !t_in_pmem(w) && same(w, 100, 7));
+    free(w);
+
+    /* C++-style and memalign paths and many frees */
+    free(al);
+    free(z);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, thread_body, NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+
+    /* parameters that stay: one written before fork, checked after the child scribbled on its copy */
+    unsigned char *param = malloc(3 << 20);
+    CHECK(param && t_in_pmem(param));
+    fill(param, 3 << 20, 3);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int ok = t_in_pmem(param) && same(param, 3 << 20, 3);
+        memset(param, 0xEE, 3 << 20);  /* private copy: the parent must not see this */
+        free(param);                   /* ignored in the child: the records are the parent's */
+        void *c = malloc(1 << 20);     /* a child allocates from DRAM */
+        ok &= c != NULL && !t_in_pmem(c);
+        free(c);
+        _exit(ok ? 0 : 3);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(same(param, 3 << 20, 3));
+
+    /* steps: temporaries made after the first mark stay in DRAM */
+    t_mark();
+    for (int s = 0; s < 3; s++) {
+        void *tmp = malloc(1 << 20), *tmp2 = malloc(300 << 10);
+        CHECK(tmp && tmp2 && !t_in_pmem(tmp) && !t_in_pmem(tmp2) && !in_pool_file(tmp));
+        free(tmp);
+        free(tmp2);
+        t_mark();
+    }
+    /* (b) a size seen to outlive steps while profiling is placed in the pool once the plan exists */
+    int steps = 0;
+    void *ll = NULL;
+    while (t_state() != 3 && steps < 40) {
+        void *tmp = malloc(1 << 20);
+        CHECK(tmp && !t_in_pmem(tmp));
+        if (t_state() == 2 && !ll)
+            ll = malloc(777777);  /* made while profiling and kept */
+        free(tmp);
+        t_mark();
+        steps++;
+    }
+    CHECK(t_state() == 3);
+    CHECK(ll && !t_in_pmem(ll));
+    void *ll2 = malloc(777777);
+    CHECK(ll2 && t_in_pmem(ll2));
+    void *other = malloc(888888);  /* a size never seen outliving a step */
+    CHECK(other && !t_in_pmem(other));
+    free(other);
+    free(ll2);
+    free(ll);
+    free(small);
+    free(mid);
+    CHECK(t_write() == 0);
+    free(param);
+    return test_done("prmalloc_tier basic");
+}
+
+/* pool of a few segments: the first allocations fill it, the rest fall back to DRAM and still work */
+static int full(void)
+{
+    void *p[16];
+    int in = 0, out = 0;
+    for (int i = 0; i < 16; i++) {
+        p[i] = malloc(1000000);
+        CHECK(p[i] != NULL);
+        if (!p[i])
+            continue;
+        memset(p[i], i, 1000000);
+        if (t_in_pmem(p[i]))
+            in++;
+        else
+            out++;
+    }
+    CHECK(in >= 1 && out >= 1);
+    for (int i = 0; i < 16; i++)
+        if (p[i]) {
+            CHECK(((unsigned char *)p[i])[999999] == (unsigned char)i);
+            free(p[i]);
+        }
+    void *again = malloc(1000000);  /* room again after the frees */
+    CHECK(again && t_in_pmem(again));
+    free(again);
+    t_mark();
+    CHECK(t_write() == 0);
+    fprintf(stderr, "full: %d in the pool, %d in DRAM\n", in, out);
+    return test_done("prmalloc_tier full");
+}
+
+/* bad or busy path: everything works from DRAM */
+static int plain(void)
+{
+    void *p = malloc(4 << 20);
+    CHECK(p && !t_in_pmem(p));
+    memset(p, 1, 4 << 20);
+    free(p);
+    t_mark();
+    if (getenv("RTKIT_RUN_DIR"))
+        CHECK(t_write() == 0);
+    return test_done("prmalloc_tier plain");
+}
+
+int main(int argc, char **argv)
+{
+    test_bind();
+    t_in_pmem = (in_pmem_fn)dlsym(RTLD_DEFAULT, "rtkit_malloc_in_pmem");
+    t_write = (write_fn)dlsym(RTLD_DEFAULT, "rtkit_malloc_write_stats");
+    if (!t_in_pmem || !t_write) {
+        fprintf(stderr, "FAIL: librtkit_malloc.so without tier mode\n");
+        return 2;
+    }
+    const char *mode = argc > 1 ? argv[1] : "basic";
+    if (!strcmp(mode, "full"))
+        return full();
+    if (!strcmp(mode, "plain"))
+        return plain();
+    return basic();
+}
