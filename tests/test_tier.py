@@ -1,0 +1,174 @@
+# test_tier.py -- PMEM tier mode of librtkit_malloc.so: placement, frees/realloc/fork, pool full, bad paths, TF run.
+import fcntl
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, load_report, requires_tf, run_rtkit
+
+BUILD = os.path.join(REPO, "allocators", "build.py")
+pytestmark = pytest.mark.timeout(300)
+
+PMEM_FIELDS = ("path", "pool_size_bytes", "tier_bytes", "tier_peak_bytes", "tier_allocs", "tier_frees",
+               "tier_fallbacks", "background_moves", "dram_bytes_saved_estimate", "state", "notes", "pool",
+               "placed_before_first_step", "placed_long_lived", "process_rss_anon_bytes")
+
+
+@pytest.fixture(scope="module")
+def prm(native_dir):
+    subprocess.run([sys.executable, BUILD, "--tests", "--only", "prmalloc", "--out", native_dir], check=True,
+                   stdout=subprocess.DEVNULL)
+    return native_dir
+
+
+def run_tier(native, mode, extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
+    env.pop("_RTKIT_MALLOC_ROOT", None)
+    env["LD_PRELOAD"] = os.path.join(native, "librtkit_malloc.so")
+    env.update(extra)
+    return subprocess.run([os.path.join(native, "tests", "prmalloc_tier"), mode], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def pmem_doc(run_dir):
+    files = glob.glob(os.path.join(run_dir, "pmem-*.json"))
+    assert len(files) == 1, os.listdir(run_dir)
+    with open(files[0]) as fh:
+        return json.load(fh)
+
+
+def alloc_doc(run_dir):
+    files = glob.glob(os.path.join(run_dir, "allocator-*.json"))
+    assert len(files) == 1, os.listdir(run_dir)
+    with open(files[0]) as fh:
+        return json.load(fh)
+
+
+def test_placement_frees_realloc_fork_long_lived(prm, tmp_path):
+    run_dir, pool = tmp_path / "run", tmp_path / "pool"
+    run_dir.mkdir()
+    proc = run_tier(prm, "basic", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "prmalloc_tier basic: ok\n"
+    assert proc.stderr == ""
+    doc = pmem_doc(run_dir)
+    for key in PMEM_FIELDS:
+        assert key in doc, key
+    assert doc["state"] == "on" and doc["path"] == str(pool) and doc["pool_size_bytes"] == 1 << 30
+    assert doc["placed_before_first_step"]["allocs"] >= 4 * 5 * 40 + 5
+    assert doc["placed_long_lived"]["allocs"] == 1 and doc["placed_long_lived"]["bytes"] == 777777
+    # the file is written last at exit, after every free: nothing left in the pool, nothing lost
+    assert doc["tier_allocs"] == doc["tier_frees"] and doc["tier_bytes"] == 0
+    assert doc["tier_peak_bytes"] >= 3 << 20 and doc["tier_fallbacks"] == 0 and doc["bad_frees"] == 0
+    assert doc["pool"]["extents"] == 0 and doc["pool"]["segments_free"] == doc["pool"]["segments"]
+    assert doc["dram_bytes_saved_estimate"] >= 3 << 20  # the 3 MiB parameter sat in the pool through the steps
+    assert not pool.exists()  # volatile scratch: removed at exit
+    inner = alloc_doc(run_dir)["pmem"]
+    assert inner["state"] == "on" and inner["tier_allocs"] == doc["tier_allocs"]
+
+
+def test_pool_full_falls_back_to_dram(prm, tmp_path):
+    proc = run_tier(prm, "full", {"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_PMEM_PATH": str(tmp_path / "pool"),
+                                  "RTKIT_PMEM_SIZE": "4M"})
+    assert proc.returncode == 0, proc.stderr
+    doc = pmem_doc(tmp_path)
+    assert doc["pool_size_bytes"] == 4 << 20
+    assert doc["tier_fallbacks"] >= 1 and doc["tier_fallback_bytes"] == doc["tier_fallbacks"] * 1000000
+    assert doc["tier_allocs"] >= 2 and doc["tier_allocs"] == doc["tier_frees"]
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "proc", "not_a_pool"])
+def test_bad_path_one_line_job_runs(prm, tmp_path, where):
+    path = {"missing_dir": tmp_path / "no" / "such" / "pool", "proc": "/proc/rtkit-tier-pool",
+            "not_a_pool": tmp_path / "precious.txt"}[where]
+    if where == "not_a_pool":
+        path.write_text("user data\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "prmalloc_tier plain: ok\n"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "RTKIT_PMEM_PATH" in lines[0] and str(path) in lines[0], proc.stderr
+    doc = pmem_doc(run_dir)
+    assert doc["state"] == "failed" and doc["tier_allocs"] == 0 and doc["notes"]
+    if where == "not_a_pool":
+        assert path.read_text() == "user data\n"
+
+
+def test_pool_held_by_another_process_stays_in_dram(prm, tmp_path):
+    pool = tmp_path / "pool"
+    pool.write_bytes(b"RTKPMEM1" + bytes(4088))
+    with open(pool, "rb+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_PMEM_PATH": str(pool)})
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert pmem_doc(tmp_path)["state"] == "busy"
+    assert pool.read_bytes()[:8] == b"RTKPMEM1"
+
+
+def test_stale_pool_is_replaced_and_bad_size_reported(prm, tmp_path):
+    pool = tmp_path / "pool"
+    pool.write_bytes(b"RTKPMEM1" + bytes(4088))  # left by a job that died: not locked, replaced
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proc = run_tier(prm, "full", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool),
+                                  "RTKIT_PMEM_SIZE": "4M", "RTKIT_PMEM_MIN_SIZE": "lots"})
+    assert proc.returncode == 0, proc.stderr
+    bad = [line for line in proc.stderr.splitlines() if "RTKIT_PMEM_MIN_SIZE" in line]
+    assert len(bad) == 1 and "lots" in bad[0]
+    doc = pmem_doc(run_dir)
+    assert doc["state"] == "on" and doc["min_size_bytes"] == 64 << 10 and doc["tier_allocs"] >= 2
+
+
+def test_off_writes_no_pmem_file(prm, tmp_path):
+    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert not glob.glob(os.path.join(tmp_path, "pmem-*.json"))
+    assert alloc_doc(tmp_path)["pmem"]["state"] == "off"
+
+
+TF_SCRIPT = r"""
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+ids = tf.compat.v1.placeholder(tf.int64, [256])
+x = tf.compat.v1.placeholder(tf.float32, [256, 256])
+table = tf.Variable(tf.random.normal([20000, 32]))   # 2.5 MB embedding table
+w = tf.Variable(tf.random.normal([288, 256]))
+emb = tf.nn.embedding_lookup(table, ids)
+loss = tf.reduce_mean(tf.nn.relu(tf.matmul(tf.concat([x, emb], 1), w)))
+train = tf.compat.v1.train.AdamOptimizer(0.01).minimize(loss)
+rng = np.random.default_rng(0)
+with tf.compat.v1.Session() as sess:
+    sess.run(tf.compat.v1.global_variables_initializer())
+    for _ in range(20):
+        sess.run(train, {ids: rng.integers(0, 20000, 256), x: rng.random((256, 256), np.float32)})
+print("tf-done")
+"""
+
+
+@requires_tf
+def test_tensorflow_run_report_has_pmem_section(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TF_SCRIPT)
+    run_dir = tmp_path / "r"
+    proc = run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", f"pmem_path={tmp_path / 'pool'}", "--",
+                      sys.executable, str(script)], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "tf-done" in proc.stdout
+    report = load_report(run_dir)
+    pmem = report["pmem"]
+    assert pmem is not None and pmem["state"] == "on", pmem
+    # table, its two Adam slots and the dense weights were made before the first step
+    assert pmem["placed_before_first_step"]["bytes"] >= 3 * 20000 * 32 * 4
+    assert pmem["tier_bytes"] > 0 or pmem["tier_bytes_at_last_step"] > 0
+    assert pmem["tier_bytes_at_last_step"] >= 3 * 20000 * 32 * 4
+    assert report["allocator"]["pmem"]["state"] == "on"
+    assert not (tmp_path / "pool").exists()
