@@ -152,12 +152,21 @@ static int basic(void)
     }
     CHECK(t_state() == 3);
     CHECK(ll && !t_in_pmem(ll));
-    void *ll2 = malloc(777777);
-    CHECK(ll2 && t_in_pmem(ll2));
-    void *other = malloc(888888);  /* a size never seen outliving a step */
-    CHECK(other && !t_in_pmem(other));
-    free(other);
-    free(ll2);
+    /* the arena's blocks come first (reserved DRAM either way); once they are taken, the pool */
+    void *more[8], *other[8];
+    int placed = 0, others = 0;
+    for (int i = 0; i < 8; i++) {
+        more[i] = malloc(777777);
+        other[i] = malloc(888888);  /* a size never seen outliving a step */
+        CHECK(more[i] && other[i]);
+        placed += t_in_pmem(more[i]);
+        others += t_in_pmem(other[i]);
+    }
+    CHECK(placed >= 1 && others == 0);
+    for (int i = 0; i < 8; i++) {
+        free(more[i]);
+        free(other[i]);
+    }
     free(ll);
     free(small);
     free(mid);

@@ -198,10 +198,8 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         if (rtk_hot.mode != RTK_MODE_READY)  /* re-entered from inside init: straight to glibc */
             return libc_alloc(n, align, zero);
     }
-    if (__builtin_expect(n >= rtk_tier_min, 0)) {
-        /* tier mode: made before the first step mark, or of a size the profiler saw outlive steps (then the
-         * pool goes before the arena, whose block for that size would only sit under a long-lived tensor) */
-        void *p = rtk_tier_alloc(n, align, zero, !rtk_tier_pre);
+    if (__builtin_expect(n >= rtk_tier_min, 0) && rtk_tier_pre) {
+        void *p = rtk_tier_alloc(n, align, zero, 0);  /* tier mode: made before the first step mark */
         if (p)
             return p;
     }
@@ -232,6 +230,13 @@ void *rtk_alloc(size_t n, size_t align, int zero)
             s->arena_exhausted++;
         else
             s->arena_misses++;
+    }
+    if (__builtin_expect(n >= rtk_tier_min, 0)) {
+        /* tier mode: a size the profiler saw outlive steps. After the arena: its blocks are DRAM that is
+         * reserved anyway, so the pool only takes what would otherwise grow glibc's heap */
+        void *p = rtk_tier_alloc(n, align, zero, 1);
+        if (p)
+            return p;
     }
     s->fallbacks++;
     void *p = libc_alloc(n, align, zero);
