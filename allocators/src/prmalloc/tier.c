@@ -305,6 +305,20 @@ static uint64_t *header_of(const void *p)
     return hd;
 }
 
+/* Give the whole pages of a freed payload back to the file system (a hole: tmpfs memory or page cache freed),
+ * as glibc unmaps a large chunk on free; otherwise every page the pool ever touched stays resident. Done before
+ * the record is freed, so no other thread can own it yet. The headers lie below the first whole page. */
+static int g_no_remove;
+
+static void release_pages(void *p, uint64_t n)
+{
+    if (g_no_remove)
+        return;
+    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, hi = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    if (hi > lo && madvise((void *)lo, hi - lo, MADV_REMOVE) != 0)
+        g_no_remove = 1;  /* the file system cannot punch holes: keep the pages */
+}
+
 void rtk_tier_free(void *p)
 {
     if (__builtin_expect(T.state == T_CHILD, 0)) {
@@ -319,6 +333,7 @@ void rtk_tier_free(void *p)
     }
     uint64_t n = hd[0], h = hd[1];
     hd[3] = 0;  /* a second free of p no longer matches */
+    release_pages(p, n);
     t_in_tier = 1;
     int rc = rtkit_pmem_free(T.pool, h);
     t_in_tier = 0;
@@ -479,8 +494,12 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     put(&o, "%s\"dram_bytes_saved_estimate\": %llu,", nl, U(T.steps ? mark : bytes));
     long long rss[3];
     rss_parts(rss);
-    put(&o, "%s\"process_rss_anon_bytes\": %lld,%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
-        nl, rss[0], nl, rss[1], nl, rss[2]);
+    static long long anon_peak;  /* sampled at every stats write (step marks, at most every 0.5 s, and exit) */
+    if (rss[0] > anon_peak)
+        anon_peak = rss[0];
+    put(&o, "%s\"process_rss_anon_bytes\": %lld,%s\"process_rss_anon_peak_sampled_bytes\": %lld,"
+            "%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
+        nl, rss[0], nl, anon_peak, nl, rss[1], nl, rss[2]);
     put(&o, "%s\"pool\": ", nl);
     if (T.pool && st == T_ON) {  /* not in a forked child: a pool lock may be held by a thread it lost */
         rtkit_pmem_stats s;
