@@ -57,7 +57,8 @@ class Scheduler:
         # with pipelining allowed, tuning also tries the job without it (a batch's feed costs a host copy)
         self.tuner = Tuner(self.plan.compute_sizes, self.plan.input_sizes,
                            int(settings.get("sched_tune_steps") or 0),
-                           stage_options=(True, False) if self.stage else (False,)) if self.tune else None
+                           stage_options=(True, False) if self.stage else (False,),
+                           drain_steps=self.depth) if self.tune else None
         self.active = {"compute": self.plan.compute_sizes[0], "input": self.plan.input_sizes[0],
                        "stage": self.stage}
         self.notes: List[str] = []

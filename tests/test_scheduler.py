@@ -337,3 +337,24 @@ def test_pinning_puts_each_pool_on_its_own_cpus(tmp_path):
                 assert sorted(os.sched_getaffinity(tid)) == cpus[stage]["cpus"]
     finally:
         h.close()
+
+
+def test_tuner_interleaves_blocks_and_keeps_the_fastest():
+    from rtkit.scheduler.tuner import Tuner
+
+    t = Tuner([2, 1, 4], [1, 2], 60, stage_options=(True, False), block_steps=4, drain_steps=2)
+    assert len(t.candidates) == 5 and t.rounds == 3
+    order = []
+    drift = 100.0
+    while not t.done:
+        cfg = t.current()
+        order.append(cfg)
+        drift -= 0.5  # steps get faster over time: a sequential schedule would favour the last candidate
+        t.record(drift + (0.0 if cfg == (4, 1, True) else 5.0))
+    assert t.steps_used == 60
+    assert order[:4] == [t.candidates[0]] * 4 and order[4] == t.candidates[1]  # blocks, interleaved
+    assert t.chosen == (4, 1, True)
+    rep = t.report()
+    assert rep["speedup_over_first_x"] > 1.0
+    # after switching pipelining off, the drained steps are not measured: 4 - 1 - 2 per block
+    assert rep["trials"][-1]["steps"] == 3 * 1
