@@ -309,14 +309,19 @@ static uint64_t *header_of(const void *p)
  * as glibc unmaps a large chunk on free; otherwise every page the pool ever touched stays resident. Done before
  * the record is freed, so no other thread can own it yet. The headers lie below the first whole page. */
 static int g_no_remove;
+static uint64_t g_remove_errors;
 
 static void release_pages(void *p, uint64_t n)
 {
     if (g_no_remove)
         return;
     uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, hi = ((uintptr_t)p + n) & ~(uintptr_t)4095;
-    if (hi > lo && madvise((void *)lo, hi - lo, MADV_REMOVE) != 0)
-        g_no_remove = 1;  /* the file system cannot punch holes: keep the pages */
+    if (hi > lo && madvise((void *)lo, hi - lo, MADV_REMOVE) != 0) {
+        if (errno == EOPNOTSUPP || errno == EINVAL)
+            g_no_remove = 1;  /* the file system cannot punch holes: keep the pages */
+        else
+            __atomic_add_fetch(&g_remove_errors, 1, __ATOMIC_RELAXED);
+    }
 }
 
 void rtk_tier_free(void *p)
@@ -488,6 +493,8 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
             "%s\"placed_long_lived\": {\"allocs\": %llu, \"bytes\": %llu, \"sizes_known\": %u, \"active\": %s},",
         nl, U(LD(T.pre_allocs)), U(LD(T.pre_bytes)), nl, U(LD(T.ll_allocs)), U(LD(T.ll_bytes)), g_ll_n,
         LD(T.plan_ready) ? "true" : "false");
+    put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu},", nl, g_no_remove ? "true" : "false",
+        U(LD(g_remove_errors)));
     put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
         nl, U(LD(T.child_frees)), nl, U(LD(T.errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now */
