@@ -169,9 +169,9 @@ def test_tensorflow_run_report_has_pmem_section(tmp_path):
     assert pmem is not None and pmem["state"] == "on", pmem
     # table, its two Adam slots and the dense weights were made before the first step
     assert pmem["placed_before_first_step"]["bytes"] >= 3 * 20000 * 32 * 4
-    assert pmem["tier_bytes"] > 0 or pmem["tier_bytes_at_last_step"] > 0
+    assert pmem["tier_bytes"] > 0 or pmem["tier_last_step_bytes"] > 0
     # at least the table and one of its slots were still in the pool in the last step (TF may copy a variable's
     # buffer on its first update, after the first mark)
-    assert pmem["tier_bytes_at_last_step"] >= 2 * 20000 * 32 * 4
+    assert pmem["tier_last_step_bytes"] >= 2 * 20000 * 32 * 4
     assert report["allocator"]["pmem"]["state"] == "on"
     assert not (tmp_path / "pool").exists()

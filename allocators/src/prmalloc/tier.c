@@ -485,7 +485,7 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     put(&o, ",%s\"pool_size_bytes\": %llu,%s\"min_size_bytes\": %llu,%s\"durable\": false,", nl,
         U(st == T_OFF ? 0 : T.size), nl, U(T.min_size), nl);
     uint64_t bytes = LD(T.bytes), mark = LD(T.bytes_at_mark);
-    put(&o, "%s\"tier_bytes\": %llu,%s\"tier_peak_bytes\": %llu,%s\"tier_bytes_at_last_step\": %llu,", nl, U(bytes),
+    put(&o, "%s\"tier_bytes\": %llu,%s\"tier_peak_bytes\": %llu,%s\"tier_last_step_bytes\": %llu,", nl, U(bytes),
         nl, U(LD(T.peak)), nl, U(mark));
     put(&o, "%s\"tier_allocs\": %llu,%s\"tier_frees\": %llu,%s\"tier_fallbacks\": %llu,%s\"tier_fallback_bytes\": %llu,",
         nl, U(LD(T.allocs)), nl, U(LD(T.frees)), nl, U(LD(T.fallbacks)), nl, U(LD(T.fallback_bytes)));
