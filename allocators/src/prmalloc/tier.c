@@ -214,6 +214,8 @@ static void tier_open(void)
             struct statfs sf;
             int ram = statfs(T.path, &sf) == 0 && (sf.f_type == 0x01021994 || sf.f_type == 0x858458f6);
             snprintf(T.medium, sizeof T.medium, "%s", s.is_pmem ? "pmem" : ram ? "tmpfs" : "file");
+            /* tensors are not read sequentially through the file: no read-ahead into untouched extents */
+            madvise(T.base, s.pool_size, MADV_RANDOM);
             /* publish the range before anything can be placed: a free must always recognise pool memory */
             __atomic_store_n(&rtk_hot.tier_lo, (uintptr_t)T.base, __ATOMIC_RELEASE);
             __atomic_store_n(&rtk_hot.tier_span, (uintptr_t)s.pool_size, __ATOMIC_RELEASE);
@@ -311,11 +313,16 @@ static uint64_t *header_of(const void *p)
 static int g_no_remove;
 static uint64_t g_remove_errors;
 
-static void release_pages(void *p, uint64_t n)
+static void release_pages(void *p, uint64_t n, uint64_t h)
 {
     if (g_no_remove)
         return;
-    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, hi = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    /* to the end of the record, not of the payload: file read-ahead may have brought in pages past it */
+    uint64_t req, usable;
+    uintptr_t end = (uintptr_t)p + n;
+    if (rtkit_pmem_record_size(T.pool, h, &req, &usable) == 0)
+        end = (uintptr_t)rtkit_pmem_ptr(T.pool, h) + usable;
+    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, hi = end & ~(uintptr_t)4095;
     if (hi > lo && madvise((void *)lo, hi - lo, MADV_REMOVE) != 0) {
         if (errno == EOPNOTSUPP || errno == EINVAL)
             g_no_remove = 1;  /* the file system cannot punch holes: keep the pages */
@@ -338,7 +345,7 @@ void rtk_tier_free(void *p)
     }
     uint64_t n = hd[0], h = hd[1];
     hd[3] = 0;  /* a second free of p no longer matches */
-    release_pages(p, n);
+    release_pages(p, n, h);
     t_in_tier = 1;
     int rc = rtkit_pmem_free(T.pool, h);
     t_in_tier = 0;
