@@ -12,7 +12,7 @@ all: install
 # The virtualenv with the test/bench extras (tensorflow-cpu 2.21, pytest, pyperf); redone when pyproject changes.
 $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip "setuptools>=64" wheel
+	$(PIP) install -q --upgrade pip "setuptools>=77" wheel
 	$(PIP) install -q ".[test]"
 	touch $@
 

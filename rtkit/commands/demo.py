@@ -1,6 +1,7 @@
 # demo.py -- `rtkit demo`: the bundled Wide&Deep workload under `rtkit run`, with summary and HTML report.
 from __future__ import annotations
 
+import os
 import sys
 
 from rtkit import config as cfg
@@ -37,5 +38,7 @@ def main(args) -> int:
     except cfg.ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    # The demo is ours, so TensorFlow's start-up log lines are trimmed unless the user asked for them.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     code, _ = execute(command, resolved, html=True)
     return code
