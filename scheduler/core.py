@@ -179,6 +179,8 @@ class Scheduler:
         sig = tuple(sorted(e.name for e in resolved))
         key = (sig, tuple(sorted(fed)))
         sm = self._analysis(session, st)
+        if st.pipeline is not None:
+            key += (id(st.pipeline),)
         hit = st.cache.get(key)
         if hit is not None:
             return sig, hit
@@ -188,7 +190,8 @@ class Scheduler:
         if reach & sm.resets:
             mode = "reset"
         elif reach & sm.pipelined:
-            bset = set(sm.boundary)
+            # a running pipeline carries the boundary it was started with (the graph may have grown since)
+            bset = {t.name for t in st.pipeline.boundary} if st.pipeline is not None else set(sm.boundary)
             covered = not any(fb in bset for fb in fed)
             for e in resolved:  # a fetched input-stage element must be a boundary tensor
                 if getattr(e, "op", e).name in sm.pipelined and e.name not in bset:
