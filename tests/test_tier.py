@@ -156,12 +156,13 @@ print("tf-done")
 
 
 @requires_tf
-def test_tensorflow_run_report_has_pmem_section(tmp_path):
+def test_tensorflow_run_report_has_pmem_section(prm, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TF_SCRIPT)
     run_dir = tmp_path / "r"
     proc = run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", f"pmem_path={tmp_path / 'pool'}", "--",
-                      sys.executable, str(script)], timeout=300)
+                      sys.executable, str(script)], timeout=300,
+                     env={"RTKIT_LIB_DIR": prm})  # the library just built (test_pmem points RTKIT_LIB_DIR elsewhere)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tf-done" in proc.stdout
     report = load_report(run_dir)
