@@ -168,7 +168,8 @@ SETTINGS: List[Setting] = [
        minimum=1),
     _s("pmem_rebalance_min", "int", 8, "records", "a thread-cache free list is moved once it holds at least this many records",
        minimum=1),
-    _s("pmem_durable", "bool", True, "", "persist a header per record before alloc returns (off: DeepRec's volatile mode)"),
+    _s("pmem_durable", "bool", True, "", "pools made by the Python API persist a header per record before alloc returns "
+       "(off: DeepRec's volatile mode); tier mode's pool is always volatile"),
     _s("pmem_no_membarrier", "bool", False, "", "diagnostic: guard thread caches with a spin lock instead of membarrier "
        "(for ThreadSanitizer runs)"),
     # -- stage-aware scheduler

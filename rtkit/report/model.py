@@ -20,13 +20,14 @@ class ReportError(Exception):
     """A run directory or report that cannot be read; the message is one clear line."""
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
+def write_text_atomic(path: str, text: str) -> None:
+    """Write a file so that readers see the old or the new content, never a half-written one."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=False, default=str)
-            fh.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -34,6 +35,10 @@ def write_json_atomic(path: str, obj: Any) -> None:
         except OSError:
             pass
         raise
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1, default=str) + "\n")
 
 
 def load_report(path: str) -> Dict[str, Any]:
