@@ -19,6 +19,10 @@ int rtkit_malloc_state(void);
 /* 1 when p lies inside one of the planned arenas (served without glibc), else 0. */
 int rtkit_malloc_in_arena(const void *p);
 
+/* 1 when p is a live block of tier mode's PMEM pool (RTKIT_MALLOC_TIER; served from the pool file, not DRAM),
+ * else 0 (also when tier mode is off). */
+int rtkit_malloc_in_pmem(const void *p);
+
 /* Write $RTKIT_RUN_DIR/allocator-<pid>.json now (no throttling). 0 on success, -errno, or -1 when no run
  * directory is set or the allocator is disabled. */
 int rtkit_malloc_write_stats(void);
