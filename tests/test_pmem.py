@@ -20,13 +20,16 @@ def pmem_build(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("pmem-native"))
     subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests", "--only", "pmem",
                     "--out", out], check=True, stdout=subprocess.DEVNULL)
-    os.environ["RTKIT_LIB_DIR"] = out  # read by rtkit.allocators.library_path at first load
     return out
 
 
 @pytest.fixture
-def pm(pmem_build):
+def pm(pmem_build, monkeypatch):
+    """The bindings over the private build. RTKIT_LIB_DIR is set only for this test (a session-wide value
+    would hide librtkit_malloc.so from later `rtkit run` tests); the library, once loaded, stays loaded."""
+    monkeypatch.setenv("RTKIT_LIB_DIR", pmem_build)  # also reaches the child of test_kill9_python_child
     from rtkit.allocators import pmem
+    pmem._load()
     return pmem
 
 

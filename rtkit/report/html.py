@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from html import escape
 from typing import Any, Dict, List
 
@@ -10,6 +9,7 @@ from rtkit.report import fmt
 from rtkit.report import sections as sec
 from rtkit.report import svg
 from rtkit.report.fmt import get
+from rtkit.report.model import write_text_atomic
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:24px auto;max-width:980px;
@@ -170,20 +170,7 @@ def render(report: Dict[str, Any]) -> str:
 
 def write(report: Dict[str, Any], path: str) -> str:
     """Write the HTML atomically (temporary file, then rename); returns the path."""
-    text = render(report)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html.tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_text_atomic(path, render(report))
     return path
 
 

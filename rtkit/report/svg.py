@@ -127,11 +127,7 @@ def line_chart(series: Sequence[Tuple[str, Sequence[Point]]], title: str, xlabel
     f = _Frame(width, height, min(xs), max(xs), yticks[0], yticks[-1])
     body = _axes(f, xticks, yticks, xlabel, ylabel, yfmt, title)
     if shade_x:
-        x0, x1 = f.x(max(shade_x[0], f.xlo)), f.x(min(shade_x[1], f.xhi))
-        if x1 > x0:
-            body.append(f'<rect x="{x0:.1f}" y="{f.top}" width="{x1 - x0:.1f}" height="{f.h - f.top - f.bottom}" '
-                        f'fill="#f2e6c9" opacity="0.7"/>')
-            body.append(f'<text x="{x0 + 3:.1f}" y="{f.top + 12}" font-size="10" fill="#8a6d3b">{escape(shade_x[2])}</text>')
+        body.extend(_shade(f, shade_x))
     colours = PALETTE[: len(series)]
     for (name, pts), colour in zip(series, colours):
         path = " ".join(f"{f.x(x):.1f},{f.y(y):.1f}" for x, y in pts)
@@ -149,6 +145,16 @@ def line_chart(series: Sequence[Tuple[str, Sequence[Point]]], title: str, xlabel
     if len(series) > 1:
         body.extend(_legend(f, [n for n, _ in series], colours))
     return _svg(width, height, body, title)
+
+
+def _shade(f: "_Frame", shade_x: Tuple[float, float, str]) -> List[str]:
+    """A labelled band over x in [shade_x[0], shade_x[1]] (e.g. the warm-up steps), clipped to the frame."""
+    x0, x1 = f.x(max(shade_x[0], f.xlo)), f.x(min(shade_x[1], f.xhi))
+    if x1 <= x0:
+        return []
+    return [f'<rect x="{x0:.1f}" y="{f.top}" width="{x1 - x0:.1f}" height="{f.h - f.top - f.bottom}" '
+            f'fill="#f2e6c9" opacity="0.7"/>',
+            f'<text x="{x0 + 3:.1f}" y="{f.top + 12}" font-size="10" fill="#8a6d3b">{escape(shade_x[2])}</text>']
 
 
 def clip_cap(values: Sequence[float]) -> Optional[float]:
@@ -184,11 +190,7 @@ def bar_chart(series: Sequence[Tuple[str, Sequence[Point]]], title: str, xlabel:
     xticks = [t for t in nice_ticks(xs[0], xs[-1], 8) if xs[0] <= t <= xs[-1] and float(t).is_integer()] or [xs[0]]
     body = _axes(f, xticks, yticks, xlabel, ylabel, yfmt, title)
     if shade_x:
-        x0, x1 = f.x(max(shade_x[0], f.xlo)), f.x(min(shade_x[1], f.xhi))
-        if x1 > x0:
-            body.append(f'<rect x="{x0:.1f}" y="{f.top}" width="{x1 - x0:.1f}" height="{f.h - f.top - f.bottom}" '
-                        f'fill="#f2e6c9" opacity="0.7"/>')
-            body.append(f'<text x="{x0 + 3:.1f}" y="{f.top + 12}" font-size="10" fill="#8a6d3b">{escape(shade_x[2])}</text>')
+        body.extend(_shade(f, shade_x))
     bw = max(0.6, (f.x(xhi) - f.x(xlo)) / len(xs) * 0.8)
     base = {x: 0.0 for x in xs}
     colours = PALETTE[: len(series)]

@@ -214,16 +214,22 @@ static inline char *tc_bump(struct rtkit_pmem_pool *p, struct rtk_tclass *t, uns
     return p->base + rtk_seg_off(&p->g, t->seg) + (t->next++) * (uint64_t)rtk_rs(&p->g, c);
 }
 
+/* pop an entry of one of a class pool's stacks; the unlocked peek first spares the lock when it is empty.
+   A chain's records leave the pool's free count with it. */
+static int cp_pop(struct rtk_cpool *cp, struct rtk_vstack *st, uint64_t e[3]) {
+    if (!__atomic_load_n(&st->n, __ATOMIC_RELAXED)) return 0;
+    rtk_spin_lock(&cp->lock);
+    int got = rtk_vstack_pop(st, e);
+    if (got && st == &cp->chains) cp->free_count -= e[2];
+    rtk_spin_unlock(&cp->lock);
+    return got;
+}
+
 /* take a chain of free records from the shared pool into the (empty) thread list */
 static char *pool_chain(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsigned c) {
     struct rtk_cpool *cp = &p->cp[c];
-    if (!__atomic_load_n(&cp->chains.n, __ATOMIC_RELAXED)) return NULL;
     uint64_t e[3];
-    rtk_spin_lock(&cp->lock);
-    int got = rtk_vstack_pop(&cp->chains, e);
-    if (got) cp->free_count -= e[2];
-    rtk_spin_unlock(&cp->lock);
-    if (!got) return NULL;
+    if (!cp_pop(cp, &cp->chains, e)) return NULL;
     if (t->count) { /* append (only on the larger-class path, where t may hold records) */
         NEXT_OF((char *)(uintptr_t)e[1]) = t->head;
         t->head = (char *)(uintptr_t)e[0];
@@ -248,12 +254,8 @@ static void retire_current(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsi
 
 static char *pool_partial(struct rtkit_pmem_pool *p, struct rtk_tclass *t, unsigned c) {
     struct rtk_cpool *cp = &p->cp[c];
-    if (!__atomic_load_n(&cp->partials.n, __ATOMIC_RELAXED)) return NULL;
     uint64_t e[3];
-    rtk_spin_lock(&cp->lock);
-    int got = rtk_vstack_pop(&cp->partials, e);
-    rtk_spin_unlock(&cp->lock);
-    if (!got) return NULL;
+    if (!cp_pop(cp, &cp->partials, e)) return NULL;
     retire_current(p, t, c);
     t->seg = e[0];
     t->next = e[1];

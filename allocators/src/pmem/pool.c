@@ -331,11 +331,16 @@ static void abort_open(struct rtkit_pmem_pool *p) {
     pool_release_mem(p);
 }
 
-static void geom_from_opts(const rtkit_pmem_options *o, uint64_t *seg, uint32_t *block, uint32_t *maxrec) {
+/* the geometry of a new pool: each size from the options, else from RTKIT_PMEM_*; 0 or the failure's code */
+static int geom_from_opts(const rtkit_pmem_options *o, uint64_t size, const char *what, struct rtk_geom *g) {
     pthread_once(&env_once, env_read);
-    *seg = o->segment_size ? o->segment_size : (uint64_t)env_cfg.segment_size;
-    *block = o->block_size ? o->block_size : (uint32_t)env_cfg.block_size;
-    *maxrec = o->max_record ? o->max_record : (uint32_t)env_cfg.max_record;
+    uint64_t seg = o->segment_size ? o->segment_size : (uint64_t)env_cfg.segment_size;
+    uint32_t block = o->block_size ? o->block_size : (uint32_t)env_cfg.block_size;
+    uint32_t maxrec = o->max_record ? o->max_record : (uint32_t)env_cfg.max_record;
+    char why[200];
+    if (rtk_geom_compute(g, size, seg, block, maxrec, why, sizeof why))
+        return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, what, "%s", why);
+    return 0;
 }
 
 static void init_header(struct rtkit_pmem_pool *p) {
@@ -372,13 +377,9 @@ RTK_EXPORT int rtkit_pmem_anonymous(uint64_t size, const rtkit_pmem_options *opt
     if (!opts) rtkit_pmem_options_init(&d), opts = &d;
     if (!out) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, "<anonymous>", "out pointer is NULL");
     *out = NULL;
-    uint64_t seg;
-    uint32_t block, maxrec;
-    geom_from_opts(opts, &seg, &block, &maxrec);
     struct rtk_geom g;
-    char why[200];
-    if (rtk_geom_compute(&g, size, seg, block, maxrec, why, sizeof why))
-        return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, "<anonymous>", "%s", why);
+    int grc = geom_from_opts(opts, size, "<anonymous>", &g);
+    if (grc) return grc;
     g.uuid = new_uuid();
     struct rtkit_pmem_pool *p = pool_alloc(&g, NULL);
     if (!p) return rtk_fail(RTKIT_PMEM_ESYS, ENOMEM, "<anonymous>", "out of memory for pool tables");
@@ -408,13 +409,9 @@ RTK_EXPORT int rtkit_pmem_create(const char *path, uint64_t size, const rtkit_pm
     if (!opts) rtkit_pmem_options_init(&d), opts = &d;
     if (!path || !*path || !out) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, path, "path and out are required");
     *out = NULL;
-    uint64_t seg;
-    uint32_t block, maxrec;
-    geom_from_opts(opts, &seg, &block, &maxrec);
     struct rtk_geom g;
-    char why[200];
-    if (rtk_geom_compute(&g, size, seg, block, maxrec, why, sizeof why))
-        return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, path, "%s", why);
+    int grc = geom_from_opts(opts, size, path, &g);
+    if (grc) return grc;
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
