@@ -225,6 +225,31 @@ def test_threads_background_and_exit(pm):
         assert pool.stats()["allocated_records"] == 400
 
 
+def test_rebalance_and_release_on_demand(pm):
+    """rebalance() and release_thread_cache() do at once what the background thread and thread exit do."""
+    with pm.Pool.anonymous(16 << 20, segment_size=64 << 10, rebalance_ms=3_600_000, rebalance_min=8) as pool:
+        handles = [pool.alloc(200) for _ in range(100)]
+        for h in handles:
+            pool.free(h)
+        assert pool.stats()["background_moves"] == 0  # the hourly background pass has not run
+        pool.rebalance()
+        st = pool.stats()
+        assert st["background_moves"] == 1 and st["moved_records"] == 100
+        seen = {}
+
+        def worker():
+            got = [pool.alloc(200) for _ in range(50)]
+            seen["cached"] = pool.stats()["threads_cached"]
+            pool.release_thread_cache()
+            seen["released"] = pool.stats()["threads_cached"]
+            seen["reused"] = len(set(got) & set(handles))
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        assert seen == {"cached": 2, "released": 1, "reused": 50}
+
+
 def test_kill9_python_child(pm, pool_dir):
     """A Python process writes records through numpy views and is killed; acknowledged ones survive."""
     path = os.path.join(pool_dir, "k.pool")

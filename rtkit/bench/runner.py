@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -326,16 +325,3 @@ def run_bench(spec: BenchSpec, stream: Optional[TextIO] = None) -> Dict[str, Any
     write_outputs(spec, bench)
     bench["interrupted"] = not complete
     return bench
-
-
-def have_rtkit_run(rtkit: Sequence[str]) -> bool:
-    """True when `rtkit run` exists (a clear error beats a bench of failed runs)."""
-    try:
-        proc = subprocess.run([*rtkit, "run", "--help"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0
-
-
-def which(cmd: str) -> Optional[str]:
-    return shutil.which(cmd)

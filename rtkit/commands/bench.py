@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import sys
 import time
 
@@ -141,7 +142,7 @@ def main(args) -> int:
         notes.append(f"baseline {baseline} was skipped: ratios are empty")
 
     if cmd:
-        if not (os.sep in cmd[0] and os.access(cmd[0], os.X_OK)) and runner.which(cmd[0]) is None:
+        if not (os.sep in cmd[0] and os.access(cmd[0], os.X_OK)) and shutil.which(cmd[0]) is None:
             return _err(f"command not found: {cmd[0]}")
         command = cmd
         title = shlex.join(cmd)
