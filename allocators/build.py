@@ -3,7 +3,8 @@
 """Usage: python allocators/build.py [--out DIR] [--tests] [--bench] [--asan]
 
 Libraries are built from every .c file in the source folders they list, so adding a file needs no
-edit here. Test programs are allocators/tests/<group>_*.c, built by the rule for <group>.
+edit here. Test programs are allocators/tests/<group>_*.c, built by the rule for <group>;
+allocators/tests/<group>_*.cc are C++ test programs built with $CXX (g++) by the same rules.
 """
 import argparse
 import glob
@@ -14,6 +15,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CC = os.environ.get("CC", "cc")
+CXX = os.environ.get("CXX", "g++")
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Wno-unused-parameter",
           "-fvisibility=hidden", "-I" + os.path.join(HERE, "include"), "-I" + os.path.join(HERE, "src")]
 ASAN_FLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1"]
@@ -63,6 +65,9 @@ def test_rules():
         # -fno-builtin: the compiler must not elide the malloc/free pairs the tests exist to exercise
         "prmalloc_unit": (["common", "prmalloc", "pmem"], ["-ldl"], ["-DRTK_NO_INTERPOSE", "-fno-builtin"]),
         "prmalloc": ([], ["-ldl"], ["-fno-builtin"]),
+        # C++ (allocators/tests/prmalloc_cxx_*.cc, built with $CXX): operator new/delete under the preload;
+        # -fno-sized-deallocation is not set: the sized delete forms are what the tests call
+        "prmalloc_cxx": ([], ["-ldl"], ["-fno-builtin"]),
         "pmem": (["common", "pmem"], pmem_l, pmem_c),
     }
 
@@ -115,6 +120,30 @@ def build_tests(out_dir, extra_flags=(), only=None):
         folders, ldflags, cflags = rule
         target = os.path.join(tests_dir, name)
         _run([CC, *CFLAGS, *extra_flags, *cflags, "-o", target, src, *_sources(folders), *ldflags, "-lm"])
+        built.append(target)
+    built += _build_cxx_tests(tests_dir, extra_flags, only)
+    return built
+
+
+def _build_cxx_tests(tests_dir, extra_flags=(), only=None):
+    """C++ test programs (allocators/tests/*.cc): plain programs (no library sources linked), run under LD_PRELOAD."""
+    sources = sorted(glob.glob(os.path.join(HERE, "tests", "*.cc")))
+    if sources and not shutil.which(CXX):
+        sys.exit(f"no C++ compiler '{CXX}' found for allocators/tests/*.cc: install g++ or set CXX")
+    built = []
+    cxxflags = ["-std=gnu++17" if f == "-std=gnu11" else f for f in CFLAGS]
+    for src in sources:
+        name = os.path.splitext(os.path.basename(src))[0]
+        if only and not any(name.startswith(word) for word in only):
+            continue
+        rule = _rule_for(name)
+        if rule is None:
+            sys.exit(f"no build rule for allocators/tests/{name}.cc (prefixes: {', '.join(test_rules())})")
+        folders, ldflags, cflags = rule
+        if folders:
+            sys.exit(f"allocators/tests/{name}.cc: C++ tests cannot link C library sources (rule {folders})")
+        target = os.path.join(tests_dir, name)
+        _run([CXX, *cxxflags, *extra_flags, *cflags, "-o", target, src, *ldflags])
         built.append(target)
     return built
 

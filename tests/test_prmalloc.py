@@ -246,3 +246,12 @@ def test_debug_mode_reports_double_free(prm, tmp_path):
     assert proc.stdout == "prmalloc_debug: ok\n"
     assert "double free" in proc.stderr and "not a block start" in proc.stderr
     assert stats(tmp_path)["totals"]["debug_errors"] == 2
+
+
+def test_cxx_new_delete_forms(prm, tmp_path):
+    # bad_alloc from the throwing forms (through libstdc++'s new-handler loop), nullptr from nothrow, every form
+    # bound to the preload, and each delete form handing its arena block back (LIFO: the next new gets it again)
+    proc = run_c(prm, "prmalloc_cxx_new", extra={**FAST, "RTKIT_RUN_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "prmalloc_cxx_new: ok\n"
+    assert stats(tmp_path)["totals"]["arena_hits"] > 0

@@ -59,9 +59,9 @@ rtk_tslot_t *rtk_slot_claim(void)
 static void add_slot(rtk_totals_t *t, const rtk_tslot_t *s)
 {
     for (int b = 0; b < RTK_BUCKETS; b++) {
-        uint64_t c = __atomic_load_n(&s->bk[b].count, __ATOMIC_RELAXED);
+        uint64_t c = __atomic_load_n(&s->count[b], __ATOMIC_RELAXED);
         t->count[b] += c;
-        t->bucket_bytes[b] += __atomic_load_n(&s->bk[b].bytes, __ATOMIC_RELAXED);
+        t->bucket_bytes[b] += __atomic_load_n(&s->bytes[b], __ATOMIC_RELAXED);
         t->allocs += c;
     }
     t->frees += __atomic_load_n(&s->frees, __ATOMIC_RELAXED);

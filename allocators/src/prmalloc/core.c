@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 
 rtk_hot_t rtk_hot __attribute__((aligned(64))) = {
     .fast_max = 0, .arena_lo = UINTPTR_MAX, .arena_span = 0, .track_min = SIZE_MAX, .min_size = SIZE_MAX,
+    .any_lo = UINTPTR_MAX, .any_span = 0,
 };
 
 rtk_state_t rtk_g;  /* everything the stats writer reports (stats.h) */
@@ -141,6 +143,32 @@ static void publish_range(void)
         __atomic_store_n(&rtk_hot.arena_lo, lo, __ATOMIC_RELEASE);
         __atomic_store_n(&rtk_hot.arena_span, hi - lo, __ATOMIC_RELEASE);
     }
+    rtk_publish_any();
+}
+
+void rtk_publish_any(void)
+{
+    static rtk_spin_t lock = RTK_SPIN_INIT;
+    rtk_spin_lock(&lock);
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    uintptr_t al = __atomic_load_n(&rtk_hot.arena_lo, __ATOMIC_ACQUIRE), as = __atomic_load_n(&rtk_hot.arena_span, __ATOMIC_ACQUIRE);
+    uintptr_t tl = __atomic_load_n(&rtk_hot.tier_lo, __ATOMIC_ACQUIRE), ts = __atomic_load_n(&rtk_hot.tier_span, __ATOMIC_ACQUIRE);
+    if (as) {
+        lo = al;
+        hi = al + as;
+    }
+    if (ts) {
+        if (tl < lo)
+            lo = tl;
+        if (tl + ts > hi)
+            hi = tl + ts;
+    }
+    if (hi) {
+        __atomic_store_n(&rtk_hot.any_span, (uintptr_t)-1 / 2, __ATOMIC_RELEASE);
+        __atomic_store_n(&rtk_hot.any_lo, lo, __ATOMIC_RELEASE);
+        __atomic_store_n(&rtk_hot.any_span, hi - lo, __ATOMIC_RELEASE);
+    }
+    rtk_spin_unlock(&lock);
 }
 
 rtk_arena_t *rtk_arena_of(const void *p)
@@ -180,6 +208,31 @@ static void retire_arena(void)
     }
 }
 
+/* Once a plan serves the recurring sizes, what still reaches glibc at or above min_size is an exhausted class
+ * (a step that happens to keep one more block live than the profile saw, e.g. TF running ops in a different
+ * order under load) or a size the plan missed. glibc serves such a block by mmap above its mmap threshold and
+ * unmaps it at free, so every recurrence faults the whole block in again (a 2 MiB tensor: 512 faults).
+ * Raising the mmap threshold to cover the planned sizes, and the trim threshold to twice that (glibc's own
+ * dynamic rule), keeps a freed fallback block in glibc's heap for the next step: it faults once, not every
+ * step. Applied only with a plan, so warm-up and profiling see glibc's default behaviour. */
+static void tune_glibc_for_fallbacks(const rtk_plan_t *p)
+{
+    size_t top = 0;
+    for (int i = 0; i < p->nclasses; i++)
+        if (p->cls[i].size > top)
+            top = p->cls[i].size;
+    const size_t mmap_max = (size_t)32 << 20;  /* glibc's largest accepted M_MMAP_THRESHOLD on 64-bit */
+    size_t page = rtk_os_page_size();
+    top = (top + page) & ~(page - 1);          /* above the largest class, chunk header included */
+    if (top > mmap_max)
+        top = mmap_max;
+    if (top <= ((size_t)128 << 10))
+        return;                                /* glibc's default threshold already keeps them in the heap */
+    rtk_g.glibc_mmap_threshold = mallopt(M_MMAP_THRESHOLD, (int)top) ? top : 0;
+    if (rtk_g.glibc_mmap_threshold)
+        mallopt(M_TRIM_THRESHOLD, (int)(2 * top));
+}
+
 /* ---------------------------------------------------------------- allocation paths */
 static void *libc_alloc(size_t n, size_t align, int zero)
 {
@@ -207,8 +260,8 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         return libc_alloc(n, align, zero);  /* RTKIT_MALLOC_CENSUS=0: small requests are not counted */
     rtk_tslot_t *s = rtk_slot();
     unsigned b = rtk_bucket(n);
-    s->bk[b].count++;
-    s->bk[b].bytes += n;
+    s->count[b]++;
+    s->bytes[b] += n;
     if (n < rtk_hot.min_size) {
         void *p = libc_alloc(n, align, zero);
         if (p)
@@ -334,8 +387,8 @@ void *rtk_realloc(void *p, size_t n)
     void *q = __libc_realloc(p, n);
     rtk_tslot_t *s = rtk_slot();
     unsigned b = rtk_bucket(n);
-    s->bk[b].count++;
-    s->bk[b].bytes += n;
+    s->count[b]++;
+    s->bytes[b] += n;
     if (q) {
         s->live += (int64_t)rtk_chunk_bytes(q) - (int64_t)old_cs;
         if (n >= rtk_hot.min_size) {
@@ -439,6 +492,8 @@ static void do_init(void)
     rtk_hot.fast_max = rtk_g.cfg.census ? (rtk_g.cfg.min_size < (128u << 10) ? rtk_g.cfg.min_size : (128u << 10)) : 0;
     if (rtk_hot.fast_max > rtk_tier_min)
         rtk_hot.fast_max = rtk_tier_min;  /* the inline small path never reaches the tier */
+    if (!rtk_g.cfg.census)  /* nothing to count below min_size: straight to glibc (rtk_alloc would do the same) */
+        rtk_hot.pass_max = rtk_g.cfg.min_size < rtk_tier_min ? rtk_g.cfg.min_size : rtk_tier_min;
     if (rtk_g.cfg.plan_path[0])
         load_plan();
     if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
@@ -495,6 +550,7 @@ static void load_plan(void)
         } else {
             rtk_g.plan_source = "loaded";
             rtk_g.state = RTK_STATE_PLANNED;
+            rtk_g.tune_pending = 1;  /* mallopt at the first step mark: init may run inside glibc's malloc */
             rtk_g.profile_reason = "loaded";
             rtk_g.plan_step = 0;
             rtk_g.validating = 1;
@@ -599,6 +655,7 @@ static void finish_profiling(uint32_t step, const char *reason)
     rtk_g.state = RTK_STATE_PLANNED;
     rtk_g.plan_source = "profiled";
     rtk_g.plan_step = step;
+    tune_glibc_for_fallbacks(&rtk_g.plan);
     save_plan();
     rtk_g.faults_after_start = rtk_os_minor_faults();
 }
@@ -652,6 +709,11 @@ EXPORT void rtkit_step_mark(void)
         return;
     }
     rtk_spin_lock(&g_step_lock);
+    if (rtk_g.tune_pending) {
+        rtk_g.tune_pending = 0;
+        if (rtk_g.state == RTK_STATE_PLANNED)
+            tune_glibc_for_fallbacks(&rtk_g.plan);
+    }
     rtk_totals_t t;
     rtk_census_sum(&t);
     uint64_t faults = rtk_os_minor_faults();

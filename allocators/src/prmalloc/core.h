@@ -17,6 +17,9 @@ typedef struct rtk_hot {
     int mode;
     uintptr_t tier_lo;      /* [tier_lo, tier_lo + tier_span) is the tier-mode pool (span 0: none), tier.c */
     uintptr_t tier_span;
+    uintptr_t any_lo;       /* [any_lo, any_lo + any_span) covers the arenas and the tier pool: free tests */
+    uintptr_t any_span;     /* this one range, then sorts out which (rtk_publish_any) */
+    size_t pass_max;        /* RTKIT_MALLOC_CENSUS=0: malloc below this is a plain tail call to glibc */
 } rtk_hot_t;
 
 RTK_HIDDEN extern rtk_hot_t rtk_hot;
@@ -32,6 +35,8 @@ RTK_HIDDEN void rtk_profile_free(void *p);
 RTK_HIDDEN rtk_arena_t *rtk_arena_of(const void *p);
 RTK_HIDDEN void *rtk_realloc(void *p, size_t n);
 RTK_HIDDEN size_t rtk_usable_size(const void *p);
+/* Recompute any_lo/any_span after arena_* or tier_* changed (widened first: never misses a live range). */
+RTK_HIDDEN void rtk_publish_any(void);
 
 static inline int rtk_in_range(const void *p)
 {

@@ -37,8 +37,8 @@ static inline size_t small_chunk(size_t n) { return n + 23 < 32 ? 32 : (n + 23) 
 static inline void census_small(rtk_tslot_t *s, size_t n)
 {
     unsigned b = rtk_bucket(n);
-    s->bk[b].count++;
-    s->bk[b].bytes += n;
+    s->count[b]++;
+    s->bytes[b] += n;
     s->live += (int64_t)small_chunk(n);
 }
 
@@ -57,6 +57,8 @@ EXPORT void *API(malloc)(size_t n)
         census_small(s, n);
         return __libc_malloc(n);
     }
+    if (n < rtk_hot.pass_max)  /* RTKIT_MALLOC_CENSUS=0 (fast_max 0): a tail call, nothing counted */
+        return __libc_malloc(n);
     return rtk_alloc(n, 0, 0);
 }
 
@@ -70,16 +72,26 @@ __attribute__((noinline)) static void free_slow(void *p, size_t cs)
     __libc_free(p);
 }
 
-EXPORT void API(free)(void *p)
+/* p lies in the range covering the arenas and the tier pool: which one, if either */
+__attribute__((noinline)) static void free_special(void *p)
 {
-    if (unlikely(rtk_in_tier(p))) {  /* never taken while tier mode is off (span 0) */
+    if (rtk_in_tier(p)) {
         rtk_tier_free(p);
         return;
     }
-    if (unlikely(rtk_in_range(p))) {
+    if (rtk_in_range(p)) {
         rtk_free_range(p);
         return;
     }
+    size_t cs = rtk_chunk_bytes(p);  /* a glibc chunk between the arenas and the pool */
+    free_slow(p, cs);
+}
+
+EXPORT void API(free)(void *p)
+{
+    /* one test for arenas and tier pool together (span 0 while there is neither) */
+    if (unlikely((uintptr_t)p - rtk_hot.any_lo < rtk_hot.any_span))
+        return free_special(p);
     if (unlikely(p == NULL))
         return;
     /* counted even when disabled (into a shared sink slot): one branch less on every free */

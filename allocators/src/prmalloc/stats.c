@@ -109,6 +109,7 @@ long rtk_stats_format(char *buf, size_t cap)
             rtk_g.plan.cls[i].blocks, rtk_g.plan.cls[i].align);
     put(&o, "], \"reserved_bytes\": %zu, \"spacing\": ", have ? rtk_g.plan.reserved : 0);
     put_str(&o, have ? rtk_spacing_name[rtk_g.plan.spacing] : "");
+    put(&o, ", \"glibc_mmap_threshold_bytes\": %zu", rtk_g.glibc_mmap_threshold);
     put(&o, ", \"trimmed_to_limit\": %s, \"plan_path\": ", rtk_g.plan_trimmed ? "true" : "false");
     put_str(&o, rtk_g.plan_path);
     put(&o, ", \"rejected_reason\": ");

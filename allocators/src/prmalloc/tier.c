@@ -219,6 +219,7 @@ static void tier_open(void)
             /* publish the range before anything can be placed: a free must always recognise pool memory */
             __atomic_store_n(&rtk_hot.tier_lo, (uintptr_t)T.base, __ATOMIC_RELEASE);
             __atomic_store_n(&rtk_hot.tier_span, (uintptr_t)s.pool_size, __ATOMIC_RELEASE);
+            rtk_publish_any();
             next = T_ON;
         } else {
             snprintf(T.reason, sizeof T.reason, "%s", rtkit_pmem_last_error());
