@@ -237,7 +237,11 @@ def test_tensorflow_under_preload(prm, tmp_path):
     assert doc["totals"]["arena_hits"] > 0 and doc["hit_rate_after_plan"] > 0.9
     after = [s for s in doc["per_step"] if s["step"] > doc["profile"]["end_step"]]
     assert after and sum(s["arena_hits"] for s in after) > 0
-    assert doc["minor_faults_per_step_after_plan"] <= 5 < doc["minor_faults_per_step_before_plan"]
+    # recurring exhaustion after the plan (TF ordering ops differently under load) used to fault 50-105
+    # pages a step here: glibc unmapped/trimmed the fallback blocks at free; the fallback stash keeps them
+    detail = [(s["step"], s["minor_faults"], s["fallbacks"]) for s in after]
+    assert doc["minor_faults_per_step_after_plan"] <= 5 < doc["minor_faults_per_step_before_plan"], \
+        f"(step, faults, fallbacks) after the plan: {detail}; totals {doc['totals']}"
 
 
 def test_debug_mode_reports_double_free(prm, tmp_path):
@@ -255,3 +259,13 @@ def test_cxx_new_delete_forms(prm, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "prmalloc_cxx_new: ok\n"
     assert stats(tmp_path)["totals"]["arena_hits"] > 0
+
+
+def test_recurring_fallbacks_stop_faulting(prm, tmp_path):
+    # a class exhausted every step after the plan (as TF does under load when ops run in another order):
+    # without the fallback stash glibc unmaps/trims the blocks at free and each step faults ~2000 pages again
+    proc = run_c(prm, "prmalloc_exhaust", extra={**FAST, "RTKIT_RUN_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "prmalloc_exhaust: ok\n"
+    t = stats(tmp_path)["totals"]
+    assert t["arena_exhausted"] >= 3 * 14 and t["fallbacks_reused"] >= 3 * 13

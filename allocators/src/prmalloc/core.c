@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +46,7 @@ static uint32_t g_pstep;                     /* step index the profiler is recor
 static rtk_planner_t g_planner;
 static rtk_plan_t g_cand, g_prev;
 static int g_streak;
+static int g_profiling;                      /* under g_prof_lock: the profiler records */
 
 static inline unsigned ph(uintptr_t p) { return (unsigned)(((p >> 4) * 0x9E3779B97F4A7C15ull) >> (64 - PTAB_BITS)); }
 
@@ -99,7 +99,7 @@ static void plog_add(uint64_t size, uint32_t align, uint32_t kind)
 static void profile_alloc(void *p, size_t size, size_t align)
 {
     rtk_spin_lock(&g_prof_lock);
-    if (rtk_hot.track_min != SIZE_MAX) {
+    if (g_profiling) {
         plog_add(size, (uint32_t)align, 1);
         ptab_insert(g_ptab, &g_pcount, (uintptr_t)p, size, (uint32_t)align, g_pstep);
     }
@@ -109,8 +109,10 @@ static void profile_alloc(void *p, size_t size, size_t align)
 void rtk_profile_free(void *p)
 {
     rtk_pent_t e;
+    if (!__atomic_load_n(&g_profiling, __ATOMIC_ACQUIRE))
+        return;
     rtk_spin_lock(&g_prof_lock);
-    if (rtk_hot.track_min != SIZE_MAX && ptab_remove((uintptr_t)p, &e))
+    if (g_profiling && ptab_remove((uintptr_t)p, &e))
         plog_add(e.size, e.align, 2);
     rtk_spin_unlock(&g_prof_lock);
 }
@@ -208,29 +210,85 @@ static void retire_arena(void)
     }
 }
 
-/* Once a plan serves the recurring sizes, what still reaches glibc at or above min_size is an exhausted class
- * (a step that happens to keep one more block live than the profile saw, e.g. TF running ops in a different
- * order under load) or a size the plan missed. glibc serves such a block by mmap above its mmap threshold and
- * unmaps it at free, so every recurrence faults the whole block in again (a 2 MiB tensor: 512 faults).
- * Raising the mmap threshold to cover the planned sizes, and the trim threshold to twice that (glibc's own
- * dynamic rule), keeps a freed fallback block in glibc's heap for the next step: it faults once, not every
- * step. Applied only with a plan, so warm-up and profiling see glibc's default behaviour. */
-static void tune_glibc_for_fallbacks(const rtk_plan_t *p)
+/* ---------------------------------------------------------------- fallback stash
+ * A class that runs out after the plan (a step keeps one block more live than the profile saw: TF ordering ops
+ * differently under load) falls back to glibc every step. glibc serves such a block by mmap, or from a heap
+ * top it trims again at free once several are freed together, so each recurrence faults the block in anew
+ * (measured: 3 extra 2 MiB blocks a step = 2016 faults a step). Once planned, frees of glibc chunks at or
+ * above min_size and no larger than twice the largest class are kept here (at most RTK_STASH) and handed to
+ * the next fallback they fit: recurring fallbacks fault once, not every step. Memory held is bounded by
+ * RTK_STASH blocks that were live at the same time anyway (peak unchanged). */
+#define RTK_STASH 16
+static rtk_spin_t g_stash_lock = RTK_SPIN_INIT;
+static void *g_stash[RTK_STASH];
+static size_t g_stash_size[RTK_STASH];  /* usable bytes */
+static int g_nstash;
+static int g_stash_on;
+static size_t g_stash_max;
+
+static void stash_enable(const rtk_plan_t *p)
 {
     size_t top = 0;
     for (int i = 0; i < p->nclasses; i++)
         if (p->cls[i].size > top)
             top = p->cls[i].size;
-    const size_t mmap_max = (size_t)32 << 20;  /* glibc's largest accepted M_MMAP_THRESHOLD on 64-bit */
-    size_t page = rtk_os_page_size();
-    top = (top + page) & ~(page - 1);          /* above the largest class, chunk header included */
-    if (top > mmap_max)
-        top = mmap_max;
-    if (top <= ((size_t)128 << 10))
-        return;                                /* glibc's default threshold already keeps them in the heap */
-    rtk_g.glibc_mmap_threshold = mallopt(M_MMAP_THRESHOLD, (int)top) ? top : 0;
-    if (rtk_g.glibc_mmap_threshold)
-        mallopt(M_TRIM_THRESHOLD, (int)(2 * top));
+    g_stash_max = 2 * top;
+    __atomic_store_n(&g_stash_on, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&rtk_hot.track_min, rtk_g.cfg.min_size, __ATOMIC_RELEASE);  /* large frees: ask the stash */
+}
+
+/* empty the stash into glibc (profiling again: the blocks must not hide from the new profile) */
+static void stash_disable(void)
+{
+    __atomic_store_n(&g_stash_on, 0, __ATOMIC_RELEASE);
+    for (;;) {
+        void *p = NULL;
+        rtk_spin_lock(&g_stash_lock);
+        if (g_nstash)
+            p = g_stash[--g_nstash];
+        rtk_spin_unlock(&g_stash_lock);
+        if (!p)
+            break;
+        __libc_free(p);
+    }
+}
+
+int rtk_stash_push(void *p, size_t cs)
+{
+    if (!__atomic_load_n(&g_stash_on, __ATOMIC_ACQUIRE) || cs > g_stash_max + 4096)
+        return 0;
+    int kept = 0;
+    rtk_spin_lock(&g_stash_lock);
+    if (g_nstash < RTK_STASH) {
+        g_stash[g_nstash] = p;
+        g_stash_size[g_nstash++] = rtk_libc_usable(p);
+        kept = 1;
+    }
+    rtk_spin_unlock(&g_stash_lock);
+    return kept;
+}
+
+/* the most recently kept block that fits n at align without wasting more than n */
+static void *stash_pop(size_t n, size_t align)
+{
+    if (!__atomic_load_n(&g_nstash, __ATOMIC_ACQUIRE))
+        return NULL;
+    void *p = NULL;
+    size_t mask = align > 16 ? align - 1 : 15;
+    rtk_spin_lock(&g_stash_lock);
+    for (int i = g_nstash - 1; i >= 0; i--) {
+        if (g_stash_size[i] >= n && g_stash_size[i] - n <= n && !((uintptr_t)g_stash[i] & mask)) {
+            p = g_stash[i];
+            g_stash[i] = g_stash[g_nstash - 1];
+            g_stash_size[i] = g_stash_size[g_nstash - 1];
+            g_nstash--;
+            break;
+        }
+    }
+    rtk_spin_unlock(&g_stash_lock);
+    if (p)
+        __atomic_add_fetch(&rtk_g.fallback_reused, 1, __ATOMIC_RELAXED);
+    return p;
 }
 
 /* ---------------------------------------------------------------- allocation paths */
@@ -292,10 +350,17 @@ void *rtk_alloc(size_t n, size_t align, int zero)
             return p;
     }
     s->fallbacks++;
-    void *p = libc_alloc(n, align, zero);
+    void *p = a ? stash_pop(n, align) : NULL;
     if (p) {
         s->live += (int64_t)rtk_chunk_bytes(p);
-        if (rtk_hot.track_min != SIZE_MAX)
+        if (zero)
+            memset(p, 0, n);
+        return p;
+    }
+    p = libc_alloc(n, align, zero);
+    if (p) {
+        s->live += (int64_t)rtk_chunk_bytes(p);
+        if (g_profiling)
             profile_alloc(p, n, align);
     }
     return p;
@@ -308,11 +373,14 @@ void rtk_free_range(void *p)
         /* a glibc pointer that happens to lie between two arenas */
         if (rtk_hot.inspect) {
             size_t cs = rtk_chunk_bytes(p);
-            if (cs >= rtk_hot.track_min)
-                rtk_profile_free(p);
             rtk_tslot_t *s = rtk_slot();
             s->frees++;
             s->live -= (int64_t)cs;
+            if (cs >= rtk_hot.track_min) {
+                rtk_profile_free(p);
+                if (rtk_stash_push(p, cs))
+                    return;
+            }
         }
         __libc_free(p);
         return;
@@ -371,10 +439,13 @@ void *rtk_realloc(void *p, size_t n)
         else {
             rtk_tslot_t *s = rtk_slot();
             size_t cs = rtk_chunk_bytes(p);
-            if (cs >= rtk_hot.track_min)
-                rtk_profile_free(p);
             s->frees++;
             s->live -= (int64_t)cs;
+            if (cs >= rtk_hot.track_min) {
+                rtk_profile_free(p);
+                if (rtk_stash_push(p, cs))
+                    return q;
+            }
             __libc_free(p);
         }
         return q;
@@ -393,7 +464,7 @@ void *rtk_realloc(void *p, size_t n)
         s->live += (int64_t)rtk_chunk_bytes(q) - (int64_t)old_cs;
         if (n >= rtk_hot.min_size) {
             s->fallbacks++;
-            if (rtk_hot.track_min != SIZE_MAX)
+            if (g_profiling)
                 profile_alloc(q, n, 0);
         }
     }
@@ -550,7 +621,7 @@ static void load_plan(void)
         } else {
             rtk_g.plan_source = "loaded";
             rtk_g.state = RTK_STATE_PLANNED;
-            rtk_g.tune_pending = 1;  /* mallopt at the first step mark: init may run inside glibc's malloc */
+            stash_enable(p);
             rtk_g.profile_reason = "loaded";
             rtk_g.plan_step = 0;
             rtk_g.validating = 1;
@@ -580,7 +651,9 @@ static void start_profiling(uint32_t step)
         rtk_g.profile_reason = "profiler buffers could not be mapped";
         return;
     }
+    stash_disable();
     rtk_spin_lock(&g_prof_lock);
+    g_profiling = 1;
     rtk_planner_reset(&g_planner);
     g_prev.nclasses = -1;
     g_streak = 0;
@@ -629,6 +702,9 @@ static void finish_profiling(uint32_t step, const char *reason)
 {
     size_t page = rtk_os_page_size();
     __atomic_store_n(&rtk_hot.track_min, SIZE_MAX, __ATOMIC_RELEASE);
+    rtk_spin_lock(&g_prof_lock);
+    g_profiling = 0;
+    rtk_spin_unlock(&g_prof_lock);
     rtk_tier_plan_ready();
     rtk_g.profile_end_step = step;
     rtk_g.profile_reason = reason;
@@ -655,7 +731,7 @@ static void finish_profiling(uint32_t step, const char *reason)
     rtk_g.state = RTK_STATE_PLANNED;
     rtk_g.plan_source = "profiled";
     rtk_g.plan_step = step;
-    tune_glibc_for_fallbacks(&rtk_g.plan);
+    stash_enable(&rtk_g.plan);
     save_plan();
     rtk_g.faults_after_start = rtk_os_minor_faults();
 }
@@ -709,11 +785,6 @@ EXPORT void rtkit_step_mark(void)
         return;
     }
     rtk_spin_lock(&g_step_lock);
-    if (rtk_g.tune_pending) {
-        rtk_g.tune_pending = 0;
-        if (rtk_g.state == RTK_STATE_PLANNED)
-            tune_glibc_for_fallbacks(&rtk_g.plan);
-    }
     rtk_totals_t t;
     rtk_census_sum(&t);
     uint64_t faults = rtk_os_minor_faults();
@@ -824,6 +895,7 @@ static void fork_prepare(void)
     rtk_spin_lock(&g_step_lock);
     rtk_census_fork_prepare();
     rtk_spin_lock(&g_prof_lock);
+    rtk_spin_lock(&g_stash_lock);
     for (int i = 0; i < 2; i++)
         rtk_arena_lock_all(g_arenas[i]);
 }
@@ -832,6 +904,7 @@ static void fork_parent(void)
 {
     for (int i = 1; i >= 0; i--)
         rtk_arena_unlock_all(g_arenas[i]);
+    rtk_spin_unlock(&g_stash_lock);
     rtk_spin_unlock(&g_prof_lock);
     rtk_census_fork_parent();
     rtk_spin_unlock(&g_step_lock);
@@ -841,6 +914,7 @@ static void fork_child(void)
 {
     for (int i = 0; i < 2; i++)
         rtk_arena_reset_locks(g_arenas[i]);
+    rtk_spin_reset(&g_stash_lock);
     rtk_spin_reset(&g_prof_lock);
     rtk_census_fork_child();
     rtk_spin_reset(&g_step_lock);

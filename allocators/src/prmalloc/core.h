@@ -31,6 +31,9 @@ RTK_HIDDEN void *rtk_alloc(size_t n, size_t align, int zero);
 /* Free of a pointer inside the arena range (it may still be a glibc pointer between two arenas). */
 RTK_HIDDEN void rtk_free_range(void *p);
 RTK_HIDDEN void rtk_profile_free(void *p);
+/* Once planned: keep a freed glibc chunk of cs bytes (>= min_size) for a later fallback. 1 when kept: the
+ * caller must not free it. */
+RTK_HIDDEN int rtk_stash_push(void *p, size_t cs);
 /* The arena owning p, or NULL. */
 RTK_HIDDEN rtk_arena_t *rtk_arena_of(const void *p);
 RTK_HIDDEN void *rtk_realloc(void *p, size_t n);

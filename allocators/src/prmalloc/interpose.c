@@ -64,11 +64,14 @@ EXPORT void *API(malloc)(size_t n)
 
 __attribute__((noinline)) static void free_slow(void *p, size_t cs)
 {
-    if (cs >= rtk_hot.track_min)
-        rtk_profile_free(p);
     rtk_tslot_t *s = rtk_slot();
     s->frees++;
     s->live -= (int64_t)cs;
+    if (cs >= rtk_hot.track_min) {  /* profiling, or planned: a fallback block the stash may keep */
+        rtk_profile_free(p);
+        if (rtk_stash_push(p, cs))
+            return;
+    }
     __libc_free(p);
 }
 

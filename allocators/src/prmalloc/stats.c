@@ -109,7 +109,6 @@ long rtk_stats_format(char *buf, size_t cap)
             rtk_g.plan.cls[i].blocks, rtk_g.plan.cls[i].align);
     put(&o, "], \"reserved_bytes\": %zu, \"spacing\": ", have ? rtk_g.plan.reserved : 0);
     put_str(&o, have ? rtk_spacing_name[rtk_g.plan.spacing] : "");
-    put(&o, ", \"glibc_mmap_threshold_bytes\": %zu", rtk_g.glibc_mmap_threshold);
     put(&o, ", \"trimmed_to_limit\": %s, \"plan_path\": ", rtk_g.plan_trimmed ? "true" : "false");
     put_str(&o, rtk_g.plan_path);
     put(&o, ", \"rejected_reason\": ");
@@ -123,12 +122,13 @@ long rtk_stats_format(char *buf, size_t cap)
     put(&o, "},\n  \"totals\": {\"malloc_calls\": %llu, \"free_calls\": %llu, \"calloc_calls\": %llu, "
             "\"realloc_calls\": %llu, \"memalign_calls\": %llu, \"bytes_allocated\": %llu, \"arena_hits\": %llu, "
             "\"fallbacks\": %llu, \"small_calls\": %llu, \"arena_misses\": %llu, \"arena_exhausted\": %llu, "
-            "\"live_bytes\": %lld, \"peak_live_bytes\": %lld, \"debug_errors\": %llu},\n",
+            "\"live_bytes\": %lld, \"peak_live_bytes\": %lld, \"debug_errors\": %llu, \"fallbacks_reused\": %llu},\n",
         (unsigned long long)malloc_calls, (unsigned long long)t->frees, (unsigned long long)t->calloc_calls,
         (unsigned long long)t->realloc_calls, (unsigned long long)t->memalign_calls, (unsigned long long)t->bytes,
         (unsigned long long)t->arena_hits, (unsigned long long)t->fallbacks, (unsigned long long)t->small_calls,
         (unsigned long long)t->arena_misses, (unsigned long long)t->arena_exhausted, (long long)t->live,
-        (long long)rtk_g.peak_live, (unsigned long long)rtk_g.debug_errors);
+        (long long)rtk_g.peak_live, (unsigned long long)rtk_g.debug_errors,
+        (unsigned long long)__atomic_load_n(&rtk_g.fallback_reused, __ATOMIC_RELAXED));
     uint64_t large = t->arena_hits + t->fallbacks;
     put(&o, "  \"hit_rate\": ");
     if (large)

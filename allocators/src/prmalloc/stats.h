@@ -40,8 +40,7 @@ typedef struct rtk_state {
     char rejected_reason[400];
     int plan_trimmed;
     int validating;
-    int tune_pending;           /* a loaded plan: apply tune_glibc_for_fallbacks at the next step mark */
-    size_t glibc_mmap_threshold; /* M_MMAP_THRESHOLD set for fallbacks once planned (0: left at default) */
+    uint64_t fallback_reused;   /* fallbacks served by a kept glibc block (core.c: fallback stash), no fault */
     uint64_t val_hits0, val_large0;
     uint64_t plan_hits0, plan_large0;  /* totals when the current plan took over (hit_rate_after_plan) */
     rtk_plan_t plan;
