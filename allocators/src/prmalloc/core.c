@@ -216,8 +216,8 @@ static void retire_arena(void)
  * top it trims again at free once several are freed together, so each recurrence faults the block in anew
  * (measured: 3 extra 2 MiB blocks a step = 2016 faults a step). Once planned, frees of glibc chunks at or
  * above min_size and no larger than twice the largest class are kept here (at most RTK_STASH) and handed to
- * the next fallback they fit: recurring fallbacks fault once, not every step. Memory held is bounded by
- * RTK_STASH blocks that were live at the same time anyway (peak unchanged). */
+ * the next fallback they fit: recurring fallbacks fault once, not every step. Memory held: at most RTK_STASH
+ * blocks and max(plan's reserved bytes, 64 MiB), blocks that were live at the same time anyway (peak unchanged). */
 #define RTK_STASH 16
 static rtk_spin_t g_stash_lock = RTK_SPIN_INIT;
 static void *g_stash[RTK_STASH];
@@ -225,6 +225,7 @@ static size_t g_stash_size[RTK_STASH];  /* usable bytes */
 static int g_nstash;
 static int g_stash_on;
 static size_t g_stash_max;
+static size_t g_stash_bytes, g_stash_cap;  /* usable bytes held, and their bound */
 
 static void stash_enable(const rtk_plan_t *p)
 {
@@ -233,6 +234,7 @@ static void stash_enable(const rtk_plan_t *p)
         if (p->cls[i].size > top)
             top = p->cls[i].size;
     g_stash_max = 2 * top;
+    g_stash_cap = p->reserved > ((size_t)64 << 20) ? p->reserved : (size_t)64 << 20;
     __atomic_store_n(&g_stash_on, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&rtk_hot.track_min, rtk_g.cfg.min_size, __ATOMIC_RELEASE);  /* large frees: ask the stash */
 }
@@ -244,8 +246,10 @@ static void stash_disable(void)
     for (;;) {
         void *p = NULL;
         rtk_spin_lock(&g_stash_lock);
-        if (g_nstash)
+        if (g_nstash) {
             p = g_stash[--g_nstash];
+            g_stash_bytes -= g_stash_size[g_nstash];
+        }
         rtk_spin_unlock(&g_stash_lock);
         if (!p)
             break;
@@ -259,9 +263,11 @@ int rtk_stash_push(void *p, size_t cs)
         return 0;
     int kept = 0;
     rtk_spin_lock(&g_stash_lock);
-    if (g_nstash < RTK_STASH) {
+    size_t usable = rtk_libc_usable(p);
+    if (g_nstash < RTK_STASH && g_stash_bytes + usable <= g_stash_cap) {
         g_stash[g_nstash] = p;
-        g_stash_size[g_nstash++] = rtk_libc_usable(p);
+        g_stash_size[g_nstash++] = usable;
+        g_stash_bytes += usable;
         kept = 1;
     }
     rtk_spin_unlock(&g_stash_lock);
@@ -279,6 +285,7 @@ static void *stash_pop(size_t n, size_t align)
     for (int i = g_nstash - 1; i >= 0; i--) {
         if (g_stash_size[i] >= n && g_stash_size[i] - n <= n && !((uintptr_t)g_stash[i] & mask)) {
             p = g_stash[i];
+            g_stash_bytes -= g_stash_size[i];
             g_stash[i] = g_stash[g_nstash - 1];
             g_stash_size[i] = g_stash_size[g_nstash - 1];
             g_nstash--;
