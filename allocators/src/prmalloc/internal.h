@@ -8,7 +8,7 @@
 #include "common/lock.h"
 #include "common/log.h"
 
-#define RTK_BUCKETS 64          /* census buckets: sizes in [2^b, 2^(b+1)); 0-byte requests land in bucket 0 */
+#define RTK_BUCKETS 64          /* census buckets: sizes in [2^b, 2^(b+1)); requests of 0..7 bytes land in bucket 3 */
 #define RTK_MAX_CLASSES 128     /* most size classes a plan may hold */
 #define RTK_SPACINGS 5          /* exact, 1/8, 1/4, 1/2, 1/1 of a power of two */
 #define RTK_MAX_SLOTS 4096      /* per-thread census slots (reused after thread exit) */
@@ -84,7 +84,8 @@ static inline rtk_tslot_t *rtk_slot(void)
     return __builtin_expect(s != NULL, 1) ? s : rtk_slot_claim();
 }
 
-static inline unsigned rtk_bucket(size_t n) { return 63u - (unsigned)__builtin_clzl(n | 1); }
+/* requests under 8 bytes count in the 8..15 B class (same 32-byte glibc chunk; interpose.c census_small) */
+static inline unsigned rtk_bucket(size_t n) { return 63u - (unsigned)__builtin_clzl(n | 8); }
 
 /* ---- plans */
 typedef struct rtk_class {

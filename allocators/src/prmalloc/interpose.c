@@ -32,14 +32,18 @@ static inline int is_pow2(size_t a) { return a && !(a & (a - 1)); }
 
 /* glibc's chunk size for a request served from its heap (request2size): the small path counts live bytes
  * from the size alone, so it can tail-call glibc. fast_max stays below the mmap threshold, so it is exact. */
-static inline size_t small_chunk(size_t n) { return n + 23 < 32 ? 32 : (n + 23) & ~(size_t)15; }
+static inline size_t small_chunk_m(size_t m) { return (m + 23) & ~(size_t)15; }  /* m = max(n, 9) */
 
+/* m = max(n, 9) serves both: glibc's 32-byte minimum chunk without a second compare, and a nonzero bucket
+ * argument (bsr without the |1). So requests of 0..8 bytes are counted in the 8..15 B class (bytes stay exact):
+ * they take the same 32-byte chunk as 9..15 B requests anyway. */
 static inline void census_small(rtk_tslot_t *s, size_t n)
 {
-    unsigned b = rtk_bucket(n);
+    size_t m = n < 9 ? 9 : n;
+    unsigned b = 63u - (unsigned)__builtin_clzl(m);
     s->count[b]++;
     s->bytes[b] += n;
-    s->live += (int64_t)small_chunk(n);
+    s->live += (int64_t)small_chunk_m(m);
 }
 
 __attribute__((noinline, cold)) static void *malloc_new_thread(size_t n)
