@@ -19,6 +19,9 @@ CXX = os.environ.get("CXX", "g++")
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Wno-unused-parameter",
           "-fvisibility=hidden", "-I" + os.path.join(HERE, "include"), "-I" + os.path.join(HERE, "src")]
 ASAN_FLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1"]
+# unit tests (prmalloc_unit_*) run under valgrind memcheck: block sizes from malloc_usable_size, not glibc's
+# chunk header (memcheck replaces glibc's allocator, a redzone sits there). No effect on the preload library.
+VALGRIND_FLAGS = ["-DRTK_CHECKED_LIBC"]
 
 
 def have_libpmem():
@@ -172,13 +175,15 @@ def main(argv=None):
     parser.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "build", "native"))
     parser.add_argument("--tests", action="store_true", help="also build the C test programs")
     parser.add_argument("--asan", action="store_true", help="build with AddressSanitizer")
+    parser.add_argument("--valgrind", action="store_true",
+                        help="unit tests for valgrind memcheck (no glibc chunk-header reads)")
     parser.add_argument("--bench", action="store_true", help="also build the micro-benchmarks (allocators/bench)")
     parser.add_argument("--only", action="append", choices=["malloc", "pmem", "prmalloc"],
                         help="build only this group (library and its tests); repeatable")
     args = parser.parse_args(argv)
     if shutil.which(CC) is None:
         sys.exit(f"no C compiler '{CC}' found: install gcc (apt-get install gcc) or set CC")
-    flags = ASAN_FLAGS if args.asan else []
+    flags = (ASAN_FLAGS if args.asan else []) + (VALGRIND_FLAGS if args.valgrind else [])
     only = args.only and [{"malloc": "prmalloc"}.get(w, w) for w in args.only]
     lib_only = only and [{"prmalloc": "malloc"}.get(w, w) for w in only]
     built = build_libraries(args.out, flags, lib_only)

@@ -34,8 +34,9 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 
-#if defined(__SANITIZE_ADDRESS__) && defined(RTK_NO_INTERPOSE)
-/* unit tests under AddressSanitizer: its interceptors own __libc_malloc's memory, so ask them */
+#if (defined(__SANITIZE_ADDRESS__) || defined(RTK_CHECKED_LIBC)) && defined(RTK_NO_INTERPOSE)
+/* unit tests under AddressSanitizer or valgrind (build.py --valgrind): their allocator owns __libc_malloc's
+ * memory and has no glibc chunk header before a block, so ask it */
 #include <malloc.h>
 static inline size_t rtk_chunk_bytes(const void *p) { return malloc_usable_size((void *)p); }
 static inline size_t rtk_libc_usable(const void *p) { return malloc_usable_size((void *)p); }
