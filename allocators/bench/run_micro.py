@@ -61,7 +61,7 @@ def run_once(out, prog, args, lib, run_dir):
     return parse(proc.stdout.strip().splitlines()[-1])
 
 
-def callgrind_instructions(out, lib, n1=100000, n2=300000):
+def callgrind_instructions(out, lib, n1=100000, n2=300000, extra_env=None):
     if not shutil.which("valgrind"):
         return None
     counts = []
@@ -70,6 +70,7 @@ def callgrind_instructions(out, lib, n1=100000, n2=300000):
         env.pop("LD_PRELOAD", None)
         if lib:
             env["LD_PRELOAD"] = lib
+        env.update(extra_env or {})
         with tempfile.TemporaryDirectory() as tmp:
             proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
                                    os.path.join(out, "bench", "small_objects"), str(n)],
@@ -120,6 +121,10 @@ def main(argv=None):
         if g and r:
             print(f"\n## small_objects instructions per malloc/free pair (callgrind, incl. ~15 of loop body)")
             print(f"glibc {g:.1f}  rtkit {r:.1f}  ratio {r / g:.3f}")
+        # the census's share: the same with RTKIT_MALLOC_CENSUS=0 (malloc a tail call; free still routes arenas)
+        off = callgrind_instructions(args.out, cfg["rtkit"], extra_env={"RTKIT_MALLOC_CENSUS": "0"})
+        if g and off:
+            print(f"rtkit with RTKIT_MALLOC_CENSUS=0 {off:.1f}  ratio {off / g:.3f}")
     return 0
 
 
