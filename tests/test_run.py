@@ -178,3 +178,14 @@ def test_hooks_off_leaves_no_step_file(tmp_path):
     run_rtkit(["run", "--set", "hooks=off", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", "pass"], check_rc=0)
     assert not [f for f in os.listdir(tmp_path / "r") if f.startswith("steps-")]
     assert load_report(tmp_path / "r")["steps"]["hook"]["status"] == "not_loaded"
+
+
+def test_killed_job_keeps_the_steps_flushed_before_the_kill(tmp_path):
+    script = ("import os, signal, time, rtkit\n"
+              "end = time.time() + 6.5\n"
+              "while time.time() < end:\n    time.sleep(0.05)\n    rtkit.step()\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    assert proc.returncode == 128 + signal.SIGKILL
+    steps = load_report(tmp_path / "r")["steps"]
+    assert steps["count"] >= 50  # the periodic flush (every 5 s) ran before the kill

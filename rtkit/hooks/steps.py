@@ -13,6 +13,7 @@ import time
 from typing import Dict, List, Optional
 
 FLUSH_INTERVAL_S = 5.0
+FLUSH_BUDGET = 0.02  # a periodic flush may take at most this share of the time between flushes
 MAX_RECORDS = 200_000  # per signature; beyond it steps are counted but their records dropped
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -60,6 +61,7 @@ class StepRecorder:
         self.step_mark = _find_step_mark()
         self.run_dir = os.environ.get("RTKIT_RUN_DIR") or None
         self.last_flush = time.monotonic()
+        self.flush_interval = FLUSH_INTERVAL_S
         self.last_manual = (time.time(), time.perf_counter(), minor_faults())
 
     # -- recording
@@ -81,7 +83,7 @@ class StepRecorder:
             is_step = best is sig
         if is_step and self.step_mark is not None:
             self.step_mark()
-        if time.monotonic() - self.last_flush > FLUSH_INTERVAL_S:
+        if time.monotonic() - self.last_flush > self.flush_interval:
             self.flush()
 
     def manual_step(self) -> None:
@@ -120,9 +122,16 @@ class StepRecorder:
             }
 
     def flush(self) -> None:
-        self.last_flush = time.monotonic()
+        started = self.last_flush = time.monotonic()
         if not self.run_dir:
             return
+        try:
+            self._write()
+        finally:
+            # long jobs have long step lists: space the rewrites out so they stay a small share of the run
+            self.flush_interval = max(FLUSH_INTERVAL_S, (time.monotonic() - started) / FLUSH_BUDGET)
+
+    def _write(self) -> None:
         data = self.snapshot()
         if data["count"] == 0 and self.hook["status"] == "not_loaded":
             return  # a helper process that never touched TensorFlow: leave no file
