@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <malloc.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -728,6 +729,9 @@ static void finish_profiling(uint32_t step, const char *reason)
             rtk_g.profile_reason = "no recurring allocation at or above min_size";
         return;
     }
+    /* Between steps the profiled tensors are free but glibc keeps their pages; the arena takes over their
+     * sizes, so give those pages back before pre-faulting it, or the job holds both at the switch. */
+    malloc_trim(0);
     if (install_arena(&rtk_g.plan) != 0) {
         rtk_g.state = RTK_STATE_PASSTHROUGH;
         rtk_g.plan_source = "none";
