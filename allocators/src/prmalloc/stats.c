@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/jsonbuf.h"
 #include "common/os.h"
 #include "prmalloc/stats.h"
 #include "prmalloc/tier.h"
@@ -11,39 +12,6 @@
 #define STATS_CAP ((size_t)1 << 20)
 
 static char *g_buf;
-
-typedef struct { char *buf; size_t cap, off; int full; } out_t;
-
-static void put(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(out_t *o, const char *fmt, ...)
-{
-    if (o->full)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(o->buf + o->off, o->cap - o->off, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= o->cap - o->off)
-        o->full = 1;
-    else
-        o->off += (size_t)n;
-}
-
-/* JSON string body: escapes quotes, backslashes and control characters */
-static void put_str(out_t *o, const char *s)
-{
-    put(o, "\"");
-    for (; s && *s && !o->full; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            put(o, "\\%c", c);
-        else if (c < 0x20)
-            put(o, "\\u%04x", c);
-        else
-            put(o, "%c", c);
-    }
-    put(o, "\"");
-}
 
 static const char *state_name(int s)
 {
@@ -55,71 +23,71 @@ static const char *state_name(int s)
     }
 }
 
-static void put_avg(out_t *o, uint64_t sum, uint64_t n)
+static void put_avg(rtk_out_t *o, uint64_t sum, uint64_t n)
 {
     if (n)
-        put(o, "%.2f", (double)sum / (double)n);
+        rtk_out_put(o, "%.2f", (double)sum / (double)n);
     else
-        put(o, "null");
+        rtk_out_put(o, "null");
 }
 
 long rtk_stats_format(char *buf, size_t cap)
 {
-    out_t o = {buf, cap, 0, 0};
+    rtk_out_t o = {buf, cap, 0, 0};
     const rtk_config_t *c = &rtk_g.cfg;
     const rtk_totals_t *t = &rtk_g.last;
-    put(&o, "{\n  \"schema_version\": %d,\n  \"pid\": %ld,\n  \"state\": \"%s\",\n  \"errors\": [",
+    rtk_out_put(&o, "{\n  \"schema_version\": %d,\n  \"pid\": %ld,\n  \"state\": \"%s\",\n  \"errors\": [",
         RTKIT_MALLOC_STATS_SCHEMA, (long)rtk_g.pid, state_name(rtk_g.state));
     for (int i = 0; i < rtk_g.nerrors; i++) {
-        put(&o, i ? ", " : "");
-        put_str(&o, rtk_g.errors[i]);
+        rtk_out_put(&o, i ? ", " : "");
+        rtk_out_str(&o, rtk_g.errors[i]);
     }
-    put(&o, "],\n  \"config\": {\"malloc\": %s, \"profile_start_steps\": %ld, \"profile_stable_steps\": %ld, "
+    rtk_out_put(&o, "],\n  \"config\": {\"malloc\": %s, \"profile_start_steps\": %ld, \"profile_stable_steps\": %ld, "
             "\"profile_max_steps\": %ld, \"min_size_bytes\": %zu, \"arena_limit_bytes\": %zu, \"thp\": %s, "
             "\"census\": %s, \"debug\": %s, \"plan\": ",
         c->enabled ? "true" : "false", c->profile_start, c->profile_stable, c->profile_max, c->min_size,
         c->arena_limit, c->thp ? "true" : "false", c->census ? "true" : "false", c->debug ? "true" : "false");
-    put_str(&o, c->plan_path);
-    put(&o, ", \"run_dir\": ");
-    put_str(&o, c->run_dir);
-    put(&o, "},\n  \"steps\": %u,\n", rtk_g.steps);
-    put(&o, "  \"profile\": {\"start_step\": ");
+    rtk_out_str(&o, c->plan_path);
+    rtk_out_put(&o, ", \"run_dir\": ");
+    rtk_out_str(&o, c->run_dir);
+    rtk_out_put(&o, "},\n  \"steps\": %u,\n", rtk_g.steps);
+    rtk_out_put(&o, "  \"profile\": {\"start_step\": ");
     if (rtk_g.state == RTK_STATE_PROFILING || rtk_g.profile_done)
-        put(&o, "%u", rtk_g.profile_start_step);
+        rtk_out_put(&o, "%u", rtk_g.profile_start_step);
     else
-        put(&o, "null");
-    put(&o, ", \"end_step\": ");
+        rtk_out_put(&o, "null");
+    rtk_out_put(&o, ", \"end_step\": ");
     if (rtk_g.profile_done)
-        put(&o, "%u", rtk_g.profile_end_step);
+        rtk_out_put(&o, "%u", rtk_g.profile_end_step);
     else
-        put(&o, "null");
-    put(&o, ", \"profiled_steps\": %u, \"reason\": ", rtk_g.profiled_steps);
-    put_str(&o, rtk_g.profile_reason ? rtk_g.profile_reason : "");
-    put(&o, "},\n  \"plan\": {\"source\": ");
-    put_str(&o, rtk_g.plan_source ? rtk_g.plan_source : "none");
-    put(&o, ", \"made_at_step\": ");
+        rtk_out_put(&o, "null");
+    rtk_out_put(&o, ", \"profiled_steps\": %u, \"reason\": ", rtk_g.profiled_steps);
+    rtk_out_str(&o, rtk_g.profile_reason ? rtk_g.profile_reason : "");
+    rtk_out_put(&o, "},\n  \"plan\": {\"source\": ");
+    rtk_out_str(&o, rtk_g.plan_source ? rtk_g.plan_source : "none");
+    rtk_out_put(&o, ", \"made_at_step\": ");
     if (rtk_g.state == RTK_STATE_PLANNED)
-        put(&o, "%u", rtk_g.plan_step);
+        rtk_out_put(&o, "%u", rtk_g.plan_step);
     else
-        put(&o, "null");
-    put(&o, ", \"classes\": [");
+        rtk_out_put(&o, "null");
+    rtk_out_put(&o, ", \"classes\": [");
     int have = rtk_g.state == RTK_STATE_PLANNED;
     for (int i = 0; have && i < rtk_g.plan.nclasses; i++)
-        put(&o, "%s{\"size_bytes\": %zu, \"blocks\": %u, \"align_bytes\": %u}", i ? ", " : "", rtk_g.plan.cls[i].size,
+        rtk_out_put(&o, "%s{\"size_bytes\": %zu, \"blocks\": %u, \"align_bytes\": %u}", i ? ", " : "", rtk_g.plan.cls[i].size,
             rtk_g.plan.cls[i].blocks, rtk_g.plan.cls[i].align);
-    put(&o, "], \"reserved_bytes\": %zu, \"spacing\": ", have ? rtk_g.plan.reserved : 0);
-    put_str(&o, have ? rtk_spacing_name[rtk_g.plan.spacing] : "");
-    put(&o, ", \"trimmed_to_limit\": %s, \"plan_path\": ", rtk_g.plan_trimmed ? "true" : "false");
-    put_str(&o, rtk_g.plan_path);
-    put(&o, ", \"rejected_reason\": ");
+    rtk_out_put(&o, "], \"reserved_bytes\": %zu, \"spacing\": ", have ? rtk_g.plan.reserved : 0);
+    rtk_out_str(&o, have ? rtk_spacing_name[rtk_g.plan.spacing] : "");
+    rtk_out_put(&o, ", \"trimmed_to_limit\": %s, \"plan_path\": ", rtk_g.plan_trimmed ? "true" : "false");
+    rtk_out_str(&o, rtk_g.plan_path);
+    rtk_out_put(&o, ", \"rejected_reason\": ");
     if (rtk_g.rejected_reason[0])
-        put_str(&o, rtk_g.rejected_reason);
+        rtk_out_str(&o, rtk_g.rejected_reason);
     else
-        put(&o, "null");
+        rtk_out_put(&o, "null");
     uint64_t malloc_calls = t->allocs - t->calloc_calls - t->memalign_calls - t->realloc_calls;
     if (malloc_calls > t->allocs)
         malloc_calls = 0;
-    put(&o, "},\n  \"totals\": {\"malloc_calls\": %llu, \"free_calls\": %llu, \"calloc_calls\": %llu, "
+    rtk_out_put(&o, "},\n  \"totals\": {\"malloc_calls\": %llu, \"free_calls\": %llu, \"calloc_calls\": %llu, "
             "\"realloc_calls\": %llu, \"memalign_calls\": %llu, \"bytes_allocated\": %llu, \"arena_hits\": %llu, "
             "\"fallbacks\": %llu, \"small_calls\": %llu, \"arena_misses\": %llu, \"arena_exhausted\": %llu, "
             "\"live_bytes\": %lld, \"peak_live_bytes\": %lld, \"debug_errors\": %llu, \"fallbacks_reused\": %llu},\n",
@@ -130,41 +98,41 @@ long rtk_stats_format(char *buf, size_t cap)
         (long long)rtk_g.peak_live, (unsigned long long)rtk_g.debug_errors,
         (unsigned long long)__atomic_load_n(&rtk_g.fallback_reused, __ATOMIC_RELAXED));
     uint64_t large = t->arena_hits + t->fallbacks;
-    put(&o, "  \"hit_rate\": ");
+    rtk_out_put(&o, "  \"hit_rate\": ");
     if (large)
-        put(&o, "%.4f", (double)t->arena_hits / (double)large);
+        rtk_out_put(&o, "%.4f", (double)t->arena_hits / (double)large);
     else
-        put(&o, "null");
-    put(&o, ",\n  \"hit_rate_after_plan\": ");
+        rtk_out_put(&o, "null");
+    rtk_out_put(&o, ",\n  \"hit_rate_after_plan\": ");
     uint64_t large_after = large - rtk_g.plan_large0, hits_after = t->arena_hits - rtk_g.plan_hits0;
     if (rtk_g.state == RTK_STATE_PLANNED && large >= rtk_g.plan_large0 && large_after)
-        put(&o, "%.4f", (double)hits_after / (double)large_after);
+        rtk_out_put(&o, "%.4f", (double)hits_after / (double)large_after);
     else
-        put(&o, "null");
-    put(&o, ",\n  \"minor_faults_per_step_before_plan\": ");
+        rtk_out_put(&o, "null");
+    rtk_out_put(&o, ",\n  \"minor_faults_per_step_before_plan\": ");
     put_avg(&o, rtk_g.faults_before_sum, rtk_g.faults_before_steps);
-    put(&o, ",\n  \"minor_faults_per_step_after_plan\": ");
+    rtk_out_put(&o, ",\n  \"minor_faults_per_step_after_plan\": ");
     put_avg(&o, rtk_g.faults_after_sum, rtk_g.faults_after_steps);
-    put(&o, ",\n  \"per_step\": [");
+    rtk_out_put(&o, ",\n  \"per_step\": [");
     uint32_t n = rtk_g.steps < RTK_RING_STEPS ? rtk_g.steps : RTK_RING_STEPS;
     for (uint32_t i = 0; i < n; i++) {
         const rtk_step_t *e = &rtk_g.ring[(rtk_g.steps - n + i) % RTK_RING_STEPS];
-        put(&o, "%s\n    {\"step\": %llu, \"allocs\": %llu, \"frees\": %llu, \"bytes_allocated\": %llu, "
+        rtk_out_put(&o, "%s\n    {\"step\": %llu, \"allocs\": %llu, \"frees\": %llu, \"bytes_allocated\": %llu, "
                 "\"live_bytes\": %lld, \"arena_hits\": %llu, \"fallbacks\": %llu, \"minor_faults\": %llu}",
             i ? "," : "", (unsigned long long)e->step, (unsigned long long)e->allocs, (unsigned long long)e->frees,
             (unsigned long long)e->bytes, (long long)e->live, (unsigned long long)e->arena_hits,
             (unsigned long long)e->fallbacks, (unsigned long long)e->minor_faults);
     }
-    put(&o, "],\n  \"size_classes\": [");
+    rtk_out_put(&o, "],\n  \"size_classes\": [");
     int first = 1;
     for (int b = 0; b < RTK_BUCKETS; b++) {
         if (!t->count[b])
             continue;
-        put(&o, "%s{\"bucket_bytes\": %llu, \"count\": %llu, \"bytes\": %llu}", first ? "" : ", ",
+        rtk_out_put(&o, "%s{\"bucket_bytes\": %llu, \"count\": %llu, \"bytes\": %llu}", first ? "" : ", ",
             (unsigned long long)1 << b, (unsigned long long)t->count[b], (unsigned long long)t->bucket_bytes[b]);
         first = 0;
     }
-    put(&o, "],\n  \"pmem\": ");
+    rtk_out_put(&o, "],\n  \"pmem\": ");
     if (!o.full) {
         long m = rtk_tier_format(o.buf + o.off, o.cap - o.off, 0);
         if (m < 0)
@@ -172,7 +140,7 @@ long rtk_stats_format(char *buf, size_t cap)
         else
             o.off += (size_t)m;
     }
-    put(&o, "\n}\n");
+    rtk_out_put(&o, "\n}\n");
     return o.full ? -1 : (long)o.off;
 }
 

@@ -13,6 +13,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "common/jsonbuf.h"
 #include "common/env.h"
 #include "common/os.h"
 #include "prmalloc/tier.h"
@@ -417,38 +418,6 @@ void rtk_tier_exit(void)
 }
 
 /* ---------------------------------------------------------------- report */
-typedef struct { char *buf; size_t cap, off; int full; } tout_t;
-
-static void put(tout_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(tout_t *o, const char *fmt, ...)
-{
-    if (o->full)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(o->buf + o->off, o->cap - o->off, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= o->cap - o->off)
-        o->full = 1;
-    else
-        o->off += (size_t)n;
-}
-
-static void put_str(tout_t *o, const char *s)
-{
-    put(o, "\"");
-    for (; s && *s && !o->full; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            put(o, "\\%c", c);
-        else if (c < 0x20)
-            put(o, "\\u%04x", c);
-        else
-            put(o, "%c", c);
-    }
-    put(o, "\"");
-}
-
 static const char *state_name(int s)
 {
     switch (s) {
@@ -482,44 +451,44 @@ static void rss_parts(long long out[3])
 
 long rtk_tier_format(char *buf, size_t cap, int indent)
 {
-    tout_t o = {buf, cap, 0, 0};
+    rtk_out_t o = {buf, cap, 0, 0};
     const char *nl = indent ? "\n  " : " ";
     int st = __atomic_load_n(&T.state, __ATOMIC_ACQUIRE);
-    put(&o, "{%s\"schema_version\": 1,%s\"pid\": %ld,%s\"state\": \"%s\",%s\"path\": ", nl, nl, (long)getpid(), nl,
+    rtk_out_put(&o, "{%s\"schema_version\": 1,%s\"pid\": %ld,%s\"state\": \"%s\",%s\"path\": ", nl, nl, (long)getpid(), nl,
         state_name(st), nl);
-    put_str(&o, T.path);
-    put(&o, ",%s\"medium\": ", nl);
-    put_str(&o, T.medium);
-    put(&o, ",%s\"pool_size_bytes\": %llu,%s\"min_size_bytes\": %llu,%s\"durable\": false,", nl,
+    rtk_out_str(&o, T.path);
+    rtk_out_put(&o, ",%s\"medium\": ", nl);
+    rtk_out_str(&o, T.medium);
+    rtk_out_put(&o, ",%s\"pool_size_bytes\": %llu,%s\"min_size_bytes\": %llu,%s\"durable\": false,", nl,
         U(st == T_OFF ? 0 : T.size), nl, U(T.min_size), nl);
     uint64_t bytes = LD(T.bytes), mark = LD(T.bytes_at_mark);
-    put(&o, "%s\"tier_bytes\": %llu,%s\"tier_peak_bytes\": %llu,%s\"tier_last_step_bytes\": %llu,", nl, U(bytes),
+    rtk_out_put(&o, "%s\"tier_bytes\": %llu,%s\"tier_peak_bytes\": %llu,%s\"tier_last_step_bytes\": %llu,", nl, U(bytes),
         nl, U(LD(T.peak)), nl, U(mark));
-    put(&o, "%s\"tier_allocs\": %llu,%s\"tier_frees\": %llu,%s\"tier_fallbacks\": %llu,%s\"tier_fallback_bytes\": %llu,",
+    rtk_out_put(&o, "%s\"tier_allocs\": %llu,%s\"tier_frees\": %llu,%s\"tier_fallbacks\": %llu,%s\"tier_fallback_bytes\": %llu,",
         nl, U(LD(T.allocs)), nl, U(LD(T.frees)), nl, U(LD(T.fallbacks)), nl, U(LD(T.fallback_bytes)));
-    put(&o, "%s\"placed_before_first_step\": {\"allocs\": %llu, \"bytes\": %llu},"
+    rtk_out_put(&o, "%s\"placed_before_first_step\": {\"allocs\": %llu, \"bytes\": %llu},"
             "%s\"placed_long_lived\": {\"allocs\": %llu, \"bytes\": %llu, \"sizes_known\": %u, \"active\": %s},",
         nl, U(LD(T.pre_allocs)), U(LD(T.pre_bytes)), nl, U(LD(T.ll_allocs)), U(LD(T.ll_bytes)), g_ll_n,
         LD(T.plan_ready) ? "true" : "false");
-    put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu},", nl, g_no_remove ? "true" : "false",
+    rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu},", nl, g_no_remove ? "true" : "false",
         U(LD(g_remove_errors)));
-    put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
+    rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
         nl, U(LD(T.child_frees)), nl, U(LD(T.errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now */
-    put(&o, "%s\"dram_bytes_saved_estimate\": %llu,", nl, U(T.steps ? mark : bytes));
+    rtk_out_put(&o, "%s\"dram_bytes_saved_estimate\": %llu,", nl, U(T.steps ? mark : bytes));
     long long rss[3];
     rss_parts(rss);
     static long long anon_peak;  /* sampled at every stats write (step marks, at most every 0.5 s, and exit) */
     if (rss[0] > anon_peak)
         anon_peak = rss[0];
-    put(&o, "%s\"process_rss_anon_bytes\": %lld,%s\"process_rss_anon_peak_sampled_bytes\": %lld,"
+    rtk_out_put(&o, "%s\"process_rss_anon_bytes\": %lld,%s\"process_rss_anon_peak_sampled_bytes\": %lld,"
             "%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
         nl, rss[0], nl, anon_peak, nl, rss[1], nl, rss[2]);
-    put(&o, "%s\"pool\": ", nl);
+    rtk_out_put(&o, "%s\"pool\": ", nl);
     if (T.pool && st == T_ON) {  /* not in a forked child: a pool lock may be held by a thread it lost */
         rtkit_pmem_stats s;
         rtkit_pmem_stats_get(T.pool, &s);
-        put(&o, "{\"segment_size_bytes\": %llu, \"block_size_bytes\": %u, \"max_record_bytes\": %u, "
+        rtk_out_put(&o, "{\"segment_size_bytes\": %llu, \"block_size_bytes\": %u, \"max_record_bytes\": %u, "
                 "\"segments\": %u, \"segments_free\": %llu, \"segments_class\": %llu, \"segments_extent\": %llu, "
                 "\"allocated_bytes\": %llu, \"requested_bytes\": %llu, \"extents\": %llu, \"extent_bytes\": %llu, "
                 "\"fragmentation\": %.4f, \"is_pmem\": %s, \"persist\": \"%s\", \"background_runs\": %llu, "
@@ -541,31 +510,31 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
             seen = 1;
             if (cs.allocated <= 0 && !cs.segments)
                 continue;
-            put(&o, "%s{\"record_size_bytes\": %u, \"allocated\": %lld, \"segments\": %u}", first ? "" : ", ",
+            rtk_out_put(&o, "%s{\"record_size_bytes\": %u, \"allocated\": %lld, \"segments\": %u}", first ? "" : ", ",
                 cs.record_size, (long long)cs.allocated, cs.segments);
             first = 0;
         }
-        put(&o, "]}");
-        put(&o, ",%s\"background_moves\": %llu", nl, U(s.background_moves));
+        rtk_out_put(&o, "]}");
+        rtk_out_put(&o, ",%s\"background_moves\": %llu", nl, U(s.background_moves));
     } else {
-        put(&o, "null,%s\"background_moves\": 0", nl);
+        rtk_out_put(&o, "null,%s\"background_moves\": 0", nl);
     }
-    put(&o, ",%s\"notes\": [", nl);
+    rtk_out_put(&o, ",%s\"notes\": [", nl);
     int n = 0;
     if (T.reason[0]) {
-        put_str(&o, T.reason);
+        rtk_out_str(&o, T.reason);
         n++;
     }
     for (int i = 0; i < T.nerrors; i++, n++) {
-        put(&o, n ? ", " : "");
-        put_str(&o, T.errors[i]);
+        rtk_out_put(&o, n ? ", " : "");
+        rtk_out_str(&o, T.errors[i]);
     }
     if (st == T_ON && strcmp(T.medium, "tmpfs") == 0)
-        put(&o, "%s\"pool on tmpfs: its pages are shared memory, still RAM; DRAM saved counts anonymous memory only\"",
+        rtk_out_put(&o, "%s\"pool on tmpfs: its pages are shared memory, still RAM; DRAM saved counts anonymous memory only\"",
             n++ ? ", " : "");
     if (st == T_IDLE)
-        put(&o, "%s\"no allocation qualified yet: the pool is created at the first one\"", n++ ? ", " : "");
-    put(&o, "]%s}", indent ? "\n" : " ");
+        rtk_out_put(&o, "%s\"no allocation qualified yet: the pool is created at the first one\"", n++ ? ", " : "");
+    rtk_out_put(&o, "]%s}", indent ? "\n" : " ");
     return o.full ? -1 : (long)o.off;
 }
 
