@@ -24,8 +24,10 @@ install: $(VENV)/.deps
 native: $(VENV)/.deps
 	$(PY) allocators/build.py --tests --out $(NATIVE)
 
+# pytest runs from build/ so that `python -c`/`-m` children import the installed rtkit, not the source folder
+# (the source tree alone lacks rtkit.allocators and rtkit.scheduler, which live in other top-level folders).
 test: install native
-	RTKIT_NATIVE_DIR=$(abspath $(NATIVE)) $(VENV)/bin/pytest tests
+	cd build && RTKIT_NATIVE_DIR=$(abspath $(NATIVE)) $(abspath $(VENV))/bin/pytest $(abspath tests)
 
 demo: install
 	$(VENV)/bin/rtkit demo
