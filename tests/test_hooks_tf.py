@@ -111,3 +111,24 @@ def test_bundled_workload_steps_equal_steps_run(tmp_path, model, api):
     steps = load_report(tmp_path / "r")["steps"]
     assert steps["count"] == ran
     assert steps["source"] == ("keras" if api == "keras" else "session")
+
+
+def test_keras_fit_with_positional_callbacks_keeps_user_callback(tmp_path):
+    script = tmp_path / "fit_pos.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np, keras
+        seen = []
+        class Mine(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                seen.append(batch)
+        x = np.random.rand(256, 4).astype("float32"); y = x.sum(axis=1, keepdims=True)
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        m.compile(optimizer="sgd", loss="mse")
+        m.fit(x, y, 64, 1, 0, [Mine()])
+        print("user-callback-batches", len(seen))
+    """))
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", sys.executable, str(script)])
+    assert proc.returncode == 0, proc.stderr
+    assert "user-callback-batches 4" in proc.stdout
+    steps = load_report(tmp_path / "r")["steps"]
+    assert steps["source"] == "keras" and steps["count"] == 4

@@ -39,19 +39,20 @@ def install(keras) -> None:
     callback_cls = _make_callback(keras)
     orig_fit = model_cls.fit
 
+    def with_step_callback(callbacks):
+        """The user's callbacks plus rtkit's, leaving a CallbackList (already built by the user) as it is."""
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            return callbacks
+        callbacks = list(callbacks or [])
+        if not any(isinstance(c, callback_cls) for c in callbacks):
+            callbacks.append(callback_cls())
+        return callbacks
+
     def fit(self, *args, **kwargs):
-        if len(args) > 5:  # callbacks given positionally (x, y, batch_size, epochs, verbose, callbacks, ...)
-            kwargs["callbacks"], args = args[5], args[:5] + args[6:]
-            if args[5:]:  # more positionals after callbacks: leave the call exactly as the user wrote it
-                return orig_fit(self, *args[:5], kwargs.pop("callbacks"), *args[5:], **kwargs)
-        callbacks = kwargs.get("callbacks")
-        if callbacks is None:
-            callbacks = []
-        elif not isinstance(callbacks, list):
-            callbacks = list(callbacks) if not isinstance(callbacks, keras.callbacks.CallbackList) else callbacks
-        if isinstance(callbacks, list) and not any(isinstance(c, callback_cls) for c in callbacks):
-            callbacks = callbacks + [callback_cls()]
-        kwargs["callbacks"] = callbacks
+        if len(args) > 5:  # callbacks given positionally: (x, y, batch_size, epochs, verbose, callbacks, ...)
+            args = args[:5] + (with_step_callback(args[5]),) + args[6:]
+        else:
+            kwargs["callbacks"] = with_step_callback(kwargs.get("callbacks"))
         return orig_fit(self, *args, **kwargs)
 
     fit.__wrapped__ = orig_fit
