@@ -16,8 +16,7 @@ def report_path(path: str) -> str:
 
 
 def load(path: str) -> Tuple[Dict[str, Any], str]:
-    """(report dict, run directory). Uses the lead's model.load_report when present so both agree on
-    what a run directory is; any failure becomes a ReportError naming the path and the reason."""
+    """(report dict, run directory); any failure becomes a ReportError naming the path and the reason."""
     if not path:
         raise ReportError("rtkit: no run directory given")
     if not os.path.exists(path):

@@ -1,5 +1,5 @@
 # model.py -- the report model: assembles report.json from the parent's samples and the child's files.
-"""Schema (version 1) is documented in docs/report.md. This module reads run directories only."""
+"""Schema (version 1) is documented in docs/report.md. Reading a finished report is rtkit/report/load.py's job."""
 from __future__ import annotations
 
 import glob
@@ -14,10 +14,6 @@ from typing import Any, Dict, List, Optional, Tuple
 SCHEMA_VERSION = 1
 REPORT_FILE = "report.json"
 COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler")
-
-
-class ReportError(Exception):
-    """A run directory or report that cannot be read; the message is one clear line."""
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -39,24 +35,6 @@ def write_text_atomic(path: str, text: str) -> None:
 
 def write_json_atomic(path: str, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=1, default=str) + "\n")
-
-
-def load_report(path: str) -> Dict[str, Any]:
-    """Load report.json from a run directory or a file path."""
-    file = os.path.join(path, REPORT_FILE) if os.path.isdir(path) else path
-    if not os.path.exists(file):
-        raise ReportError(f"no report at {file}: pass a run directory made by `rtkit run`")
-    try:
-        with open(file) as fh:
-            data = json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ReportError(f"cannot read {file}: {exc}") from None
-    if not isinstance(data, dict) or "schema_version" not in data:
-        raise ReportError(f"{file} is not an rtkit report (no schema_version)")
-    if data["schema_version"] > SCHEMA_VERSION:
-        raise ReportError(f"{file} has schema_version {data['schema_version']}; this rtkit reads up to "
-                          f"{SCHEMA_VERSION}: upgrade rtkit")
-    return data
 
 
 def read_child_files(run_dir: str, prefix: str) -> List[Tuple[int, Dict[str, Any]]]:
