@@ -74,6 +74,7 @@ class Setting:
     choices: tuple = ()
     minimum: Optional[int] = None
     maximum: Optional[int] = None
+    c: bool = False     # read by the C libraries: allocators/build.py generates their settings header from these rows
 
     @property
     def env(self) -> str:
@@ -127,6 +128,8 @@ def _s(key, kind, default, unit, doc, **kw) -> Setting:
     return Setting(key=key, kind=kind, default=default, unit=unit, doc=doc, **kw)
 
 
+INT32_MAX = (1 << 31) - 1  # step counts: the C side keeps them in an int
+
 # The table. Order is the order of `rtkit config` and of the README.
 SETTINGS: List[Setting] = [
     # -- the run itself
@@ -138,40 +141,45 @@ SETTINGS: List[Setting] = [
     _s("warmup_steps", "int", 3, "steps", "first steps left out of the step-time summary", minimum=0),
     _s("log", "choice", "info", "", "how much rtkit itself prints on stderr", choices=("quiet", "info", "debug")),
     # -- PRMalloc, the LD_PRELOAD allocator
-    _s("malloc", "bool", True, "", "preload librtkit_malloc.so (census, profiling, planned arenas)"),
+    _s("malloc", "bool", True, "", "preload librtkit_malloc.so (census, profiling, planned arenas)", c=True),
     _s("malloc_route_tf", "bool", True, "",
        "set TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 (unless the user set it) so TensorFlow's tensors reach the allocator"),
     _s("malloc_profile_start", "int", 2, "steps", "steps treated as warm-up before the allocator starts profiling",
-       minimum=0),
+       minimum=0, maximum=INT32_MAX, c=True),
     _s("malloc_profile_stable", "int", 3, "steps", "profiling ends once the plan is unchanged for this many steps",
-       minimum=1),
+       minimum=1, maximum=INT32_MAX, c=True),
     _s("malloc_profile_max", "int", 20, "steps", "profiling ends after this many steps even if the plan still changes",
-       minimum=1),
+       minimum=1, maximum=INT32_MAX, c=True),
     _s("malloc_min_size", "size", 32 * 1024, "bytes", "smallest allocation that the profiler and the arenas consider",
-       minimum=16),
-    _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0),
-    _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on arenas (madvise MADV_HUGEPAGE)"),
-    _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)"),
-    _s("malloc_census", "bool", True, "", "count every allocation per step and size class"),
-    _s("malloc_debug", "bool", False, "", "detect double frees and foreign frees inside arenas (slower)"),
+       minimum=16, c=True),
+    _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0,
+       c=True),
+    _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on arenas (madvise MADV_HUGEPAGE)", c=True),
+    _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)",
+       c=True),
+    _s("malloc_census", "bool", True, "", "count every allocation per step and size class", c=True),
+    _s("malloc_debug", "bool", False, "", "detect double frees and foreign frees inside arenas (slower)",
+       c=True),
     # -- PMEM segment allocator and tiering
-    _s("pmem_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM"),
-    _s("pmem_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20),
+    _s("pmem_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM", c=True),
+    _s("pmem_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20,
+       c=True),
     _s("pmem_min_size", "size", 64 * 1024, "bytes", "smallest long-lived allocation that tier mode places in the pool",
-       minimum=64),
-    _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024),
+       minimum=64, c=True),
+    _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
+       maximum=1 << 40, c=True),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",
-       minimum=8, maximum=65536),
+       minimum=8, maximum=65536, c=True),
     _s("pmem_max_record", "size", 4096, "bytes", "largest record served from record classes; larger ones take whole segments",
-       minimum=64),
+       minimum=64, maximum=1 << 30, c=True),
     _s("pmem_rebalance_ms", "int", 1000, "ms", "interval of the background thread that moves thread-cache free lists to the pool",
-       minimum=1),
+       minimum=1, maximum=3_600_000, c=True),
     _s("pmem_rebalance_min", "int", 8, "records", "a thread-cache free list is moved once it holds at least this many records",
-       minimum=1),
+       minimum=1, maximum=1 << 30, c=True),
     _s("pmem_durable", "bool", True, "", "pools made by the Python API persist a header per record before alloc returns "
-       "(off: DeepRec's volatile mode); tier mode's pool is always volatile"),
+       "(off: DeepRec's volatile mode); tier mode's pool is always volatile", c=True),
     _s("pmem_no_membarrier", "bool", False, "", "diagnostic: guard thread caches with a spin lock instead of membarrier "
-       "(for ThreadSanitizer runs)"),
+       "(for ThreadSanitizer runs)", c=True),
     # -- stage-aware scheduler
     _s("sched", "bool", False, "", "give TensorFlow sessions rtkit's thread configuration and per-stage pools"),
     _s("sched_stage", "bool", False, "", "pipeline the input stage ahead of compute (SmartStage)"),

@@ -25,6 +25,7 @@ typedef struct rtkit_pmem_stats {
     uint32_t recovery_threads, threads_cached;
     int durable, persist_kind, is_pmem, anonymous;
     double fragmentation;
+    int membarrier;
 } rtkit_pmem_stats;
 typedef struct rtkit_pmem_class_stats {
     uint32_t cls, record_size, segments, pad;

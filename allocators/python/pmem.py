@@ -302,7 +302,7 @@ class Pool:
             _raise(rc, self.path or "")
         out = _fields(ffi, s, [name for name, _ in ffi.typeof("rtkit_pmem_stats").fields])
         out["persist_kind"] = PERSIST_KINDS.get(out["persist_kind"], str(out["persist_kind"]))
-        for key in ("durable", "is_pmem", "anonymous"):
+        for key in ("durable", "is_pmem", "anonymous", "membarrier"):
             out[key] = bool(out[key])
         out["path"] = self.path
         cs = ffi.new("rtkit_pmem_class_stats *")

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/env.h"
+#include "common/options.h"
 #include "prmalloc/internal.h"
 
 static int g_failures;
@@ -196,18 +196,31 @@ static void test_env(void)
     CHECK(rtk_parse_bool("maybe", &b) == -1);
     CHECK(rtk_parse_int(" -12 ", &v) == 0 && v == -12);
     CHECK(rtk_parse_int("12x", &v) == -1);
+    /* the readers take names, defaults and limits from the generated table */
     char sink[256] = "";
-    setenv("RTKIT_TEST_SIZE", "12Q", 1);
-    rtk_env_set_error_sink(sink, sizeof sink);
-    rtk_env_set_quiet(1);
-    CHECK(rtk_env_size("RTKIT_TEST_SIZE", 7, 0, (size_t)-1, &s) == -1 && s == 7);
-    CHECK(strstr(sink, "RTKIT_TEST_SIZE='12Q'") && strstr(sink, "a size such as"));
-    setenv("RTKIT_TEST_INT", "0", 1);
-    CHECK(rtk_env_int("RTKIT_TEST_INT", 3, 1, 100, &v) == -1 && v == 3 && strstr(sink, ">= 1"));
-    unsetenv("RTKIT_TEST_INT");
-    CHECK(rtk_env_int("RTKIT_TEST_INT", 3, 1, 100, &v) == 0 && v == 3);
-    setenv("RTKIT_TEST_BOOL", "off", 1);
-    CHECK(rtk_env_bool("RTKIT_TEST_BOOL", 1, &b) == 0 && b == 0);
+    const rtk_setting_t *ms = &rtk_settings[RTK_OPT_MALLOC_MIN_SIZE], *rb = &rtk_settings[RTK_OPT_PMEM_REBALANCE_MS];
+    rtk_opt_set_error_sink(sink, sizeof sink);
+    rtk_opt_set_quiet(1);
+    setenv(ms->env, "12Q", 1);
+    CHECK(rtk_opt_size(RTK_OPT_MALLOC_MIN_SIZE, &s) == -1 && s == (size_t)ms->dflt);
+    CHECK(strstr(sink, "MIN_SIZE='12Q'") && strstr(sink, "a size such as") && strstr(sink, "using the default"));
+    unsetenv(ms->env);
+    CHECK(rtk_opt_size(RTK_OPT_MALLOC_MIN_SIZE, &s) == 0 && s == (size_t)ms->dflt);
+    setenv(rb->env, "0", 1);
+    CHECK(rtk_opt_int(RTK_OPT_PMEM_REBALANCE_MS, &v) == -1 && v == rb->dflt && strstr(sink, ">= 1"));
+    setenv(rb->env, "3600001", 1);
+    CHECK(rtk_opt_int(RTK_OPT_PMEM_REBALANCE_MS, &v) == -1 && v == rb->dflt && strstr(sink, "<= 3600000"));
+    setenv(rb->env, "3600000", 1);
+    CHECK(rtk_opt_int(RTK_OPT_PMEM_REBALANCE_MS, &v) == 0 && v == 3600000);
+    unsetenv(rb->env);
+    /* a boolean is parsed, not tested for presence: =0 is off */
+    setenv(rtk_settings[RTK_OPT_PMEM_NO_MEMBARRIER].env, "0", 1);
+    CHECK(rtk_opt_bool(RTK_OPT_PMEM_NO_MEMBARRIER, &b) == 0 && b == 0);
+    setenv(rtk_settings[RTK_OPT_PMEM_NO_MEMBARRIER].env, "on", 1);
+    CHECK(rtk_opt_bool(RTK_OPT_PMEM_NO_MEMBARRIER, &b) == 0 && b == 1);
+    unsetenv(rtk_settings[RTK_OPT_PMEM_NO_MEMBARRIER].env);
+    rtk_opt_set_error_sink(NULL, 0);
+    rtk_opt_set_quiet(0);
 }
 
 int main(void)

@@ -691,5 +691,6 @@ RTK_EXPORT int rtkit_pmem_stats_get(rtkit_pmem_pool *p, rtkit_pmem_stats *o) {
     o->persist_kind = p->pkind;
     o->is_pmem = p->is_pmem;
     o->anonymous = p->anonymous;
+    o->membarrier = p->asym;
     return 0;
 }

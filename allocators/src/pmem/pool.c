@@ -15,7 +15,7 @@
 #ifdef RTK_HAVE_LIBPMEM
 #include <libpmem.h>
 #endif
-#include "common/env.h"
+#include "common/options.h"
 #include "pmem/pool.h"
 
 static __thread char rtk_errbuf[384];
@@ -141,39 +141,24 @@ int rtk_geom_compute(struct rtk_geom *g, uint64_t size, uint64_t seg_size, uint3
     return 0;
 }
 
-/* ---- settings from the environment (names from rtkit/config.py); common/env prints one stderr line per bad value ---- */
-
-static long env_long(const char *name, long fallback, long lo, long hi, int size_suffix) {
-    if (size_suffix) {
-        size_t v;
-        rtk_env_size(name, (size_t)fallback, (size_t)lo, (size_t)hi, &v);
-        return (long)v;
-    }
-    long v;
-    rtk_env_int(name, fallback, lo, hi, &v);
-    return v;
-}
-
-static int env_bool(const char *name, int fallback) {
-    int v;
-    rtk_env_bool(name, fallback, &v);
-    return v;
-}
+/* ---- settings (rtkit/config.py's pmem_* rows through common/options: one stderr line per bad value, then the default) ---- */
 
 /* read once per process, so a bad value is reported once however many pools are opened */
 static struct {
-    long segment_size, block_size, max_record, rebalance_ms, rebalance_min;
-    int durable;
+    size_t segment_size, block_size, max_record;
+    long rebalance_ms, rebalance_min;
+    int durable, no_membarrier;
 } env_cfg;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static void env_read(void) {
-    env_cfg.segment_size = env_long("RTKIT_PMEM_SEGMENT_SIZE", 1 << 20, 64 * 1024, 1L << 40, 1);
-    env_cfg.block_size = env_long("RTKIT_PMEM_BLOCK_SIZE", 64, 8, 65536, 1);
-    env_cfg.max_record = env_long("RTKIT_PMEM_MAX_RECORD", 4096, 64, 1L << 30, 1);
-    env_cfg.rebalance_ms = env_long("RTKIT_PMEM_REBALANCE_MS", 1000, 1, 3600000, 0);
-    env_cfg.rebalance_min = env_long("RTKIT_PMEM_REBALANCE_MIN", 8, 1, 1 << 30, 0);
-    env_cfg.durable = env_bool("RTKIT_PMEM_DURABLE", 1);
+    rtk_opt_size(RTK_OPT_PMEM_SEGMENT_SIZE, &env_cfg.segment_size);
+    rtk_opt_size(RTK_OPT_PMEM_BLOCK_SIZE, &env_cfg.block_size);
+    rtk_opt_size(RTK_OPT_PMEM_MAX_RECORD, &env_cfg.max_record);
+    rtk_opt_int(RTK_OPT_PMEM_REBALANCE_MS, &env_cfg.rebalance_ms);
+    rtk_opt_int(RTK_OPT_PMEM_REBALANCE_MIN, &env_cfg.rebalance_min);
+    rtk_opt_bool(RTK_OPT_PMEM_DURABLE, &env_cfg.durable);
+    rtk_opt_bool(RTK_OPT_PMEM_NO_MEMBARRIER, &env_cfg.no_membarrier);
 }
 
 RTK_EXPORT void rtkit_pmem_options_init(rtkit_pmem_options *o) {
@@ -314,7 +299,7 @@ static int finish_open(struct rtkit_pmem_pool *p, const rtkit_pmem_options *o) {
     if (pthread_key_create(&p->key, rtk_tcache_destructor) != 0)
         return rtk_fail(RTKIT_PMEM_ESYS, EAGAIN, p->path, "no thread-specific key left");
     p->have_key = 1;
-    p->asym = getenv("RTKIT_PMEM_NO_MEMBARRIER") ? 0 : rtk_membarrier_register();
+    p->asym = env_cfg.no_membarrier ? 0 : rtk_membarrier_register();  /* env_cfg: read by resolve_runtime */
     int rc = rtk_recover(p);
     if (rc) return rc;
     if (!p->anonymous) write_mutable(p, 0);

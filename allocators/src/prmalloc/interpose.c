@@ -8,7 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "prmalloc/core.h"
+#include "prmalloc/alloc.h"
+#include "prmalloc/init.h"
+#include "prmalloc/profile.h"
+#include "prmalloc/stash.h"
 #include "prmalloc/tier.h"
 
 #ifdef RTK_NO_INTERPOSE

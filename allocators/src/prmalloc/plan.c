@@ -4,6 +4,7 @@
 #include <string.h>
 #include <stdio.h>
 
+#include "common/options.h"
 #include "prmalloc/internal.h"
 #include "rtkit/prmalloc.h"
 
@@ -218,9 +219,9 @@ int rtk_plan_format(const rtk_plan_t *p, size_t min_size, char *buf, size_t cap)
     size_t off = 0;
     int n = snprintf(buf, cap,
                      "rtkit-malloc-plan %d\n"
-                     "# written by librtkit_malloc.so; load with RTKIT_MALLOC_PLAN=<this file> or rtkit run --plan\n"
+                     "# written by librtkit_malloc.so; load with %s=<this file> or rtkit run --plan\n"
                      "spacing %s\nmin_size %zu\nreserved_bytes %zu\nfingerprint %016llx\nclasses %d\n",
-                     RTKIT_MALLOC_PLAN_VERSION, rtk_spacing_name[p->spacing], min_size, p->reserved,
+                     RTKIT_MALLOC_PLAN_VERSION, rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_spacing_name[p->spacing], min_size, p->reserved,
                      (unsigned long long)rtk_plan_fingerprint(p), p->nclasses);
     if (n < 0 || (size_t)n >= cap)
         return -1;

@@ -42,9 +42,10 @@ long rtk_stats_format(char *buf, size_t cap)
         rtk_out_put(&o, i ? ", " : "");
         rtk_out_str(&o, rtk_g.errors[i]);
     }
-    rtk_out_put(&o, "],\n  \"config\": {\"malloc\": %s, \"profile_start_steps\": %ld, \"profile_stable_steps\": %ld, "
-            "\"profile_max_steps\": %ld, \"min_size_bytes\": %zu, \"arena_limit_bytes\": %zu, \"thp\": %s, "
-            "\"census\": %s, \"debug\": %s, \"plan\": ",
+    /* the settings under rtkit/config.py's keys */
+    rtk_out_put(&o, "],\n  \"config\": {\"malloc\": %s, \"malloc_profile_start\": %ld, \"malloc_profile_stable\": %ld, "
+            "\"malloc_profile_max\": %ld, \"malloc_min_size\": %zu, \"malloc_arena_limit\": %zu, \"malloc_thp\": %s, "
+            "\"malloc_census\": %s, \"malloc_debug\": %s, \"malloc_plan\": ",
         c->enabled ? "true" : "false", c->profile_start, c->profile_stable, c->profile_max, c->min_size,
         c->arena_limit, c->thp ? "true" : "false", c->census ? "true" : "false", c->debug ? "true" : "false");
     rtk_out_str(&o, c->plan_path);

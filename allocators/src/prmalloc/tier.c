@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "common/jsonbuf.h"
-#include "common/env.h"
+#include "common/options.h"
 #include "common/os.h"
 #include "prmalloc/tier.h"
 #include "rtkit/pmem.h"
@@ -121,18 +121,17 @@ int rtk_tier_prestep(void) { return rtk_tier_pre; }
 /* ---------------------------------------------------------------- settings and the pool */
 void rtk_tier_read_settings(void)
 {
-    const char *path = rtk_env_str("RTKIT_PMEM_PATH");
-    size_t v;
-#define TBAD(call) do { rtk_env_set_error_sink(T.errors[T.nerrors < 4 ? T.nerrors : 3], sizeof T.errors[0]); \
-                        if ((call) != 0 && T.nerrors < 4) T.nerrors++; } while (0)
-    TBAD(rtk_env_size("RTKIT_PMEM_SIZE", (size_t)1 << 30, (size_t)1 << 20, SIZE_MAX, &v));
-    T.size = v;
-    TBAD(rtk_env_size("RTKIT_PMEM_MIN_SIZE", 64 << 10, 64, SIZE_MAX, &v));
-    T.min_size = v;
-    rtk_env_set_error_sink(NULL, 0);
+    const char *path = rtk_opt_str(RTK_OPT_PMEM_PATH);
+    /* each bad value: its message is kept, said once per run when the pool is opened, and the default applies */
+#define RECORD(call) do { rtk_opt_set_error_sink(T.errors[T.nerrors < 4 ? T.nerrors : 3], sizeof T.errors[0]); \
+                          if ((call) != 0 && T.nerrors < 4) T.nerrors++; } while (0)
+    RECORD(rtk_opt_size(RTK_OPT_PMEM_SIZE, &T.size));
+    RECORD(rtk_opt_size(RTK_OPT_PMEM_MIN_SIZE, &T.min_size));
+    rtk_opt_set_error_sink(NULL, 0);
     if (!path || strlen(path) >= sizeof T.path) {
         if (path)
-            snprintf(T.reason, sizeof T.reason, "RTKIT_PMEM_PATH is longer than %zu bytes", sizeof T.path - 1);
+            snprintf(T.reason, sizeof T.reason, "%s is longer than %zu bytes", rtk_settings[RTK_OPT_PMEM_PATH].env,
+                     sizeof T.path - 1);
         T.state = path ? T_FAILED : T_OFF;
         return;
     }
@@ -144,7 +143,7 @@ void rtk_tier_read_settings(void)
 /* One line per run on stderr: the first process of the tree that meets the problem says it. */
 static void say(const char *msg)
 {
-    const char *dir = rtk_env_str("RTKIT_RUN_DIR");
+    const char *dir = rtk_opt_internal(RTK_ENV_RUN_DIR);
     if (dir) {
         char marker[1200];
         snprintf(marker, sizeof marker, "%s/.pmem-path-reported", dir);
@@ -228,7 +227,8 @@ static void tier_open(void)
     }
     if (next == T_FAILED) {
         char line[1200];
-        snprintf(line, sizeof line, "RTKIT_PMEM_PATH: %s; tier mode off, allocations stay in DRAM", T.reason);
+        snprintf(line, sizeof line, "%s: %s; tier mode off, allocations stay in DRAM",
+                 rtk_settings[RTK_OPT_PMEM_PATH].env, T.reason);
         say(line);
         rtk_tier_min = SIZE_MAX;
     }
@@ -365,25 +365,16 @@ size_t rtk_tier_usable(const void *p)
     return hd ? (size_t)hd[0] : 0;
 }
 
-void *rtk_tier_realloc(void *p, size_t n)
+int rtk_tier_keeps(void *p, size_t n, size_t *old)
 {
     uint64_t *hd = header_of(p);
     if (!hd) {
         __atomic_add_fetch(&T.bad_frees, 1, __ATOMIC_RELAXED);
-        errno = EINVAL;
-        return NULL;
+        return -1;
     }
-    size_t old = (size_t)hd[0];
-    if (n <= old && n >= old / 2 && T.state != T_CHILD)
-        return p;  /* a mild shrink keeps the record (malloc_usable_size still reports the old size) */
-    void *q = rtk_alloc(n, 0, 0);
-    if (!q) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    memcpy(q, p, old < n ? old : n);
-    rtk_tier_free(p);
-    return q;
+    *old = (size_t)hd[0];
+    /* a mild shrink keeps the record (malloc_usable_size still reports the old size) */
+    return n <= *old && n >= *old / 2 && T.state != T_CHILD;
 }
 
 /* ---------------------------------------------------------------- step marks, fork, exit */
@@ -454,12 +445,12 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     rtk_out_t o = {buf, cap, 0, 0};
     const char *nl = indent ? "\n  " : " ";
     int st = __atomic_load_n(&T.state, __ATOMIC_ACQUIRE);
-    rtk_out_put(&o, "{%s\"schema_version\": 1,%s\"pid\": %ld,%s\"state\": \"%s\",%s\"path\": ", nl, nl, (long)getpid(), nl,
+    rtk_out_put(&o, "{%s\"schema_version\": 1,%s\"pid\": %ld,%s\"state\": \"%s\",%s\"pmem_path\": ", nl, nl, (long)getpid(), nl,
         state_name(st), nl);
     rtk_out_str(&o, T.path);
     rtk_out_put(&o, ",%s\"medium\": ", nl);
     rtk_out_str(&o, T.medium);
-    rtk_out_put(&o, ",%s\"pool_size_bytes\": %llu,%s\"min_size_bytes\": %llu,%s\"durable\": false,", nl,
+    rtk_out_put(&o, ",%s\"pmem_size\": %llu,%s\"pmem_min_size\": %llu,%s\"durable\": false,", nl,
         U(st == T_OFF ? 0 : T.size), nl, U(T.min_size), nl);
     uint64_t bytes = LD(T.bytes), mark = LD(T.bytes_at_mark);
     rtk_out_put(&o, "%s\"tier_bytes\": %llu,%s\"tier_peak_bytes\": %llu,%s\"tier_last_step_bytes\": %llu,", nl, U(bytes),
@@ -488,7 +479,7 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     if (T.pool && st == T_ON) {  /* not in a forked child: a pool lock may be held by a thread it lost */
         rtkit_pmem_stats s;
         rtkit_pmem_stats_get(T.pool, &s);
-        rtk_out_put(&o, "{\"segment_size_bytes\": %llu, \"block_size_bytes\": %u, \"max_record_bytes\": %u, "
+        rtk_out_put(&o, "{\"pmem_segment_size\": %llu, \"pmem_block_size\": %u, \"pmem_max_record\": %u, "
                 "\"segments\": %u, \"segments_free\": %llu, \"segments_class\": %llu, \"segments_extent\": %llu, "
                 "\"allocated_bytes\": %llu, \"requested_bytes\": %llu, \"extents\": %llu, \"extent_bytes\": %llu, "
                 "\"fragmentation\": %.4f, \"is_pmem\": %s, \"persist\": \"%s\", \"background_runs\": %llu, "

@@ -5,14 +5,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prmalloc/core.h"
+#include "prmalloc/state.h"
 
 /* Smallest request tier mode may place in the pool; SIZE_MAX while tier mode is off (the only test on the
  * allocation path when RTKIT_PMEM_PATH is empty). */
 RTK_HIDDEN extern size_t rtk_tier_min;
 RTK_HIDDEN extern int rtk_tier_pre;   /* 1 until the first step mark */
 
-/* Read RTKIT_PMEM_PATH / _SIZE / _MIN_SIZE (no allocation, no output); called from do_init. */
+/* Read the pmem_path / pmem_size / pmem_min_size settings (no allocation, no output); called from do_init. */
 RTK_HIDDEN void rtk_tier_read_settings(void);
 /* Place a request in the pool. longlived: 0 = the caller is before the first step mark (any size >= min),
  * 1 = after it (only sizes the profiler saw outliving steps). NULL: not placed, caller uses DRAM. */
@@ -20,7 +20,9 @@ RTK_HIDDEN void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
 RTK_HIDDEN int rtk_tier_prestep(void);
 RTK_HIDDEN void rtk_tier_free(void *p);
 RTK_HIDDEN size_t rtk_tier_usable(const void *p);
-RTK_HIDDEN void *rtk_tier_realloc(void *p, size_t n);
+/* realloc of a pool payload p to n bytes: 1 when p can stay (a mild shrink), 0 when it must move (*old: its
+ * size), -1 when p is not a payload of the pool (counted as a bad free). */
+RTK_HIDDEN int rtk_tier_keeps(void *p, size_t n, size_t *old);
 /* The profiler carries allocation p (of `size`) live across a step boundary (called under the profiler lock);
  * one carried across two boundaries in a row marks its size long-lived. carry_done closes the boundary. */
 RTK_HIDDEN void rtk_tier_note_carried(uintptr_t p, size_t size);

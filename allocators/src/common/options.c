@@ -1,5 +1,6 @@
-/* env.c -- RTKIT_* value parsing shared by PRMalloc and PMEM; same grammar as rtkit/config.py, no malloc. */
-#include "common/env.h"
+/* options.c -- RTKIT_* settings for PRMalloc and PMEM: the generated table, its grammar (that of rtkit/config.py)
+ * and one reader per kind with the table's limits; no malloc. */
+#include "common/options.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -14,9 +15,15 @@ static char *g_sink;
 static size_t g_sink_cap;
 static int g_quiet;
 
-void rtk_env_set_fallback_note(const char *note) { g_note = note; }
-void rtk_env_set_error_sink(char *buf, size_t cap) { g_sink = buf; g_sink_cap = cap; }
-void rtk_env_set_quiet(int quiet) { g_quiet = quiet; }
+const rtk_setting_t rtk_settings[RTK_OPT_COUNT] = {
+#define RTK_OPT_ROW(ID, ENV, KIND, DFLT, DTEXT, HMIN, MIN, HMAX, MAX) {ENV, KIND, DFLT, DTEXT, HMIN, HMAX, MIN, MAX},
+    RTK_SETTINGS(RTK_OPT_ROW)
+#undef RTK_OPT_ROW
+};
+
+void rtk_opt_set_fallback_note(const char *note) { g_note = note; }
+void rtk_opt_set_error_sink(char *buf, size_t cap) { g_sink = buf; g_sink_cap = cap; }
+void rtk_opt_set_quiet(int quiet) { g_quiet = quiet; }
 
 int rtk_parse_size(const char *s, size_t *out)
 {
@@ -107,21 +114,25 @@ int rtk_parse_int(const char *s, long *out)
     return 0;
 }
 
-const char *rtk_env_str(const char *name)
+static const char *raw_value(const char *name)
 {
     const char *v = getenv(name);
     return (v && *v) ? v : NULL;
 }
 
-static void report_bad(const char *name, const char *raw, const char *accepted, const char *dflt_text)
+const char *rtk_opt_internal(const char *name) { return raw_value(name); }
+
+const char *rtk_opt_str(rtk_opt_t id) { return raw_value(rtk_settings[id].env); }
+
+static void report_bad(const rtk_setting_t *s, const char *raw, const char *accepted)
 {
     char msg[512];
     char tail[128];
     if (g_note)
         snprintf(tail, sizeof tail, "%s", g_note);
     else
-        snprintf(tail, sizeof tail, "using the default '%s'", dflt_text);
-    snprintf(msg, sizeof msg, "environment %s='%.80s' is not valid: expected %s; %s", name, raw, accepted, tail);
+        snprintf(tail, sizeof tail, "using the default '%s'", s->dflt_text);
+    snprintf(msg, sizeof msg, "environment %s='%.80s' is not valid: expected %s; %s", s->env, raw, accepted, tail);
     if (g_sink && g_sink_cap) {
         size_t n = strlen(msg);
         if (n >= g_sink_cap)
@@ -133,41 +144,61 @@ static void report_bad(const char *name, const char *raw, const char *accepted, 
         rtk_log_line("%s", msg);
 }
 
-static void bounds_text(char *buf, size_t cap, const char *what, unsigned long long min, unsigned long long max,
-                        int has_min, int has_max)
+/* the same words as Setting.accepted() in rtkit/config.py */
+static void accepted_text(const rtk_setting_t *s, char *buf, size_t cap)
 {
-    if (has_min && has_max)
-        snprintf(buf, cap, "%s (>= %llu, <= %llu)", what, min, max);
-    else if (has_min)
-        snprintf(buf, cap, "%s (>= %llu)", what, min);
-    else if (has_max)
-        snprintf(buf, cap, "%s (<= %llu)", what, max);
+    const char *what = s->kind == RTK_KIND_SIZE ? "a size such as 4096, 64K, 1M or 2G" : "a whole number";
+    if (s->has_min && s->has_max)
+        snprintf(buf, cap, "%s (>= %lld, <= %lld)", what, s->min, s->max);
+    else if (s->has_min)
+        snprintf(buf, cap, "%s (>= %lld)", what, s->min);
+    else if (s->has_max)
+        snprintf(buf, cap, "%s (<= %lld)", what, s->max);
     else
         snprintf(buf, cap, "%s", what);
 }
 
-int rtk_env_size(const char *name, size_t dflt, size_t min, size_t max, size_t *out)
+int rtk_opt_size(rtk_opt_t id, size_t *out)
 {
-    const char *raw = rtk_env_str(name);
-    *out = dflt;
+    const rtk_setting_t *s = &rtk_settings[id];
+    const char *raw = raw_value(s->env);
+    *out = (size_t)s->dflt;
     if (!raw)
         return 0;
     size_t v;
-    if (rtk_parse_size(raw, &v) == 0 && v >= min && v <= max) {
+    if (rtk_parse_size(raw, &v) == 0 && (!s->has_min || v >= (size_t)s->min) && (!s->has_max || v <= (size_t)s->max)) {
         *out = v;
         return 0;
     }
-    char acc[160], d[32];
-    bounds_text(acc, sizeof acc, "a size such as 4096, 64K, 1M or 2G", min, max, min > 0, max != SIZE_MAX);
-    snprintf(d, sizeof d, "%zu", dflt);
-    report_bad(name, raw, acc, d);
+    char acc[160];
+    accepted_text(s, acc, sizeof acc);
+    report_bad(s, raw, acc);
     return -1;
 }
 
-int rtk_env_bool(const char *name, int dflt, int *out)
+int rtk_opt_int(rtk_opt_t id, long *out)
 {
-    const char *raw = rtk_env_str(name);
-    *out = dflt;
+    const rtk_setting_t *s = &rtk_settings[id];
+    const char *raw = raw_value(s->env);
+    *out = (long)s->dflt;
+    if (!raw)
+        return 0;
+    long v;
+    if (rtk_parse_int(raw, &v) == 0 && (!s->has_min || v >= s->min) && (!s->has_max || v <= s->max)) {
+        *out = v;
+        return 0;
+    }
+    char acc[160];
+    accepted_text(s, acc, sizeof acc);
+    report_bad(s, raw, acc);
+    return -1;
+}
+
+int rtk_opt_bool(rtk_opt_t id, int *out)
+{
+    const rtk_setting_t *s = &rtk_settings[id];
+    const char *raw = raw_value(s->env);
+    *out = (int)s->dflt;
     if (!raw)
         return 0;
     int v;
@@ -175,31 +206,6 @@ int rtk_env_bool(const char *name, int dflt, int *out)
         *out = v;
         return 0;
     }
-    report_bad(name, raw, "one of 1/0/true/false/on/off", dflt ? "1" : "0");
-    return -1;
-}
-
-int rtk_env_int(const char *name, long dflt, long min, long max, long *out)
-{
-    const char *raw = rtk_env_str(name);
-    *out = dflt;
-    if (!raw)
-        return 0;
-    long v;
-    if (rtk_parse_int(raw, &v) == 0 && v >= min && v <= max) {
-        *out = v;
-        return 0;
-    }
-    char acc[160], d[32];
-    if (min != LONG_MIN && max != LONG_MAX)
-        snprintf(acc, sizeof acc, "a whole number (>= %ld, <= %ld)", min, max);
-    else if (min != LONG_MIN)
-        snprintf(acc, sizeof acc, "a whole number (>= %ld)", min);
-    else if (max != LONG_MAX)
-        snprintf(acc, sizeof acc, "a whole number (<= %ld)", max);
-    else
-        snprintf(acc, sizeof acc, "a whole number");
-    snprintf(d, sizeof d, "%ld", dflt);
-    report_bad(name, raw, acc, d);
+    report_bad(s, raw, "one of 1/0/true/false/on/off");
     return -1;
 }

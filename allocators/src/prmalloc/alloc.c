@@ -1,0 +1,212 @@
+/* alloc.c -- PRMalloc's allocation paths below the entry points: census, arena serving, tier placement, the
+ * fallback stash and glibc; realloc and usable size across all of them. */
+#include <errno.h>
+#include <string.h>
+
+#include "common/options.h"
+#include "prmalloc/alloc.h"
+#include "prmalloc/arenas.h"
+#include "prmalloc/init.h"
+#include "prmalloc/profile.h"
+#include "prmalloc/stash.h"
+#include "prmalloc/tier.h"
+
+static void *libc_alloc(size_t n, size_t align, int zero)
+{
+    if (align <= 16)
+        return zero ? __libc_calloc(1, n) : __libc_malloc(n);
+    void *p = __libc_memalign(align, n);
+    if (p && zero)
+        memset(p, 0, n);
+    return p;
+}
+
+void *rtk_alloc(size_t n, size_t align, int zero)
+{
+    if (__builtin_expect(rtk_hot.mode != RTK_MODE_READY, 0)) {
+        rtk_init();
+        if (rtk_hot.mode != RTK_MODE_READY)  /* re-entered from inside init: straight to glibc */
+            return libc_alloc(n, align, zero);
+    }
+    if (__builtin_expect(n >= rtk_tier_min, 0) && rtk_tier_pre) {
+        void *p = rtk_tier_alloc(n, align, zero, 0);  /* tier mode: made before the first step mark */
+        if (p)
+            return p;
+    }
+    if (!rtk_hot.inspect || (n < rtk_hot.min_size && !rtk_g.cfg.census))
+        return libc_alloc(n, align, zero);  /* RTKIT_MALLOC_CENSUS=0: small requests are not counted */
+    rtk_tslot_t *s = rtk_slot();
+    unsigned b = rtk_bucket(n);
+    s->count[b]++;
+    s->bytes[b] += n;
+    if (n < rtk_hot.min_size) {
+        void *p = libc_alloc(n, align, zero);
+        if (p)
+            s->live += (int64_t)rtk_chunk_bytes(p);
+        return p;
+    }
+    rtk_arena_t *a = __atomic_load_n(&rtk_cur_arena, __ATOMIC_ACQUIRE);
+    if (a) {
+        int why;
+        void *p = rtk_arena_alloc(a, n, align, &why);
+        if (p) {
+            s->arena_hits++;
+            s->live += (int64_t)rtk_arena_block_size(a, p);
+            if (zero)
+                memset(p, 0, n);
+            return p;
+        }
+        if (why == RTK_ARENA_EXHAUSTED)
+            s->arena_exhausted++;
+        else
+            s->arena_misses++;
+    }
+    if (__builtin_expect(n >= rtk_tier_min, 0)) {
+        /* tier mode: a size the profiler saw outlive steps. After the arena: its blocks are DRAM that is
+         * reserved anyway, so the pool only takes what would otherwise grow glibc's heap */
+        void *p = rtk_tier_alloc(n, align, zero, 1);
+        if (p)
+            return p;
+    }
+    s->fallbacks++;
+    void *p = a ? rtk_stash_pop(n, align) : NULL;
+    if (p) {
+        s->live += (int64_t)rtk_chunk_bytes(p);
+        if (zero)
+            memset(p, 0, n);
+        return p;
+    }
+    p = libc_alloc(n, align, zero);
+    if (p) {
+        s->live += (int64_t)rtk_chunk_bytes(p);
+        if (rtk_prof_active)
+            rtk_profile_alloc(p, n, align);
+    }
+    return p;
+}
+
+void rtk_free_range(void *p)
+{
+    rtk_arena_t *a = rtk_arena_of(p);
+    if (!a) {
+        /* a glibc pointer that happens to lie between two arenas */
+        if (rtk_hot.inspect) {
+            size_t cs = rtk_chunk_bytes(p);
+            rtk_tslot_t *s = rtk_slot();
+            s->frees++;
+            s->live -= (int64_t)cs;
+            if (cs >= rtk_hot.track_min) {
+                rtk_profile_free(p);
+                if (rtk_stash_push(p, cs))
+                    return;
+            }
+        }
+        __libc_free(p);
+        return;
+    }
+    size_t bs = rtk_arena_block_size(a, p);
+    int r = rtk_arena_free(a, p);
+    if (r == 0) {
+        rtk_tslot_t *s = rtk_slot();
+        s->frees++;
+        s->live -= (int64_t)bs;
+    } else if (rtk_g.cfg.debug) {
+        rtk_log_line("%s: %s of %p inside the arena ignored", rtk_settings[RTK_OPT_MALLOC_DEBUG].env,
+                     r == -2 ? "double free" : "free of a pointer that is not a block start", p);
+        __atomic_add_fetch(&rtk_g.debug_errors, 1, __ATOMIC_RELAXED);
+    } else {
+        __atomic_add_fetch(&rtk_g.debug_errors, 1, __ATOMIC_RELAXED);
+    }
+}
+
+size_t rtk_usable_size(const void *p)
+{
+    if (!p)
+        return 0;
+    if (rtk_in_tier(p))
+        return rtk_tier_usable(p);
+    if (rtk_in_range(p)) {
+        rtk_arena_t *a = rtk_arena_of(p);
+        if (a)
+            return rtk_arena_block_size(a, p);
+    }
+    return rtk_libc_usable(p);
+}
+
+/* a tier record: a mild shrink keeps it; otherwise move it (to the pool again only if its new size qualifies) */
+static void *tier_realloc(void *p, size_t n)
+{
+    size_t old;
+    int keep = rtk_tier_keeps(p, n, &old);
+    if (keep < 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (keep)
+        return p;
+    void *q = rtk_alloc(n, 0, 0);
+    if (!q) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    memcpy(q, p, old < n ? old : n);
+    rtk_tier_free(p);
+    return q;
+}
+
+void *rtk_realloc(void *p, size_t n)
+{
+    if (rtk_hot.mode != RTK_MODE_READY)
+        rtk_init();
+    if (rtk_in_tier(p))
+        return tier_realloc(p, n);
+    rtk_arena_t *a = rtk_in_range(p) ? rtk_arena_of(p) : NULL;
+    if (rtk_hot.inspect)
+        rtk_slot()->realloc_calls++;
+    if (a || (rtk_hot.inspect && n >= rtk_hot.min_size && rtk_cur_arena)) {
+        /* into, out of or within an arena: keep the block when the new size still fits it and is large */
+        size_t old = a ? rtk_arena_block_size(a, p) : rtk_libc_usable(p);
+        if (a && n <= old && n >= rtk_hot.min_size && !a->retired)
+            return p;
+        void *q = rtk_alloc(n, 0, 0);
+        if (!q) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        memcpy(q, p, old < n ? old : n);
+        if (a)
+            rtk_free_range(p);
+        else {
+            rtk_tslot_t *s = rtk_slot();
+            size_t cs = rtk_chunk_bytes(p);
+            s->frees++;
+            s->live -= (int64_t)cs;
+            if (cs >= rtk_hot.track_min) {
+                rtk_profile_free(p);
+                if (rtk_stash_push(p, cs))
+                    return q;
+            }
+            __libc_free(p);
+        }
+        return q;
+    }
+    if (!rtk_hot.inspect || rtk_hot.mode != RTK_MODE_READY)
+        return __libc_realloc(p, n);
+    size_t old_cs = rtk_chunk_bytes(p);
+    if (old_cs >= rtk_hot.track_min)
+        rtk_profile_free(p);
+    void *q = __libc_realloc(p, n);
+    rtk_tslot_t *s = rtk_slot();
+    unsigned b = rtk_bucket(n);
+    s->count[b]++;
+    s->bytes[b] += n;
+    if (q) {
+        s->live += (int64_t)rtk_chunk_bytes(q) - (int64_t)old_cs;
+        if (n >= rtk_hot.min_size) {
+            s->fallbacks++;
+            if (rtk_prof_active)
+                rtk_profile_alloc(q, n, 0);
+        }
+    }
+    return q;
+}

@@ -1,0 +1,235 @@
+/* init.c -- PRMalloc's settings, lazy initialisation, fork and exit handling, and its public C API (rtkit/prmalloc.h):
+ * the top of the library's call graph (it calls the step machine, the stash, the profiler, the arenas, the tier). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/options.h"
+#include "common/os.h"
+#include "prmalloc/arenas.h"
+#include "prmalloc/init.h"
+#include "prmalloc/profile.h"
+#include "prmalloc/stash.h"
+#include "prmalloc/step.h"
+#include "prmalloc/tier.h"
+#include "rtkit/prmalloc.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+static __thread int t_in_init __attribute__((tls_model("initial-exec")));
+
+/* A bad RTKIT_MALLOC_* value falls back to the table's default (the stderr line says so); only a bad RTKIT_MALLOC
+ * itself leaves the allocator a plain pass-through. Each message is kept for the stats file. */
+#define RECORD(call) do { rtk_opt_set_error_sink(rtk_g.errors[rtk_g.nerrors < RTK_MAX_ERRORS ? rtk_g.nerrors \
+                                                 : RTK_MAX_ERRORS - 1], sizeof rtk_g.errors[0]); \
+                          if ((call) != 0 && rtk_g.nerrors < RTK_MAX_ERRORS) rtk_g.nerrors++; } while (0)
+
+static int read_settings(void)
+{
+    rtk_config_t *c = &rtk_g.cfg;
+    int on, bad;
+    long v;
+    size_t sz;
+    rtk_opt_set_fallback_note("the allocator runs as a plain pass-through");
+    RECORD(bad = rtk_opt_bool(RTK_OPT_MALLOC, &on));
+    c->enabled = on;
+    rtk_opt_set_fallback_note(NULL);
+    RECORD(rtk_opt_int(RTK_OPT_MALLOC_PROFILE_START, &v)); c->profile_start = v;
+    RECORD(rtk_opt_int(RTK_OPT_MALLOC_PROFILE_STABLE, &v)); c->profile_stable = v;
+    RECORD(rtk_opt_int(RTK_OPT_MALLOC_PROFILE_MAX, &v)); c->profile_max = v;
+    RECORD(rtk_opt_size(RTK_OPT_MALLOC_MIN_SIZE, &sz)); c->min_size = sz;
+    RECORD(rtk_opt_size(RTK_OPT_MALLOC_ARENA_LIMIT, &sz)); c->arena_limit = sz;
+    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_THP, &c->thp));
+    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_CENSUS, &c->census));
+    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_DEBUG, &c->debug));
+    rtk_opt_set_error_sink(NULL, 0);
+    const char *plan = rtk_opt_str(RTK_OPT_MALLOC_PLAN);
+    if (plan)
+        snprintf(c->plan_path, sizeof c->plan_path, "%s", plan);
+    const char *dir = rtk_opt_internal(RTK_ENV_RUN_DIR);
+    if (dir)
+        snprintf(c->run_dir, sizeof c->run_dir, "%s", dir);
+    return bad;
+}
+
+static void fork_prepare(void);
+static void fork_parent(void);
+static void fork_child(void);
+
+static void do_init(void)
+{
+    /* The first preloaded process of a tree marks itself in the environment its children inherit: only it
+     * reports a bad setting on stderr and writes a stats file without step marks (helpers such as `uname`
+     * spawned by the job stay silent). setenv may allocate: re-entry goes to glibc while t_in_init is set. */
+    rtk_g.pid = getpid();
+    const char *root = rtk_opt_internal(RTK_ENV_MALLOC_ROOT);
+    rtk_g.is_root = !root || atol(root) == (long)rtk_g.pid;
+    if (!root) {
+        char b[32];
+        snprintf(b, sizeof b, "%ld", (long)rtk_g.pid);
+        setenv(RTK_ENV_MALLOC_ROOT, b, 1);
+    }
+    rtk_opt_set_quiet(1);
+    int malloc_bad = read_settings();
+    rtk_tier_read_settings();
+    rtk_opt_set_quiet(0);
+    if (rtk_g.nerrors && rtk_g.is_root) {
+        /* shells (pyenv shims) do not pass our marker on: with a run directory, a marker file there makes
+         * the report once per run */
+        int say = 1;
+        if (rtk_g.cfg.run_dir[0]) {
+            char marker[sizeof rtk_g.cfg.run_dir + 40];
+            snprintf(marker, sizeof marker, "%s/.malloc-settings-reported", rtk_g.cfg.run_dir);
+            int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            say = fd >= 0 || errno != EEXIST;
+            if (fd >= 0)
+                close(fd);
+        }
+        for (int i = 0; say && i < rtk_g.nerrors; i++)
+            rtk_log_line("%s", rtk_g.errors[i]);
+    }
+    rtk_g.plan_source = "none";
+    rtk_g.profile_reason = "";
+    rtk_log_set_debug(rtk_g.cfg.debug);
+    if (!rtk_g.cfg.enabled) {
+        rtk_g.state = RTK_STATE_OFF;
+        return;
+    }
+    if (malloc_bad) {
+        rtk_g.state = RTK_STATE_DISABLED;  /* RTKIT_MALLOC itself is bad: plain pass-through, the stats file says why */
+        return;
+    }
+    if (rtk_census_init() != 0) {
+        rtk_g.state = RTK_STATE_DISABLED;
+        return;
+    }
+    pthread_atfork(fork_prepare, fork_parent, fork_child);  /* may allocate: re-entry goes to glibc */
+    rtk_g.state = RTK_STATE_PASSTHROUGH;
+    rtk_g.faults_mark = rtk_os_minor_faults();
+    rtk_hot.min_size = rtk_g.cfg.min_size;
+    rtk_hot.inspect = 1;
+    /* the inline small path assumes heap chunks: keep it under glibc's smallest mmap threshold (128 KiB) */
+    rtk_hot.fast_max = rtk_g.cfg.census ? (rtk_g.cfg.min_size < (128u << 10) ? rtk_g.cfg.min_size : (128u << 10)) : 0;
+    if (rtk_hot.fast_max > rtk_tier_min)
+        rtk_hot.fast_max = rtk_tier_min;  /* the inline small path never reaches the tier */
+    if (!rtk_g.cfg.census)  /* nothing to count below min_size: straight to glibc (rtk_alloc would do the same) */
+        rtk_hot.pass_max = rtk_g.cfg.min_size < rtk_tier_min ? rtk_g.cfg.min_size : rtk_tier_min;
+    if (rtk_g.cfg.plan_path[0])
+        rtk_step_load_plan();
+    if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
+        rtk_step_start_profiling(0);
+}
+
+void rtk_init(void)
+{
+    int expect = RTK_MODE_UNINIT;
+    if (__atomic_compare_exchange_n(&rtk_hot.mode, &expect, RTK_MODE_INITIALIZING, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        t_in_init = 1;
+        do_init();
+        t_in_init = 0;
+        __atomic_store_n(&rtk_hot.mode, RTK_MODE_READY, __ATOMIC_RELEASE);
+        return;
+    }
+    if (t_in_init)
+        return;
+    while (__atomic_load_n(&rtk_hot.mode, __ATOMIC_ACQUIRE) != RTK_MODE_READY)
+        rtk_cpu_relax();
+}
+
+__attribute__((constructor)) static void rtk_ctor(void)
+{
+    if (rtk_hot.mode == RTK_MODE_UNINIT)
+        rtk_init();
+}
+
+EXPORT void rtkit_step_mark(void)
+{
+    if (rtk_hot.mode != RTK_MODE_READY)
+        rtk_init();
+    rtk_tier_step_mark();
+    if (rtk_hot.mode != RTK_MODE_READY || rtk_g.state == RTK_STATE_OFF || rtk_g.state == RTK_STATE_DISABLED) {
+        if (rtk_g.state == RTK_STATE_DISABLED)
+            __atomic_add_fetch(&rtk_g.steps, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    rtk_step_mark();
+}
+
+EXPORT int rtkit_malloc_state(void)
+{
+    if (rtk_hot.mode != RTK_MODE_READY)
+        rtk_init();
+    switch (rtk_g.state) {
+    case RTK_STATE_PROFILING: return 2;
+    case RTK_STATE_PLANNED: return 3;
+    case RTK_STATE_PASSTHROUGH: return 1;
+    default: return 0;
+    }
+}
+
+EXPORT int rtkit_malloc_in_arena(const void *p)
+{
+    return p && rtk_in_range(p) && rtk_arena_of(p) != NULL;
+}
+
+EXPORT int rtkit_malloc_in_pmem(const void *p)
+{
+    return p && rtk_in_tier(p) && rtk_tier_usable(p) != 0;
+}
+
+EXPORT int rtkit_malloc_write_stats(void)
+{
+    if (rtk_hot.mode != RTK_MODE_READY)
+        rtk_init();
+    if (rtk_g.state == RTK_STATE_OFF || !rtk_g.cfg.run_dir[0])
+        return -1;
+    return rtk_step_write_stats();
+}
+
+__attribute__((destructor)) static void rtk_dtor(void)
+{
+    if (rtk_hot.mode != RTK_MODE_READY || rtk_g.state == RTK_STATE_OFF || !rtk_g.cfg.run_dir[0])
+        goto out;
+    if (rtk_g.steps == 0 && (rtk_g.forked || !rtk_g.is_root))
+        goto out;  /* a helper process that never marked a step: the job's own file tells the story */
+    rtkit_malloc_write_stats();
+out:
+    rtk_tier_exit();
+}
+
+static void fork_prepare(void)
+{
+    rtk_step_fork_prepare();
+    rtk_census_fork_prepare();
+    rtk_profile_fork_prepare();
+    rtk_stash_fork_prepare();
+    rtk_arenas_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+    rtk_arenas_fork_parent();
+    rtk_stash_fork_parent();
+    rtk_profile_fork_parent();
+    rtk_census_fork_parent();
+    rtk_step_fork_parent();
+}
+
+static void fork_child(void)
+{
+    rtk_arenas_fork_child();
+    rtk_stash_fork_child();
+    rtk_profile_fork_child();
+    rtk_census_fork_child();
+    rtk_step_fork_child();
+    rtk_tier_fork_child();
+    rtk_g.forked = 1;
+    rtk_g.pid = getpid();
+    rtk_g.is_root = 0;
+    rtk_g.last_write_ns = 0;
+}

@@ -1,0 +1,34 @@
+/* state.c -- the definitions of PRMalloc's shared state (state.h): a leaf every other file may read. */
+#include "prmalloc/state.h"
+
+rtk_hot_t rtk_hot __attribute__((aligned(64))) = {
+    .fast_max = 0, .arena_lo = UINTPTR_MAX, .arena_span = 0, .track_min = SIZE_MAX, .min_size = SIZE_MAX,
+    .any_lo = UINTPTR_MAX, .any_span = 0,
+};
+
+rtk_state_t rtk_g;  /* everything the stats writer reports (stats.c) */
+
+void rtk_publish_any(void)
+{
+    static rtk_spin_t lock = RTK_SPIN_INIT;
+    rtk_spin_lock(&lock);
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    uintptr_t al = __atomic_load_n(&rtk_hot.arena_lo, __ATOMIC_ACQUIRE), as = __atomic_load_n(&rtk_hot.arena_span, __ATOMIC_ACQUIRE);
+    uintptr_t tl = __atomic_load_n(&rtk_hot.tier_lo, __ATOMIC_ACQUIRE), ts = __atomic_load_n(&rtk_hot.tier_span, __ATOMIC_ACQUIRE);
+    if (as) {
+        lo = al;
+        hi = al + as;
+    }
+    if (ts) {
+        if (tl < lo)
+            lo = tl;
+        if (tl + ts > hi)
+            hi = tl + ts;
+    }
+    if (hi) {
+        __atomic_store_n(&rtk_hot.any_span, (uintptr_t)-1 / 2, __ATOMIC_RELEASE);
+        __atomic_store_n(&rtk_hot.any_lo, lo, __ATOMIC_RELEASE);
+        __atomic_store_n(&rtk_hot.any_span, hi - lo, __ATOMIC_RELEASE);
+    }
+    rtk_spin_unlock(&lock);
+}

@@ -1,0 +1,86 @@
+/* state.h -- PRMalloc's shared state, defined in state.c: the hot-path words and everything the stats report. */
+#ifndef RTK_PRMALLOC_STATE_H
+#define RTK_PRMALLOC_STATE_H
+
+#include <sys/types.h>
+
+#include "prmalloc/internal.h"
+
+enum { RTK_MODE_UNINIT = 0, RTK_MODE_INITIALIZING = 1, RTK_MODE_READY = 2 };
+
+/* What the hot paths read, together on one cache line. */
+typedef struct rtk_hot {
+    size_t fast_max;        /* malloc/new below this size take the inline small path (0: all go slow) */
+    uintptr_t arena_lo;     /* [arena_lo, arena_lo + arena_span) covers every arena */
+    uintptr_t arena_span;
+    size_t track_min;       /* free of a chunk this large asks the profiler (SIZE_MAX: not profiling) */
+    size_t min_size;        /* RTKIT_MALLOC_MIN_SIZE when active, SIZE_MAX otherwise */
+    int inspect;            /* free counts and reads the chunk header */
+    int mode;
+    uintptr_t tier_lo;      /* [tier_lo, tier_lo + tier_span) is the tier-mode pool (span 0: none), tier.c */
+    uintptr_t tier_span;
+    uintptr_t any_lo;       /* [any_lo, any_lo + any_span) covers the arenas and the tier pool: free tests */
+    uintptr_t any_span;     /* this one range, then sorts out which (rtk_publish_any) */
+    size_t pass_max;        /* RTKIT_MALLOC_CENSUS=0: malloc below this is a plain tail call to glibc */
+} rtk_hot_t;
+
+RTK_HIDDEN extern rtk_hot_t rtk_hot;
+
+/* Recompute any_lo/any_span after arena_* or tier_* changed (widened first: never misses a live range). */
+RTK_HIDDEN void rtk_publish_any(void);
+
+static inline int rtk_in_range(const void *p)
+{
+    return (uintptr_t)p - rtk_hot.arena_lo < rtk_hot.arena_span;
+}
+
+#define RTK_MAX_ERRORS 12
+
+enum { RTK_STATE_OFF = 0, RTK_STATE_DISABLED, RTK_STATE_PASSTHROUGH, RTK_STATE_PROFILING, RTK_STATE_PLANNED };
+
+typedef struct rtk_config {
+    int enabled, thp, census, debug;
+    long profile_start, profile_stable, profile_max;
+    size_t min_size, arena_limit;
+    char plan_path[1024];
+    char run_dir[1024];
+} rtk_config_t;
+
+typedef struct rtk_step {
+    uint64_t step, allocs, frees, bytes, arena_hits, fallbacks, minor_faults;
+    int64_t live;
+} rtk_step_t;
+
+typedef struct rtk_state {
+    rtk_config_t cfg;
+    int state;
+    pid_t pid;
+    int forked;
+    int is_root;                       /* first preloaded process of the tree (see init.c do_init) */
+    char errors[RTK_MAX_ERRORS][320];
+    int nerrors;
+    uint32_t steps;
+    uint32_t profile_start_step, profile_end_step, profiled_steps, plan_step;
+    int profile_done;
+    const char *profile_reason;
+    const char *plan_source;
+    char plan_path[1100];
+    char rejected_reason[400];
+    int plan_trimmed;
+    int validating;
+    uint64_t fallback_reused;   /* fallbacks served by a kept glibc block (stash.c), no fault */
+    uint64_t val_hits0, val_large0;
+    uint64_t plan_hits0, plan_large0;  /* totals when the current plan took over (hit_rate_after_plan) */
+    rtk_plan_t plan;
+    rtk_totals_t last;                 /* totals at the last step mark / stats write */
+    uint64_t faults_mark, faults_before_start, faults_after_start;
+    uint64_t faults_before_sum, faults_before_steps, faults_after_sum, faults_after_steps;
+    uint64_t debug_errors;
+    int64_t peak_live;              /* highest live bytes seen at a step mark or stats write */
+    uint64_t last_write_ns;
+    rtk_step_t ring[RTK_RING_STEPS];
+} rtk_state_t;
+
+RTK_HIDDEN extern rtk_state_t rtk_g;
+
+#endif

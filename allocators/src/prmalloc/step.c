@@ -1,0 +1,225 @@
+/* step.c -- the step-mark state machine: warm-up -> profiling -> planned, the loaded plan's check, and plan
+ * files (load, install, save); the stats file is written from here when due. */
+#include <malloc.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/options.h"
+#include "common/os.h"
+#include "prmalloc/arenas.h"
+#include "prmalloc/profile.h"
+#include "prmalloc/stash.h"
+#include "prmalloc/stats.h"
+#include "prmalloc/step.h"
+#include "prmalloc/tier.h"
+
+static rtk_spin_t g_step_lock = RTK_SPIN_INIT;
+static void finish_profiling(uint32_t step, const char *reason);
+
+static char g_plan_text[64 << 10];
+
+void rtk_step_load_plan(void)
+{
+    char why[200] = "";
+    snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", rtk_g.cfg.plan_path);
+    long n = rtk_os_read_file(rtk_g.cfg.plan_path, g_plan_text, sizeof g_plan_text);
+    rtk_plan_t *p = &rtk_g.plan;
+    if (n < 0) {
+        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "cannot read plan file: %s", strerror((int)-n));
+    } else if (rtk_plan_parse(g_plan_text, p, why, sizeof why) != 0) {
+        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
+        p->nclasses = 0;
+    } else {
+        size_t page = rtk_os_page_size();
+        if (rtk_plan_trim(p, rtk_g.cfg.arena_limit, page) < 1 || p->nclasses == 0) {
+            snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason,
+                     "plan does not fit %s=%zu", rtk_settings[RTK_OPT_MALLOC_ARENA_LIMIT].env,
+                     rtk_g.cfg.arena_limit);
+            p->nclasses = 0;
+        } else if (rtk_arenas_install(p, rtk_g.cfg.thp, rtk_g.cfg.debug) != 0) {
+            snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "arena reservation of %zu bytes failed",
+                     p->reserved);
+            p->nclasses = 0;
+        } else {
+            rtk_g.plan_source = "loaded";
+            rtk_g.state = RTK_STATE_PLANNED;
+            rtk_stash_enable(p, rtk_g.cfg.min_size);
+            rtk_g.profile_reason = "loaded";
+            rtk_g.plan_step = 0;
+            rtk_g.validating = 1;
+            rtk_g.faults_after_start = rtk_os_minor_faults();
+            return;
+        }
+    }
+    if (rtk_g.cfg.debug)
+        rtk_log_line("%s=%s ignored: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, rtk_g.rejected_reason);
+}
+
+static void save_plan(void)
+{
+    if (!rtk_g.cfg.run_dir[0] || !rtk_g.plan.nclasses)
+        return;
+    char path[sizeof rtk_g.cfg.run_dir + 32];
+    snprintf(path, sizeof path, "%s/malloc-plan.txt", rtk_g.cfg.run_dir);
+    int n = rtk_plan_format(&rtk_g.plan, rtk_g.cfg.min_size, g_plan_text, sizeof g_plan_text);
+    if (n > 0 && rtk_os_write_file_atomic(path, g_plan_text, (size_t)n) == 0)
+        snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", path);
+}
+
+void rtk_step_start_profiling(uint32_t step)
+{
+    if (rtk_profile_buffers() != 0) {
+        rtk_g.profile_reason = "profiler buffers could not be mapped";
+        return;
+    }
+    rtk_stash_disable();
+    rtk_g.state = RTK_STATE_PROFILING;
+    rtk_g.profile_start_step = step;
+    rtk_g.profile_reason = "";
+    rtk_g.faults_before_start = rtk_os_minor_faults();
+    rtk_g.faults_before_steps = 0;
+    rtk_profile_begin(step, rtk_g.cfg.min_size);
+}
+
+static void finish_profiling(uint32_t step, const char *reason)
+{
+    size_t page = rtk_os_page_size();
+    rtk_profile_end();
+    rtk_tier_plan_ready();
+    rtk_g.profile_end_step = step;
+    rtk_g.profile_reason = reason;
+    rtk_g.profiled_steps = (uint32_t)rtk_profile_steps();
+    memcpy(&rtk_g.plan, rtk_profile_candidate(), sizeof rtk_g.plan);
+    if (rtk_g.plan.reserved > rtk_g.cfg.arena_limit) {
+        rtk_plan_trim(&rtk_g.plan, rtk_g.cfg.arena_limit, page);
+        rtk_g.plan_trimmed = 1;
+    }
+    if (rtk_g.plan.nclasses == 0) {
+        rtk_g.state = RTK_STATE_PASSTHROUGH;
+        rtk_g.plan_source = "none";
+        if (!rtk_g.plan_trimmed)
+            rtk_g.profile_reason = "no recurring allocation at or above min_size";
+        return;
+    }
+    /* Between steps the profiled tensors are free but glibc keeps their pages; the arena takes over their
+     * sizes, so give those pages back before pre-faulting it, or the job holds both at the switch. */
+    malloc_trim(0);
+    if (rtk_arenas_install(&rtk_g.plan, rtk_g.cfg.thp, rtk_g.cfg.debug) != 0) {
+        rtk_g.state = RTK_STATE_PASSTHROUGH;
+        rtk_g.plan_source = "none";
+        rtk_g.profile_reason = "arena reservation failed";
+        rtk_g.plan.nclasses = 0;
+        return;
+    }
+    rtk_g.state = RTK_STATE_PLANNED;
+    rtk_g.plan_source = "profiled";
+    rtk_g.plan_step = step;
+    rtk_stash_enable(&rtk_g.plan, rtk_g.cfg.min_size);
+    save_plan();
+    rtk_g.faults_after_start = rtk_os_minor_faults();
+}
+
+/* A loaded plan must earn its place: over the check window its arenas must serve at least half of the
+ * allocations at or above min_size; otherwise it is retired and the job is profiled afresh. */
+static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
+{
+    uint32_t begin = (uint32_t)rtk_g.cfg.profile_start, end = begin + (uint32_t)rtk_g.cfg.profile_stable;
+    if (steps == begin) {
+        rtk_g.val_hits0 = t->arena_hits;
+        rtk_g.val_large0 = t->arena_hits + t->fallbacks;
+    }
+    if (steps < end)
+        return;
+    rtk_g.validating = 0;
+    uint64_t hits = t->arena_hits - rtk_g.val_hits0, large = t->arena_hits + t->fallbacks - rtk_g.val_large0;
+    const char *what = NULL;
+    if (large == 0)
+        what = "sizes absent";
+    else if (hits * 2 < large)
+        what = "hit rate too low";
+    if (!what)
+        return;
+    snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason,
+             "loaded plan does not match the job (%s): arenas served %llu of %llu allocations >= min_size in steps %u..%u",
+             what, (unsigned long long)hits, (unsigned long long)large, begin, end - 1);
+    rtk_arenas_retire();
+    rtk_g.plan_hits0 = t->arena_hits;
+    rtk_g.plan_large0 = t->arena_hits + t->fallbacks;
+    rtk_g.plan_source = "none";
+    rtk_g.plan.nclasses = 0;
+    rtk_step_start_profiling(steps);
+}
+
+static int stats_due(uint64_t now)
+{
+    if (!rtk_g.cfg.run_dir[0])
+        return 0;
+    return now - rtk_g.last_write_ns >= 500000000ull;
+}
+
+void rtk_step_mark(void)
+{
+    rtk_spin_lock(&g_step_lock);
+    rtk_totals_t t;
+    rtk_census_sum(&t);
+    uint64_t faults = rtk_os_minor_faults();
+    uint32_t steps = ++rtk_g.steps;          /* the step that just ended has index steps - 1 */
+    rtk_step_t *e = &rtk_g.ring[(steps - 1) % RTK_RING_STEPS];
+    e->step = steps - 1;
+    e->allocs = t.allocs - rtk_g.last.allocs;
+    e->frees = t.frees - rtk_g.last.frees;
+    e->bytes = t.bytes - rtk_g.last.bytes;
+    e->live = t.live;
+    e->arena_hits = t.arena_hits - rtk_g.last.arena_hits;
+    e->fallbacks = t.fallbacks - rtk_g.last.fallbacks;
+    e->minor_faults = faults - rtk_g.faults_mark;
+    if (rtk_g.state == RTK_STATE_PROFILING) {
+        rtk_g.faults_before_sum += e->minor_faults;
+        rtk_g.faults_before_steps++;
+    } else if (rtk_g.state == RTK_STATE_PLANNED) {
+        rtk_g.faults_after_sum += e->minor_faults;
+        rtk_g.faults_after_steps++;
+    }
+    rtk_g.last = t;
+    if (t.live > rtk_g.peak_live)
+        rtk_g.peak_live = t.live;
+    int force = 0;
+    if (rtk_g.state == RTK_STATE_PASSTHROUGH && !rtk_g.profile_done && steps == (uint32_t)rtk_g.cfg.profile_start) {
+        rtk_step_start_profiling(steps);
+    } else if (rtk_g.state == RTK_STATE_PROFILING) {
+        int streak = rtk_profile_step(steps, rtk_os_page_size());
+        rtk_g.plan_hits0 = t.arena_hits;
+        rtk_g.plan_large0 = t.arena_hits + t.fallbacks;
+        if (streak >= rtk_g.cfg.profile_stable) {
+            finish_profiling(steps, "stable");
+            rtk_g.profile_done = 1;
+            force = 1;
+        } else if (rtk_profile_steps() >= rtk_g.cfg.profile_max) {
+            finish_profiling(steps, "max_steps");
+            rtk_g.profile_done = 1;
+            force = 1;
+        }
+    } else if (rtk_g.state == RTK_STATE_PLANNED && rtk_g.validating) {
+        validate_loaded(&t, steps);
+        force = 1;
+    }
+    rtk_g.faults_mark = rtk_os_minor_faults();  /* after any arena pre-faulting done by this mark */
+    uint64_t now = rtk_os_now_ns();
+    if (force || stats_due(now))
+        rtk_stats_write_locked(now);
+    rtk_spin_unlock(&g_step_lock);
+}
+
+int rtk_step_write_stats(void)
+{
+    rtk_spin_lock(&g_step_lock);
+    if (rtk_g.state != RTK_STATE_DISABLED)
+        rtk_census_sum(&rtk_g.last);
+    int r = rtk_stats_write_locked(rtk_os_now_ns());
+    rtk_spin_unlock(&g_step_lock);
+    return r;
+}
+
+void rtk_step_fork_prepare(void) { rtk_spin_lock(&g_step_lock); }
+void rtk_step_fork_parent(void) { rtk_spin_unlock(&g_step_lock); }
+void rtk_step_fork_child(void) { rtk_spin_reset(&g_step_lock); }

@@ -1,0 +1,18 @@
+/* step.h -- the step-mark state machine (warm-up -> profiling -> planned) and plan load, install and save. */
+#ifndef RTK_PRMALLOC_STEP_H
+#define RTK_PRMALLOC_STEP_H
+
+#include "prmalloc/state.h"
+
+/* Load, check and install the plan file named by the settings (init, before any step). */
+RTK_HIDDEN void rtk_step_load_plan(void);
+RTK_HIDDEN void rtk_step_start_profiling(uint32_t step);
+/* One step mark of an enabled, initialised allocator: census, state machine, stats file when due. */
+RTK_HIDDEN void rtk_step_mark(void);
+/* Sum the census and write the stats file now (under the step lock). */
+RTK_HIDDEN int rtk_step_write_stats(void);
+RTK_HIDDEN void rtk_step_fork_prepare(void);
+RTK_HIDDEN void rtk_step_fork_parent(void);
+RTK_HIDDEN void rtk_step_fork_child(void);
+
+#endif
