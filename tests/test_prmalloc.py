@@ -127,21 +127,40 @@ def test_unit_stress_under_valgrind(tmp_path):
 
 
 @pytest.mark.parametrize("var,value", [("RTKIT_MALLOC_MIN_SIZE", "12Q"), ("RTKIT_MALLOC_PROFILE_MAX", "0"),
-                                       ("RTKIT_MALLOC_THP", "maybe")])
-def test_bad_setting_one_line_and_passthrough(prm, tmp_path, var, value):
-    ref = run_c(prm, "prmalloc_steps", args=["3", "64K,1M"], extra={"RTKIT_MALLOC": "0"})
+                                       ("RTKIT_MALLOC_THP", "maybe"), ("RTKIT_MALLOC_PROFILE_START", "-1")])
+def test_bad_setting_one_line_and_default_used(prm, tmp_path, var, value):
+    """A bad RTKIT_MALLOC_* value falls back to the table's default; the allocator stays on."""
+    from rtkit import config as cfg
+
+    ref = run_c(prm, "prmalloc_steps", args=["3", "64K,1M"], extra={})
     proc = run_c(prm, "prmalloc_steps", args=["3", "64K,1M"], extra={var: value, "RTKIT_RUN_DIR": str(tmp_path)})
     assert proc.returncode == 0
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr
-    assert var in lines[0] and repr(value) in lines[0] and "expected" in lines[0] and "pass-through" in lines[0]
-    # stdout untouched: the program's own line only (state 0 = disabled)
-    assert proc.stdout == ref.stdout == "prmalloc_steps: 3 steps, 2 sizes, state 0\n"
+    setting = cfg.BY_ENV[var]
+    assert var in lines[0] and repr(value) in lines[0] and f"expected {setting.accepted()}" in lines[0]
+    assert f"using the default {setting.to_env(setting.default)!r}" in lines[0]
+    # stdout untouched: the program's own line only, the same as with the defaults
+    assert proc.stdout == ref.stdout and not ref.stdout.endswith("state 0\n")
     doc = stats(tmp_path)
-    assert doc["state"] == "disabled" and len(doc["errors"]) == 1 and var in doc["errors"][0]
+    assert doc["state"] != "disabled" and len(doc["errors"]) == 1 and var in doc["errors"][0]
+    assert doc["config"][setting.key] == setting.default
     # a second process of the same run stays silent (reported once per run)
     again = run_c(prm, "prmalloc_steps", args=["1", "64K"], extra={var: value, "RTKIT_RUN_DIR": str(tmp_path)})
     assert again.returncode == 0 and again.stderr == ""
+
+
+def test_bad_malloc_switch_one_line_and_passthrough(prm, tmp_path):
+    """Only a bad RTKIT_MALLOC itself leaves the allocator a plain pass-through."""
+    ref = run_c(prm, "prmalloc_steps", args=["3", "64K,1M"], extra={"RTKIT_MALLOC": "0"})
+    proc = run_c(prm, "prmalloc_steps", args=["3", "64K,1M"], extra={"RTKIT_MALLOC": "maybe",
+                                                                     "RTKIT_RUN_DIR": str(tmp_path)})
+    assert proc.returncode == 0
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "RTKIT_MALLOC='maybe'" in lines[0] and "pass-through" in lines[0], proc.stderr
+    assert proc.stdout == ref.stdout == "prmalloc_steps: 3 steps, 2 sizes, state 0\n"
+    doc = stats(tmp_path)
+    assert doc["state"] == "disabled" and len(doc["errors"]) == 1
 
 
 def test_off_writes_nothing(prm, tmp_path):

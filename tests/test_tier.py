@@ -13,7 +13,7 @@ from conftest import REPO, load_report, requires_tf, run_rtkit
 BUILD = os.path.join(REPO, "allocators", "build.py")
 pytestmark = pytest.mark.timeout(300)
 
-PMEM_FIELDS = ("path", "pool_size_bytes", "tier_bytes", "tier_peak_bytes", "tier_allocs", "tier_frees",
+PMEM_FIELDS = ("pmem_path", "pmem_size", "tier_bytes", "tier_peak_bytes", "tier_allocs", "tier_frees",
                "tier_fallbacks", "background_moves", "dram_bytes_saved_estimate", "state", "notes", "pool",
                "placed_before_first_step", "placed_long_lived", "process_rss_anon_bytes")
 
@@ -58,7 +58,7 @@ def test_placement_frees_realloc_fork_long_lived(prm, tmp_path):
     doc = pmem_doc(run_dir)
     for key in PMEM_FIELDS:
         assert key in doc, key
-    assert doc["state"] == "on" and doc["path"] == str(pool) and doc["pool_size_bytes"] == 1 << 30
+    assert doc["state"] == "on" and doc["pmem_path"] == str(pool) and doc["pmem_size"] == 1 << 30
     assert doc["placed_before_first_step"]["allocs"] >= 4 * 5 * 40 + 5
     ll = doc["placed_long_lived"]
     assert ll["allocs"] >= 1 and ll["bytes"] == ll["allocs"] * 777777 and ll["sizes_known"] == 1
@@ -77,7 +77,7 @@ def test_pool_full_falls_back_to_dram(prm, tmp_path):
                                   "RTKIT_PMEM_SIZE": "4M"})
     assert proc.returncode == 0, proc.stderr
     doc = pmem_doc(tmp_path)
-    assert doc["pool_size_bytes"] == 4 << 20
+    assert doc["pmem_size"] == 4 << 20
     assert doc["tier_fallbacks"] >= 1 and doc["tier_fallback_bytes"] == doc["tier_fallbacks"] * 1000000
     assert doc["tier_allocs"] >= 2 and doc["tier_allocs"] == doc["tier_frees"]
 
@@ -123,7 +123,7 @@ def test_stale_pool_is_replaced_and_bad_size_reported(prm, tmp_path):
     bad = [line for line in proc.stderr.splitlines() if "RTKIT_PMEM_MIN_SIZE" in line]
     assert len(bad) == 1 and "lots" in bad[0]
     doc = pmem_doc(run_dir)
-    assert doc["state"] == "on" and doc["min_size_bytes"] == 64 << 10 and doc["tier_allocs"] >= 2
+    assert doc["state"] == "on" and doc["pmem_min_size"] == 64 << 10 and doc["tier_allocs"] >= 2
 
 
 def test_off_writes_no_pmem_file(prm, tmp_path):

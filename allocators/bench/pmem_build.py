@@ -23,7 +23,7 @@ def main(argv=None):
     for folder in ("common", "pmem"):
         sources += sorted(glob.glob(os.path.join(ALLOC, "src", folder, "*.c")))
     target = os.path.join(args.out, "pmem_bench")
-    cmd = [build.CC, *build.CFLAGS, *cflags, "-o", target, *sources, *ldflags, "-lpmemobj", "-ldl", "-lm"]
+    cmd = [build.CC, *build.CFLAGS, *build._gen_flags(args.out), *cflags, "-o", target, *sources, *ldflags, "-lpmemobj", "-ldl", "-lm"]
     if subprocess.run(cmd).returncode:
         sys.exit("pmem_bench build failed: " + " ".join(cmd))
     print(target)

@@ -1,152 +1,13 @@
-/* alloc.c -- PMEM pool allocation paths: thread caches, shared pools, segments, extents, background moves. */
+/* alloc.c -- PMEM pool allocation paths: records from thread caches and shared pools, segments, extents, stats. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#include "pmem/pool.h"
+#include "pmem/cache.h"
 
-#define LIKELY(x) __builtin_expect(!!(x), 1)
-#define UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define NEXT_OF(rec) (*(char **)((rec) + RTK_HDR))
-
-/* ---- owner/stealer exclusion on a thread cache ----
- * The owner thread enters and leaves its cache on every alloc and free; a stealer (the background
- * thread, close) enters rarely. With membarrier the owner needs no atomic read-modify-write: it
- * publishes busy, then looks for a stealer; the stealer publishes stealing, forces a barrier on every
- * thread of the process, then waits for busy to drop. */
-static inline void pause_cpu(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-static inline void tc_enter(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
-    if (UNLIKELY(!p->asym)) {
-        rtk_spin_lock(&tc->lock);
-        return;
-    }
-    for (;;) {
-        atomic_store_explicit(&tc->busy, 1, memory_order_relaxed);
-        atomic_signal_fence(memory_order_seq_cst);
-        if (LIKELY(!atomic_load_explicit(&tc->stealing, memory_order_acquire))) return;
-        atomic_store_explicit(&tc->busy, 0, memory_order_release);
-        while (atomic_load_explicit(&tc->stealing, memory_order_acquire)) pause_cpu();
-    }
-}
-
-static inline void tc_leave(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
-    if (UNLIKELY(!p->asym)) {
-        rtk_spin_unlock(&tc->lock);
-        return;
-    }
-    atomic_store_explicit(&tc->busy, 0, memory_order_release);
-}
-
-static void tc_steal_begin(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
-    if (!p->asym) {
-        rtk_spin_lock(&tc->lock);
-        return;
-    }
-    atomic_store(&tc->stealing, 1);
-    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-    unsigned n = 0;
-    while (atomic_load_explicit(&tc->busy, memory_order_acquire))
-        if (++n % 256 == 0) sched_yield(); else pause_cpu();
-}
-
-static void tc_steal_end(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
-    if (!p->asym) {
-        rtk_spin_unlock(&tc->lock);
-        return;
-    }
-    atomic_store_explicit(&tc->stealing, 0, memory_order_release);
-}
-
-int rtk_membarrier_register(void) {
-    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return 0;
-    return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-}
-
-/* ---- thread caches ---- */
-
-static struct rtk_tcache *tcache_create(struct rtkit_pmem_pool *p) {
-    size_t len = sizeof(struct rtk_tcache) + ((size_t)p->g.ncls + 1) * sizeof(struct rtk_tclass);
-    len = (len + 4095) & ~(size_t)4095;
-    struct rtk_tcache *tc = rtk_map_anon(len);
-    if (!tc) return NULL;
-    tc->len = len;
-    tc->pool = p;
-    for (uint32_t c = 0; c <= p->g.ncls; c++) tc->cls[c].seg = UINT64_MAX;
-    pthread_mutex_lock(&p->reg_lock);
-    tc->next = p->tcaches;
-    if (p->tcaches) p->tcaches->prev = tc;
-    p->tcaches = tc;
-    p->nthreads++;
-    pthread_mutex_unlock(&p->reg_lock);
-    pthread_setspecific(p->key, tc);
-    return tc;
-}
-
-static inline struct rtk_tcache *tcache_get(struct rtkit_pmem_pool *p) {
-    struct rtk_tcache *tc = pthread_getspecific(p->key);
-    return LIKELY(tc != NULL) ? tc : tcache_create(p);
-}
-
-/* hand every list, the current segments and the counters of a cache to the shared pools; reg_lock held */
-static void tcache_drain_locked(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
-    tc_steal_begin(p, tc);
-    for (uint32_t c = 1; c <= p->g.ncls; c++) {
-        struct rtk_tclass *t = &tc->cls[c];
-        struct rtk_cpool *cp = &p->cp[c];
-        rtk_spin_lock(&cp->lock);
-        if (t->count) {
-            rtk_vstack_push(&cp->chains, (uintptr_t)t->head, (uintptr_t)t->tail, t->count);
-            cp->free_count += t->count;
-        }
-        if (t->seg != UINT64_MAX && t->next < t->nslots) rtk_vstack_push(&cp->partials, t->seg, t->next, 0);
-        cp->allocs += t->allocs;
-        cp->req += t->req;
-        rtk_spin_unlock(&cp->lock);
-        memset(t, 0, sizeof *t);
-        t->seg = UINT64_MAX;
-    }
-    tc_steal_end(p, tc);
-    if (tc->prev) tc->prev->next = tc->next;
-    else p->tcaches = tc->next;
-    if (tc->next) tc->next->prev = tc->prev;
-    p->nthreads--;
-}
-
-void rtk_tcache_destructor(void *arg) {
-    struct rtk_tcache *tc = arg;
-    struct rtkit_pmem_pool *p = tc->pool;
-    pthread_mutex_lock(&p->reg_lock);
-    tcache_drain_locked(p, tc);
-    pthread_mutex_unlock(&p->reg_lock);
-    munmap(tc, tc->len);
-}
-
-RTK_EXPORT void rtkit_pmem_thread_release(rtkit_pmem_pool *p) {
-    struct rtk_tcache *tc = pthread_getspecific(p->key);
-    if (!tc) return;
-    pthread_setspecific(p->key, NULL);
-    rtk_tcache_destructor(tc);
-}
-
-void rtk_release_all_tcaches(struct rtkit_pmem_pool *p) {
-    pthread_mutex_lock(&p->reg_lock);
-    while (p->tcaches) {
-        struct rtk_tcache *tc = p->tcaches;
-        tcache_drain_locked(p, tc);
-        munmap(tc, tc->len);
-    }
-    pthread_mutex_unlock(&p->reg_lock);
-}
 
 /* ---- segments ---- */
 
@@ -342,16 +203,16 @@ RTK_EXPORT int rtkit_pmem_alloc(rtkit_pmem_pool *p, uint64_t nbytes, uint64_t *h
     if (UNLIKELY(nbytes > p->g.max_record)) return extent_alloc(p, nbytes, handle);
     unsigned c = (unsigned)((nbytes + RTK_HDR + p->g.block - 1) >> p->g.shift);
     if (c < p->g.cmin) c = p->g.cmin;
-    struct rtk_tcache *tc = tcache_get(p);
+    struct rtk_tcache *tc = rtk_tcache_get(p);
     if (UNLIKELY(!tc)) return rtk_fail(RTKIT_PMEM_ESYS, ENOMEM, p->path, "no memory for a thread cache");
-    tc_enter(p, tc);
+    rtk_tc_enter(p, tc);
     unsigned got;
     char *rec = class_alloc(p, tc, c, &got);
     if (LIKELY(rec != NULL)) {
         tc->cls[got].allocs++;
         tc->cls[got].req += (int64_t)nbytes;
     }
-    tc_leave(p, tc);
+    rtk_tc_leave(p, tc);
     if (UNLIKELY(!rec))
         return rtk_fail(RTKIT_PMEM_ENOSPC, ENOSPC, p->path, "pool is full (no record of %llu bytes left)",
                         (unsigned long long)nbytes);
@@ -431,7 +292,7 @@ RTK_EXPORT int rtkit_pmem_free(rtkit_pmem_pool *p, uint64_t h) {
         pthread_mutex_unlock(&p->seg_lock);
         return 0;
     }
-    struct rtk_tcache *tc = tcache_get(p);
+    struct rtk_tcache *tc = rtk_tcache_get(p);
     if (UNLIKELY(!tc)) { /* no cache: give the record straight to the shared pool */
         struct rtk_cpool *cp = &p->cp[c];
         NEXT_OF(rec) = NULL;
@@ -443,12 +304,12 @@ RTK_EXPORT int rtkit_pmem_free(rtkit_pmem_pool *p, uint64_t h) {
         rtk_spin_unlock(&cp->lock);
         return 0;
     }
-    tc_enter(p, tc);
+    rtk_tc_enter(p, tc);
     struct rtk_tclass *t = &tc->cls[c];
     tc_push(t, rec);
     t->allocs--;
     t->req -= (int64_t)REC_SIZE(w);
-    tc_leave(p, tc);
+    rtk_tc_leave(p, tc);
     return 0;
 }
 
@@ -554,61 +415,6 @@ RTK_EXPORT int rtkit_pmem_next(rtkit_pmem_pool *p, uint64_t after, uint64_t *han
     }
     *handle = 0;
     return 0;
-}
-
-/* ---- background thread: move long thread lists into the shared pool ---- */
-
-static void rebalance_once(struct rtkit_pmem_pool *p) {
-    pthread_mutex_lock(&p->reg_lock);
-    for (struct rtk_tcache *tc = p->tcaches; tc; tc = tc->next) {
-        int any = 0;
-        for (uint32_t c = p->g.cmin; c <= p->g.ncls && !any; c++)
-            any = __atomic_load_n(&tc->cls[c].count, __ATOMIC_RELAXED) >= (uint64_t)p->rebalance_min;
-        if (!any) continue;
-        tc_steal_begin(p, tc);
-        for (uint32_t c = p->g.cmin; c <= p->g.ncls; c++) {
-            struct rtk_tclass *t = &tc->cls[c];
-            uint64_t n = t->count;
-            if (n < (uint64_t)p->rebalance_min) continue;
-            struct rtk_cpool *cp = &p->cp[c];
-            rtk_spin_lock(&cp->lock);
-            rtk_vstack_push(&cp->chains, (uintptr_t)t->head, (uintptr_t)t->tail, n);
-            cp->free_count += n;
-            rtk_spin_unlock(&cp->lock);
-            t->head = t->tail = NULL;
-            t->count = 0;
-            atomic_fetch_add(&p->bg_moves, 1);
-            atomic_fetch_add(&p->bg_moved, n);
-        }
-        tc_steal_end(p, tc);
-    }
-    pthread_mutex_unlock(&p->reg_lock);
-    atomic_fetch_add(&p->bg_runs, 1);
-}
-
-RTK_EXPORT int rtkit_pmem_rebalance_now(rtkit_pmem_pool *p) {
-    if (!p) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, NULL, "pool is NULL");
-    rebalance_once(p);
-    return 0;
-}
-
-void *rtk_background_main(void *arg) {
-    struct rtkit_pmem_pool *p = arg;
-    pthread_mutex_lock(&p->bg_mu);
-    while (!p->bg_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += p->rebalance_ms / 1000;
-        ts.tv_nsec += (long)(p->rebalance_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&p->bg_cv, &p->bg_mu, &ts);
-        if (p->bg_stop) break;
-        pthread_mutex_unlock(&p->bg_mu);
-        rebalance_once(p);
-        pthread_mutex_lock(&p->bg_mu);
-    }
-    pthread_mutex_unlock(&p->bg_mu);
-    return NULL;
 }
 
 /* ---- statistics ---- */

@@ -1,4 +1,4 @@
-/* pool.c -- PMEM pool lifetime: create/open/anonymous mapping, header validation, parallel recovery, close. */
+/* pool.c -- PMEM pool lifetime: settings, create/open/anonymous mapping, close (recovery: recover.c; caches: cache.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -16,130 +16,8 @@
 #include <libpmem.h>
 #endif
 #include "common/options.h"
-#include "pmem/pool.h"
-
-static __thread char rtk_errbuf[384];
-
-int rtk_fail(int code, int err, const char *path, const char *fmt, ...) {
-    int n = snprintf(rtk_errbuf, sizeof rtk_errbuf, "%s: ", path && *path ? path : "<pool>");
-    if (n < 0 || n >= (int)sizeof rtk_errbuf) n = 0;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(rtk_errbuf + n, sizeof rtk_errbuf - n, fmt, ap);
-    va_end(ap);
-    errno = err;
-    return code;
-}
-
-RTK_EXPORT const char *rtkit_pmem_last_error(void) { return rtk_errbuf; }
-RTK_EXPORT int rtkit_pmem_version(void) { return RTKIT_PMEM_FORMAT_VERSION; }
-
-RTK_EXPORT const char *rtkit_pmem_strerror(int code) {
-    switch (code) {
-    case RTKIT_PMEM_OK: return "ok";
-    case RTKIT_PMEM_EINVAL: return "invalid argument";
-    case RTKIT_PMEM_ESYS: return "system call failed";
-    case RTKIT_PMEM_ENOTPOOL: return "not an rtkit pool";
-    case RTKIT_PMEM_EVERSION: return "unsupported pool version";
-    case RTKIT_PMEM_EGEOMETRY: return "pool geometry differs";
-    case RTKIT_PMEM_ECORRUPT: return "pool is corrupt";
-    case RTKIT_PMEM_ENOSPC: return "no space";
-    case RTKIT_PMEM_ETOOBIG: return "allocation larger than the largest extent";
-    case RTKIT_PMEM_EDOUBLEFREE: return "double free";
-    case RTKIT_PMEM_EBADHANDLE: return "not a record of this pool";
-    case RTKIT_PMEM_EBUSY: return "pool is open in another process";
-    case RTKIT_PMEM_EEXIST: return "file exists";
-    default: return "unknown error";
-    }
-}
-
-/* ---- mmap'ed helpers (no malloc anywhere in the pool) ---- */
-
-void *rtk_map_anon(size_t len) {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-int rtk_vstack_push(struct rtk_vstack *s, uint64_t a, uint64_t b, uint64_t c) {
-    if (s->n == s->cap) {
-        uint64_t cap = s->cap ? s->cap * 2 : 4096 / 24;
-        void *p = rtk_map_anon(cap * 24);
-        if (!p) return -1;
-        if (s->e) {
-            memcpy(p, s->e, s->n * 24);
-            munmap(s->e, s->cap * 24);
-        }
-        s->e = p;
-        s->cap = cap;
-    }
-    s->e[s->n][0] = a;
-    s->e[s->n][1] = b;
-    s->e[s->n][2] = c;
-    __atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELAXED); /* peeked at without the lock */
-    return 0;
-}
-
-int rtk_vstack_pop(struct rtk_vstack *s, uint64_t out[3]) {
-    if (s->n == 0) return 0;
-    __atomic_store_n(&s->n, s->n - 1, __ATOMIC_RELAXED);
-    memcpy(out, s->e[s->n], 24);
-    return 1;
-}
-
-void rtk_vstack_free(struct rtk_vstack *s) {
-    if (s->e) munmap(s->e, s->cap * 24);
-    s->e = NULL;
-    s->n = s->cap = 0;
-}
-
-/* ---- geometry ---- */
-
-static int is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
-
-int rtk_geom_compute(struct rtk_geom *g, uint64_t size, uint64_t seg_size, uint32_t block, uint32_t max_record,
-                     char *why, size_t whylen) {
-    memset(g, 0, sizeof *g);
-    if (!is_pow2(block) || block < 8 || block > 65536) {
-        snprintf(why, whylen, "block size %u is not a power of two in [8, 65536]", block);
-        return -1;
-    }
-    if (seg_size < 4096 || seg_size % 4096 || seg_size % block) {
-        snprintf(why, whylen, "segment size %llu is not a multiple of 4096 and of the block size",
-                 (unsigned long long)seg_size);
-        return -1;
-    }
-    if (max_record < 8 || (uint64_t)max_record + RTK_HDR > seg_size) {
-        snprintf(why, whylen, "max record %u must be in [8, segment size - %d]", max_record, RTK_HDR);
-        return -1;
-    }
-    g->block = block;
-    g->shift = (uint32_t)__builtin_ctz(block);
-    g->seg_size = seg_size;
-    g->max_record = max_record;
-    g->ncls = (uint32_t)(((uint64_t)max_record + RTK_HDR + block - 1) >> g->shift);
-    g->cmin = (uint32_t)((RTK_HDR + 8 + block - 1) >> g->shift);
-    if (g->ncls > RTK_MAX_CLASSES) {
-        snprintf(why, whylen, "max record / block size gives %u classes, more than %u", g->ncls, RTK_MAX_CLASSES);
-        return -1;
-    }
-    uint64_t n = size / seg_size;
-    while (n > 0) {
-        uint64_t meta = RTK_META_HDR + n * 8;
-        meta = (meta + seg_size - 1) / seg_size * seg_size;
-        if (meta + n * seg_size <= size) break;
-        n--;
-    }
-    if (n == 0) {
-        snprintf(why, whylen, "size %llu is below one segment of %llu bytes plus the pool header",
-                 (unsigned long long)size, (unsigned long long)seg_size);
-        return -1;
-    }
-    g->size = size;
-    g->nsegs = n;
-    g->data_off = (RTK_META_HDR + n * 8 + seg_size - 1) / seg_size * seg_size;
-    g->seg_shift = is_pow2(seg_size) ? (uint32_t)__builtin_ctzll(seg_size) : 0;
-    return 0;
-}
+#include "pmem/cache.h"
+#include "pmem/recover.h"
 
 /* ---- settings (rtkit/config.py's pmem_* rows through common/options: one stderr line per bad value, then the default) ---- */
 
@@ -173,34 +51,6 @@ static void resolve_runtime(struct rtkit_pmem_pool *p, const rtkit_pmem_options 
     p->rebalance_min = o->rebalance_min > 0 ? o->rebalance_min : (int)env_cfg.rebalance_min;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     p->recovery_threads = o->recovery_threads > 0 ? o->recovery_threads : (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-/* ---- persistence ---- */
-
-void rtk_persist(struct rtkit_pmem_pool *p, const void *addr, uint64_t len) {
-    switch (p->pkind) {
-    case RTKIT_PMEM_PERSIST_FLUSH:
-#ifdef RTK_HAVE_LIBPMEM
-        pmem_persist(addr, len);
-#endif
-        break;
-    case RTKIT_PMEM_PERSIST_MSYNC: {
-        uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(p->page - 1);
-        msync((void *)a, (uintptr_t)addr + len - a, MS_SYNC);
-        break;
-    }
-    default:
-        /* anonymous memory or tmpfs: executed stores reach the page cache even if the process is killed
-         * next, so only the compiler must keep them in program order */
-        atomic_signal_fence(memory_order_seq_cst);
-        break;
-    }
 }
 
 /* ---- pool object ---- */
@@ -291,8 +141,6 @@ static void write_mutable(struct rtkit_pmem_pool *p, int clean) {
     rtk_persist(p, &h->open_count, 3 * sizeof(uint64_t));
 }
 
-int rtk_recover(struct rtkit_pmem_pool *p);
-
 static int finish_open(struct rtkit_pmem_pool *p, const rtkit_pmem_options *o) {
     resolve_runtime(p, o);
     p->segtab = (_Atomic uint64_t *)(p->base + RTK_META_HDR);
@@ -347,7 +195,7 @@ static void init_header(struct rtkit_pmem_pool *p) {
 }
 
 static uint64_t new_uuid(void) {
-    uint64_t x = now_ns() ^ ((uint64_t)getpid() << 32);
+    uint64_t x = rtk_now_ns() ^ ((uint64_t)getpid() << 32);
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         uint64_t r;
@@ -448,31 +296,6 @@ RTK_EXPORT int rtkit_pmem_create(const char *path, uint64_t size, const rtkit_pm
     return 0;
 }
 
-/* read and validate a pool header without mapping; shared with the offline checker */
-int rtk_read_header(int fd, const char *path, struct rtk_hdr *h, struct rtk_geom *g) {
-    struct stat st;
-    if (fstat(fd, &st)) return rtk_fail(RTKIT_PMEM_ESYS, errno, path, "cannot stat: %s", strerror(errno));
-    if (!S_ISREG(st.st_mode)) return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "not a regular file");
-    if ((uint64_t)st.st_size < sizeof *h || pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h)
-        return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "file too small to be an rtkit pool");
-    if (memcmp(h->magic, RTK_MAGIC, 8))
-        return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "not an rtkit pool (bad magic)");
-    if (h->version != RTKIT_PMEM_FORMAT_VERSION)
-        return rtk_fail(RTKIT_PMEM_EVERSION, EINVAL, path, "pool format version %u, this library reads version %d",
-                        h->version, RTKIT_PMEM_FORMAT_VERSION);
-    if (h->csum != rtk_hdr_csum(h))
-        return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "pool header checksum mismatch (header corrupt)");
-    char why[200];
-    if (rtk_geom_compute(g, h->pool_size, h->seg_size, h->block_size, h->max_record, why, sizeof why) ||
-        g->nsegs != h->nsegs || g->data_off != h->data_off)
-        return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "pool header geometry is inconsistent");
-    if ((uint64_t)st.st_size != h->pool_size)
-        return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "file is %lld bytes, header says %llu",
-                        (long long)st.st_size, (unsigned long long)h->pool_size);
-    g->uuid = h->uuid;
-    return 0;
-}
-
 RTK_EXPORT int rtkit_pmem_open(const char *path, const rtkit_pmem_options *opts, rtkit_pmem_pool **out) {
     rtkit_pmem_options d;
     if (!opts) rtkit_pmem_options_init(&d), opts = &d;
@@ -552,197 +375,4 @@ RTK_EXPORT int rtkit_pmem_close(rtkit_pmem_pool *p) {
     if (p->fd >= 0) close(p->fd);
     pool_release_mem(p);
     return rc;
-}
-
-/* ---- recovery: rebuild the volatile state from the segment table and record headers ---- */
-
-struct rtk_worker {
-    struct rtkit_pmem_pool *p;
-    uint64_t s0, s1;
-    uint64_t (*lists)[3]; /* per class: head, tail, count */
-    uint64_t allocated, req, scanned, changed, errors;
-    int64_t *cls_alloc;   /* per class live records */
-    int64_t *cls_req;
-    uint64_t lists_len;
-};
-
-static void *recover_worker(void *arg) {
-    struct rtk_worker *w = arg;
-    struct rtkit_pmem_pool *p = w->p;
-    const struct rtk_geom *g = &p->g;
-    for (uint64_t s = w->s0; s < w->s1; s++) {
-        uint64_t v = p->vseg[s];
-        if (SEG_KIND(v) != RTK_SEG_CLASS) continue;
-        unsigned c = SEG_CLS(v);
-        uint32_t gen = SEG_GEN(v);
-        uint32_t rs = rtk_rs(g, c);
-        uint64_t ns = rtk_nslots(g, c), soff = rtk_seg_off(g, s);
-        char *sb = p->base + soff;
-        uint64_t next_unlinked = 0; /* slots [next_unlinked, i) are free and not yet linked */
-        uint64_t live = 0;
-        for (uint64_t i = 0; i < ns; i++) {
-            struct rtk_rec *r = (struct rtk_rec *)(sb + i * rs);
-            uint64_t word = atomic_load_explicit(&r->word, memory_order_relaxed);
-            if (REC_STATE(word) != RTK_REC_ALLOC) continue;
-            uint64_t off = soff + i * rs + RTK_HDR;
-            if (atomic_load_explicit(&r->check, memory_order_relaxed) != rtk_rec_check(word, off, gen, g->uuid))
-                continue; /* torn: its alloc never returned */
-            if (REC_CLS(word) != c) {
-                w->errors++;
-                continue;
-            }
-            live++;
-            w->cls_req[c] += (int64_t)REC_SIZE(word);
-            for (uint64_t j = next_unlinked; j < i; j++) {
-                char *fr = sb + j * rs;
-                *(void **)(fr + RTK_HDR) = (void *)(uintptr_t)w->lists[c][0];
-                if (!w->lists[c][0]) w->lists[c][1] = (uint64_t)(uintptr_t)fr;
-                w->lists[c][0] = (uint64_t)(uintptr_t)fr;
-                w->lists[c][2]++;
-            }
-            next_unlinked = i + 1;
-        }
-        w->scanned += g->seg_size;
-        if (live == 0) {
-            /* nothing lives here: the segment goes back to the free set (gen kept, bumped on reuse) */
-            uint64_t e = rtk_seg_entry(RTK_SEG_FREE, 0, gen, s, g->uuid);
-            atomic_store(&p->segtab[s], e);
-            p->vseg[s] = e;
-            w->changed++;
-            continue;
-        }
-        w->allocated += live;
-        w->cls_alloc[c] += (int64_t)live;
-        if (next_unlinked < ns) {
-            struct rtk_cpool *cp = &p->cp[c];
-            rtk_spin_lock(&cp->lock);
-            rtk_vstack_push(&cp->partials, s, next_unlinked, 0);
-            rtk_spin_unlock(&cp->lock);
-        }
-    }
-    return NULL;
-}
-
-int rtk_recover(struct rtkit_pmem_pool *p) {
-    const struct rtk_geom *g = &p->g;
-    uint64_t t0 = now_ns();
-    /* pass 1 (read only): every entry's checksum, extents and their ranges */
-    for (uint64_t s = 0; s < g->nsegs; s++) {
-        uint64_t e = atomic_load(&p->segtab[s]);
-        if (!rtk_seg_entry_ok(e, s, g->uuid))
-            return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path, "segment %llu: table entry checksum mismatch",
-                            (unsigned long long)s);
-        unsigned k = SEG_KIND(e);
-        if (k > RTK_SEG_EXTENT || (k == RTK_SEG_CLASS && (SEG_CLS(e) < g->cmin || SEG_CLS(e) > g->ncls)))
-            return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path, "segment %llu: bad kind %u / class %u",
-                            (unsigned long long)s, k, SEG_CLS(e));
-        p->vseg[s] = e;
-    }
-    uint64_t ext_changed = 0;
-    for (uint64_t s = 0; s < g->nsegs; s++) {
-        uint64_t e = p->vseg[s];
-        if (SEG_KIND(e) != RTK_SEG_EXTENT) continue;
-        uint64_t off = rtk_seg_off(g, s);
-        struct rtk_rec *r = (struct rtk_rec *)(p->base + off);
-        uint64_t word = atomic_load(&r->word);
-        int live = REC_STATE(word) == RTK_REC_ALLOC && REC_CLS(word) == 0 &&
-                   atomic_load(&r->check) == rtk_rec_check(word, off + RTK_HDR, SEG_GEN(e), g->uuid);
-        uint64_t n = live ? (REC_SIZE(word) + RTK_HDR + g->seg_size - 1) / g->seg_size : 0;
-        if (live && s + n > g->nsegs)
-            return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path, "extent at segment %llu runs past the pool",
-                            (unsigned long long)s);
-        for (uint64_t t = s + 1; live && t < s + n; t++)
-            if (SEG_KIND(p->vseg[t]) != RTK_SEG_FREE)
-                return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
-                                "extent at segment %llu overlaps segment %llu in use", (unsigned long long)s,
-                                (unsigned long long)t);
-        if (!live) {
-            ext_changed++;
-            continue;
-        }
-        for (uint64_t t = s + 1; t < s + n; t++) p->vseg[t] = RTK_SEG_TAIL;
-        p->ext_count++;
-        p->ext_bytes += n * g->seg_size;
-        p->ext_req += REC_SIZE(word);
-        s += n - 1;
-    }
-    /* pass 2 (writes): extents whose allocation never returned are freed */
-    if (ext_changed) {
-        for (uint64_t s = 0; s < g->nsegs; s++) {
-            uint64_t e = p->vseg[s];
-            if (SEG_KIND(e) != RTK_SEG_EXTENT) continue;
-            struct rtk_rec *r = (struct rtk_rec *)(p->base + rtk_seg_off(g, s));
-            uint64_t word = atomic_load(&r->word);
-            if (REC_STATE(word) == RTK_REC_ALLOC && REC_CLS(word) == 0 &&
-                atomic_load(&r->check) == rtk_rec_check(word, rtk_seg_off(g, s) + RTK_HDR, SEG_GEN(e), g->uuid))
-                continue;
-            e = rtk_seg_entry(RTK_SEG_FREE, 0, SEG_GEN(e), s, g->uuid);
-            atomic_store(&p->segtab[s], e);
-            p->vseg[s] = e;
-        }
-    }
-    /* pass 3: class segments in parallel */
-    int nt = p->recovery_threads;
-    uint64_t nclass = 0;
-    for (uint64_t s = 0; s < g->nsegs; s++) nclass += SEG_KIND(p->vseg[s]) == RTK_SEG_CLASS;
-    if ((uint64_t)nt > nclass / 4 + 1) nt = (int)(nclass / 4 + 1);
-    size_t per = ((size_t)g->ncls + 1) * (24 + 16);
-    size_t scratch_len = ((size_t)nt * (sizeof(struct rtk_worker) + per) + 4095) & ~(size_t)4095;
-    char *scratch = rtk_map_anon(scratch_len);
-    if (!scratch) return rtk_fail(RTKIT_PMEM_ESYS, ENOMEM, p->path, "out of memory for recovery");
-    struct rtk_worker *ws = (struct rtk_worker *)scratch;
-    char *cur = scratch + (size_t)nt * sizeof(struct rtk_worker);
-    pthread_t tids[64];
-    int started[64] = {0};
-    for (int i = 0; i < nt; i++) {
-        ws[i].p = p;
-        ws[i].s0 = g->nsegs * i / nt;
-        ws[i].s1 = g->nsegs * (i + 1) / nt;
-        ws[i].lists = (uint64_t(*)[3])cur;
-        cur += ((size_t)g->ncls + 1) * 24;
-        ws[i].cls_alloc = (int64_t *)cur;
-        cur += ((size_t)g->ncls + 1) * 8;
-        ws[i].cls_req = (int64_t *)cur;
-        cur += ((size_t)g->ncls + 1) * 8;
-        if (i > 0 && i < 64) started[i] = pthread_create(&tids[i], NULL, recover_worker, &ws[i]) == 0;
-    }
-    recover_worker(&ws[0]);
-    for (int i = 1; i < nt; i++) {
-        if (started[i])
-            pthread_join(tids[i], NULL);
-        else
-            recover_worker(&ws[i]);
-    }
-    uint64_t errors = 0, changed = ext_changed;
-    for (int i = 0; i < nt; i++) {
-        errors += ws[i].errors;
-        changed += ws[i].changed;
-        p->recovered_records += ws[i].allocated;
-        p->recovered_scanned += ws[i].scanned;
-        for (uint32_t c = 1; c <= g->ncls; c++) {
-            p->cp[c].allocs += ws[i].cls_alloc[c];
-            p->cp[c].req += ws[i].cls_req[c];
-            if (ws[i].lists[c][2]) {
-                rtk_vstack_push(&p->cp[c].chains, ws[i].lists[c][0], ws[i].lists[c][1], ws[i].lists[c][2]);
-                p->cp[c].free_count += ws[i].lists[c][2];
-            }
-        }
-    }
-    munmap(scratch, scratch_len);
-    if (errors)
-        return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
-                        "%llu records carry a valid checksum but the wrong class for their segment",
-                        (unsigned long long)errors);
-    for (uint64_t s = 0; s < g->nsegs; s++) {
-        uint64_t v = p->vseg[s];
-        if (SEG_KIND(v) == RTK_SEG_FREE)
-            p->segs_free++;
-        else if (SEG_KIND(v) == RTK_SEG_CLASS)
-            p->cp[SEG_CLS(v)].segments++;
-    }
-    p->recovered_records += p->ext_count;
-    if (changed && !p->anonymous) rtk_persist(p, (void *)p->segtab, g->nsegs * 8);
-    p->recovery_ns = now_ns() - t0;
-    p->recovery_threads_used = (uint32_t)nt;
-    return 0;
 }

@@ -1,4 +1,4 @@
-/* pool.h -- the live pool object, thread caches and per-class shared pools (internal). */
+/* pool.h -- the live pool object, thread caches and per-class shared pools (internal), and base.c's helpers. */
 #ifndef RTK_PMEM_POOL_H
 #define RTK_PMEM_POOL_H
 #include "pmem/pmem_internal.h"
@@ -59,11 +59,9 @@ struct rtkit_pmem_pool {
     char path[512];
 };
 
+/* base.c */
 void *rtk_map_anon(size_t len);
-int rtk_membarrier_register(void);
+uint64_t rtk_now_ns(void);
 void rtk_persist(struct rtkit_pmem_pool *p, const void *addr, uint64_t len);
-void rtk_tcache_destructor(void *tc);
-void rtk_release_all_tcaches(struct rtkit_pmem_pool *p);
-void *rtk_background_main(void *pool);
 int rtk_read_header(int fd, const char *path, struct rtk_hdr *h, struct rtk_geom *g);
 #endif

@@ -1,0 +1,190 @@
+# test_settings_c.py -- the C libraries take every setting from rtkit/config.py's table, and their files call one way.
+import collections
+import glob
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, run_rtkit
+from rtkit import config as cfg
+
+SRC = os.path.join(REPO, "allocators", "src")
+OPTIONS = {os.path.join("common", "options.h"), os.path.join("common", "options.c")}
+ROW = re.compile(r'X\((\w+), "(\w+)", (RTK_KIND_\w+), (-?\d+)LL, "([^"]*)", ([01]), (-?\d+)LL, ([01]), (-?\d+)LL\)')
+KINDS = {"bool": "RTK_KIND_BOOL", "int": "RTK_KIND_INT", "size": "RTK_KIND_SIZE", "str": "RTK_KIND_STR",
+         "path": "RTK_KIND_STR"}
+
+
+def _build_module():
+    spec = importlib.util.spec_from_file_location("_rtkit_native_build", os.path.join(REPO, "allocators", "build.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _c_sources():
+    files = {}
+    for path in sorted(glob.glob(os.path.join(SRC, "*", "*.[ch]"))):
+        with open(path) as fh:
+            files[os.path.relpath(path, SRC)] = fh.read()
+    return files
+
+
+def _strip_comments(text):
+    return re.sub(r"/\*.*?\*/|//[^\n]*", "", text, flags=re.S)
+
+
+def test_generated_header_rows_are_the_tables():
+    rows = ROW.findall(_build_module().settings_header_text())
+    want = [s for s in cfg.SETTINGS if s.c]
+    assert [r[1] for r in rows] == [s.env for s in want]
+    for (ident, env, kind, dflt, dtext, has_min, lo, has_max, hi), s in zip(rows, want):
+        assert ident == s.key.upper() and kind == KINDS[s.kind]
+        assert dtext == s.to_env(s.default)
+        if s.kind in ("bool", "int", "size"):
+            assert int(dflt) == int(s.default)
+        assert (has_min == "1") == (s.minimum is not None) and int(lo) == (s.minimum or 0)
+        assert (has_max == "1") == (s.maximum is not None) and int(hi) == (s.maximum or 0)
+
+
+def test_the_built_header_is_current(native_dir):
+    """What `make native` / pip compiled against is the table's current text (the file is never edited)."""
+    build = _build_module()
+    path = os.path.join(build.GEN_DIR, build.SETTINGS_HEADER)
+    with open(path) as fh:
+        assert fh.read() == build.settings_header_text()
+
+
+def test_c_names_no_setting_by_hand():
+    """No RTKIT_* string in C outside the options module: names, defaults and limits come from the header."""
+    for name, text in _c_sources().items():
+        if name in OPTIONS:
+            continue
+        literals = re.findall(r'"(?:[^"\\\n]|\\.)*"', _strip_comments(text))
+        bad = [lit for lit in literals if "RTKIT_" in lit]
+        assert not bad, f"{name} names a setting by hand: {bad}"
+
+
+def test_every_c_setting_is_read_and_every_read_is_a_c_setting():
+    used = set()
+    for name, text in _c_sources().items():
+        if name not in OPTIONS:  # the options module makes the names; the libraries use them
+            used |= set(re.findall(r"\bRTK_OPT_([A-Z0-9_]+)\b", _strip_comments(text)))
+    declared = {s.key.upper() for s in cfg.SETTINGS if s.c}
+    assert used == declared, {"read but not c=True in the table": used - declared,
+                              "c=True but never read": declared - used}
+
+
+def test_options_module_is_the_only_getenv():
+    for name, text in _c_sources().items():
+        if name not in OPTIONS:
+            assert "getenv(" not in _strip_comments(text), f"{name} reads the environment itself"
+
+
+# ---- no circle between C files
+# Each source file is compiled to an object; `nm` lists the global symbols it defines and those it needs. File A
+# depends on file B when A needs a symbol B defines (functions and variables alike; inline helpers in headers are
+# not symbols and belong to no file). The graph of every file under allocators/src must have no cycle.
+
+def _dependency_graph(tmp_path):
+    build = _build_module()
+    flags = [*build.CFLAGS, *build._gen_flags(str(tmp_path))]
+    defines, needs = {}, {}
+    for src in sorted(glob.glob(os.path.join(SRC, "*", "*.c"))):
+        name = os.path.relpath(src, SRC)
+        obj = str(tmp_path / (name.replace(os.sep, "_") + ".o"))
+        subprocess.run([build.CC, *flags, "-c", "-o", obj, src], check=True)
+        nm = lambda *opt: subprocess.run(["nm", *opt, obj], capture_output=True, text=True, check=True).stdout
+        defines[name] = {line.split()[-1] for line in nm("--defined-only", "-g").splitlines() if line.strip()}
+        needs[name] = {line.split()[-1] for line in nm("--undefined-only").splitlines() if line.strip()}
+    owner = {sym: name for name, syms in defines.items() for sym in syms}
+    return {name: {owner[s] for s in needs[name] if s in owner and owner[s] != name} for name in defines}
+
+
+def _cycle(graph):
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+@pytest.mark.skipif(not shutil.which("nm"), reason="nm (binutils) is not installed")
+def test_no_circle_between_c_files(tmp_path):
+    graph = _dependency_graph(tmp_path)
+    assert graph["prmalloc/tier.c"] and graph["prmalloc/init.c"], "the graph must see real dependencies"
+    cycle = _cycle(graph)
+    assert cycle is None, "calls go in a circle: " + " -> ".join(cycle)
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# ---- booleans are parsed: RTKIT_PMEM_NO_MEMBARRIER=0 (what `rtkit run` exports) keeps membarrier
+
+POOL_SCRIPT = ("import json, os; from rtkit.allocators.pmem import Pool\n"
+               "with Pool.anonymous(8 << 20) as p:\n"
+               "    h = p.alloc(100); p.free(h); s = p.stats()\n"
+               "print(json.dumps({'membarrier': s['membarrier'], 'env': os.environ.get('RTKIT_PMEM_NO_MEMBARRIER')}))\n")
+
+
+def _membarrier_available():
+    import ctypes
+    import platform
+    if platform.machine() != "x86_64":
+        return False
+    cmds = ctypes.CDLL(None).syscall(324, 0, 0, 0)  # SYS_membarrier, MEMBARRIER_CMD_QUERY
+    return cmds > 0 and bool(cmds & 8)  # MEMBARRIER_CMD_PRIVATE_EXPEDITED
+
+
+@pytest.mark.skipif(not _membarrier_available(), reason="the kernel offers no membarrier")
+@pytest.mark.parametrize("value,expect", [(None, True), ("1", False)])
+def test_pool_inside_rtkit_run_uses_membarrier(tmp_path, value, expect):
+    args = ["run", "--run-dir", str(tmp_path / "r")]
+    if value is not None:
+        args += ["--set", f"pmem_no_membarrier={value}"]
+    proc = run_rtkit([*args, "--", sys.executable, "-c", POOL_SCRIPT], check_rc=0)
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["env"] == ("0" if value is None else value)  # rtkit run exports every setting
+    assert seen["membarrier"] is expect, proc.stderr
+
+
+def test_bad_pmem_value_one_line_and_default(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_")}
+    env["RTKIT_PMEM_REBALANCE_MS"] = "3600001"
+    script = ("from rtkit.allocators.pmem import Pool\n"
+              "p = Pool.anonymous(8 << 20); p2 = Pool.anonymous(8 << 20); print('ok'); p.close(); p2.close()\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)  # the installed rtkit, not the source folder
+    assert proc.returncode == 0 and proc.stdout == "ok\n"
+    lines = [l for l in proc.stderr.splitlines() if "RTKIT_PMEM_REBALANCE_MS" in l]
+    s = cfg.BY_KEY["pmem_rebalance_ms"]
+    assert len(lines) == 1 and "'3600001'" in lines[0] and s.accepted() in lines[0], proc.stderr
+    assert "using the default '1000'" in lines[0]
+    with pytest.raises(ValueError):
+        s.parse("3600001")  # Python's validation enforces the same limit
