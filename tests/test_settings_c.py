@@ -188,3 +188,11 @@ def test_bad_pmem_value_one_line_and_default(tmp_path):
     assert "using the default '1000'" in lines[0]
     with pytest.raises(ValueError):
         s.parse("3600001")  # Python's validation enforces the same limit
+
+
+def test_internal_names_in_c_are_rtkits_own():
+    """The only RTKIT_ names C spells out are rtkit's internal variables (not settings) and the allocator's marker."""
+    with open(os.path.join(SRC, "common", "options.h")) as fh:
+        names = set(re.findall(r'"(_?RTKIT_\w+)"', _strip_comments(fh.read())))
+    assert names == {"RTKIT_RUN_DIR", "_RTKIT_MALLOC_ROOT"}
+    assert "RTKIT_RUN_DIR" in cfg.INTERNAL_ENV and "RTKIT_RUN_DIR" not in cfg.BY_ENV
