@@ -5,6 +5,8 @@
 Libraries are built from every .c file in the source folders they list, so adding a file needs no
 edit here. Test programs are allocators/tests/<group>_*.c, built by the rule for <group>;
 allocators/tests/<group>_*.cc are C++ test programs built with $CXX (g++) by the same rules.
+Every compile first writes build/gen/rtkit_settings.h from rtkit/config.py's rows marked c=True (not committed):
+common/options.c parses the C libraries' settings from it.
 """
 import argparse
 import glob
