@@ -5,11 +5,11 @@ import os
 from html import escape
 from typing import Any, Dict, List
 
+from rtkit import atomic
 from rtkit.report import fmt
 from rtkit.report import sections as sec
 from rtkit.report import svg
 from rtkit.report.fmt import get
-from rtkit.report.model import write_text_atomic
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:24px auto;max-width:980px;
@@ -170,7 +170,7 @@ def render(report: Dict[str, Any]) -> str:
 
 def write(report: Dict[str, Any], path: str) -> str:
     """Write the HTML atomically (temporary file, then rename); returns the path."""
-    write_text_atomic(path, render(report))
+    atomic.write_text(path, render(report))
     return path
 
 
