@@ -7,6 +7,7 @@ from typing import Any, Dict, List
 
 from rtkit import atomic
 from rtkit.report import fmt
+from rtkit.report.contract import Scheduler
 from rtkit.report import sections as sec
 from rtkit.report import svg
 from rtkit.report.fmt import get
@@ -115,11 +116,11 @@ def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
         if len(occ) >= 2:
             out["scheduler"].append(svg.line_chart([("queued", occ)], "Pipeline occupancy (input batches ready)",
                                                    "sample", "batches"))
-        trials = fmt.first(sched, *sec.SCHED_TRIALS)
+        trials = sec.sched_trials(sched)
         if isinstance(trials, list):
             pts = []
             for i, t in enumerate(trials):
-                v = fmt.first(t, "step_ms_median", "median_step_ms", "step_ms") if isinstance(t, dict) else None
+                v = t.get(Scheduler.TRIAL_STEP_MS) if isinstance(t, dict) else None
                 if fmt.is_num(v):
                     pts.append((i + 1, v))
             if len(pts) >= 2:
