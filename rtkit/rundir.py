@@ -36,6 +36,15 @@ def bench_run_dir(out: str, config: str, round_no: int) -> str:
     return os.path.join(out, "runs", bench_tag(config, round_no))
 
 
+def make_writable(folder: str) -> None:
+    """Create `folder` (and its parents) and prove it takes a file: OSError when it does not."""
+    os.makedirs(folder, exist_ok=True)
+    probe = os.path.join(folder, f".rtkit-write-test-{os.getpid()}")
+    with open(probe, "x"):
+        pass
+    os.unlink(probe)
+
+
 def make_run_dir(out: str, name: str, exact: Optional[str]) -> Tuple[str, Optional[str]]:
     """Create OUT/<time>-<name> (or `exact`). An unwritable place is not fatal: the run goes on with a
     temporary directory and the returned note says where the report went."""
@@ -47,11 +56,7 @@ def make_run_dir(out: str, name: str, exact: Optional[str]) -> Tuple[str, Option
             while os.path.exists(wanted):
                 n += 1
                 wanted = f"{base}-{n}"
-        os.makedirs(wanted, exist_ok=True)
-        probe = os.path.join(wanted, ".rtkit-write-test")
-        with open(probe, "w"):
-            pass
-        os.unlink(probe)
+        make_writable(wanted)
         return os.path.abspath(wanted), None
     except OSError as exc:
         fallback = tempfile.mkdtemp(prefix=f"rtkit-{stamp}-{name}-")

@@ -311,7 +311,7 @@ def test_compare_ratios_on_a_modified_copy(runs, tmp_path):
                                  minor_faults_per_step_median=0)
     b["process"]["peak_rss_bytes"] = a["process"]["peak_rss_bytes"] * 2
     a["allocator"] = None
-    b["allocator"] = {"state": "planned", "totals": {"arena_hits": 900, "fallbacks": 100}}
+    b["allocator"] = {"state": "planned", "hit_rate": 0.9, "totals": {"arena_hits": 900, "fallbacks": 100}}
     data = compare_mod.compare(a, b)
     m = {x["key"]: x for x in data["metrics"]}
     assert m["step_ms_median"]["ratio"] == pytest.approx(0.8) and m["step_ms_median"]["better"] == "b"

@@ -170,11 +170,7 @@ def main(args) -> int:
                       f"{' '.join(peer.run_args())} -- {' '.join(command + peer.args)}")
         return 0
     try:
-        os.makedirs(runs_dir, exist_ok=True)
-        probe = os.path.join(out, ".write-test")
-        with open(probe, "w"):
-            pass
-        os.unlink(probe)
+        rundir.make_writable(runs_dir)
     except OSError as exc:
         raise _err(f"--out {out} is not writable: {exc.strerror or exc}")
 

@@ -60,7 +60,7 @@ class Allocator:
                       "malloc_debug": "debug", "malloc_plan": "plan"}
 
 
-class Tier:
+class Pmem:
     """pmem-<pid>.json (prmalloc/tier.c): the allocator's PMEM tier; the report's `pmem` section."""
     STATE, PATH, MEDIUM = "state", "path", "medium"
     TIER_BYTES, TIER_PEAK_BYTES = "tier_bytes", "tier_peak_bytes"
@@ -88,7 +88,7 @@ class Scheduler:
 
 
 # report section -> its declaration; None for the sections a component may leave out (component off)
-SECTIONS = {"run": Run, "process": Process, "steps": Steps, "allocator": Allocator, "pmem": Tier,
+SECTIONS = {"run": Run, "process": Process, "steps": Steps, "allocator": Allocator, "pmem": Pmem,
             "scheduler": Scheduler}
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from rtkit.report import fmt
-from rtkit.report.contract import Allocator as A, Scheduler as S, Tier as T
+from rtkit.report.contract import Allocator as A, Scheduler as S, Pmem as PM
 from rtkit.report import contract
 from rtkit.report.fmt import get
 
@@ -206,15 +206,8 @@ def allocator_counts(alloc: Any) -> Tuple[Optional[float], Optional[float]]:
 
 
 def allocator_hit_rate(alloc: Any) -> Optional[float]:
-    if not isinstance(alloc, dict):
-        return None
     rate = get(alloc, A.HIT_RATE)
-    if fmt.is_num(rate):
-        return rate
-    hits, falls = allocator_counts(alloc)
-    if hits is not None and falls is not None and hits + falls > 0:
-        return hits / (hits + falls)
-    return None
+    return rate if fmt.is_num(rate) else None
 
 
 def allocator_state(alloc: Any) -> Optional[str]:
@@ -484,9 +477,9 @@ def pmem_section(report: Dict[str, Any]) -> Section:
     if not isinstance(p, dict):
         s.off = "off"
         return s
-    s.rows.extend(generic_rows(p, skip={T.NOTES, "schema_version", "pid"}))
+    s.rows.extend(generic_rows(p, skip={PM.NOTES, "schema_version", "pid"}))
     s.tables.extend(generic_tables(p))
-    t = table_from_records("pool classes", get(p, T.POOL_CLASSES), key_name="class")
+    t = table_from_records("pool classes", get(p, PM.POOL_CLASSES), key_name="class")
     if t:
         s.tables.append(t)
     s.notes = _notes(p) + contract.missing_note("pmem", p)
