@@ -99,12 +99,15 @@ def _under(name, prefix):
     return name == prefix or name.startswith(prefix + ".")
 
 
+LEAVES = ("rtkit.config", "rtkit.atomic", "rtkit.errors", "rtkit.report.contract")
+
+
 def forbidden(src, dst):
     """The arrows docs/architecture.md (and /work/shared/ARCHITECTURE.md) rule out."""
     if _under(src, "rtkit.scheduler") and _under(dst, "rtkit.hooks"):
         return "the scheduler never imports the hooks: the hooks register it"
-    if src == "rtkit.config":
-        return "config imports nothing of rtkit"
+    if src in LEAVES:
+        return "config, atomic, errors and the report contract import nothing of rtkit (everyone may use them)"
     if src == "rtkit" and dst != "rtkit.hooks.steps":
         return "rtkit/__init__ stays a leaf (only rtkit.step()'s lazy import of the step recorder)"
     if _under(src, "rtkit.report") and (_under(dst, "rtkit.hooks") or _under(dst, "rtkit.bootstrap")
