@@ -418,7 +418,7 @@ def allocator_section(report: Dict[str, Any]) -> Section:
     _add(s.rows, "state", allocator_state(a))
     classes = plan_classes(a)
     plan = get(a, A.PLAN)
-    if isinstance(classes, list) and classes:
+    if isinstance(classes, list):
         bl = [c.get(A.CLASS_BLOCKS) for c in classes if isinstance(c, dict) and fmt.is_num(c.get(A.CLASS_BLOCKS))]
         text = f"{len(classes)} classes"
         if bl:
@@ -432,7 +432,7 @@ def allocator_section(report: Dict[str, Any]) -> Section:
             for k, v in plan.items():
                 if k.endswith("path") and v:
                     _add(s.rows, "plan file" if k == "plan_path" else fmt.label(k), v)
-    _add(s.rows, "reserved", plan_reserved(a) if isinstance(classes, list) and classes else None, "reserved_bytes")
+    _add(s.rows, "reserved", plan_reserved(a), "reserved_bytes")
     _add(s.rows, "hit rate", allocator_hit_rate(a), "hit_rate")
     hits, falls = allocator_counts(a)
     _add(s.rows, "arena hits", hits, "arena_hits")
@@ -443,7 +443,7 @@ def allocator_section(report: Dict[str, Any]) -> Section:
         _add(s.rows, "faults/step after plan", after, "faults")
     shown = {A.STATE, A.HIT_RATE, A.ARENA_HITS, A.FALLBACKS, A.FAULTS_BEFORE_PLAN, A.FAULTS_AFTER_PLAN,
              A.PLAN_CLASSES, A.PLAN_RESERVED_BYTES, A.SETTINGS_ECHO, "schema_version", "pid", "notes"}
-    if isinstance(classes, list) and classes and isinstance(plan, dict):
+    if isinstance(classes, list) and isinstance(plan, dict):
         shown |= {f"{A.PLAN}.{k}" for k, v in plan.items() if not isinstance(v, (dict, list))}
     s.rows.extend(generic_rows(a, skip=shown))
     t = table_from_records("plan classes", classes, key_name="class") if isinstance(classes, list) else None
@@ -464,8 +464,7 @@ def _echo_notes(report: Dict[str, Any], alloc: Dict[str, Any]) -> List[str]:
     out = []
     for key, value in echo.items():
         want = settings.get(key)
-        if isinstance(want, dict) and "value" in want and want["value"] != value and not (
-                isinstance(value, (int, float)) and not isinstance(value, bool) and want["value"] == value):
+        if isinstance(want, dict) and "value" in want and want["value"] != value:
             out.append(f"the allocator read {key}={_setting_text(key, value)}, rtkit resolved "
                        f"{_setting_text(key, want['value'])}")
     return out
