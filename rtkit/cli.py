@@ -39,13 +39,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    from rtkit.config import ConfigError
+    from rtkit.errors import UserError
+
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at interpreter exit
+        return code
+    except (UserError, ConfigError) as exc:  # bad input: the one line the error carries
+        print(str(exc), file=sys.stderr, flush=True)
+        return getattr(exc, "exit_code", 2)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `rtkit ... | head`: stop quietly, as a shell tool does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+    except BrokenPipeError:  # `rtkit report X | head` is normal use: stop quietly, as a shell tool does
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0 if args.command in ("report", "compare") else 141
 
 
 if __name__ == "__main__":

@@ -294,6 +294,25 @@ def load_profile(name_or_path: str, _chain: tuple = ()) -> Profile:
     return Profile(name=name, path=path, description=str(data.get("description", "")), values=values, origin=origin)
 
 
+def _toml_string(text: str) -> str:
+    out = str(text).replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + "".join(c if " " <= c != "\x7f" else f"\\u{ord(c):04x}" for c in out) + '"'
+
+
+def profile_text(values: Mapping[str, Any], description: str) -> str:
+    """A profile in the format load_profile reads (the one place that knows it); keys are table keys."""
+    lines = [f"description = {_toml_string(description)}", "", "[settings]"]
+    for key, value in values.items():
+        setting = BY_KEY[key]  # a key outside the table is a programming error, not user input
+        if isinstance(value, bool):
+            lines.append(f"{setting.key} = {'true' if value else 'false'}")
+        elif isinstance(value, int):
+            lines.append(f"{setting.key} = {value}")
+        else:
+            lines.append(f"{setting.key} = {_toml_string(value)}")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------------------------------
 # resolution
 

@@ -1,32 +1,29 @@
 # rtkit.scheduler -- stage-aware thread-pool scheduler for TensorFlow sessions (installed as rtkit.scheduler).
-"""activate(tf, settings, run_dir) is called by rtkit's bootstrap right after TensorFlow is imported when
-RTKIT_SCHED is on. It builds one Scheduler and registers it with the hook extension points:
-config_filters (thread config and per-stage pools), run_wrappers (routing, SmartStage pipelining, tracing,
-tuning), close_callbacks (stop the session's pipeline) and exit_callbacks (write scheduler-<pid>.json and
-trace-<pid>.json into the run directory)."""
+"""activate(tf, settings, run_dir) builds the process's one Scheduler. The scheduler knows nothing of rtkit's
+hooks: rtkit.hooks.install calls activate() right after TensorFlow is imported (when RTKIT_SCHED is on) and
+registers the Scheduler's methods at its own extension points: filter_config (each session's ConfigProto and
+per-stage pools), wrap_run (routing, SmartStage pipelining, tracing, tuning), on_close (stop the session's
+pipeline) and at_exit (write scheduler-<pid>.json and trace-<pid>.json into the run directory). The hooks
+also pass `internal`, the context in which the scheduler's own session runs are not counted as steps."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import contextlib
+from typing import Any, Callable, ContextManager, Dict, Optional
 
 from .core import Scheduler
 
 _active: Optional[Scheduler] = None
 
 
-def activate(tf, settings: Dict[str, Any], run_dir: Optional[str]) -> Scheduler:
+def activate(tf, settings: Dict[str, Any], run_dir: Optional[str],
+             internal: Callable[[], ContextManager] = contextlib.nullcontext) -> Scheduler:
+    """The process's Scheduler, created on the first call (later calls return the same one)."""
     global _active
-    if _active is not None:
-        return _active
-    from rtkit.hooks import registry  # the lead's extension points
-
-    sched = Scheduler(tf, settings, run_dir)
-    sched.configure_eager()
-    registry.config_filters.append(sched.filter_config)
-    registry.run_wrappers.append(sched.wrap_run)
-    registry.close_callbacks.append(sched.on_close)
-    registry.exit_callbacks.append(sched.at_exit)
-    _active = sched
-    return sched
+    if _active is None:
+        sched = Scheduler(tf, settings, run_dir, internal=internal)
+        sched.configure_eager()
+        _active = sched
+    return _active
 
 
 def active() -> Optional[Scheduler]:

@@ -1,6 +1,6 @@
 # core.py -- the Scheduler: session config filter, per-run routing/pipelining/tracing/tuning, close and exit handling.
-"""Wired into rtkit's hooks by activate(): filter_config (config_filters), wrap_run (run_wrappers),
-on_close (close_callbacks), at_exit (exit_callbacks). Each method is also callable directly, which is how the
+"""rtkit's hooks register these methods at their extension points: filter_config (config_filters),
+wrap_run (run_wrappers), on_close (close_callbacks), at_exit (exit_callbacks). Each method is also callable directly, which is how the
 tests drive it before/without the hooks."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import statistics
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 from . import pools as _pools
 from .pipeline import Pipeline
@@ -22,14 +22,6 @@ from .tuner import Tuner
 TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without a profiler session, which FULL_TRACE would start and which two concurrent runs cannot share) to measure per-stage cost
 WARM_RUNS = 3            # runs of a signature before it counts as the step and tracing starts
 MAX_NOTES = 50
-
-
-def _internal():
-    try:
-        from rtkit.hooks import registry
-        return registry.internal()
-    except Exception:  # hooks not installed (direct use, tests)
-        return contextlib.nullcontext()
 
 
 class _SessionState:
@@ -45,8 +37,10 @@ class _SessionState:
 
 
 class Scheduler:
-    def __init__(self, tf, settings: Dict[str, Any], run_dir: Optional[str]):
+    def __init__(self, tf, settings: Dict[str, Any], run_dir: Optional[str],
+                 internal: Callable[[], ContextManager] = contextlib.nullcontext):
         self.tf = tf
+        self._internal = internal  # the hooks' "not a step" context for rtkit's own session runs
         self.settings = dict(settings)
         self.run_dir = run_dir
         self.stage = bool(settings.get("sched_stage"))
@@ -353,7 +347,7 @@ class Scheduler:
                 md = RunMetadata()
             self._local.bypass = True
             try:
-                with _internal():  # rtkit's own run: not a step in the hooks' step timing
+                with self._internal():  # rtkit's own run: not a step in the hooks' step timing
                     out = sess.run(tensors, options=opts, run_metadata=md)
             finally:
                 self._local.bypass = False

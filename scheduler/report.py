@@ -1,34 +1,21 @@
-# report.py -- the scheduler's report file and the tuned-configuration profile TOML.
+# report.py -- the scheduler's files in the run directory: its report, its trace and the tuned profile.
 from __future__ import annotations
 
 import os
 import time
 from typing import Dict, Optional
 
-from .trace import write_json_atomic
-
-
-def profile_toml(values: Dict, description: str) -> str:
-    """A profile in profiles/*.toml format; keys are rtkit.config keys."""
-    lines = [f'description = "{description}"', "", "[settings]"]
-    for key, value in values.items():
-        if isinstance(value, bool):
-            lines.append(f"{key} = {'true' if value else 'false'}")
-        elif isinstance(value, int):
-            lines.append(f"{key} = {value}")
-        else:
-            lines.append(f'{key} = "{value}"')
-    return "\n".join(lines) + "\n"
+from rtkit import atomic
+from rtkit import config
 
 
 def write_profile(path: str, values: Dict, description: str) -> Optional[str]:
+    """Write the tuned configuration as a profile (config.profile_text is the one profile format); returns
+    an error note, or None."""
     try:
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as fh:
-            fh.write(profile_toml(values, description))
-        os.replace(tmp, path)
+        atomic.write_text(path, config.profile_text(values, description))
         return None
     except OSError as exc:
         return f"cannot write profile {path}: {exc}"
@@ -36,8 +23,8 @@ def write_profile(path: str, values: Dict, description: str) -> Optional[str]:
 
 def write_report(run_dir: str, report: Dict, chrome: Dict) -> None:
     pid = os.getpid()
-    write_json_atomic(os.path.join(run_dir, f"scheduler-{pid}.json"), report)
-    write_json_atomic(os.path.join(run_dir, f"trace-{pid}.json"), chrome)
+    atomic.write_json(os.path.join(run_dir, f"scheduler-{pid}.json"), report)
+    atomic.write_json(os.path.join(run_dir, f"trace-{pid}.json"), chrome)
 
 
 def now_iso() -> str:

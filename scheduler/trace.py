@@ -3,7 +3,6 @@
 chrome://tracing with the overlap of input and compute visible. Timestamps are microseconds since the epoch."""
 from __future__ import annotations
 
-import json
 import os
 import threading
 from typing import Dict, List, Optional
@@ -55,10 +54,3 @@ class Trace:
             events = list(self.events)
         return {"traceEvents": meta + events, "displayTimeUnit": "ms",
                 "otherData": {"dropped_events": self.dropped, "time_unit": "us"}}
-
-
-def write_json_atomic(path: str, data) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1, default=str)
-    os.replace(tmp, path)

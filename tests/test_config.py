@@ -149,3 +149,25 @@ def test_c_allocator_defaults_match_the_table(tmp_path):
     assert set(seen) - {"run_dir"} == expected
     for key in expected:
         assert seen[key] == cfg.BY_KEY[key].default, (key, seen[key], cfg.BY_KEY[key].default)
+
+
+def test_profile_text_is_read_back_by_load_profile(tmp_path):
+    """The one profile format: what the scheduler's tuner writes (config.profile_text) loads unchanged."""
+    values = {"sched": True, "sched_stage": False, "sched_inter_op": 3, "malloc_arena_limit": "1G",
+              "sched_save_profile": 'odd "name"\\with\ttab'}
+    path = tmp_path / "tuned.toml"
+    path.write_text(cfg.profile_text(values, 'Tuned "today"'))
+    prof = cfg.load_profile(str(path))
+    assert prof.description == 'Tuned "today"'
+    assert prof.values == {k: cfg.BY_KEY[k].parse(v) for k, v in values.items()}
+
+
+def test_bundled_profiles_say_what_they_set():
+    """A profile's description must not contradict its settings (the scheduler part, at least)."""
+    for name, path in cfg.available_profiles().items():
+        prof = cfg.load_profile(path)
+        text = prof.description.lower()
+        if "scheduler off" in text or "no scheduler" in text:
+            assert prof.values.get("sched") is False, name
+        elif "scheduler" in text:
+            assert prof.values.get("sched") is True, name

@@ -311,7 +311,7 @@ def test_compare_ratios_on_a_modified_copy(runs, tmp_path):
                                  minor_faults_per_step_median=0)
     b["process"]["peak_rss_bytes"] = a["process"]["peak_rss_bytes"] * 2
     a["allocator"] = None
-    b["allocator"] = {"state": "planned", "arena_hits": 900, "fallbacks": 100}
+    b["allocator"] = {"state": "planned", "hit_rate": 0.9, "totals": {"arena_hits": 900, "fallbacks": 100}}
     data = compare_mod.compare(a, b)
     m = {x["key"]: x for x in data["metrics"]}
     assert m["step_ms_median"]["ratio"] == pytest.approx(0.8) and m["step_ms_median"]["better"] == "b"
@@ -332,7 +332,9 @@ def test_compare_ratios_on_a_modified_copy(runs, tmp_path):
 
 
 def full_report(base):
-    """A real report with allocator, pmem and scheduler sections filled in by hand."""
+    """A real report with allocator, pmem and scheduler sections filled in by hand, under the keys of
+    rtkit/report/contract.py (the allocator's and scheduler's only in part: test_report_contract.py checks
+    the real writers)."""
     rep = copy.deepcopy(base)
     n = 20
     rep["steps"]["count"] = n
@@ -342,8 +344,8 @@ def full_report(base):
     rep["steps"]["summary"].update(measured_steps=n - 3, step_ms_median=51.0, step_ms_p5=50.0, step_ms_p95=52.0,
                                    step_ms_mean=51.0, steps_per_s=19.6, minor_faults_per_step_median=1)
     rep["allocator"] = {
-        "state": "planned", "hit_rate": 0.975, "arena_hits": 39000, "fallbacks": 1000,
-        "faults_per_step_before_plan": 2100.0, "faults_per_step_after_plan": 0.25,
+        "state": "planned", "hit_rate": 0.975, "totals": {"arena_hits": 39000, "fallbacks": 1000},
+        "minor_faults_per_step_before_plan": 2100.0, "minor_faults_per_step_after_plan": 0.25,
         "plan": {"classes": [{"size_bytes": 65536 << k, "blocks": 2, "reserved_bytes": 131072 << k} for k in range(3)],
                  "reserved_bytes": 3 * (1 << 30) // 2, "spacing": 1.25},
         "per_step": [{"step": i + 1, "arena_hits": 0 if i < 5 else 2000, "fallbacks": 2000 if i < 5 else 30}

@@ -1,7 +1,6 @@
 # output.py -- what the bench leaves behind: the medians/ratios table (terminal and Markdown), bench.json, machine facts.
 from __future__ import annotations
 
-import json
 import shlex
 import os
 import platform
@@ -195,18 +194,3 @@ def machine_info() -> Dict[str, Any]:
         "tensorflow": _dist_version("tensorflow-cpu", "tensorflow"),
         "peer_packages": _debian_versions(sorted(DEBIAN_PACKAGES.values())),
     }
-
-
-def write_json_atomic(path: str, data: Any) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1, sort_keys=False, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,15 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
+from rtkit import atomic, rundir
 from rtkit.bench import output, stats
 from rtkit.bench.peers import Peer
-
-_SAFE = re.compile(r"[^A-Za-z0-9_.+-]")
-
-
-def safe_name(name: str) -> str:
-    return _SAFE.sub("_", name)
-
 
 def rtkit_command() -> List[str]:
     """How to start `rtkit` from this interpreter: the console script beside it when installed,
@@ -152,8 +145,8 @@ def _kill_tree(proc: subprocess.Popen, sig: int, grace_s: float) -> None:
 
 def run_one(spec: BenchSpec, peer: Peer, round_no: int, position: int, progress: Progress,
             base_env: Dict[str, str]) -> Dict[str, Any]:
-    tag = f"{safe_name(peer.name)}-r{round_no}"
-    run_dir = os.path.join(spec.out, "runs", tag)
+    tag = rundir.bench_tag(peer.name, round_no)
+    run_dir = rundir.bench_run_dir(spec.out, peer.name, round_no)
     log_path = os.path.join(spec.out, "logs", tag + ".log")
     argv = [*spec.rtkit, "run", "--run-dir", run_dir, "--name", tag, *peer.run_args(), "--", *spec.command,
             *peer.args]
@@ -292,8 +285,8 @@ def assemble(spec: BenchSpec, runs: List[Dict[str, Any]], order: List[List[str]]
 
 
 def write_outputs(spec: BenchSpec, bench: Dict[str, Any]) -> None:
-    output.write_json_atomic(os.path.join(spec.out, "bench.json"), bench)
-    output.write_text_atomic(os.path.join(spec.out, "bench.md"), output.render_markdown(bench))
+    atomic.write_json(os.path.join(spec.out, "bench.json"), bench)
+    atomic.write_text(os.path.join(spec.out, "bench.md"), output.render_markdown(bench))
 
 
 def run_bench(spec: BenchSpec, stream: Optional[TextIO] = None) -> Dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from rtkit.report.contract import Allocator
+
 # Metrics taken from each run's report.json, in table order. lower_is_better says which way a
 # ratio below 1.0 points (steps_per_s is the only one where higher is better).
 METRICS = (
@@ -44,26 +46,10 @@ def _num(x: Any) -> Optional[float]:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def _find_hit_rate(section: Any, depth: int = 0) -> Optional[float]:
-    """The allocator's hit rate: a numeric key containing 'hit_rate' anywhere in its section, or
-    hits / (hits + misses) from keys ending in '_hits' / '_misses' (PRMalloc's schema is its own)."""
-    if not isinstance(section, Mapping) or depth > 4:
-        return None
-    for key, value in section.items():
-        if str(key) == "hit_rate":     # PRMalloc: arena hits / large requests; null when none was large
-            return _num(value)
-    for key, value in section.items():
-        if "hit_rate" in str(key) and _num(value) is not None:
-            return _num(value)
-    hits = sum(_num(v) or 0 for k, v in section.items() if str(k).endswith("hits"))
-    misses = sum(_num(v) or 0 for k, v in section.items() if str(k).endswith("misses"))
-    if hits + misses > 0:
-        return hits / (hits + misses)
-    for value in section.values():
-        found = _find_hit_rate(value, depth + 1)
-        if found is not None:
-            return found
-    return None
+def allocator_hit_rate(section: Any) -> Optional[float]:
+    """The allocator's hit rate (arena hits / large requests; null when none was large), under the
+    report contract's key."""
+    return _num(section.get(Allocator.HIT_RATE)) if isinstance(section, Mapping) else None
 
 
 def steady_faults_per_step(steps: Mapping[str, Any]) -> Optional[float]:
@@ -91,7 +77,7 @@ def metrics_from_report(report: Mapping[str, Any]) -> Dict[str, Optional[float]]
         "minor_faults_per_step": steady_faults_per_step(steps),
         "minor_faults": _num(process.get("minor_faults")),
         "duration_s": _num(run.get("duration_s")),
-        "allocator_hit_rate": _find_hit_rate(report.get("allocator")),
+        "allocator_hit_rate": allocator_hit_rate(report.get("allocator")),
     }
 
 

@@ -9,7 +9,8 @@ import shutil
 import sys
 import time
 
-USAGE_ERROR = 2
+from rtkit.errors import UserError
+
 
 EPILOG = """\
 configurations (--configs; default: tf-default,glibc,tcmalloc,jemalloc,mimalloc,tf-bfc,rtkit):
@@ -58,9 +59,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _err(msg: str) -> int:
-    print(f"rtkit bench: {msg}", file=sys.stderr)
-    return USAGE_ERROR
+def _err(msg: str) -> UserError:
+    return UserError(f"rtkit bench: {msg}")
 
 
 def _list(peers_mod, lib_dirs) -> int:
@@ -91,6 +91,7 @@ def _prepare_data(args) -> int:
 
 def main(args) -> int:
     from rtkit.bench import peers as peers_mod
+    from rtkit import rundir
     from rtkit.bench import runner
 
     lib_dirs = list(args.lib_dir) or list(peers_mod.DEFAULT_LIB_DIRS)
@@ -100,17 +101,17 @@ def main(args) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     elif cmd:
-        return _err(f"unexpected argument(s) {' '.join(cmd)}: put the command after --")
+        raise _err(f"unexpected argument(s) {' '.join(cmd)}: put the command after --")
     if args.rounds < 1:
-        return _err(f"--rounds {args.rounds}: expected a whole number >= 1")
+        raise _err(f"--rounds {args.rounds}: expected a whole number >= 1")
     if args.steps is not None and args.steps < 1:
-        return _err(f"--steps {args.steps}: expected a whole number >= 1")
+        raise _err(f"--steps {args.steps}: expected a whole number >= 1")
     if args.batch is not None and args.batch < 1:
-        return _err(f"--batch {args.batch}: expected a whole number >= 1")
+        raise _err(f"--batch {args.batch}: expected a whole number >= 1")
     if args.timeout is not None and args.timeout <= 0:
-        return _err(f"--timeout {args.timeout}: expected seconds > 0")
+        raise _err(f"--timeout {args.timeout}: expected seconds > 0")
     if not cmd and args.workload not in ("wdl", "dlrm"):
-        return _err(f"unknown workload '{args.workload}': expected wdl or dlrm")
+        raise _err(f"unknown workload '{args.workload}': expected wdl or dlrm")
 
     try:
         user = [peers_mod.parse_user_config(spec) for spec in args.config]
@@ -118,11 +119,11 @@ def main(args) -> int:
             list(peers_mod.DEFAULT_CONFIGS) + [p.name for p in user if p.name not in peers_mod.DEFAULT_CONFIGS]
         chosen = peers_mod.select(names, user, args.profile)
     except peers_mod.PeerError as exc:
-        return _err(str(exc))
+        raise _err(str(exc))
 
     names = [p.name for p in chosen]
     if args.baseline and args.baseline not in names:
-        return _err(f"--baseline {args.baseline} is not one of the configurations run: {', '.join(names)}")
+        raise _err(f"--baseline {args.baseline} is not one of the configurations run: {', '.join(names)}")
     baseline = args.baseline or (peers_mod.DEFAULT_BASELINE if peers_mod.DEFAULT_BASELINE in names else names[0])
 
     available, skipped, libraries = [], [], {}
@@ -136,14 +137,14 @@ def main(args) -> int:
     for s in skipped:
         print(f"rtkit bench: {s['note']}", file=sys.stderr)
     if not available:
-        return _err("every configuration was skipped: nothing to run")
+        raise _err("every configuration was skipped: nothing to run")
     notes = []
     if baseline not in [p.name for p in available]:
         notes.append(f"baseline {baseline} was skipped: ratios are empty")
 
     if cmd:
         if not (os.sep in cmd[0] and os.access(cmd[0], os.X_OK)) and shutil.which(cmd[0]) is None:
-            return _err(f"command not found: {cmd[0]}")
+            raise _err(f"command not found: {cmd[0]}")
         command = cmd
         title = shlex.join(cmd)
     else:
@@ -153,7 +154,7 @@ def main(args) -> int:
     out = args.out or os.path.join("rtkit-bench", time.strftime("%Y%m%d-%H%M%S"))
     runs_dir = os.path.join(out, "runs")
     if os.path.isdir(runs_dir) and os.listdir(runs_dir):
-        return _err(f"--out {out} already holds a bench (runs/ is not empty): choose another folder")
+        raise _err(f"--out {out} already holds a bench (runs/ is not empty): choose another folder")
 
     spec = runner.BenchSpec(peers=available, skipped=skipped, libraries=libraries, command=command,
                             rounds=args.rounds, out=out, baseline=baseline, timeout_s=args.timeout, title=title,
@@ -165,20 +166,16 @@ def main(args) -> int:
                 peer = next(p for p in available if p.name == name)
                 env = " ".join(f"{k2}={v}" for k2, v in peer.child_env({}, libraries.get(name)).items())
                 print(f"r{k} {name}: {env + ' ' if env else ''}{' '.join(spec.rtkit)} run --run-dir "
-                      f"{os.path.join(out, 'runs', runner.safe_name(name) + f'-r{k}')} "
+                      f"{rundir.bench_run_dir(out, name, k)} "
                       f"{' '.join(peer.run_args())} -- {' '.join(command + peer.args)}")
         return 0
     try:
-        os.makedirs(runs_dir, exist_ok=True)
-        probe = os.path.join(out, ".write-test")
-        with open(probe, "w"):
-            pass
-        os.unlink(probe)
+        rundir.make_writable(runs_dir)
     except OSError as exc:
-        return _err(f"--out {out} is not writable: {exc.strerror or exc}")
+        raise _err(f"--out {out} is not writable: {exc.strerror or exc}")
 
     if not cmd and _prepare_data(args) != 0:
-        return _err("could not generate the workload's data set (see above)")
+        raise _err("could not generate the workload's data set (see above)")
     print(f"rtkit bench: {len(available)} configurations x {args.rounds} rounds: {', '.join(p.name for p in available)}; "
           f"baseline {baseline}; output {out}", file=sys.stderr)
     bench = runner.run_bench(spec)

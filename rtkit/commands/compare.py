@@ -19,22 +19,13 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 def main(args: argparse.Namespace) -> int:
-    from rtkit.report.load import ReportError, load
+    from rtkit.report.load import load
     from rtkit.report import compare
-    try:
-        a, _ = load(args.run_a)
-        b, _ = load(args.run_b)
-    except ReportError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    try:
-        if args.json:
-            json.dump(compare.compare(a, b, args.run_a, args.run_b), sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            sys.stdout.write(compare.render(a, b, args.run_a, args.run_b))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        from rtkit.commands.report import _silence_stdout
-        _silence_stdout()
+    a, _ = load(args.run_a)
+    b, _ = load(args.run_b)
+    if args.json:
+        json.dump(compare.compare(a, b, args.run_a, args.run_b), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(compare.render(a, b, args.run_a, args.run_b))
     return 0

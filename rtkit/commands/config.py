@@ -28,11 +28,7 @@ def main(args) -> int:
         return _list(args.json)
     if args.profiles:
         return _profiles(args.json)
-    try:
-        resolved = cfg.resolve(cli=cfg.parse_assignments(args.set), profile=args.profile)
-    except cfg.ConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
+    resolved = cfg.resolve(cli=cfg.parse_assignments(args.set), profile=args.profile)  # ConfigError: cli.main
     for line in resolved.errors:
         print(line, file=sys.stderr)
     if args.json:

@@ -1,10 +1,8 @@
-# demo.py -- `rtkit demo`: the bundled Wide&Deep workload under `rtkit run`, with summary and HTML report.
+# demo.py -- `rtkit demo`: the bundled Wide&Deep workload under the run pipeline, with summary and HTML report.
 from __future__ import annotations
 
 import os
 import sys
-
-from rtkit import config as cfg
 
 
 def register(subparsers) -> None:
@@ -22,23 +20,16 @@ def register(subparsers) -> None:
 
 
 def main(args) -> int:
-    from rtkit.commands.run import execute
+    from rtkit import runner
 
     command = [sys.executable, "-m", "rtkit.workloads", args.model, "--api", args.api]
     if args.steps:
         command += ["--steps", str(args.steps)]
     if args.batch:
         command += ["--batch", str(args.batch)]
-    try:
-        cli_values = cfg.parse_assignments(args.set)
-        cli_values.setdefault("name", f"demo-{args.model}")
-        if args.out:
-            cli_values["out"] = args.out
-        resolved = cfg.resolve(cli=cli_values, profile=args.profile)
-    except cfg.ConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
+    resolved = runner.resolve(args.set, profile=args.profile, options={"out": args.out},
+                              defaults={"name": f"demo-{args.model}"}, who="rtkit demo")
     # The demo is ours, so TensorFlow's start-up log lines are trimmed unless the user asked for them.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    code, _ = execute(command, resolved, html=True)
+    code, _ = runner.execute(command, resolved, html=True)
     return code

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from rtkit.errors import UserError
+
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -68,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
     action = getattr(args, "pmem_command", None)
     if not action:
         args._pmem_parser.print_help(sys.stderr)
-        return 2
+        return 2  # as `rtkit` without a command: the help is the message
     try:
         if action == "create":
             opts = {}
@@ -80,12 +82,10 @@ def main(args: argparse.Namespace) -> int:
             print(f"created {args.path}: {st['nsegments']} segments of {_human(st['segment_size'])}")
             return 0
         report = pmem.check(args.path) if action == "check" else pmem.info(args.path)
-    except ValueError as exc:
-        print(f"rtkit pmem {action}: {exc}", file=sys.stderr)
-        return 2
     except pmem.PmemError as exc:
-        print(f"rtkit pmem {action}: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, pmem.CorruptPoolError) else 2
+        raise UserError(f"rtkit pmem {action}: {exc}", 1 if isinstance(exc, pmem.CorruptPoolError) else 2) from None
+    except ValueError as exc:
+        raise UserError(f"rtkit pmem {action}: {exc}") from None
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from rtkit.errors import UserError
+
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -23,45 +25,24 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 def main(args: argparse.Namespace) -> int:
-    from rtkit.report.load import ReportError, load   # lazy: keeps `rtkit --help` light
+    from rtkit.report.load import load   # lazy: keeps `rtkit --help` light
     if args.run_dir is None:
-        if args.html:          # `--html RUN_DIR`: argparse gave the run directory to --html
-            args.run_dir, args.html = args.html, ""
-        else:
-            print("rtkit report: error: RUN_DIR is required (see `rtkit report --help`)", file=sys.stderr)
-            return 2
-    try:
-        report, run_dir = load(args.run_dir)
-    except ReportError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    try:
-        if args.json:
-            json.dump(report, sys.stdout, indent=2, sort_keys=False)
-            sys.stdout.write("\n")
-        elif args.html is not None:
-            from rtkit.report import html
-            path = args.html or html.default_path(run_dir)
-            try:
-                html.write(report, path)
-            except OSError as exc:
-                print(f"rtkit: cannot write '{path}': {exc.strerror or exc}", file=sys.stderr)
-                return 2
-            print(path)
-        else:
-            from rtkit.report import terminal
-            sys.stdout.write(terminal.render(report, colour=terminal.use_colour(sys.stdout), width=args.width))
-        sys.stdout.flush()
-    except BrokenPipeError:       # `rtkit report X | head` is normal use, not an error
-        _silence_stdout()
+        if not args.html:
+            raise UserError("rtkit report: error: RUN_DIR is required (see `rtkit report --help`)")
+        args.run_dir, args.html = args.html, ""   # `--html RUN_DIR`: argparse gave the run directory to --html
+    report, run_dir = load(args.run_dir)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2, sort_keys=False)
+        sys.stdout.write("\n")
+    elif args.html is not None:
+        from rtkit.report import html
+        path = args.html or html.default_path(run_dir)
+        try:
+            html.write(report, path)
+        except OSError as exc:
+            raise UserError(f"rtkit: cannot write '{path}': {exc.strerror or exc}") from None
+        print(path)
+    else:
+        from rtkit.report import terminal
+        sys.stdout.write(terminal.render(report, colour=terminal.use_colour(sys.stdout), width=args.width))
     return 0
-
-
-def _silence_stdout() -> None:
-    """After a closed pipe, point stdout at /dev/null so the interpreter's final flush stays quiet."""
-    import os
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass

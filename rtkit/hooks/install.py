@@ -52,7 +52,9 @@ def on_tensorflow(tf) -> None:
         try:
             from rtkit import scheduler
 
-            scheduler.activate(tf, values, os.environ.get("RTKIT_RUN_DIR") or None)
+            sched = scheduler.activate(tf, values, os.environ.get("RTKIT_RUN_DIR") or None, internal=registry.internal)
+            if sched.on_close not in registry.close_callbacks:  # once per process, however often TF is hooked
+                registry.register(sched)
         except Exception as exc:  # the job runs on TF's defaults
             rec.notes.append(f"scheduler not activated: {exc!r}; TensorFlow's defaults apply")
     rec.flush()

@@ -1,5 +1,8 @@
-# registry.py -- extension points through which components (the scheduler) join the session hooks.
-"""See docs/report.md and /work notes: config_filters, run_wrappers, close_callbacks, exit_callbacks."""
+# registry.py -- the hooks' extension points, at which rtkit.hooks.install registers components (the scheduler).
+"""The hooks own these lists; a component never imports this module, it only offers the callables:
+config_filters (each session's ConfigProto), run_wrappers (around each Session.run), close_callbacks
+(before a session closes) and exit_callbacks (at interpreter exit, before the step file's last flush).
+`internal()` marks rtkit's own session runs, which are not training steps."""
 import contextlib
 import threading
 from typing import Callable, List
@@ -21,6 +24,14 @@ def internal():
         yield
     finally:
         _local.internal = previous
+
+
+def register(component) -> None:
+    """Join a component that offers filter_config, wrap_run, on_close and at_exit (the Scheduler does)."""
+    config_filters.append(component.filter_config)
+    run_wrappers.append(component.wrap_run)
+    close_callbacks.append(component.on_close)
+    exit_callbacks.append(component.at_exit)
 
 
 def is_internal() -> bool:

@@ -5,12 +5,13 @@ rewritten atomically every few seconds and at exit, so a killed job still leaves
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import resource
 import threading
 import time
 from typing import Dict, List, Optional
+
+from rtkit import atomic
 
 FLUSH_INTERVAL_S = 5.0
 FLUSH_BUDGET = 0.02  # a periodic flush may take at most this share of the time between flushes
@@ -136,11 +137,8 @@ class StepRecorder:
         if data["count"] == 0 and self.hook["status"] == "not_loaded":
             return  # a helper process that never touched TensorFlow: leave no file
         path = os.path.join(self.run_dir, f"steps-{os.getpid()}.json")
-        tmp = f"{path}.tmp"
         try:
-            with open(tmp, "w") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, path)
+            atomic.write_json(path, data, indent=None)
         except OSError:
             pass  # an unwritable run dir was reported by the parent already
 

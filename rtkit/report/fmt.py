@@ -143,20 +143,6 @@ def get(d: Any, path: str, default: Any = None) -> Any:
     return cur
 
 
-def first(d: Any, *paths: str) -> Any:
-    """The first present, non-null value among several candidate key paths."""
-    return first_kv(d, *paths)[1]
-
-
-def first_kv(d: Any, *paths: str) -> tuple:
-    """(path, value) of the first present, non-null candidate; (None, None) when none is."""
-    for p in paths:
-        v = get(d, p)
-        if v is not None:
-            return p, v
-    return None, None
-
-
 def safe_ratio(b: Any, a: Any) -> Optional[float]:
     if not (is_num(a) and is_num(b)) or a == 0:
         return None

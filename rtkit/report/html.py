@@ -5,11 +5,12 @@ import os
 from html import escape
 from typing import Any, Dict, List
 
+from rtkit import atomic
 from rtkit.report import fmt
+from rtkit.report.contract import Scheduler
 from rtkit.report import sections as sec
 from rtkit.report import svg
 from rtkit.report.fmt import get
-from rtkit.report.model import write_text_atomic
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:24px auto;max-width:980px;
@@ -115,11 +116,11 @@ def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
         if len(occ) >= 2:
             out["scheduler"].append(svg.line_chart([("queued", occ)], "Pipeline occupancy (input batches ready)",
                                                    "sample", "batches"))
-        trials = fmt.first(sched, *sec.SCHED_TRIALS)
+        trials = sec.sched_trials(sched)
         if isinstance(trials, list):
             pts = []
             for i, t in enumerate(trials):
-                v = fmt.first(t, "step_ms_median", "median_step_ms", "step_ms") if isinstance(t, dict) else None
+                v = t.get(Scheduler.TRIAL_STEP_MS) if isinstance(t, dict) else None
                 if fmt.is_num(v):
                     pts.append((i + 1, v))
             if len(pts) >= 2:
@@ -170,7 +171,7 @@ def render(report: Dict[str, Any]) -> str:
 
 def write(report: Dict[str, Any], path: str) -> str:
     """Write the HTML atomically (temporary file, then rename); returns the path."""
-    write_text_atomic(path, render(report))
+    atomic.write_text(path, render(report))
     return path
 
 

@@ -5,8 +5,10 @@ import json
 import os
 from typing import Any, Dict, Tuple
 
+from rtkit.errors import UserError
 
-class ReportError(Exception):
+
+class ReportError(UserError):
     """The one line shown to the user (exit code 2)."""
 
 

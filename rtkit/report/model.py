@@ -8,33 +8,11 @@ import os
 import platform
 import re
 import statistics
-import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 SCHEMA_VERSION = 1
 REPORT_FILE = "report.json"
 COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler")
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    """Write a file so that readers see the old or the new content, never a half-written one."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def write_json_atomic(path: str, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=1, default=str) + "\n")
 
 
 def read_child_files(run_dir: str, prefix: str) -> List[Tuple[int, Dict[str, Any]]]:

@@ -1,10 +1,10 @@
 # sections.py -- turns a report.json dict into titled sections of rows and tables, shared by the terminal and HTML views.
 """One place decides what a person sees; terminal.py and html.py only lay it out.
 
-The run, process and steps sections follow the schema of record (notes/interfaces.md). The
-allocator, pmem and scheduler sections are embedded as their components wrote them, so they are
-read tolerantly: a few headline figures are looked up under the names their issues use (with
-alternatives), and every other figure is still shown, formatted by the unit in its key."""
+Every headline figure is read under the one key path report/contract.py declares for it; a declared key
+that a report lacks becomes a note in its section. The allocator, pmem and scheduler sections are embedded
+as their components wrote them: besides the headline figures, every other figure they hold is shown too,
+formatted by the unit in its key."""
 from __future__ import annotations
 
 import shlex
@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from rtkit.report import fmt
-from rtkit.report.fmt import first, get
+from rtkit.report.contract import Allocator as A, Scheduler as S, Pmem as PM
+from rtkit.report import contract
+from rtkit.report.fmt import get
 
 MAX_TABLE_ROWS = 24          # longer tables show their head and a "... N more" row
 PER_STEP_KEYS = ("per_step", "steps", "samples", "census", "timeline", "per_step_census", "events")
@@ -198,97 +200,72 @@ def cpu_utilization(report: Dict[str, Any]) -> Optional[float]:
 
 
 def allocator_counts(alloc: Any) -> Tuple[Optional[float], Optional[float]]:
-    """(arena hits, fallbacks) as totals, from whichever names the allocator used."""
-    hits = first(alloc, "arena_hits", "hits", "served_arena", "calls.arena", "totals.arena_hits", "totals.hits",
-                 "census.arena_hits", "summary.arena_hits")
-    falls = first(alloc, "fallbacks", "fallback_calls", "calls.fallback", "totals.fallbacks", "census.fallbacks",
-                  "summary.fallbacks")
-    if isinstance(hits, dict):
-        hits = first(hits, "calls", "count", "total")
-    if isinstance(falls, dict):
-        falls = first(falls, "calls", "count", "total")
+    """(arena hits, fallbacks) as totals."""
+    hits, falls = get(alloc, A.ARENA_HITS), get(alloc, A.FALLBACKS)
     return (hits if fmt.is_num(hits) else None, falls if fmt.is_num(falls) else None)
 
 
 def allocator_hit_rate(alloc: Any) -> Optional[float]:
-    if not isinstance(alloc, dict):
-        return None
-    rate = first(alloc, "hit_rate", "arena_hit_rate", "summary.hit_rate", "totals.hit_rate")
-    if fmt.is_num(rate):
-        return rate / 100.0 if rate > 1 else rate
-    hits, falls = allocator_counts(alloc)
-    if hits is not None and falls is not None and hits + falls > 0:
-        return hits / (hits + falls)
-    return None
+    rate = get(alloc, A.HIT_RATE)
+    return rate if fmt.is_num(rate) else None
 
 
 def allocator_state(alloc: Any) -> Optional[str]:
-    v = first(alloc, "state", "status", "phase", "mode")
+    v = get(alloc, A.STATE)
     return None if v is None else str(v)
 
 
 def allocator_faults(alloc: Any) -> Tuple[Any, Any]:
-    before = first(alloc, "faults_per_step_before_plan", "minor_faults_per_step_before_plan",
-                   "before_plan.minor_faults_per_step", "before_plan.faults_per_step",
-                   "faults_per_step.before_plan", "faults_per_step.before")
-    after = first(alloc, "faults_per_step_after_plan", "minor_faults_per_step_after_plan",
-                  "after_plan.minor_faults_per_step", "after_plan.faults_per_step",
-                  "faults_per_step.after_plan", "faults_per_step.after")
-    return before, after
+    return get(alloc, A.FAULTS_BEFORE_PLAN), get(alloc, A.FAULTS_AFTER_PLAN)
 
 
 def allocator_profile_span(alloc: Any) -> Optional[Tuple[float, float]]:
     """(first, last) step the allocator profiled, when it says."""
-    a, b = first(alloc, "profile.start_step"), first(alloc, "profile.end_step", "plan.made_at_step")
+    a, b = get(alloc, A.PROFILE_START), get(alloc, A.PROFILE_END)
     return (a, b) if fmt.is_num(a) and fmt.is_num(b) and b >= a else None
 
 
 def allocator_per_step(alloc: Any) -> List[Tuple[Any, float, float]]:
     """[(step, hits, fallbacks)] from the allocator's per-step census, when it has one."""
-    seq = first(alloc, "per_step", "census.per_step", "steps", "per_step_census")
+    seq = get(alloc, A.PER_STEP)
     out = []
     if isinstance(seq, list):
         for i, r in enumerate(seq):
             if not isinstance(r, dict):
                 continue
-            h = first(r, "arena_hits", "hits", "served_arena", "arena", "calls.arena")
-            f = first(r, "fallbacks", "fallback", "fallback_calls", "calls.fallback")
+            h, f = r.get(A.STEP_ARENA_HITS), r.get(A.STEP_FALLBACKS)
             if fmt.is_num(h) or fmt.is_num(f):
                 out.append((_step_no(r, i - 1), h if fmt.is_num(h) else 0, f if fmt.is_num(f) else 0))
     return out
 
 
 def plan_classes(alloc: Any) -> Any:
-    return first(alloc, "plan.classes", "classes", "plan.size_classes")
+    return get(alloc, A.PLAN_CLASSES)
 
 
 def plan_reserved(alloc: Any) -> Any:
-    return first(alloc, "plan.reserved_bytes", "reserved_bytes", "arena_reserved_bytes", "plan.arena_bytes",
-                 "arenas.reserved_bytes")
-
-
-SCHED_SPEEDUP = ("speedup_over_first_x", "tuning.speedup_over_first_x", "speedup", "tuning.speedup",
-                 "speedup_over_first")
-SCHED_OCCUPANCY = ("pipeline.occupancy_mean_batches", "pipeline.occupancy", "occupancy", "pipeline_occupancy")
-SCHED_CHOSEN = ("chosen", "chosen_config", "config", "tuning.chosen", "applied")
-SCHED_TRIALS = ("tuning.trials", "trials", "tune.trials")
+    return get(alloc, A.PLAN_RESERVED_BYTES)
 
 
 def sched_speedup(sched: Any) -> Any:
-    return first(sched, *SCHED_SPEEDUP)
+    return get(sched, S.SPEEDUP)
 
 
-def sched_occupancy(sched: Any) -> tuple:
-    """(key, value): the key says the unit (a fraction, or batches queued ahead)."""
-    return fmt.first_kv(sched, *SCHED_OCCUPANCY)
+def sched_occupancy(sched: Any) -> Any:
+    """Mean number of input batches queued ahead."""
+    return get(sched, S.OCCUPANCY_MEAN)
 
 
 def sched_chosen(sched: Any) -> Any:
-    return first(sched, *SCHED_CHOSEN)
+    return get(sched, S.CHOSEN)
+
+
+def sched_trials(sched: Any) -> Any:
+    return get(sched, S.TRIALS)
 
 
 def sched_occupancy_series(sched: Any) -> List[Tuple[float, float]]:
-    seq = first(sched, "pipeline.occupancy_samples_batches", "pipeline.occupancy_samples")
+    seq = get(sched, S.OCCUPANCY_SAMPLES)
     if not isinstance(seq, list):
         return []
     return [(i + 1, v) for i, v in enumerate(seq) if fmt.is_num(v)]
@@ -438,32 +415,25 @@ def allocator_section(report: Dict[str, Any]) -> Section:
     if not isinstance(a, dict):
         s.off = "off"
         return s
-    shown = set()
     _add(s.rows, "state", allocator_state(a))
     classes = plan_classes(a)
-    if isinstance(classes, (list, dict)):
-        blocks = first(a, "plan.blocks", "blocks", "plan.total_blocks")
-        if blocks is None and isinstance(classes, list):
-            bl = [c.get("blocks") for c in classes if isinstance(c, dict) and fmt.is_num(c.get("blocks"))]
-            blocks = sum(bl) if bl else None
+    plan = get(a, A.PLAN)
+    if isinstance(classes, list):
+        bl = [c.get(A.CLASS_BLOCKS) for c in classes if isinstance(c, dict) and fmt.is_num(c.get(A.CLASS_BLOCKS))]
         text = f"{len(classes)} classes"
-        if blocks is not None:
-            text += f", {fmt.num(blocks)} blocks"
-        plan = a.get("plan")
+        if bl:
+            text += f", {fmt.num(sum(bl))} blocks"
         if isinstance(plan, dict):   # the plan's other scalars (spacing, source...) on the same line
             text += "".join(f", {fmt.label(k)} {fmt.by_key(k, v)}" for k, v in plan.items()
-                            if k not in ("classes", "reserved_bytes", "blocks") and v not in (None, "", False)
+                            if k not in ("classes", "reserved_bytes") and v not in (None, "", False)
                             and not isinstance(v, (dict, list)) and not k.endswith("path"))
         _add(s.rows, "plan", None, text=text)
         if isinstance(plan, dict):
             for k, v in plan.items():
                 if k.endswith("path") and v:
                     _add(s.rows, "plan file" if k == "plan_path" else fmt.label(k), v)
-    elif fmt.is_num(classes):
-        _add(s.rows, "plan", None, text=f"{fmt.num(classes)} classes")
     _add(s.rows, "reserved", plan_reserved(a), "reserved_bytes")
-    rate = allocator_hit_rate(a)
-    _add(s.rows, "hit rate", rate, "hit_rate")
+    _add(s.rows, "hit rate", allocator_hit_rate(a), "hit_rate")
     hits, falls = allocator_counts(a)
     _add(s.rows, "arena hits", hits, "arena_hits")
     _add(s.rows, "fallbacks", falls, "fallbacks")
@@ -471,29 +441,33 @@ def allocator_section(report: Dict[str, Any]) -> Section:
     if before is not None or after is not None:
         _add(s.rows, "faults/step before plan", before, "faults")
         _add(s.rows, "faults/step after plan", after, "faults")
-    shown |= {"state", "status", "phase", "mode", "hit_rate", "arena_hit_rate", "arena_hits", "hits", "fallbacks",
-              "fallback_calls", "reserved_bytes", "classes", "notes", "faults_per_step_before_plan",
-              "faults_per_step_after_plan", "minor_faults_per_step_before_plan",
-              "minor_faults_per_step_after_plan", "before_plan", "after_plan", "faults_per_step",
-              "plan.classes", "plan.reserved_bytes", "plan.blocks", "schema_version", "pid", "config",
-              "totals.arena_hits", "totals.fallbacks", "totals.hit_rate", "census.arena_hits", "census.fallbacks"}
-    if isinstance(classes, (list, dict)) and isinstance(a.get("plan"), dict):
-        shown |= {f"plan.{k}" for k, v in a["plan"].items() if not isinstance(v, (dict, list))}
-    extra = generic_rows(a, skip=shown)
-    if extra:
-        s.rows.extend(extra)
-    t = table_from_records("plan classes", classes, key_name="class")
-    if t and isinstance(classes, (list, dict)):
+    shown = {A.STATE, A.HIT_RATE, A.ARENA_HITS, A.FALLBACKS, A.FAULTS_BEFORE_PLAN, A.FAULTS_AFTER_PLAN,
+             A.PLAN_CLASSES, A.PLAN_RESERVED_BYTES, A.SETTINGS_ECHO, "schema_version", "pid", "notes"}
+    if isinstance(classes, list) and isinstance(plan, dict):
+        shown |= {f"{A.PLAN}.{k}" for k, v in plan.items() if not isinstance(v, (dict, list))}
+    s.rows.extend(generic_rows(a, skip=shown))
+    t = table_from_records("plan classes", classes, key_name="class") if isinstance(classes, list) else None
+    if t:
         s.tables.append(t)
-    s.tables.extend(generic_tables(a, skip={"classes"}))
-    plan = a.get("plan")
-    if isinstance(plan, dict):
-        s.tables.extend(generic_tables(plan, skip={"classes"}))
+    s.tables.extend(generic_tables(a))
     per = allocator_per_step(a)
     if per:
         s.rows.append(("per-step census", f"{len(per)} steps (plotted in the HTML report)"))
-    s.notes = _notes(a)
+    s.notes = _notes(a) + contract.missing_note("allocator", a) + _echo_notes(report, a)
     return s
+
+
+def _echo_notes(report: Dict[str, Any], alloc: Dict[str, Any]) -> List[str]:
+    """A setting the C library read with another value than rtkit resolved is worth one note."""
+    echo = contract.settings_echo(alloc)
+    settings = get(report, "run.settings") or {}
+    out = []
+    for key, value in echo.items():
+        want = settings.get(key)
+        if isinstance(want, dict) and "value" in want and want["value"] != value:
+            out.append(f"the allocator read {key}={_setting_text(key, value)}, rtkit resolved "
+                       f"{_setting_text(key, want['value'])}")
+    return out
 
 
 def pmem_section(report: Dict[str, Any]) -> Section:
@@ -502,14 +476,12 @@ def pmem_section(report: Dict[str, Any]) -> Section:
     if not isinstance(p, dict):
         s.off = "off"
         return s
-    s.rows.extend(generic_rows(p, skip={"notes"}))
+    s.rows.extend(generic_rows(p, skip={PM.NOTES, "schema_version", "pid"}))
     s.tables.extend(generic_tables(p))
-    for k in ("classes", "tiers", "by_class"):
-        if isinstance(p.get(k), dict):
-            t = table_from_records(fmt.label(k), p[k], key_name=k.rstrip("es") if k != "by_class" else "class")
-            if t:
-                s.tables.append(t)
-    s.notes = _notes(p)
+    t = table_from_records("pool classes", get(p, PM.POOL_CLASSES), key_name="class")
+    if t:
+        s.tables.append(t)
+    s.notes = _notes(p) + contract.missing_note("pmem", p)
     return s
 
 
@@ -519,36 +491,30 @@ def scheduler_section(report: Dict[str, Any]) -> Section:
     if not isinstance(sc, dict):
         s.off = "off"
         return s
-    _add(s.rows, "state", first(sc, "state", "status", "mode"))
     chosen = sched_chosen(sc)
     if chosen is not None:
         _add(s.rows, "chosen config", chosen, "chosen")
-    trials = first(sc, *SCHED_TRIALS)
-    tuning = sc.get("tuning")
+    trials = sched_trials(sc)
     if isinstance(trials, list):
         text = str(len(trials))
-        if isinstance(tuning, dict) and tuning.get("steps_used") is not None:
-            text += f" ({fmt.num(tuning.get('steps_used'))} steps used)"
+        if get(sc, S.TRIALS_STEPS_USED) is not None:
+            text += f" ({fmt.num(get(sc, S.TRIALS_STEPS_USED))} steps used)"
         _add(s.rows, "tuning trials", None, text=text)
     _add(s.rows, "speedup over first config", sched_speedup(sc), "speedup")
-    okey, occ = sched_occupancy(sc)
+    occ = sched_occupancy(sc)
     if occ is not None:
-        text = fmt.by_key(okey, occ) if not okey.endswith("batches") else f"{fmt.num(occ)} batches queued (mean)"
-        _add(s.rows, "pipeline occupancy", None, text=text)
-    shown = {"state", "status", "mode", "notes", "stages", "schema_version", "pid", "settings", "step_signature",
-             "sessions", "keras", *SCHED_SPEEDUP, *SCHED_OCCUPANCY, *SCHED_CHOSEN, *SCHED_TRIALS,
-             "pipeline.occupancy_samples_batches"}
+        _add(s.rows, "pipeline occupancy", None, text=f"{fmt.num(occ)} batches queued (mean)")
+    shown = {S.NOTES, S.STAGES, S.CHOSEN, S.SPEEDUP, S.TRIALS, S.OCCUPANCY_MEAN, S.OCCUPANCY_SAMPLES, *S.HIDDEN}
     s.rows.extend(generic_rows(sc, skip=shown))
-    stages = first(sc, "stages", "analysis.stages")
-    t = table_from_records("stages", stages, key_name="stage")
+    t = table_from_records("stages", get(sc, S.STAGES), key_name="stage")
     if t:
         s.tables.append(t)
     if isinstance(trials, list):
         t = table_from_records("tuning trials", [_flat_trial(x) for x in trials])
         if t:
             s.tables.append(t)
-    s.tables.extend(generic_tables(sc, skip={"stages", "trials"}))
-    s.notes = _notes(sc)
+    s.tables.extend(generic_tables(sc, skip={S.STAGES}))
+    s.notes = _notes(sc) + contract.missing_note("scheduler", sc)
     return s
 
 
@@ -577,8 +543,11 @@ def notes_section(report: Dict[str, Any]) -> Section:
 
 def build_sections(report: Dict[str, Any]) -> List[Section]:
     report = normalize(report)
-    return [run_section(report), steps_section(report), process_section(report), allocator_section(report),
-            pmem_section(report), scheduler_section(report), notes_section(report)]
+    out = [run_section(report), steps_section(report), process_section(report), allocator_section(report),
+           pmem_section(report), scheduler_section(report), notes_section(report)]
+    for s in out[:3]:  # the parent's own sections follow the same contract
+        s.notes += contract.missing_note(s.key, report.get(s.key))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

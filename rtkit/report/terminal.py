@@ -7,6 +7,7 @@ import textwrap
 from typing import Any, Dict, List, Optional
 
 from rtkit.report import fmt
+from rtkit.report.contract import Scheduler
 from rtkit.report import sections as sec
 from rtkit.report.fmt import get
 
@@ -156,7 +157,7 @@ def summary_lines(report: Dict[str, Any], report_path: Optional[str] = None) -> 
         lines.append(text)
     sched = report.get("scheduler")
     if isinstance(sched, dict):
-        state = get(sched, "state") or ("on, pipelined" if get(sched, "pipeline.enabled") else "on")
+        state = "on, pipelined" if get(sched, Scheduler.PIPELINE_ENABLED) else "on"
         text = f"rtkit: scheduler: {state}"
         chosen = sec.sched_chosen(sched)
         if isinstance(chosen, dict):

@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from rtkit import atomic
+
 FORMAT_VERSION = 1          # part of the file name: bump when the generator's output changes
 CHUNK_ROWS = 65536          # fixed: the chunk size is part of the seeding scheme
 NUM_INT = 13
@@ -176,25 +178,15 @@ def ensure_dataset(data_dir=None, rows=200_000, seed=0, progress=True):
     if os.path.isfile(path):
         return path
     os.makedirs(data_dir, exist_ok=True)
-    tmp = os.path.join(data_dir, f".{dataset_name(rows, seed)}.tmp-{os.getpid()}")
     bar = _Progress(rows, f"rtkit-workloads: generating {rows} rows (seed {seed})", progress)
     try:
-        with open(tmp, "wb") as fh:
+        with atomic.replacing(path, binary=True, fsync=True) as fh:  # readers see no file or the whole file
             done = 0
             for index in range((rows + CHUNK_ROWS - 1) // CHUNK_ROWS):
                 n = min(CHUNK_ROWS, rows - done)
                 fh.write(generate_chunk(seed, index, n))
                 done += n
                 bar.update(done)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)     # atomic: readers see no file or the whole file
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     finally:
         bar.close()
     return path

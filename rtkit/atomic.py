@@ -1,0 +1,52 @@
+# atomic.py -- the one way rtkit writes a file: a fresh temporary beside it, then a rename over it.
+"""Readers (the parent assembling a report, a user's viewer, a later run) see the old file or the new one,
+never half of one. The temporary is created with O_EXCL|O_NOFOLLOW under a unique name, so a planted link or
+a concurrent writer is never written through; its mode honours the umask. This module imports nothing of rtkit
+and runs in the child too (step and scheduler files), so it stays small."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Any, Iterator, IO
+
+_counter = 0
+
+
+def _temp_path(path: str) -> str:
+    global _counter
+    _counter += 1
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.tmp-{os.getpid()}-{_counter}")
+
+
+@contextlib.contextmanager
+def replacing(path: str, binary: bool = False, fsync: bool = False) -> Iterator[IO]:
+    """Open a temporary file for writing; on a clean exit it replaces `path`, on an error it is removed."""
+    tmp = _temp_path(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                 0o666)
+    try:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as fh:
+            yield fh
+            if fsync:  # for large files another process may read right after a crash
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str, text: str) -> None:
+    with replacing(path) as fh:
+        fh.write(text)
+
+
+def write_json(path: str, obj: Any, indent: int | None = 1) -> None:
+    """JSON with a final newline; indent=None for the compact form files rewritten often use."""
+    with replacing(path) as fh:
+        json.dump(obj, fh, indent=indent, default=str)
+        if indent is not None:
+            fh.write("\n")

@@ -1,0 +1,121 @@
+# contract.py -- the report's keys, declared once per component: what each writer puts in report.json and each reader takes.
+"""Writers: the parent (run, process, steps: rtkit/runner.py and report/model.py), the C library
+(allocator-<pid>.json from prmalloc/stats.c, pmem-<pid>.json from prmalloc/tier.c) and the scheduler
+(scheduler-<pid>.json from scheduler/core.py). Readers (sections.py, terminal.py, html.py, compare.py) look a
+figure up under exactly the path declared here, never under guessed alternatives. A declared key that a
+report lacks is listed by missing() and shown as a note in its section, so a key renamed on one side
+shows up as a note in every report instead of a silent dash. Paths are dotted, relative to the section."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+
+class Run:
+    NAME, COMMAND, STATUS, EXIT_CODE, SIGNAL, ERROR = "name", "command", "status", "exit_code", "signal", "error"
+    DURATION_S, START_TIME, PROFILE, SETTINGS = "duration_s", "start_time", "profile", "settings"
+    CHILD_ENV, VERSIONS, HOST, RUN_DIR = "child_env", "versions", "host", "run_dir"
+    REQUIRED = (NAME, COMMAND, STATUS, EXIT_CODE, DURATION_S, START_TIME, SETTINGS, VERSIONS, RUN_DIR)
+
+
+class Process:
+    PEAK_RSS_BYTES, MINOR_FAULTS, MAJOR_FAULTS = "peak_rss_bytes", "minor_faults", "major_faults"
+    CPU_USER_S, CPU_SYSTEM_S, MAX_THREADS = "cpu_user_s", "cpu_system_s", "max_threads"
+    SAMPLES, SAMPLE_INTERVAL_MS = "samples", "sample_interval_ms"
+    REQUIRED = (PEAK_RSS_BYTES, MINOR_FAULTS, MAJOR_FAULTS, CPU_USER_S, CPU_SYSTEM_S, MAX_THREADS, SAMPLES,
+                SAMPLE_INTERVAL_MS)
+
+
+class Steps:
+    COUNT, SOURCE, SIGNATURE, PER_STEP, WARMUP_STEPS = "count", "source", "signature", "per_step", "warmup_steps"
+    HOOK, HOOK_STATUS, OTHER_SIGNATURES = "hook", "hook.status", "other_signatures"
+    MEASURED = "summary.measured_steps"
+    MEDIAN_MS, P5_MS, P95_MS, MEAN_MS = ("summary.step_ms_median", "summary.step_ms_p5", "summary.step_ms_p95",
+                                         "summary.step_ms_mean")
+    STEPS_PER_S, FAULTS_PER_STEP = "summary.steps_per_s", "summary.minor_faults_per_step_median"
+    REQUIRED = (COUNT, SOURCE, PER_STEP, WARMUP_STEPS, HOOK_STATUS, MEASURED, MEDIAN_MS, P5_MS, P95_MS, MEAN_MS,
+                STEPS_PER_S, FAULTS_PER_STEP)
+
+
+class Allocator:
+    """allocator-<pid>.json (prmalloc/stats.c)."""
+    STATE = "state"
+    SETTINGS_ECHO = "config"              # the settings the library read, under the settings table's keys
+    PROFILE_START, PROFILE_END = "profile.start_step", "profile.end_step"
+    PLAN, PLAN_CLASSES, PLAN_RESERVED_BYTES = "plan", "plan.classes", "plan.reserved_bytes"
+    PLAN_MADE_AT_STEP = "plan.made_at_step"
+    CLASS_BLOCKS = "blocks"               # in each plan class
+    ARENA_HITS, FALLBACKS = "totals.arena_hits", "totals.fallbacks"
+    HIT_RATE = "hit_rate"                 # a fraction (0..1), null before the first large allocation
+    FAULTS_BEFORE_PLAN = "minor_faults_per_step_before_plan"
+    FAULTS_AFTER_PLAN = "minor_faults_per_step_after_plan"
+    PER_STEP = "per_step"                 # records with STEP, STEP_ARENA_HITS, STEP_FALLBACKS
+    STEP, STEP_ARENA_HITS, STEP_FALLBACKS = "step", "arena_hits", "fallbacks"
+    REQUIRED = (STATE, SETTINGS_ECHO, PROFILE_START, PROFILE_END, PLAN_CLASSES, PLAN_RESERVED_BYTES, PLAN_MADE_AT_STEP,
+                ARENA_HITS, FALLBACKS, HIT_RATE, FAULTS_BEFORE_PLAN, FAULTS_AFTER_PLAN, PER_STEP)
+    # The settings echo names each setting by its table key (rtkit/config.py).
+
+
+class Pmem:
+    """pmem-<pid>.json (prmalloc/tier.c): the allocator's PMEM tier; the report's `pmem` section."""
+    STATE, PATH, MEDIUM = "state", "pmem_path", "medium"
+    TIER_BYTES, TIER_PEAK_BYTES = "tier_bytes", "tier_peak_bytes"
+    TIER_ALLOCS, TIER_FALLBACKS = "tier_allocs", "tier_fallbacks"
+    DRAM_SAVED_BYTES = "dram_bytes_saved_estimate"
+    POOL, POOL_CLASSES = "pool", "pool.classes"
+    NOTES = "notes"
+    REQUIRED = (STATE, PATH, MEDIUM, TIER_BYTES, TIER_PEAK_BYTES, TIER_ALLOCS, TIER_FALLBACKS, DRAM_SAVED_BYTES, POOL,
+                NOTES)
+
+
+class Scheduler:
+    """scheduler-<pid>.json (scheduler/core.py Scheduler.report)."""
+    STAGES, CHOSEN, TUNING = "stages", "chosen", "tuning"
+    TRIALS, TRIALS_STEPS_USED = "tuning.trials", "tuning.steps_used"
+    TRIAL_STEP_MS = "step_ms_median"      # in each trial
+    SPEEDUP = "speedup_over_first_x"
+    PIPELINE_ENABLED = "pipeline.enabled"
+    OCCUPANCY_MEAN = "pipeline.occupancy_mean_batches"
+    OCCUPANCY_SAMPLES = "pipeline.occupancy_samples_batches"
+    NOTES = "notes"
+    # echoed or internal: not shown as figures
+    HIDDEN = ("schema_version", "pid", "settings", "step_signature", "sessions", "keras")
+    REQUIRED = (STAGES, CHOSEN, TUNING, SPEEDUP, PIPELINE_ENABLED, OCCUPANCY_MEAN, OCCUPANCY_SAMPLES, NOTES)
+
+
+# report section -> its declaration; None for the sections a component may leave out (component off)
+SECTIONS = {"run": Run, "process": Process, "steps": Steps, "allocator": Allocator, "pmem": Pmem,
+            "scheduler": Scheduler}
+
+
+def _has(d: Any, path: str) -> bool:
+    for part in path.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return False
+        d = d[part]
+    return True
+
+
+def missing(section: str, data: Any) -> List[str]:
+    """The declared keys `data` (one section of a report) lacks; a key present with null is not missing.
+    Conditional keys are only required when their parent is there (tuning.trials when tuning is on)."""
+    if not isinstance(data, dict):
+        return []
+    spec = SECTIONS[section]
+    out = [p for p in spec.REQUIRED if not _has(data, p)]
+    if spec is Scheduler and isinstance(data.get(Scheduler.TUNING), dict) and not _has(data, Scheduler.TRIALS):
+        out.append(Scheduler.TRIALS)
+    return out
+
+
+def missing_note(section: str, data: Any) -> List[str]:
+    gone = missing(section, data)
+    if not gone:
+        return []
+    return [f"report contract: the {section} section lacks {', '.join(gone)} (written by another version of "
+            "its component?); those figures are not shown"]
+
+
+def settings_echo(alloc: Any) -> Dict[str, Any]:
+    """Table key -> value the allocator read (the C library echoes its settings under the table's keys)."""
+    echo = alloc.get(Allocator.SETTINGS_ECHO) if isinstance(alloc, dict) else None
+    return dict(echo) if isinstance(echo, dict) else {}

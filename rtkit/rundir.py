@@ -1,0 +1,64 @@
+# rundir.py -- how run directories are named and created (`rtkit run`, `demo`, and each run of `bench`).
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from datetime import datetime
+from typing import List, Optional, Tuple
+
+
+def slug(text: str) -> str:
+    """A name that is safe as one path component."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "run"
+
+
+def default_name(command: List[str]) -> str:
+    """The run's name from its command: the script or module, not the interpreter."""
+    parts = [os.path.basename(c) for c in command[:3]]
+    if parts and re.match(r"python[0-9.]*$", parts[0]) and len(parts) > 1:
+        parts = parts[1:]
+        if parts[0] == "-m" and len(parts) > 1:
+            parts = parts[1:]
+    return slug(parts[0] if parts else "run")
+
+
+_BENCH_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
+
+
+def bench_tag(config: str, round_no: int) -> str:
+    """`rtkit bench`'s name for one configuration in one round (`profile:memory` -> `profile_memory-r1`)."""
+    return f"{_BENCH_UNSAFE.sub('_', config)}-r{round_no}"
+
+
+def bench_run_dir(out: str, config: str, round_no: int) -> str:
+    """`rtkit bench`'s run directory for one configuration in one round."""
+    return os.path.join(out, "runs", bench_tag(config, round_no))
+
+
+def make_writable(folder: str) -> None:
+    """Create `folder` (and its parents) and prove it takes a file: OSError when it does not."""
+    os.makedirs(folder, exist_ok=True)
+    probe = os.path.join(folder, f".rtkit-write-test-{os.getpid()}")
+    with open(probe, "x"):
+        pass
+    os.unlink(probe)
+
+
+def make_run_dir(out: str, name: str, exact: Optional[str]) -> Tuple[str, Optional[str]]:
+    """Create OUT/<time>-<name> (or `exact`). An unwritable place is not fatal: the run goes on with a
+    temporary directory and the returned note says where the report went."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    wanted = exact or os.path.join(out, f"{stamp}-{name}")
+    try:
+        if not exact:
+            base, n = wanted, 1
+            while os.path.exists(wanted):
+                n += 1
+                wanted = f"{base}-{n}"
+        make_writable(wanted)
+        return os.path.abspath(wanted), None
+    except OSError as exc:
+        fallback = tempfile.mkdtemp(prefix=f"rtkit-{stamp}-{name}-")
+        return fallback, (f"rtkit: cannot write the run directory {wanted} ({exc.strerror}): "
+                          f"using {fallback} instead; pass --out DIR with a writable folder")

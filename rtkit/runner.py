@@ -1,0 +1,145 @@
+# runner.py -- the run pipeline behind `rtkit run`, `rtkit demo` and each run of `rtkit bench`: settings, launch, report.
+"""resolve() turns the CLI's values into settings (bad input: UserError); execute() makes the run directory,
+starts the command under rtkit, assembles report.json (always, also when the command failed or was killed)
+and prints the short summary. The command's exit code is the result. `rtkit bench` starts one `rtkit run`
+process per run, so every bench run goes through this same pipeline."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import datetime
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from rtkit import config as cfg
+from rtkit import rundir
+from rtkit.errors import UserError
+
+
+def _eprint(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optional[str] = None,
+            options: Optional[Mapping[str, Any]] = None, defaults: Optional[Mapping[str, Any]] = None,
+            who: str = "rtkit run") -> cfg.Resolved:
+    """Settings for a run from the CLI: `--set KEY=VALUE` items; `options` (dedicated flags such as --out) win over
+    them when given, `defaults` apply where neither set the key; `plan` must be an existing file. Bad input
+    raises UserError with the one line to show."""
+    try:
+        cli_values: Dict[str, Any] = cfg.parse_assignments(list(sets))
+        cli_values.update({k: v for k, v in (options or {}).items() if v})
+        for key, value in (defaults or {}).items():
+            cli_values.setdefault(key, value)
+        if plan:
+            if not os.path.isfile(plan):
+                raise UserError(f"{who}: error: --plan {plan}: no such file "
+                                "(use RUN_DIR/malloc-plan.txt of an earlier run)")
+            cli_values["malloc_plan"] = os.path.abspath(plan)
+        return cfg.resolve(cli=cli_values, profile=profile)
+    except cfg.ConfigError as exc:
+        msg = str(exc)
+        raise UserError(msg if msg.startswith("rtkit") else f"{who}: error: {msg}") from None
+
+
+def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] = None, html: bool = False,
+            quiet: bool = False) -> Tuple[int, str]:
+    """Run the command under rtkit; returns (exit code, run directory)."""
+    from rtkit import launch
+    from rtkit.report import model
+
+    for line in resolved.errors:  # bad RTKIT_* values: one line each, the job still runs
+        _eprint(line)
+    notes: List[str] = [e.replace("rtkit: ", "", 1) for e in resolved.errors]
+    name = resolved["name"] or rundir.default_name(command)
+    run_dir, dir_note = rundir.make_run_dir(resolved["out"], rundir.slug(name), run_dir)
+    if dir_note:
+        _eprint(dir_note)
+        notes.append(dir_note.replace("rtkit: ", "", 1))
+    base_env = dict(os.environ)
+    for var in list(base_env):  # a parent run's leftovers must not leak into this one
+        if var in ("RTKIT_RUN_DIR", "RTKIT_ACTIVE"):
+            del base_env[var]
+    child_env = launch.build_child_env(resolved, run_dir, base_env, notes)
+    interval = resolved["sample_interval_ms"] / 1000.0
+    result = launch.run_child(command, child_env, interval)
+    if result.error:
+        _eprint(f"rtkit: {result.error}")
+        notes.append(result.error)
+    report = assemble(command, resolved, run_dir, child_env, base_env, result, notes)
+    report_path = os.path.join(run_dir, model.REPORT_FILE)
+    try:
+        from rtkit import atomic
+
+        atomic.write_json(report_path, report)
+    except OSError as exc:
+        _eprint(f"rtkit: cannot write {report_path}: {exc.strerror}")
+        return result.exit_code, run_dir
+    if html:
+        try:
+            from rtkit.report import html as html_report
+
+            html_path = os.path.join(run_dir, "report.html")
+            html_report.write(report, html_path)
+            _eprint(f"rtkit: html report: {html_path}")
+        except Exception as exc:  # the report is a convenience; never change the job's exit code
+            _eprint(f"rtkit: could not write report.html: {exc}")
+    lines = summary_lines(report) if not quiet and resolved["log"] != "quiet" else []
+    for line in lines:
+        _eprint(line if line.startswith("rtkit") else f"rtkit: {line}")
+    if not any(report_path in line for line in lines):
+        _eprint(f"rtkit: report: {report_path}")
+    return result.exit_code, run_dir
+
+
+def summary_lines(report: Dict[str, Any]) -> List[str]:
+    try:
+        from rtkit.report.terminal import summary_lines as rich_summary
+
+        return list(rich_summary(report))
+    except Exception:  # renderer absent or failing: a plain summary still tells the essentials
+        run, steps = report["run"], report["steps"]
+        med = steps["summary"].get("step_ms_median")
+        return [f"rtkit: {run['status']} (exit {run['exit_code']}) in {run['duration_s']:.1f} s; "
+                f"steps: {steps['count']}" + (f", median {med:.1f} ms" if med else "") +
+                f"; peak RSS {report['process']['peak_rss_bytes'] / 2**20:.0f} MiB"]
+
+
+def assemble(command: List[str], resolved: cfg.Resolved, run_dir: str, child_env: Mapping[str, str],
+             base_env: Mapping[str, str], result, notes: List[str]) -> Dict[str, Any]:
+    """report.json's content: the parent's samples and the child's files (schema in docs/report.md)."""
+    from rtkit import launch
+    from rtkit.report import model
+
+    steps, step_notes = model.steps_section(run_dir, result.start, resolved["warmup_steps"], None)
+    notes = notes + step_notes
+    train_pid = steps.get("pid")
+    sections = {name: model.component_section(run_dir, name, train_pid) for name in model.COMPONENT_SECTIONS}
+    if result.status == "killed":
+        notes.append(f"the command was killed by {result.signal_name}; figures cover the time until then")
+    return {
+        "schema_version": model.SCHEMA_VERSION,
+        "run": {
+            "name": resolved["name"] or rundir.default_name(command),
+            "run_dir": run_dir,
+            "command": command,
+            "cwd": os.getcwd(),
+            "start_time": datetime.fromtimestamp(result.start).astimezone().isoformat(timespec="seconds"),
+            "end_time": datetime.fromtimestamp(result.end).astimezone().isoformat(timespec="seconds"),
+            "duration_s": round(result.end - result.start, 3),
+            "exit_code": result.exit_code,
+            "signal": result.signal_name,
+            "status": result.status,
+            "error": result.error,
+            "versions": model.versions(steps["hook"].get("tensorflow_version")),
+            "profile": resolved.profile,
+            "settings": resolved.as_report(),
+            "child_env": launch.changed_env(base_env, child_env),
+            "host": model.host_info(),
+        },
+        "process": model.process_section(result.samples, result.rusage, resolved["sample_interval_ms"]),
+        "steps": steps,
+        **sections,
+        "notes": notes,
+        "generated_unix": time.time(),
+    }

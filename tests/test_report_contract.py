@@ -1,0 +1,123 @@
+# test_report_contract.py -- reports written by the real C library and the real scheduler carry report/contract.py's keys, rendered with values.
+import re
+import sys
+
+import pytest
+
+from conftest import load_report, requires_tf, run_rtkit
+from rtkit.report import contract, terminal
+from rtkit.report import html as html_mod
+from rtkit.report import sections as sec
+
+PY = sys.executable
+
+# A plain Python job with a steady large-allocation pattern and marked steps: the allocator profiles, plans
+# and serves from its arena; with pmem_path set, the tier places the long-lived buffers made before step 1.
+ALLOC_SCRIPT = """
+import rtkit
+keep = [bytearray(4 << 20) for _ in range(4)]      # long-lived, made before the first step
+for i in range(40):
+    batch = [bytearray((256 + 64 * (k % 4)) << 10) for k in range(12)]
+    del batch
+    rtkit.step()
+"""
+
+SCHED_SCRIPT = """
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np, tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+x = tf.compat.v1.placeholder(tf.float32, [None, 64])
+w = tf.Variable(tf.random.normal([64, 64]))
+loss = tf.reduce_sum(tf.matmul(tf.matmul(x, w), w))
+train = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss)
+with tf.compat.v1.Session() as s:
+    s.run(tf.compat.v1.global_variables_initializer())
+    for i in range(40):
+        s.run([loss, train], {x: np.random.rand(64, 64).astype(np.float32)})
+"""
+
+
+@pytest.fixture(scope="module")
+def alloc_report(tmp_path_factory):
+    base = tmp_path_factory.mktemp("contract")
+    run_dir = base / "alloc"
+    run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", f"pmem_path={base / 'pool'}",
+               "--set", "pmem_min_size=1M", "--", PY, "-c", ALLOC_SCRIPT], timeout=180, check_rc=0)
+    return load_report(run_dir)
+
+
+def _row(section, name):
+    found = [v for k, v in section.rows if k.strip() == name]
+    assert found, f"no row '{name}' in {section.title}: {section.rows}"
+    return found[0]
+
+
+def test_the_c_library_writes_the_contracts_keys(alloc_report):
+    for name in ("run", "process", "steps", "allocator", "pmem"):
+        assert isinstance(alloc_report[name], dict), name
+        assert contract.missing(name, alloc_report[name]) == [], name
+    alloc = alloc_report["allocator"]
+    assert alloc["state"] == "planned", alloc.get("plan")
+    assert alloc_report["pmem"]["state"] == "on", alloc_report["pmem"]
+    assert alloc_report["steps"]["count"] == 40
+
+
+def test_the_allocator_echoes_the_settings_under_the_tables_keys(alloc_report):
+    echo = contract.settings_echo(alloc_report["allocator"])
+    settings = alloc_report["run"]["settings"]
+    for key in ("malloc_min_size", "malloc_arena_limit", "malloc_profile_start", "malloc_thp"):
+        assert key in echo, sorted(echo)
+        assert echo[key] == settings[key]["value"], key
+
+
+def test_the_real_reports_render_with_values(alloc_report):
+    sections = {s.key: s for s in sec.build_sections(alloc_report)}
+    for s in sections.values():
+        assert not [n for n in s.notes if "report contract" in n or "the allocator read" in n], (s.key, s.notes)
+    a = sections["allocator"]
+    assert re.match(r"\d+(\.\d+)?%$", _row(a, "hit rate")), _row(a, "hit rate")
+    assert re.match(r"[\d,]+$", _row(a, "arena hits")) and re.match(r"[\d,]+$", _row(a, "fallbacks"))
+    assert int(_row(a, "arena hits").replace(",", "")) > 0
+    assert re.match(r"\d+ classes, \d+ blocks", _row(a, "plan"))
+    assert _row(a, "reserved").endswith(("KiB", "MiB", "GiB"))
+    assert _row(a, "faults/step before plan") != "-"
+    p = sections["pmem"]
+    assert _row(p, "state") == "on" and _row(p, "tier peak bytes").endswith(("KiB", "MiB", "GiB"))
+    text = terminal.render(alloc_report)
+    assert "report contract" not in text
+    assert any(l.startswith("rtkit: allocator: planned, hit rate") for l in terminal.summary_lines(alloc_report))
+    page = html_mod.render(alloc_report)
+    assert "Allocator: arena hits and fallbacks per step" in page
+
+
+def test_a_renamed_key_is_a_visible_note(alloc_report):
+    import copy
+
+    rep = copy.deepcopy(alloc_report)
+    rep["allocator"]["totals"]["hits_renamed"] = rep["allocator"]["totals"].pop("arena_hits")
+    a = next(s for s in sec.build_sections(rep) if s.key == "allocator")
+    assert any("report contract" in n and "totals.arena_hits" in n for n in a.notes), a.notes
+    assert "totals.arena_hits" in terminal.render(rep)
+
+
+@requires_tf
+def test_the_scheduler_writes_the_contracts_keys(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCHED_SCRIPT)
+    run_dir = tmp_path / "sched"
+    run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", "malloc=0", "--set", "sched=1",
+               "--set", "sched_tune=1", "--set", "sched_tune_steps=12", "--", PY, str(script)],
+              timeout=300, check_rc=0)
+    rep = load_report(run_dir)
+    sched = rep["scheduler"]
+    assert isinstance(sched, dict)
+    assert contract.missing("scheduler", sched) == []
+    assert sched["tuning"]["done"], sched["tuning"]
+    s = next(x for x in sec.build_sections(rep) if x.key == "scheduler")
+    assert not [n for n in s.notes if "report contract" in n], s.notes
+    assert "compute_threads=" in _row(s, "chosen config")
+    assert re.match(r"\d+ \(\d+ steps used\)", _row(s, "tuning trials"))
+    assert re.match(r"[\d.]+x$", _row(s, "speedup over first config"))
+    assert any(t.title == "stages" for t in s.tables) and any(t.title == "tuning trials" for t in s.tables)
+    assert any(l.startswith("rtkit: scheduler: on, compute_threads=") for l in terminal.summary_lines(rep))
