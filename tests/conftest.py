@@ -7,7 +7,9 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NATIVE_DIR = os.environ.get("RTKIT_NATIVE_DIR") or os.path.join(REPO, "build", "native")
+# The C test programs and the libraries they run against (a test build; the package's own libraries are in
+# allocators/python/, built by the install).
+NATIVE_DIR = os.path.join(REPO, "build", "native")
 RTKIT = os.path.join(os.path.dirname(sys.executable), "rtkit")
 
 
@@ -24,7 +26,7 @@ requires_tf = pytest.mark.skipif(not _have_tensorflow(), reason="tensorflow is n
 
 @pytest.fixture(scope="session")
 def native_dir():
-    """Folder with the native libraries and C test programs; built once if `make` did not build it."""
+    """Folder with the C test programs and their native libraries; built once if missing."""
     tests_dir = os.path.join(NATIVE_DIR, "tests")
     if not os.path.isdir(tests_dir) or not os.listdir(tests_dir):
         subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests",
