@@ -1,4 +1,4 @@
-# conftest.py -- shared fixtures: the native build, the `rtkit` command of this interpreter, and a run helper.
+# conftest.py -- shared fixtures and markers: the C test build, the `rtkit` command of this interpreter, a run helper.
 import json
 import os
 import subprocess
@@ -21,16 +21,28 @@ def _have_tensorflow():
         return False
 
 
-requires_tf = pytest.mark.skipif(not _have_tensorflow(), reason="tensorflow is not installed")
+HAVE_TF = _have_tensorflow()
+
+# A test that runs TensorFlow (in-process or in a child): it is also `slow` (left out by `make test-fast`,
+# `pytest -m "not slow"`) and skipped where TensorFlow is not installed.
+requires_tf = pytest.mark.tf
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, which must see the added `slow` marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("tf") is not None:
+            item.add_marker(pytest.mark.slow)
+            if not HAVE_TF:
+                item.add_marker(pytest.mark.skip(reason="tensorflow is not installed"))
 
 
 @pytest.fixture(scope="session")
-def native_dir():
-    """Folder with the C test programs and their native libraries; built once if missing."""
-    tests_dir = os.path.join(NATIVE_DIR, "tests")
-    if not os.path.isdir(tests_dir) or not os.listdir(tests_dir):
-        subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests",
-                        "--out", NATIVE_DIR], check=True, stdout=subprocess.DEVNULL)
+def prm():
+    """build/native with librtkit_malloc.so and the prmalloc C test programs, built once per session so that
+    the tests never run stale binaries (test_prmalloc.py and test_tier.py share it)."""
+    subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests", "--only", "prmalloc",
+                    "--out", NATIVE_DIR], check=True, stdout=subprocess.DEVNULL)
     return NATIVE_DIR
 
 
