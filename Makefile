@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
+PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS="tests/test_pmem.py -x"
 
 .PHONY: all install native test test-fast demo bench bench-deps asan clean readme-settings
 
@@ -13,15 +14,16 @@ all: install
 $(VENV)/.deps: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip "setuptools>=77" wheel
-	$(PIP) install -q -e ".[test]"
+	PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -q -e ".[test]"
 	touch $@
 
 # Editable install (fast: no dependency resolution): rtkit, rtkit.scheduler, rtkit.allocators and rtkit.profiles
 # import from rtkit/, scheduler/, allocators/python/ and profiles/ (pyproject's package-dir), so Python edits
 # take effect without reinstalling. Also rebuilds both native libraries into allocators/python/, where the
 # bindings load them from (setup.py's build hook); after a C edit, `make native` alone is enough.
+# (setuptools' warning that ./rtkit may take precedence is silenced: ./rtkit is the very folder it maps.)
 install: $(VENV)/.deps
-	$(PIP) install -q --no-deps --no-build-isolation -e .
+	PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -q --no-deps --no-build-isolation -e .
 
 # Both native libraries into allocators/python/ (the same script the install hook runs).
 native: $(VENV)/.deps
@@ -30,11 +32,11 @@ native: $(VENV)/.deps
 # The whole suite, from the repository root (this is what .ci/run calls). The C test programs are built by the
 # tests themselves into build/native/. Exit 5 (no tests collected, e.g. all deselected) is not a failure.
 test: install
-	$(VENV)/bin/pytest || [ $$? -eq 5 ]
+	$(VENV)/bin/pytest $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The fast subset (no TensorFlow runs, no wheel build): well under a minute.
 test-fast: install
-	$(VENV)/bin/pytest -m "not slow" || [ $$? -eq 5 ]
+	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 demo: install
 	$(VENV)/bin/rtkit demo

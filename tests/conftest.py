@@ -37,13 +37,55 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="tensorflow is not installed"))
 
 
+# The C test builds, by the fixture that names them: group -> fixture.
+_BUILD_GROUPS = {"prmalloc": "prm", "pmem": "pmem_build"}
+
+
+class _NativeBuilds:
+    """The C test builds of a session, each run once so that no test runs stale binaries. prmalloc builds into
+    build/native/, pmem into a private folder (its tests point RTKIT_LIB_DIR at it)."""
+
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory, self.started = tmp_path_factory, {}
+
+    def start(self, group):
+        if group not in self.started:
+            out = NATIVE_DIR if group == "prmalloc" else str(self.tmp_path_factory.mktemp("pmem-native"))
+            cmd = [sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests", "--only", group,
+                   "--out", out]
+            self.started[group] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL), out, cmd)
+
+    def get(self, group):
+        self.start(group)
+        proc, out, cmd = self.started[group]
+        if proc.wait() != 0:
+            pytest.fail(f"native build failed (exit {proc.returncode}): {' '.join(cmd)}", pytrace=False)
+        return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _native_builds(request, tmp_path_factory):
+    """Starts the builds that the selected tests need when the session starts, in the background: they overlap
+    each other and the first tests (on 2 cores), and are waited for by the first test that needs each."""
+    builds = _NativeBuilds(tmp_path_factory)
+    for group, fixture in _BUILD_GROUPS.items():
+        if any(fixture in item.fixturenames for item in request.session.items):
+            builds.start(group)
+    yield builds
+    for proc, _, _ in builds.started.values():
+        proc.wait()
+
+
 @pytest.fixture(scope="session")
-def prm():
-    """build/native with librtkit_malloc.so and the prmalloc C test programs, built once per session so that
-    the tests never run stale binaries (test_prmalloc.py and test_tier.py share it)."""
-    subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests", "--only", "prmalloc",
-                    "--out", NATIVE_DIR], check=True, stdout=subprocess.DEVNULL)
-    return NATIVE_DIR
+def prm(_native_builds):
+    """build/native: librtkit_malloc.so and the prmalloc C test programs (test_prmalloc.py, test_tier.py)."""
+    return _native_builds.get("prmalloc")
+
+
+@pytest.fixture(scope="session")
+def pmem_build(_native_builds):
+    """A private folder with librtkit_pmem.so, its header and the pmem C test programs (test_pmem.py)."""
+    return _native_builds.get("pmem")
 
 
 def run_rtkit(args, env=None, cwd=None, timeout=600, check_rc=None):

@@ -15,15 +15,6 @@ from conftest import REPO, run_rtkit
 SHM = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
-@pytest.fixture(scope="session")
-def pmem_build(tmp_path_factory):
-    """Build the pmem library and its C tests into a private folder (others build build/native concurrently)."""
-    out = str(tmp_path_factory.mktemp("pmem-native"))
-    subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests", "--only", "pmem",
-                    "--out", out], check=True, stdout=subprocess.DEVNULL)
-    return out
-
-
 @pytest.fixture
 def pm(pmem_build, monkeypatch):
     """The bindings over the private build. RTKIT_LIB_DIR is set only for this test (a session-wide value
