@@ -21,7 +21,7 @@ class BuildPyWithNative(build_py):
         if self.editable_mode:
             out = native_build.PACKAGE_LIB_DIR
         else:
-            out = os.path.join(self.build_lib, *"rtkit.allocators".split("."))
+            out = os.path.join(self.build_lib, "rtkit", "allocators")  # the package rtkit.allocators
         native_build.build_libraries(out)
 
 
