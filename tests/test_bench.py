@@ -273,9 +273,11 @@ def test_timeout_and_interrupt(tmp_path):
     out = str(tmp_path / "i")
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    # SIGINT back to its default in the bench: a shell starts background jobs (`make test &`) with it ignored,
+    # and an ignored disposition survives exec, so Python would never raise KeyboardInterrupt.
     proc = subprocess.Popen([RTKIT, "bench", "--no-progress", "--configs", "tf-default,glibc", "--rounds", "2",
                              "--out", out, "--", *sleeper], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not os.path.isdir(os.path.join(out, "runs", "tf-default-r1")) and time.monotonic() < deadline:
         time.sleep(0.2)
