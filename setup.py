@@ -1,46 +1,28 @@
-# setup.py -- package layout (three source folders, one import root) and the native-library build hook.
+# setup.py -- only the native-library build hook; the package layout is declared in pyproject.toml.
 import os
 import sys
 
-from setuptools import Distribution, find_packages, setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# Top-level folders of the design card that install under the single import root `rtkit`.
-PACKAGE_DIRS = {
-    "rtkit": "rtkit",
-    "rtkit.scheduler": "scheduler",
-    "rtkit.allocators": "allocators/python",
-    "rtkit.profiles": "profiles",
-}
-
-
-def _packages():
-    packages = []
-    for root, folder in PACKAGE_DIRS.items():
-        packages.append(root)
-        packages += [f"{root}.{sub}" for sub in find_packages(folder)]
-    return sorted(set(packages))
-
-
-def _package_dir():
-    mapping = dict(PACKAGE_DIRS)
-    for root, folder in PACKAGE_DIRS.items():
-        for sub in find_packages(folder):
-            mapping[f"{root}.{sub}"] = os.path.join(folder, *sub.split("."))
-    return mapping
-
 
 class BuildPyWithNative(build_py):
-    """Builds the two shared libraries into the package, through the same script `make native` runs."""
+    """Builds the two shared libraries through allocators/build.py (the script `make native` runs): into the
+    built package for a wheel, into the bindings' source folder for an editable install (where they then load
+    from, since the editable package is that folder)."""
 
     def run(self):
         super().run()
         sys.path.insert(0, os.path.join(HERE, "allocators"))
         import build as native_build  # allocators/build.py
 
-        native_build.build_libraries(os.path.join(self.build_lib, "rtkit", "allocators"))
+        if self.editable_mode:
+            out = native_build.PACKAGE_LIB_DIR
+        else:
+            out = os.path.join(self.build_lib, "rtkit", "allocators")  # the package rtkit.allocators
+        native_build.build_libraries(out)
 
 
 class BinaryDistribution(Distribution):
@@ -49,11 +31,4 @@ class BinaryDistribution(Distribution):
         return True
 
 
-setup(
-    packages=_packages(),
-    package_dir=_package_dir(),
-    package_data={"rtkit.profiles": ["*.toml"], "rtkit.report": ["*.html", "*.js", "*.css"]},
-    include_package_data=False,
-    cmdclass={"build_py": BuildPyWithNative},
-    distclass=BinaryDistribution,
-)
+setup(cmdclass={"build_py": BuildPyWithNative}, distclass=BinaryDistribution)

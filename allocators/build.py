@@ -2,6 +2,9 @@
 # build.py -- the one native build: the two shared libraries and the C test programs (setup.py and make call it).
 """Usage: python allocators/build.py [--out DIR] [--tests] [--bench] [--asan]
 
+Without --out the libraries go to allocators/python/ (PACKAGE_LIB_DIR), next to the bindings that load them
+(the editable install's rtkit.allocators is that folder); with --tests or --bench the default is build/native/.
+
 Libraries are built from every .c file in the source folders they list, so adding a file needs no
 edit here. Test programs are allocators/tests/<group>_*.c, built by the rule for <group>;
 allocators/tests/<group>_*.cc are C++ test programs built with $CXX (g++) by the same rules.
@@ -17,6 +20,10 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The one folder the bindings (rtkit.allocators) load the libraries from in a checkout; setup.py builds a wheel's
+# copy into the installed package's same folder.
+PACKAGE_LIB_DIR = os.path.join(HERE, "python")
+TEST_BUILD_DIR = os.path.join(os.path.dirname(HERE), "build", "native")  # C test programs and their libraries
 CC = os.environ.get("CC", "cc")
 CXX = os.environ.get("CXX", "g++")
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Wno-unused-parameter",
@@ -122,6 +129,11 @@ def libraries(out_dir=None):
     }
 
 
+# A library's public header is copied beside it (librtkit_pmem.so -> librtkit_pmem.h): the Python bindings
+# generate their cffi declarations from the header of the very build they load.
+PUBLIC_HEADERS = {"librtkit_pmem.so": "pmem.h"}
+
+
 # test-name prefix -> (source folders compiled in, libraries linked, extra flags)
 # prmalloc_* tests are plain programs run under LD_PRELOAD; *_unit_* link the sources directly.
 def test_rules():
@@ -159,6 +171,8 @@ def build_libraries(out_dir, extra_flags=(), only=None):
         target = os.path.join(out_dir, name)
         _run([CC, *CFLAGS, *_gen_flags(out_dir), *extra_flags, *cflags, "-shared", "-o", target, *_sources(folders), *ldflags])
         built.append(target)
+        if name in PUBLIC_HEADERS:
+            shutil.copyfile(os.path.join(HERE, "include", "rtkit", PUBLIC_HEADERS[name]), target[:-3] + ".h")
     return built
 
 
@@ -234,7 +248,8 @@ def build_bench(out_dir, extra_flags=()):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Build rtkit's native libraries and C tests.")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "build", "native"))
+    parser.add_argument("--out", help="output folder (default: allocators/python, where rtkit.allocators loads "
+                                      "the libraries from; build/native with --tests or --bench)")
     parser.add_argument("--tests", action="store_true", help="also build the C test programs")
     parser.add_argument("--asan", action="store_true", help="build with AddressSanitizer")
     parser.add_argument("--valgrind", action="store_true",
@@ -248,11 +263,12 @@ def main(argv=None):
     flags = (ASAN_FLAGS if args.asan else []) + (VALGRIND_FLAGS if args.valgrind else [])
     only = args.only and [{"malloc": "prmalloc"}.get(w, w) for w in args.only]
     lib_only = only and [{"prmalloc": "malloc"}.get(w, w) for w in only]
-    built = build_libraries(args.out, flags, lib_only)
+    out = args.out or (TEST_BUILD_DIR if args.tests or args.bench else PACKAGE_LIB_DIR)
+    built = build_libraries(out, flags, lib_only)
     if args.tests:
-        built += build_tests(args.out, flags, only)
+        built += build_tests(out, flags, only)
     if args.bench:
-        built += build_bench(args.out, flags)
+        built += build_bench(out, flags)
     for path in built:
         print(path)
 

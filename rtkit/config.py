@@ -198,8 +198,7 @@ BY_KEY: Dict[str, Setting] = {s.key: s for s in SETTINGS}
 BY_ENV: Dict[str, Setting] = {s.env: s for s in SETTINGS}
 
 # RTKIT_* variables that are not settings: set by rtkit itself for the child.
-INTERNAL_ENV = {"RTKIT_RUN_DIR", "RTKIT_PROFILE_PATH", "RTKIT_ACTIVE", "RTKIT_LIB_DIR", "RTKIT_PROFILE",
-                "RTKIT_NATIVE_DIR"}
+INTERNAL_ENV = {"RTKIT_RUN_DIR", "RTKIT_PROFILE_PATH", "RTKIT_ACTIVE", "RTKIT_LIB_DIR", "RTKIT_PROFILE"}
 
 
 def lookup(key: str) -> Setting:
@@ -217,13 +216,9 @@ def lookup(key: str) -> Setting:
 
 def profile_dirs() -> List[str]:
     dirs = [p for p in os.environ.get(PROFILE_DIR_ENV, "").split(os.pathsep) if p]
-    try:
-        import importlib.resources as ir
-        dirs.append(str(ir.files("rtkit.profiles")))
-    except (ModuleNotFoundError, TypeError):
-        pass
-    here = os.path.dirname(os.path.abspath(__file__))
-    dirs.append(os.path.join(os.path.dirname(here), "profiles"))  # source checkout
+    import importlib.resources as ir
+
+    dirs.append(str(ir.files("rtkit.profiles")))  # profiles/ itself in the editable install
     return dirs
 
 

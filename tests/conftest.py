@@ -1,4 +1,4 @@
-# conftest.py -- shared fixtures: the native build, the `rtkit` command of this interpreter, and a run helper.
+# conftest.py -- shared fixtures and markers: the C test build, the `rtkit` command of this interpreter, a run helper.
 import json
 import os
 import subprocess
@@ -7,7 +7,9 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NATIVE_DIR = os.environ.get("RTKIT_NATIVE_DIR") or os.path.join(REPO, "build", "native")
+# The C test programs and the libraries they run against (a test build; the package's own libraries are in
+# allocators/python/, built by the install).
+NATIVE_DIR = os.path.join(REPO, "build", "native")
 RTKIT = os.path.join(os.path.dirname(sys.executable), "rtkit")
 
 
@@ -19,17 +21,71 @@ def _have_tensorflow():
         return False
 
 
-requires_tf = pytest.mark.skipif(not _have_tensorflow(), reason="tensorflow is not installed")
+HAVE_TF = _have_tensorflow()
+
+# A test that runs TensorFlow (in-process or in a child): it is also `slow` (left out by `make test-fast`,
+# `pytest -m "not slow"`) and skipped where TensorFlow is not installed.
+requires_tf = pytest.mark.tf
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, which must see the added `slow` marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("tf") is not None:
+            item.add_marker(pytest.mark.slow)
+            if not HAVE_TF:
+                item.add_marker(pytest.mark.skip(reason="tensorflow is not installed"))
+
+
+# The C test builds, by the fixture that names them: group -> fixture.
+_BUILD_GROUPS = {"prmalloc": "prm", "pmem": "pmem_build"}
+
+
+class _NativeBuilds:
+    """The C test builds of a session, each run once so that no test runs stale binaries. prmalloc builds into
+    build/native/, pmem into a private folder (its tests point RTKIT_LIB_DIR at it)."""
+
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory, self.started = tmp_path_factory, {}
+
+    def start(self, group):
+        if group not in self.started:
+            out = NATIVE_DIR if group == "prmalloc" else str(self.tmp_path_factory.mktemp("pmem-native"))
+            cmd = [sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests", "--only", group,
+                   "--out", out]
+            self.started[group] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL), out, cmd)
+
+    def get(self, group):
+        self.start(group)
+        proc, out, cmd = self.started[group]
+        if proc.wait() != 0:
+            pytest.fail(f"native build failed (exit {proc.returncode}): {' '.join(cmd)}", pytrace=False)
+        return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _native_builds(request, tmp_path_factory):
+    """Starts the builds that the selected tests need when the session starts, in the background: they overlap
+    each other and the first tests (on 2 cores), and are waited for by the first test that needs each."""
+    builds = _NativeBuilds(tmp_path_factory)
+    for group, fixture in _BUILD_GROUPS.items():
+        if any(fixture in item.fixturenames for item in request.session.items):
+            builds.start(group)
+    yield builds
+    for proc, _, _ in builds.started.values():
+        proc.wait()
 
 
 @pytest.fixture(scope="session")
-def native_dir():
-    """Folder with the native libraries and C test programs; built once if `make` did not build it."""
-    tests_dir = os.path.join(NATIVE_DIR, "tests")
-    if not os.path.isdir(tests_dir) or not os.listdir(tests_dir):
-        subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests",
-                        "--out", NATIVE_DIR], check=True, stdout=subprocess.DEVNULL)
-    return NATIVE_DIR
+def prm(_native_builds):
+    """build/native: librtkit_malloc.so and the prmalloc C test programs (test_prmalloc.py, test_tier.py)."""
+    return _native_builds.get("prmalloc")
+
+
+@pytest.fixture(scope="session")
+def pmem_build(_native_builds):
+    """A private folder with librtkit_pmem.so, its header and the pmem C test programs (test_pmem.py)."""
+    return _native_builds.get("pmem")
 
 
 def run_rtkit(args, env=None, cwd=None, timeout=600, check_rc=None):

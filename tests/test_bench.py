@@ -221,13 +221,27 @@ def test_bad_input_exit_2(tmp_path, args, words):
 
 
 def test_list_and_dry_run(tmp_path):
-    proc = bench(["--list"], check_rc=0)
+    """The plan of a bench, with a peer's library present and absent. --lib-dir (the bench's own library lookup)
+    points at folders made here, so the test means the same on a machine with or without tcmalloc installed:
+    a dry run never loads the library, so an empty file stands for it."""
+    have, empty = tmp_path / "libs", tmp_path / "nolibs"
+    have.mkdir()
+    empty.mkdir()
+    (have / "libtcmalloc_minimal.so.4").write_bytes(b"")
+    proc = bench(["--list", "--lib-dir", str(have)], check_rc=0)
     assert "jemalloc" in proc.stdout and "profile:off" in proc.stdout
-    proc = bench(["--configs", "tcmalloc,profile:off", "--rounds", "2", "--dry-run", "--out", str(tmp_path / "b"),
-                  "--", PY, "-c", "pass"], check_rc=0)
+    assert str(have / "libtcmalloc_minimal.so.4") in proc.stdout and "MISSING libjemalloc.so.2" in proc.stdout
+    plan = ["--configs", "tcmalloc,profile:off", "--rounds", "2", "--dry-run", "--", PY, "-c", "pass"]
+    proc = bench(["--lib-dir", str(have), "--out", str(tmp_path / "b"), *plan], check_rc=0)
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("r1 tcmalloc:") and lines[2].startswith("r2 profile:off:")
-    assert "--profile off" in lines[1] and "LD_PRELOAD=" in lines[0]
+    assert "--profile off" in lines[1] and f"LD_PRELOAD={have / 'libtcmalloc_minimal.so.4'}" in lines[0]
+
+    proc = bench(["--lib-dir", str(empty), "--out", str(tmp_path / "c"), *plan], check_rc=0)
+    assert f"tcmalloc: skipped: library not found: libtcmalloc_minimal.so.4 in {empty}" in proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["r1 profile", "r2 profile"]
+    assert "LD_PRELOAD" not in proc.stdout
 
 
 @requires_tf
@@ -260,9 +274,11 @@ def test_timeout_and_interrupt(tmp_path):
     out = str(tmp_path / "i")
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    # SIGINT back to its default in the bench: a shell starts background jobs (`make test &`) with it ignored,
+    # and an ignored disposition survives exec, so Python would never raise KeyboardInterrupt.
     proc = subprocess.Popen([RTKIT, "bench", "--no-progress", "--configs", "tf-default,glibc", "--rounds", "2",
                              "--out", out, "--", *sleeper], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not os.path.isdir(os.path.join(out, "runs", "tf-default-r1")) and time.monotonic() < deadline:
         time.sleep(0.2)

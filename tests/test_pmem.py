@@ -1,5 +1,6 @@
 # test_pmem.py -- the PMEM segment allocator: C test programs, Python API, bad input, crash recovery, CLI.
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,15 +13,6 @@ import pytest
 from conftest import REPO, run_rtkit
 
 SHM = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-
-
-@pytest.fixture(scope="session")
-def pmem_build(tmp_path_factory):
-    """Build the pmem library and its C tests into a private folder (others build build/native concurrently)."""
-    out = str(tmp_path_factory.mktemp("pmem-native"))
-    subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests", "--only", "pmem",
-                    "--out", out], check=True, stdout=subprocess.DEVNULL)
-    return out
 
 
 @pytest.fixture
@@ -57,6 +49,32 @@ def test_crash_trials_on_disk(pmem_build, tmp_path):
     exe = os.path.join(pmem_build, "tests", "pmem_crash")
     proc = subprocess.run([exe, "20", str(tmp_path), "80"], capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_cdef_generated_from_header(pm, pmem_build):
+    """The bindings declare what the header beside the loaded library says: every function it declares is
+    callable, and the Python error codes are the header's enum values."""
+    from rtkit.allocators import _pmem_cdef
+    ffi, lib = pm._load()
+    header = open(os.path.join(REPO, "allocators", "include", "rtkit", "pmem.h")).read()
+    assert open(os.path.join(pmem_build, "librtkit_pmem.h")).read() == header
+    cdef = _pmem_cdef.cdef_from_header(header)
+    assert "#" not in cdef and "/*" not in cdef and "extern" not in cdef
+    functions = re.findall(r"\b(rtkit_pmem_\w+)\(", cdef)
+    assert len(functions) > 20 and all(callable(getattr(lib, f)) for f in functions)
+    for name in ("EINVAL", "ESYS", "ENOTPOOL", "EVERSION", "EGEOMETRY", "ECORRUPT", "ENOSPC", "ETOOBIG",
+                 "EDOUBLEFREE", "EBADHANDLE", "EBUSY", "EEXIST"):
+        assert getattr(pm, name) == getattr(lib, "RTKIT_PMEM_" + name), name
+    assert pm.PERSIST_KINDS == {lib.RTKIT_PMEM_PERSIST_NONE: "none", lib.RTKIT_PMEM_PERSIST_MSYNC: "msync",
+                                lib.RTKIT_PMEM_PERSIST_FLUSH: "flush"}
+
+
+def test_cdef_reader_refuses_what_it_cannot_evaluate():
+    from rtkit.allocators._pmem_cdef import CdefError, cdef_from_header
+    text = "#ifndef G\n#define G\n#ifdef __cplusplus\nextern \"C\" {\n#else\nint kept(void); // c\n#endif\n#endif\n"
+    assert cdef_from_header(text).split() == ["int", "kept(void);"]
+    with pytest.raises(CdefError, match="x.h:1: '#if'"):
+        cdef_from_header("#if FOO > 1\nint f(void);\n#endif\n", "x.h")
 
 
 def test_roundtrip_views_iteration(pm, pool_dir):

@@ -17,14 +17,6 @@ pytestmark = pytest.mark.timeout(300)
 FAST = {"RTKIT_MALLOC_PROFILE_START": "0", "RTKIT_MALLOC_PROFILE_STABLE": "2", "RTKIT_MALLOC_PROFILE_MAX": "10"}
 
 
-@pytest.fixture(scope="module")
-def prm(native_dir):
-    """The prmalloc group, rebuilt once per session so the tests never run stale binaries."""
-    subprocess.run([sys.executable, BUILD, "--tests", "--only", "prmalloc", "--out", native_dir], check=True,
-                   stdout=subprocess.DEVNULL)
-    return native_dir
-
-
 def _env(native, extra=None, preload=True):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k not in ("LD_PRELOAD",)}
     env.pop("_RTKIT_MALLOC_ROOT", None)
@@ -98,6 +90,7 @@ def test_unit_planner_arena_env(prm):
     assert proc.stdout == "prmalloc_unit_plan: ok\n"
 
 
+@pytest.mark.slow  # its own ASan build
 def test_unit_stress_under_asan(tmp_path):
     out = tmp_path / "asan"
     subprocess.run([sys.executable, BUILD, "--tests", "--only", "prmalloc", "--asan", "--out", str(out)], check=True,
@@ -109,6 +102,7 @@ def test_unit_stress_under_asan(tmp_path):
     assert "prmalloc_unit_stress: ok" in proc.stdout and "state 3" in proc.stdout
 
 
+@pytest.mark.slow  # its own build, and memcheck
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
 def test_unit_stress_under_valgrind(tmp_path):
     # memcheck over the engine (arenas, stash, profiler, census) with cross-thread frees. The unit build, not the

@@ -425,6 +425,7 @@ def _paths(obj, prefix=()):
             yield from _paths(v, prefix + (k,))
 
 
+@pytest.mark.slow  # hundreds of renders (~6 s of CPU)
 def test_renderers_survive_missing_and_null_fields(runs):
     """Drop or null every field of a full report in turn: every view still renders."""
     out, _, _ = runs

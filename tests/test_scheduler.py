@@ -10,17 +10,22 @@ import numpy as np
 import pytest
 
 from conftest import requires_tf
+from rtkit import config as rconfig
+from rtkit.scheduler import pools
+from rtkit.scheduler.core import Scheduler
+from rtkit.scheduler.pipeline import THREAD_PREFIX
+from rtkit.scheduler.stages import analyze
 
 pytestmark = [requires_tf, pytest.mark.timeout(300)]
 
-tf = pytest.importorskip("tensorflow")
-tf1 = tf.compat.v1
+tf = tf1 = None  # imported by the fixture below, so that collecting this module (`make test-fast`) stays light
 
-from rtkit import config as rconfig  # noqa: E402
-from rtkit.scheduler import pools  # noqa: E402
-from rtkit.scheduler.core import Scheduler  # noqa: E402
-from rtkit.scheduler.pipeline import THREAD_PREFIX  # noqa: E402
-from rtkit.scheduler.stages import analyze  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _tensorflow():
+    global tf, tf1
+    import tensorflow
+    tf, tf1 = tensorflow, tensorflow.compat.v1
 
 
 def write_data(path, rows=320, bad_row=None):

@@ -8,21 +8,13 @@ import sys
 
 import pytest
 
-from conftest import REPO, load_report, requires_tf, run_rtkit
+from conftest import load_report, requires_tf, run_rtkit
 
-BUILD = os.path.join(REPO, "allocators", "build.py")
 pytestmark = pytest.mark.timeout(300)
 
 PMEM_FIELDS = ("pmem_path", "pmem_size", "tier_bytes", "tier_peak_bytes", "tier_allocs", "tier_frees",
                "tier_fallbacks", "background_moves", "dram_bytes_saved_estimate", "state", "notes", "pool",
                "placed_before_first_step", "placed_long_lived", "process_rss_anon_bytes")
-
-
-@pytest.fixture(scope="module")
-def prm(native_dir):
-    subprocess.run([sys.executable, BUILD, "--tests", "--only", "prmalloc", "--out", native_dir], check=True,
-                   stdout=subprocess.DEVNULL)
-    return native_dir
 
 
 def run_tier(native, mode, extra):

@@ -1,69 +1,59 @@
-# _pmem_cdef.py -- the cffi declarations of librtkit_pmem.so (kept in step with allocators/include/rtkit/pmem.h).
-CDEF = """
-typedef struct rtkit_pmem_pool rtkit_pmem_pool;
-typedef struct rtkit_pmem_options {
-    uint64_t segment_size;
-    uint32_t block_size;
-    uint32_t max_record;
-    uint64_t expect_size;
-    int durable;
-    int rebalance_ms;
-    int rebalance_min;
-    int recovery_threads;
-    int force_msync;
-} rtkit_pmem_options;
-typedef struct rtkit_pmem_stats {
-    uint64_t pool_size, segment_size, data_offset;
-    uint32_t block_size, max_record, nclasses, nsegments;
-    uint64_t segments_free, segments_class, segments_extent;
-    uint64_t allocated_records, allocated_bytes;
-    uint64_t requested_bytes;
-    uint64_t free_records_pool, free_records_threads, unused_slots;
-    uint64_t extents, extent_bytes;
-    uint64_t background_runs, background_moves, moved_records;
-    uint64_t recovered_records, recovery_ns, recovered_bytes_scanned;
-    uint32_t recovery_threads, threads_cached;
-    int durable, persist_kind, is_pmem, anonymous;
-    double fragmentation;
-    int membarrier;
-} rtkit_pmem_stats;
-typedef struct rtkit_pmem_class_stats {
-    uint32_t cls, record_size, segments, pad;
-    int64_t allocated;
-    uint64_t free_pool, free_threads, unused_slots;
-} rtkit_pmem_class_stats;
-typedef struct rtkit_pmem_check_report {
-    uint32_t version, block_size, max_record, nclasses;
-    uint64_t pool_size, segment_size, nsegments, data_offset, uuid;
-    uint64_t segments_free, segments_class, segments_extent;
-    uint64_t records_allocated, records_free, records_torn, bytes_allocated, requested_bytes;
-    uint64_t extents, extent_bytes;
-    uint64_t open_count, errors;
-    int clean;
-    char first_error[256];
-} rtkit_pmem_check_report;
-void rtkit_pmem_options_init(rtkit_pmem_options *opts);
-int rtkit_pmem_create(const char *path, uint64_t size, const rtkit_pmem_options *opts, rtkit_pmem_pool **out);
-int rtkit_pmem_open(const char *path, const rtkit_pmem_options *opts, rtkit_pmem_pool **out);
-int rtkit_pmem_anonymous(uint64_t size, const rtkit_pmem_options *opts, rtkit_pmem_pool **out);
-int rtkit_pmem_close(rtkit_pmem_pool *pool);
-int rtkit_pmem_alloc(rtkit_pmem_pool *pool, uint64_t nbytes, uint64_t *handle);
-int rtkit_pmem_free(rtkit_pmem_pool *pool, uint64_t handle);
-void *rtkit_pmem_ptr(rtkit_pmem_pool *pool, uint64_t handle);
-uint64_t rtkit_pmem_handle(rtkit_pmem_pool *pool, const void *ptr);
-void *rtkit_pmem_base(rtkit_pmem_pool *pool);
-int rtkit_pmem_record_size(rtkit_pmem_pool *pool, uint64_t handle, uint64_t *requested, uint64_t *usable);
-int rtkit_pmem_persist(rtkit_pmem_pool *pool, uint64_t handle, uint64_t offset, uint64_t len);
-int rtkit_pmem_persist_range(rtkit_pmem_pool *pool, const void *addr, uint64_t len);
-int rtkit_pmem_sync(rtkit_pmem_pool *pool);
-int rtkit_pmem_next(rtkit_pmem_pool *pool, uint64_t after, uint64_t *handle, uint64_t *requested);
-int rtkit_pmem_stats_get(rtkit_pmem_pool *pool, rtkit_pmem_stats *out);
-int rtkit_pmem_class_stats_get(rtkit_pmem_pool *pool, uint32_t cls, rtkit_pmem_class_stats *out);
-int rtkit_pmem_rebalance_now(rtkit_pmem_pool *pool);
-void rtkit_pmem_thread_release(rtkit_pmem_pool *pool);
-int rtkit_pmem_check(const char *path, rtkit_pmem_check_report *report);
-int rtkit_pmem_info(const char *path, rtkit_pmem_check_report *report);
-const char *rtkit_pmem_last_error(void);
-const char *rtkit_pmem_strerror(int code);
-int rtkit_pmem_version(void);
-"""
+# _pmem_cdef.py -- the cffi declarations of librtkit_pmem.so, generated from its public header (rtkit/pmem.h).
+"""allocators/build.py copies allocators/include/rtkit/pmem.h beside the library it builds, as librtkit_pmem.h,
+so the declarations always come from the build that is loaded. cffi's parser takes plain C declarations
+only: comments, the include guard, #include and #define lines and the C++ `extern "C"` wrapper are removed
+here; the enums stay (cffi evaluates them, so lib.RTKIT_PMEM_EINVAL etc. are the header's values)."""
+import os
+import re
+
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_DIRECTIVE = re.compile(r"#\s*(\w+)\s*(\w*)")
+
+
+class CdefError(ValueError):
+    """The header uses a preprocessor construct this reader does not evaluate."""
+
+
+def header_path(library_path: str) -> str:
+    """The header build.py copies beside a library: librtkit_pmem.so -> librtkit_pmem.h."""
+    return os.path.splitext(library_path)[0] + ".h"
+
+
+def cdef_from_header(text: str, where: str = "pmem.h") -> str:
+    """Plain C declarations of a header: comments removed, conditionals evaluated with nothing defined but
+    the header's own macros (so `#ifndef GUARD` is kept and `#ifdef __cplusplus` is dropped), directives removed."""
+    text = _COMMENT.sub(" ", text.replace("\\\n", " "))
+    defined = set()
+    stack = []  # one entry per open conditional: is its current branch kept?
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped.startswith("#"):
+            if all(stack) and stripped:
+                out.append(line.rstrip())
+            continue
+        m = _DIRECTIVE.match(stripped)
+        word, name = (m.group(1), m.group(2)) if m else ("", "")
+        if word in ("ifdef", "ifndef"):
+            stack.append((name in defined) == (word == "ifdef"))
+        elif word == "else" and stack:
+            stack[-1] = not stack[-1]
+        elif word == "endif" and stack:
+            stack.pop()
+        elif word in ("define", "undef"):
+            if all(stack):
+                (defined.add if word == "define" else defined.discard)(name)
+        elif word in ("include", "pragma"):
+            pass
+        else:
+            raise CdefError(f"{where}:{number}: '#{word}' is not understood by the cffi declaration reader "
+                            "(allocators/python/_pmem_cdef.py): use #ifdef/#ifndef/#else/#endif only")
+    if stack:
+        raise CdefError(f"{where}: unterminated #if block")
+    return "\n".join(out) + "\n"
+
+
+def cdef_for_library(library_path: str) -> str:
+    path = header_path(library_path)
+    with open(path) as fh:
+        return cdef_from_header(fh.read(), path)

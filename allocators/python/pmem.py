@@ -64,13 +64,19 @@ def _load():
     with _lock:
         if _lib is None:
             import cffi
-            from ._pmem_cdef import CDEF
+            from ._pmem_cdef import cdef_for_library, header_path
             path = pmem_library_path()
             if not path:
                 raise PmemError("librtkit_pmem.so is not built: run `python allocators/build.py --only pmem`",
                                 reason="library missing", code=ESYS)
+            try:
+                cdef = cdef_for_library(path)
+            except OSError:
+                raise PmemError(f"{header_path(path)} is missing beside {path}: rebuild with "
+                                "`python allocators/build.py --only pmem`", reason="header missing",
+                                code=ESYS) from None
             ffi = cffi.FFI()
-            ffi.cdef(CDEF)
+            ffi.cdef(cdef)
             _lib = ffi.dlopen(path)
             _ffi = ffi
     return _ffi, _lib
