@@ -53,7 +53,7 @@ def test_generated_header_rows_are_the_tables():
         assert (has_max == "1") == (s.maximum is not None) and int(hi) == (s.maximum or 0)
 
 
-def test_the_built_header_is_current(native_dir):
+def test_the_built_header_is_current(prm):
     """What `make native` / pip compiled against is the table's current text (the file is never edited)."""
     build = _build_module()
     path = os.path.join(build.GEN_DIR, build.SETTINGS_HEADER)
