@@ -50,7 +50,9 @@ def _present(report):
     return [(fid, G.FIGURES[fid]) for fid in G.FIGURES if G.value(report, fid) is not None]
 
 
-def _terminal_has(text, name, value):
+def _terminal_has(text, name, value, wrapped=False):
+    if wrapped:   # a long text value (a plan's path and reason) wraps, also inside words: compare without spaces
+        return re.sub(r"\s", "", name + value) in re.sub(r"\s", "", text)
     # a label and its value on one line, or a long label on its own line and the value under it
     pat = re.compile(rf"^\s+{re.escape(name)}\s+{re.escape(value)}(\s|$)|^\s+{re.escape(name)}\n\s+{re.escape(value)}(\s|$)",
                      re.M)
@@ -67,7 +69,7 @@ def test_every_view_names_each_figure_alike(api_runs):
         summary = "\n".join(run["summary"])
         for fid, f in _present(rep):
             name, value = f.name, f.text(f.read(rep))
-            assert _terminal_has(text, name, value), (api, label, fid, name, value)
+            assert _terminal_has(text, name, value, f.unit == "text"), (api, label, fid, name, value)
             assert re.search(rf"<td[^>]*>{re.escape(name)}</td><td>{re.escape(value)}", page), (api, label, fid)
             if fid in SUMMARY_FIGURES:
                 assert f"{name} {value}" in summary, (api, label, fid, summary)

@@ -35,7 +35,7 @@ class Steps:
     API = "api"                           # the API that produced the steps, in words (Session.run, Keras Model.fit...)
     # Keras fit only: epoch wall times (validation and callbacks included) next to the train-batch times
     KERAS, KERAS_EPOCHS, KERAS_EPOCH_S = "keras", "keras.epochs", "keras.epoch_s"
-    KERAS_EPOCH_S_MEDIAN, KERAS_EPOCH_STEP_MS = "keras.epoch_s_median", "keras.epoch_step_ms"
+    KERAS_EPOCH_S_MEDIAN, KERAS_EPOCH_STEP_MS = "keras.epoch_s_median", "keras.epoch_step_ms_median"
     KERAS_VALIDATION = "keras.validation"
     REQUIRED = (COUNT, SOURCE, PER_STEP, WARMUP_STEPS, HOOK_STATUS, MEASURED, MEDIAN_MS, P5_MS, P95_MS, MEAN_MS,
                 STEPS_PER_S, FAULTS_PER_STEP)
@@ -46,6 +46,7 @@ class Allocator:
     STATE = "state"
     SETTINGS_ECHO = "config"              # the settings the library read, under the settings table's keys
     PROFILE_START, PROFILE_END = "profile.start_step", "profile.end_step"
+    PROFILE_REASON, PROFILED_STEPS = "profile.reason", "profile.profiled_steps"   # why profiling ended; how long
     PLAN, PLAN_CLASSES, PLAN_RESERVED_BYTES = "plan", "plan.classes", "plan.reserved_bytes"
     PLAN_MADE_AT_STEP = "plan.made_at_step"
     PLAN_SOURCE = "plan.source"           # "profiled" | "loaded" | "none"
@@ -84,6 +85,7 @@ class Pmem:
 class Scheduler:
     """scheduler-<pid>.json (scheduler/core.py Scheduler.report)."""
     STAGES, CHOSEN, TUNING = "stages", "chosen", "tuning"
+    SESSIONS, KERAS = "sessions", "keras"   # where the configuration went: per session ("applied"), Keras
     TRIALS, TRIALS_STEPS_USED = "tuning.trials", "tuning.steps_used"
     TRIAL_STEP_MS = "step_ms_median"      # in each trial
     SPEEDUP = "speedup_over_first_x"

@@ -133,8 +133,9 @@ _F: List[Figure] = [
            _keras(ST.KERAS_EPOCHS)),
     Figure("epoch_s_median", "median epoch time", "s", True,
            "median wall time of one Keras epoch, validation and callbacks included", _keras(ST.KERAS_EPOCH_S_MEDIAN)),
-    Figure("epoch_step_ms", "epoch time per train batch", "ms", True,
-           "total epoch time / train batches: what Keras' progress bar reports as time per step, validation included",
+    Figure("epoch_step_ms", "median epoch time per train batch", "ms", True,
+           "median over the epochs of the epoch's time / its train batches: the ms/step Keras prints, validation "
+           "and callbacks included",
            _keras(ST.KERAS_EPOCH_STEP_MS)),
     # the process (whole run: the command and its children)
     Figure("peak_rss_bytes", "peak RSS", "bytes", True,

@@ -517,7 +517,8 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
     from rtkit.report import summary
 
     _fig(s.rows, report, "sched_chosen")
-    _add(s.rows, "pipeline", None, text=summary.pipeline_words(sc))
+    _add(s.rows, "applied", None, text=summary.applied_words(sc, get(report, "steps." + ST.SOURCE) == "keras"))
+    _add(s.rows, "pipelining", None, text=summary.pipeline_words(sc))
     trials = sched_trials(sc)
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):

@@ -65,9 +65,8 @@ def keras_line(r: Dict[str, Any]) -> Optional[str]:
         return None
     val = get(r, "steps." + ST.KERAS_VALIDATION)
     inc = "validation and callbacks included" if val else "callbacks included, no validation"
-    return (f"rtkit: keras: {fmt.num(epochs)} epoch(s), {G.name('epoch_s_median')} {G.text(r, 'epoch_s_median')} "
-            f"({inc}) = {G.text(r, 'epoch_step_ms')} {G.name('epoch_step_ms')}, against "
-            f"{G.name('step_ms_median')} {G.text(r, 'step_ms_median')} of the train batches alone")
+    return (f"rtkit: keras: {fmt.num(epochs)} epoch(s), " + _join([_fig(r, "epoch_s_median"), _fig(r, "epoch_step_ms")])
+            + f" ({inc}); the step times count the train batches alone")
 
 
 def memory_line(r: Dict[str, Any]) -> str:
@@ -84,6 +83,14 @@ def allocator_line(r: Dict[str, Any]) -> Optional[str]:
     if not isinstance(a, dict):
         return None
     state = G.value(r, "allocator_state") or "on"
+    reason, profiled = get(a, A.PROFILE_REASON), get(a, A.PROFILED_STEPS)
+    if state == "passthrough":   # no plan: the arenas served nothing, a hit rate would only say 0%
+        words = "passthrough, no plan" + (f" ({reason})" if reason else "")
+        return "rtkit: allocator: " + _join([words, G.plan_words(r)])
+    if state == "profiling":
+        return "rtkit: allocator: " + _join([
+            "still profiling when the run ended" + (f" ({fmt.num(profiled)} steps profiled)" if fmt.is_num(profiled)
+                                                    else ""), G.plan_words(r)])
     parts = [state, G.plan_words(r)]
     if state == "planned":
         parts.append(_fig(r, "hit_rate_after_plan"))
@@ -111,17 +118,39 @@ def scheduler_line(r: Dict[str, Any]) -> Optional[str]:
     sc = r.get("scheduler")
     if not isinstance(sc, dict):
         return None
-    chosen = get(sc, S.CHOSEN)
-    applied = ""
-    if isinstance(chosen, dict):   # pipelining is said below, from what happened, not from the setting
-        applied = ", ".join(f"{k}={v}" for k, v in chosen.items()
-                            if not isinstance(v, (dict, list, bool)) and not k.startswith("stage_"))
-    parts = [f"applied {applied}" if applied else "on"]
-    parts.append(pipeline_words(sc))
+    parts = [applied_words(sc, get(r, "steps." + ST.SOURCE) == "keras"), pipeline_words(sc)]
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):
         parts.append(tuning_words(r, tuning))
     return "rtkit: scheduler: " + _join(parts, "; ")
+
+
+def applied_words(sc: Dict[str, Any], keras_steps: bool = False) -> str:
+    """What the scheduler applied and where: to the sessions it configured, to Keras (said when the steps came
+    from Keras fit or there was no session), or nothing."""
+    chosen = get(sc, S.CHOSEN)
+    knobs = ""
+    if isinstance(chosen, dict):   # pipelining is said apart, from what happened, not from the setting
+        knobs = ", ".join(f"{k}={v}" for k, v in chosen.items()
+                          if not isinstance(v, (dict, list, bool)) and not k.startswith("stage_"))
+    sessions = [x for x in (get(sc, S.SESSIONS) or []) if isinstance(x, dict)]
+    keras = get(sc, S.KERAS)
+    ours = [x for x in sessions if str(x.get("applied", "")).startswith("rtkit")]
+    out = []
+    if ours:
+        out.append(f"applied {knobs} to {len(ours)} session(s)" if knobs else f"applied to {len(ours)} session(s)")
+    if len(ours) < len(sessions):
+        out.append(f"{len(sessions) - len(ours)} session(s) kept the script's thread settings")
+    if ours and not keras_steps:
+        keras = None
+    if isinstance(keras, dict) and keras.get("applied"):
+        ks = ", ".join(f"{k}={v}" for k, v in keras.items() if k != "applied" and not isinstance(v, (dict, list)))
+        out.append(f"applied to Keras: {ks}" if ks else "applied to Keras")
+    elif isinstance(keras, dict) and keras.get("detail"):
+        out.append(f"not applied to Keras ({keras['detail']})")
+    if not out:
+        return f"nothing applied (no session or Keras model seen){'; would apply ' + knobs if knobs else ''}"
+    return ", ".join(out)
 
 
 def pipeline_words(sc: Dict[str, Any]) -> str:
@@ -140,7 +169,10 @@ def pipeline_words(sc: Dict[str, Any]) -> str:
 
 def tuning_words(r: Dict[str, Any], tuning: Dict[str, Any]) -> str:
     if not tuning.get("done", True):
-        return f"tuning not finished ({fmt.num(tuning.get('steps_used'))} steps used)"
+        used = tuning.get("steps_used")
+        if used == 0:
+            return "tuning saw no step (the tuner times session steps only)"
+        return f"tuning not finished ({fmt.num(used)} of {fmt.num(tuning.get('budget_steps'))} steps used)"
     chosen = tuning.get("chosen")
     pick = ", ".join(f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in chosen.items()
                      if not isinstance(v, (dict, list))) if isinstance(chosen, dict) else "?"
