@@ -524,3 +524,49 @@ def test_svg_ticks_cover_the_data_and_outliers_are_cut():
     assert len(tops) == 41 and min(tops) >= 30 - 0.01   # the cut bar stops at the plot's top edge
     many = [(i, float(i % 7)) for i in range(100000)]
     assert len(svg.downsample(many)) <= 1500
+
+
+# ---------------------------------------------------------------------------------------------
+# what `rtkit run` prints, and the API behind the steps
+
+
+def test_quiet_prints_nothing_on_success_and_the_summary_on_failure(tmp_path):
+    ok = run_rtkit(["run", "--quiet", "--run-dir", str(tmp_path / "ok"), "--", PY, "-c", "pass"], check_rc=0)
+    assert ok.stderr == "" and ok.stdout == ""
+    assert os.path.isfile(tmp_path / "ok" / "report.json")
+    bad = run_rtkit(["run", "--quiet", "--run-dir", str(tmp_path / "bad"), "--", PY, "-c", "raise SystemExit(4)"],
+                    check_rc=4)
+    assert "rtkit: failed (exit 4)" in bad.stderr and "rtkit: report: " in bad.stderr
+
+
+@requires_tf
+def test_make_callable_steps_are_named_so(tmp_path):
+    script = tmp_path / "cb.py"
+    script.write_text(TF_SCRIPT.replace("""    for i in range({n}):
+        s.run([loss, train], {{x: np.random.rand(256, 128).astype(np.float32)}})""".format(n=TF_STEPS), f"""    step = s.make_callable([loss, train], feed_list=[x])
+    for i in range({TF_STEPS}):
+        step(np.random.rand(256, 128).astype(np.float32))"""))
+    assert "make_callable" in script.read_text()
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, str(script)], check_rc=0)
+    rep = load_report(str(tmp_path / "r"))
+    assert rep["steps"]["count"] == TF_STEPS and rep["steps"]["api"] == "tf.compat.v1 Session.make_callable"
+    assert f"steps: {TF_STEPS} counted from tf.compat.v1 Session.make_callable" in proc.stderr
+
+
+def test_compare_across_schema_versions(runs):
+    """A report of another schema version (keys renamed or missing, sections of another shape) compares: the
+    header says the versions differ and what one of them lacks is '-'."""
+    out, _, _ = runs
+    a = load_report(out["plain"])
+    b = copy.deepcopy(a)
+    b["schema_version"] = 2
+    del b["steps"]["summary"]["step_ms_p95"]
+    b["scheduler"] = {"schema_version": 2, "chosen": {"compute_threads": 2}, "pipeline": {"staged_steps": 0,
+                      "not_staged_reason": "no tf.data input"}, "tuning": None}
+    text = compare_mod.render(a, b, width=100)
+    assert "report schema versions differ (A 1, B 2)" in text
+    assert "scheduler: off -> on" in text
+    data = compare_mod.compare(a, b)
+    m = {x["key"]: x for x in data["metrics"]}
+    assert m["pipelined_steps"]["a"] is None and m["pipelined_steps"]["b"] == 0
+    assert "no step pipelined (no tf.data input)" in "\n".join(terminal.summary_lines(b))

@@ -12,16 +12,16 @@ from rtkit.hooks.steps import minor_faults, recorder
 
 _PATCHED_FLAG = "_rtkit_patched"
 # which API a session step came through, for the report's words: Session.run sets `run`, MonitoredSession's run
-# sets `monitored`; a step that reaches _call_tf_sessionrun with neither came from a make_callable callable
+# sets `monitored`, a make_callable callable sets `callable` (one without feeds skips run() altogether)
 _where = threading.local()
 
 
 def api_now() -> str:
     if getattr(_where, "monitored", 0):
         return "tf.compat.v1 MonitoredTrainingSession"
-    if getattr(_where, "run", 0):
-        return "tf.compat.v1 Session.run"
-    return "tf.compat.v1 Session.make_callable"
+    if getattr(_where, "callable", 0) or not getattr(_where, "run", 0):
+        return "tf.compat.v1 Session.make_callable"   # with a feed list, TF's callable goes through run()
+    return "tf.compat.v1 Session.run"
 
 
 def _counting(attr: str, fn):
@@ -48,6 +48,18 @@ def _names(items, name_of, with_index: bool) -> str:
         except Exception:
             out.append("?")
     return ",".join(sorted(out))
+
+
+def _mark_callables(base) -> None:
+    """make_callable's callables run with `callable` set, whatever else wraps make_callable."""
+    inner = base.make_callable
+
+    def make_callable(self, fetches, feed_list=None, accept_options=False):
+        return _counting("callable", inner(self, fetches, feed_list, accept_options))
+
+    make_callable.__wrapped__ = inner
+    make_callable.__doc__ = inner.__doc__
+    base.make_callable = make_callable
 
 
 def signature_of(fetch_list, target_list, name_of) -> str:
@@ -125,6 +137,7 @@ def install(session_module, pywrap) -> None:
         fn.__doc__ = orig.__doc__
         setattr(base, name, fn)
     setattr(base, _PATCHED_FLAG, True)
+    _mark_callables(base)
     try:  # MonitoredTrainingSession's steps reach BaseSession.run through its wrappers: mark them
         from tensorflow.python.training import monitored_session
 
