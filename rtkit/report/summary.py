@@ -85,6 +85,8 @@ def allocator_line(r: Dict[str, Any]) -> Optional[str]:
     state = G.value(r, "allocator_state") or "on"
     reason, profiled = get(a, A.PROFILE_REASON), get(a, A.PROFILED_STEPS)
     if state == "passthrough":   # no plan: the arenas served nothing, a hit rate would only say 0%
+        if not reason and not get(a, "steps"):
+            reason = "no training step reached the allocator"
         words = "passthrough, no plan" + (f" ({reason})" if reason else "")
         return "rtkit: allocator: " + _join([words, G.plan_words(r)])
     if state == "profiling":
@@ -141,7 +143,7 @@ def applied_words(sc: Dict[str, Any], keras_steps: bool = False) -> str:
         out.append(f"applied {knobs} to {len(ours)} session(s)" if knobs else f"applied to {len(ours)} session(s)")
     if len(ours) < len(sessions):
         out.append(f"{len(sessions) - len(ours)} session(s) kept the script's thread settings")
-    if ours and not keras_steps:
+    if not keras_steps:   # set for Keras, but Keras fit did not run the steps: not worth a claim
         keras = None
     if isinstance(keras, dict) and keras.get("applied"):
         ks = ", ".join(f"{k}={v}" for k, v in keras.items() if k != "applied" and not isinstance(v, (dict, list)))
@@ -149,7 +151,9 @@ def applied_words(sc: Dict[str, Any], keras_steps: bool = False) -> str:
     elif isinstance(keras, dict) and keras.get("detail"):
         out.append(f"not applied to Keras ({keras['detail']})")
     if not out:
-        return f"nothing applied (no session or Keras model seen){'; would apply ' + knobs if knobs else ''}"
+        if isinstance(get(sc, S.KERAS), dict) and get(sc, S.KERAS).get("applied"):
+            return "no session or Keras fit used its configuration (only TensorFlow's global thread pools were set)"
+        return f"nothing applied (no session or Keras fit seen){'; would apply ' + knobs if knobs else ''}"
     return ", ".join(out)
 
 
