@@ -63,6 +63,7 @@ def test_report_renders_in_chromium_with_plots_and_no_console_errors(chromium, h
     assert browser.count_colour(rows, PALETTE_RED) > 50      # allocator fallbacks, stacked on the hits
 
 
+@pytest.mark.slow
 def test_console_errors_are_seen(chromium, tmp_path):
     """The check above can fail: a page that logs an error is caught."""
     page = tmp_path / "bad.html"
@@ -71,6 +72,7 @@ def test_console_errors_are_seen(chromium, tmp_path):
     assert any("rtkit-probe" in line for line in console), console
 
 
+@pytest.mark.slow
 def test_png_reader_counts_colours(chromium, tmp_path):
     page = tmp_path / "c.html"
     page.write_text('<!DOCTYPE html><html><body style="margin:0;background:#fff">'

@@ -97,6 +97,8 @@ def _verdict_text(m: Dict[str, Any], wide: bool) -> str:
         return "same (within 2%)" if wide else "same"
     if m["ratio"] is None and m["a"] != m["b"] and m["a"] is not None and m["b"] is not None:
         return "differs"
+    if m["a"] == m["b"] and m["a"] is not None:
+        return "same"
     return ""
 
 
@@ -134,33 +136,42 @@ def render(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str =
     cells = [["figure", "A", "B", "B/A", ""]]
     group = None
     heads = set()
+    text_rows: Dict[int, Dict[str, Any]] = {}
     for m in data["metrics"]:
         if m["group"] != group:
             group = m["group"]
             heads.add(len(cells))
             cells.append([f"[{group}]", "", "", "", ""])
         f = G.FIGURES[m["key"]]
+        if f.unit == "text":
+            text_rows[len(cells)] = m
         cells.append([m["label"], f.text(m["a"]), f.text(m["b"]), fmt.ratio(m["ratio"]) if m["ratio"] is not None
                       else "-", _verdict_text(m, width >= 100)])
-    widths = [max(len(r[i]) for r in cells) for i in range(5)]
-    # long text values (plan paths, configurations) must not push the table past the width: cut them to fit
-    room = width - widths[0] - widths[3] - max(len(r[4]) for r in cells) - 8
-    cap = max(9, room // 2)
+    numeric = [i for i in range(1, len(cells)) if i not in heads and i not in text_rows]
+    widths = [max(len(cells[i][c]) for i in [0] + numeric) if numeric else 1 for c in range(5)]
+    widths[0] = max(len(r[0]) for r in cells)
+    # text figures (a plan's origin, a configuration) get the number columns' width; cut ones follow in full
+    cap = max(9, widths[1], widths[2])
+    cut_rows = []
     for ri, r in enumerate(cells):
-        va = r[1] if len(r[1]) <= cap else r[1][: cap - 3] + "..."
-        vb = r[2] if len(r[2]) <= cap else r[2][: cap - 3] + "..."
-        wa, wb = min(widths[1], cap), min(widths[2], cap)
         if ri in heads:
             lines.append(r[0])
             continue
-        lines.append("  ".join([r[0].ljust(widths[0]), va.rjust(wa), vb.rjust(wb), r[3].rjust(widths[3]),
+        va, vb = r[1], r[2]
+        if ri in text_rows and (len(va) > cap or len(vb) > cap):
+            cut_rows.append(ri)
+            va = va if len(va) <= cap else va[: cap - 3] + "..."
+            vb = vb if len(vb) <= cap else vb[: cap - 3] + "..."
+        lines.append("  ".join([r[0].ljust(widths[0]), va.rjust(cap), vb.rjust(cap), r[3].rjust(widths[3]),
                                 r[4]]).rstrip())
         if ri == 0:
-            lines.append("  ".join("-" * w for w in (widths[0], wa, wb, widths[3])))
-    long_text = [m for m in data["metrics"] if G.FIGURES[m["key"]].unit == "text" and m["a"] != m["b"]
-                 and max(len(str(m["a"])), len(str(m["b"]))) > cap]
-    for m in long_text:   # the full text of what was cut above
+            lines.append("  ".join("-" * w for w in (widths[0], cap, cap, widths[3])))
+    for ri in cut_rows:   # the full text of what was cut above
+        m = text_rows[ri]
         lines.append("")
+        if m["a"] == m["b"]:
+            lines.extend(_wrap(f"{m['label']}: {m['a']} (both)", width))
+            continue
         lines.extend(_wrap(f"{m['label']}: A {m['a'] or '-'}", width))
         lines.extend(_wrap(f"{' ' * len(m['label'])}  B {m['b'] or '-'}", width))
     lines.append("")
