@@ -1,5 +1,4 @@
 # test_report_browser.py -- report.html of a real run rendered in headless Chromium: plots drawn, no console errors.
-import os
 import re
 import sys
 

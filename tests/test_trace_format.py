@@ -8,7 +8,6 @@ import json
 import os
 import sys
 
-import pytest
 
 from conftest import requires_tf, run_rtkit
 

@@ -4,7 +4,6 @@ HTML). A ratio whose distance from 1.0 the runs' own per-step spread explains is
 than called better or worse. Reports of any schema version compare: a figure one of them lacks is '-'."""
 from __future__ import annotations
 
-import os
 import shutil
 import textwrap
 from typing import Any, Dict, List, Optional

@@ -15,6 +15,7 @@ from rtkit.report import fmt
 from rtkit.report.contract import Allocator as A, Scheduler as S, Pmem as PM
 from rtkit.report import contract
 from rtkit.report import glossary as G
+from rtkit.report import words
 from rtkit.report.contract import Steps as ST
 from rtkit.report.fmt import get
 
@@ -514,15 +515,13 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
     if not isinstance(sc, dict):
         s.off = "off"
         return s
-    from rtkit.report import summary
-
     _fig(s.rows, report, "sched_chosen")
-    _add(s.rows, "applied", None, text=summary.applied_words(sc, get(report, "steps." + ST.SOURCE) == "keras"))
-    _add(s.rows, "pipelining", None, text=summary.pipeline_words(sc))
+    _add(s.rows, "applied", None, text=words.applied(sc, get(report, "steps." + ST.SOURCE) == "keras"))
+    _add(s.rows, "pipelining", None, text=words.pipeline(sc))
     trials = sched_trials(sc)
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):
-        _add(s.rows, "tuning outcome", None, text=summary.tuning_words(report, tuning))
+        _add(s.rows, "tuning outcome", None, text=words.tuning(report, tuning))
     if isinstance(trials, list):
         text = str(len(trials))
         if get(sc, S.TRIALS_STEPS_USED) is not None:

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 from rtkit.report import fmt
 from rtkit.report import glossary as G
 from rtkit.report import sections as sec
+from rtkit.report import words
 from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S, Steps as ST
 from rtkit.report.fmt import get
 
@@ -87,8 +88,8 @@ def allocator_line(r: Dict[str, Any]) -> Optional[str]:
     if state == "passthrough":   # no plan: the arenas served nothing, a hit rate would only say 0%
         if not reason and not get(a, "steps"):
             reason = "no training step reached the allocator"
-        words = "passthrough, no plan" + (f" ({reason})" if reason else "")
-        return "rtkit: allocator: " + _join([words, G.plan_words(r)])
+        said = "passthrough, no plan" + (f" ({reason})" if reason else "")
+        return "rtkit: allocator: " + _join([said, G.plan_words(r)])
     if state == "profiling":
         return "rtkit: allocator: " + _join([
             "still profiling when the run ended" + (f" ({fmt.num(profiled)} steps profiled)" if fmt.is_num(profiled)
@@ -120,73 +121,11 @@ def scheduler_line(r: Dict[str, Any]) -> Optional[str]:
     sc = r.get("scheduler")
     if not isinstance(sc, dict):
         return None
-    parts = [applied_words(sc, get(r, "steps." + ST.SOURCE) == "keras"), pipeline_words(sc)]
+    parts = [words.applied(sc, get(r, "steps." + ST.SOURCE) == "keras"), words.pipeline(sc)]
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):
-        parts.append(tuning_words(r, tuning))
+        parts.append(words.tuning(r, tuning))
     return "rtkit: scheduler: " + _join(parts, "; ")
-
-
-def applied_words(sc: Dict[str, Any], keras_steps: bool = False) -> str:
-    """What the scheduler applied and where: to the sessions it configured, to Keras (said when the steps came
-    from Keras fit or there was no session), or nothing."""
-    chosen = get(sc, S.CHOSEN)
-    knobs = ""
-    if isinstance(chosen, dict):   # pipelining is said apart, from what happened, not from the setting
-        knobs = ", ".join(f"{k}={v}" for k, v in chosen.items()
-                          if not isinstance(v, (dict, list, bool)) and not k.startswith("stage_"))
-    sessions = [x for x in (get(sc, S.SESSIONS) or []) if isinstance(x, dict)]
-    keras = get(sc, S.KERAS)
-    ours = [x for x in sessions if str(x.get("applied", "")).startswith("rtkit")]
-    out = []
-    if ours:
-        out.append(f"applied {knobs} to {len(ours)} session(s)" if knobs else f"applied to {len(ours)} session(s)")
-    if len(ours) < len(sessions):
-        out.append(f"{len(sessions) - len(ours)} session(s) kept the script's thread settings")
-    if not keras_steps:   # set for Keras, but Keras fit did not run the steps: not worth a claim
-        keras = None
-    if isinstance(keras, dict) and keras.get("applied"):
-        ks = ", ".join(f"{k}={v}" for k, v in keras.items() if k != "applied" and not isinstance(v, (dict, list)))
-        out.append(f"applied to Keras: {ks}" if ks else "applied to Keras")
-    elif isinstance(keras, dict) and keras.get("detail"):
-        out.append(f"not applied to Keras ({keras['detail']})")
-    if not out:
-        if isinstance(get(sc, S.KERAS), dict) and get(sc, S.KERAS).get("applied"):
-            return "no session or Keras fit used its configuration (only TensorFlow's global thread pools were set)"
-        return f"nothing applied (no session or Keras fit seen){'; would apply ' + knobs if knobs else ''}"
-    return ", ".join(out)
-
-
-def pipeline_words(sc: Dict[str, Any]) -> str:
-    staged = get(sc, S.STAGED_STEPS)
-    reason = get(sc, S.NOT_STAGED_REASON)
-    if fmt.is_num(staged):
-        if staged > 0:
-            return f"{G.name('pipelined_steps')} {fmt.num(staged)}"
-        return "no step pipelined" + (f" ({reason})" if reason else "")
-    # scheduler schema 1: it counts pipelines started, not steps
-    started = get(sc, "pipeline.pipelines_started")
-    if get(sc, S.PIPELINE_ENABLED) and fmt.is_num(started) and started > 0:
-        return f"input pipeline started {fmt.num(started)} time(s) (this scheduler version does not count pipelined steps)"
-    return "no step pipelined"
-
-
-def tuning_words(r: Dict[str, Any], tuning: Dict[str, Any]) -> str:
-    if not tuning.get("done", True):
-        used = tuning.get("steps_used")
-        if used == 0:
-            return "tuning saw no step (the tuner times session steps only)"
-        return f"tuning not finished ({fmt.num(used)} of {fmt.num(tuning.get('budget_steps'))} steps used)"
-    chosen = tuning.get("chosen")
-    pick = ", ".join(f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in chosen.items()
-                     if not isinstance(v, (dict, list))) if isinstance(chosen, dict) else "?"
-    text = f"tuning chose {pick}"
-    gain = G.value(r, "tuning_gain_pct")
-    if gain is not None:
-        text += f", {G.name('tuning_gain_pct')} {G.text(r, 'tuning_gain_pct')}"
-    if tuning.get("verdict"):
-        text += f" ({tuning['verdict']})"
-    return text
 
 
 def problems(r: Dict[str, Any]) -> List[str]:

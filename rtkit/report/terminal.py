@@ -6,9 +6,7 @@ import sys
 import textwrap
 from typing import Any, Dict, List, Optional
 
-from rtkit.report import fmt
 from rtkit.report import sections as sec
-from rtkit.report.fmt import get
 
 WIDTH = 80
 LABEL_MAX = 36
