@@ -516,7 +516,7 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
         s.off = "off"
         return s
     _fig(s.rows, report, "sched_chosen")
-    _add(s.rows, "applied", None, text=words.applied(sc, get(report, "steps." + ST.SOURCE) == "keras"))
+    _add(s.rows, "what was applied", None, text=words.applied(sc, get(report, "steps." + ST.SOURCE) == "keras"))
     _add(s.rows, "pipelining", None, text=words.pipeline(sc))
     trials = sched_trials(sc)
     tuning = get(sc, S.TUNING)
