@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS="tests/test_pmem.py -x"
 
-.PHONY: all install native test test-fast demo bench bench-deps asan clean readme-settings
+.PHONY: all install native test test-fast demo bench bench-deps browser-deps asan clean readme-settings
 
 all: install
 
@@ -48,6 +48,12 @@ bench: install
 bench-deps:
 	apt-get update
 	apt-get install -y libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libmemkind0 libpmemobj1 libpmemobj-dev libpmem-dev valgrind
+
+# Headless Chromium for the HTML report's browser test (tests/test_report_browser.py installs it the same way when
+# it runs as root; elsewhere that test skips and says why). Debian's package; needs root and the network.
+browser-deps:
+	command -v chromium >/dev/null 2>&1 || { apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
 
 asan:
 	$(PYTHON) allocators/build.py --tests --asan --out build/native-asan

@@ -81,13 +81,16 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
 
             html_path = os.path.join(run_dir, "report.html")
             html_report.write(report, html_path)
-            _eprint(f"rtkit: html report: {html_path}")
+            if not quiet:
+                _eprint(f"rtkit: html report: {html_path}")
         except Exception as exc:  # the report is a convenience; never change the job's exit code
             _eprint(f"rtkit: could not write report.html: {exc}")
-    lines = summary_lines(report) if not quiet and resolved["log"] != "quiet" else []
+    # --quiet: nothing on success; a failed command still gets its summary (that is when it is read)
+    quiet = quiet or resolved["log"] == "quiet"
+    lines = summary_lines(report) if not quiet or report["run"]["status"] != "ok" else []
     for line in lines:
         _eprint(line if line.startswith("rtkit") else f"rtkit: {line}")
-    if not any(report_path in line for line in lines):
+    if lines and not any(report_path in line for line in lines):
         _eprint(f"rtkit: report: {report_path}")
     return result.exit_code, run_dir
 

@@ -76,17 +76,17 @@ def test_the_real_reports_render_with_values(alloc_report):
     for s in sections.values():
         assert not [n for n in s.notes if "report contract" in n or "the allocator read" in n], (s.key, s.notes)
     a = sections["allocator"]
-    assert re.match(r"\d+(\.\d+)?%$", _row(a, "hit rate")), _row(a, "hit rate")
-    assert re.match(r"[\d,]+$", _row(a, "arena hits")) and re.match(r"[\d,]+$", _row(a, "fallbacks"))
-    assert int(_row(a, "arena hits").replace(",", "")) > 0
-    assert re.match(r"\d+ classes, \d+ blocks", _row(a, "plan"))
-    assert _row(a, "reserved").endswith(("KiB", "MiB", "GiB"))
-    assert _row(a, "faults/step before plan") != "-"
+    assert re.match(r"\d+(\.\d+)?%$", _row(a, "arena hit rate (whole run)")), _row(a, "arena hit rate (whole run)")
+    assert re.match(r"[\d,]+$", _row(a, "arena hits (whole run)")) and re.match(r"[\d,]+$", _row(a, "fallbacks (whole run)"))
+    assert int(_row(a, "arena hits (whole run)").replace(",", "")) > 0
+    assert re.match(r"\d+ classes, \d+ blocks", _row(a, "plan classes"))
+    assert _row(a, "arena bytes reserved").endswith(("KiB", "MiB", "GiB"))
+    assert _row(a, "mean minor faults/step before plan") != "-"
     p = sections["pmem"]
-    assert _row(p, "state") == "on" and _row(p, "tier peak bytes").endswith(("KiB", "MiB", "GiB"))
+    assert _row(p, "state") == "on" and _row(p, "tier bytes held (peak)").endswith(("KiB", "MiB", "GiB"))
     text = terminal.render(alloc_report)
     assert "report contract" not in text
-    assert any(l.startswith("rtkit: allocator: planned, hit rate") for l in terminal.summary_lines(alloc_report))
+    assert any(l.startswith("rtkit: allocator: planned, plan profiled") for l in terminal.summary_lines(alloc_report))
     page = html_mod.render(alloc_report)
     assert "Allocator: arena hits and fallbacks per step" in page
 
@@ -116,8 +116,8 @@ def test_the_scheduler_writes_the_contracts_keys(tmp_path):
     assert sched["tuning"]["done"], sched["tuning"]
     s = next(x for x in sec.build_sections(rep) if x.key == "scheduler")
     assert not [n for n in s.notes if "report contract" in n], s.notes
-    assert "compute_threads=" in _row(s, "chosen config")
+    assert "compute_threads=" in _row(s, "scheduler configuration")
     assert re.match(r"\d+ \(\d+ steps used\)", _row(s, "tuning trials"))
-    assert re.match(r"[\d.]+x$", _row(s, "speedup over first config"))
+    assert re.match(r"-?[\d.]+%$", _row(s, "tuning gain"))
     assert any(t.title == "stages" for t in s.tables) and any(t.title == "tuning trials" for t in s.tables)
-    assert any(l.startswith("rtkit: scheduler: on, compute_threads=") for l in terminal.summary_lines(rep))
+    assert any(l.startswith("rtkit: scheduler: applied compute_threads=") for l in terminal.summary_lines(rep))

@@ -130,15 +130,17 @@ def test_terminal_report_of_a_real_tf_run(tf_runs):
     for line in text.splitlines():
         assert len(line) <= 80, f"line over 80 columns: {line!r}"
     summ = rep["steps"]["summary"]
-    assert f"{TF_STEPS} (session)" in text
-    assert fmt.ms(summ["step_ms_median"]) in text
-    assert f"{fmt.ms(summ['step_ms_p5'])} / {fmt.ms(summ['step_ms_p95'])}" in text
-    assert fmt.nbytes(rep["process"]["peak_rss_bytes"]) in text
-    assert f"{fmt.num(rep['process']['minor_faults'])} / {fmt.num(rep['process']['major_faults'])}" in text
+    assert re.search(rf"steps counted\s+{TF_STEPS} from tf.compat.v1 Session.run\n", text)
+    assert re.search(rf"median step time\s+{re.escape(fmt.ms(summ['step_ms_median']))}\n", text)
+    assert re.search(rf"p5 step time\s+{re.escape(fmt.ms(summ['step_ms_p5']))}\n", text)
+    assert re.search(rf"p95 step time\s+{re.escape(fmt.ms(summ['step_ms_p95']))}\n", text)
+    assert re.search(rf"peak RSS\s+{re.escape(fmt.nbytes(rep['process']['peak_rss_bytes']))}\n", text)
+    assert re.search(rf"minor faults \(whole run\)\s+{fmt.num(rep['process']['minor_faults'])}\n", text)
+    assert re.search(rf"major faults \(whole run\)\s+{fmt.num(rep['process']['major_faults'])}\n", text)
     assert "status     ok" in text.replace("status ", "status     ", 1) or re.search(r"status\s+ok", text)
     for title in ("Run", "Steps", "Process"):
         assert re.search(rf"^{title}\n-+$", text, re.M), title
-    assert re.search(r"^PMEM tier: off$", text, re.M)
+    assert re.search(r"^PMEM tier: off \(tier mode needs pmem_path\)$", text, re.M)
     assert re.search(r"^Notes: none$|^Notes\n", text, re.M)
 
 
@@ -159,7 +161,7 @@ def test_terminal_report_of_a_failed_run(runs):
     text = report_cli(out["fail"]).stdout
     assert re.search(r"status\s+failed", text)
     assert re.search(r"exit code\s+3", text)
-    assert re.search(r"^Steps\n-+\n\s+steps\s+0 \(none\)", text, re.M)
+    assert re.search(r"^Steps\n-+\n\s+steps counted\s+0 \(source: none\)", text, re.M)
     assert re.search(r"^Allocator \(PRMalloc\): off$", text, re.M) or "Allocator (PRMalloc)\n" in text
 
 
@@ -180,9 +182,9 @@ def test_summary_lines_real_run(runs):
 def test_summary_lines_have_steps(tf_runs):
     rep = load_report(tf_runs["a"])
     text = "\n".join(terminal.summary_lines(rep))
-    assert f"steps: {TF_STEPS} (session)" in text
-    assert fmt.ms(rep["steps"]["summary"]["step_ms_median"]) in text
-    assert f"steps: {TF_STEPS} (session)" in tf_runs["a_proc"].stderr
+    assert f"steps: {TF_STEPS} counted from tf.compat.v1 Session.run" in text
+    assert f"median step time {fmt.ms(rep['steps']['summary']['step_ms_median'])}" in text
+    assert f"steps: {TF_STEPS} counted from tf.compat.v1 Session.run" in tf_runs["a_proc"].stderr
 
 
 def test_json_flag_prints_the_report(runs):
@@ -290,14 +292,21 @@ def test_compare_two_real_runs(tf_runs):
         assert m["a"] == pytest.approx(va) and m["b"] == pytest.approx(vb), key
         assert m["ratio"] == pytest.approx(vb / va), key
     assert metrics["steps"]["a"] == metrics["steps"]["b"] == TF_STEPS
-    assert {"key": "sched", "a": False, "b": True} in data["settings_differ"]
-    text = run_rtkit(["compare", tf_runs["a"], tf_runs["b"]]).stdout
+    assert any(d["key"] == "sched" and d["a"] is False and d["b"] is True for d in data["settings_differ"])
+    assert {"component": "scheduler", "a": "off", "b": "on"} in data["components_differ"]
+    text = run_rtkit(["compare", tf_runs["a"], tf_runs["b"]], env={"COLUMNS": "80"}).stdout
     for line in text.splitlines():
         assert len(line) <= 80, line
-    row = next(l for l in text.splitlines() if l.startswith("step time median"))
+    row = next(l for l in text.splitlines() if l.startswith("median step time"))
     m = metrics["step_ms_median"]
     assert fmt.ms(m["a"]) in row and fmt.ms(m["b"]) in row and fmt.ratio(m["ratio"]) in row
-    assert "scheduler on" in text.splitlines()[1] and "scheduler off" in text.splitlines()[0]
+    head_a, head_b = text.split("\nB: ")[0], text.split("\nB: ")[1].split("\n\n")[0]
+    assert "scheduler off" in head_a and "scheduler on" in head_b
+    # the settings that differ come before the figures, and a wide terminal gets whole paths
+    assert text.index("  sched: off -> on") < text.index("figures (")
+    wide = run_rtkit(["compare", tf_runs["a"], tf_runs["b"]], env={"COLUMNS": "200"}).stdout
+    assert f"A: {tf_runs['a']}  [ok]" in wide and max(len(l) for l in wide.splitlines()) > 80
+    assert run_rtkit(["compare", tf_runs["a"], tf_runs["b"], "--width", "200"]).stdout == wide
 
 
 def test_compare_ratios_on_a_modified_copy(runs, tmp_path):
@@ -318,13 +327,43 @@ def test_compare_ratios_on_a_modified_copy(runs, tmp_path):
     assert m["step_ms_p95"]["ratio"] == pytest.approx(1.5) and m["step_ms_p95"]["better"] == "a"
     assert m["steps_per_s"]["ratio"] == pytest.approx(1.25) and m["steps_per_s"]["better"] == "b"
     assert m["peak_rss_bytes"]["ratio"] == pytest.approx(2.0) and m["peak_rss_bytes"]["better"] == "a"
-    assert m["minor_faults_per_step"]["ratio"] == 0.0
-    assert m["allocator_hit_rate"]["a"] is None and m["allocator_hit_rate"]["b"] == pytest.approx(0.9)
-    assert m["allocator_hit_rate"]["ratio"] is None
-    text = compare_mod.render(a, b)
-    assert re.search(r"step time median\s+10\.0 ms\s+8\.00 ms\s+0\.80x\s+B better", text)
+    assert m["faults_per_step_median"]["ratio"] == 0.0 and m["faults_per_step_median"]["better"] == "b"
+    assert m["hit_rate"]["a"] is None and m["hit_rate"]["b"] == pytest.approx(0.9)
+    assert m["hit_rate"]["ratio"] is None
+    text = compare_mod.render(a, b, width=100)
+    assert re.search(r"median step time\s+10\.0 ms\s+8\.00 ms\s+0\.80x\s+B better", text)
     assert re.search(r"peak RSS .*2\.00x\s+A better", text)
-    assert re.search(r"allocator hit rate\s+-\s+90\.0%\s+-", text)
+    assert re.search(r"arena hit rate \(whole run\)\s+-\s+90\.0%\s+-", text)
+    assert "what differs (A -> B):" in text and "allocator: off -> planned" in text
+
+
+def test_compare_marks_ratios_inside_the_runs_noise(runs):
+    """Two runs whose steps scatter widely: a 5% median difference is noise, a 2x one is not; a tiny
+    after-plan fault figure (0.05 vs 1.9 faults/step) is never '37x better'."""
+    out, _, _ = runs
+    a = load_report(out["plain"])
+    per = [{"step": i + 1, "t_s": i * 0.1, "step_ms": 100.0 * (0.7 + 0.6 * ((i * 7) % 10) / 10), "minor_faults": 3}
+           for i in range(30)]
+    a["steps"]["per_step"], a["steps"]["warmup_steps"] = per, 0
+    a["steps"]["summary"].update(step_ms_median=100.0, steps_per_s=10.0)
+    b = copy.deepcopy(a)
+    b["steps"]["per_step"] = [dict(x, step_ms=x["step_ms"] * 1.05) for x in per]
+    b["steps"]["summary"].update(step_ms_median=105.0, steps_per_s=9.52)
+    # after the plan most steps take no fault; one step in B took 50 (a spike, not a trend)
+    a["allocator"] = {"state": "planned", "minor_faults_per_step_after_plan": 0.05, "plan": {"made_at_step": 4},
+                      "per_step": [{"step": i, "minor_faults": 1 if i == 10 else 0} for i in range(1, 31)]}
+    b["allocator"] = {"state": "planned", "minor_faults_per_step_after_plan": 1.9, "plan": {"made_at_step": 4},
+                      "per_step": [{"step": i, "minor_faults": 50 if i == 20 else 0} for i in range(1, 31)]}
+    m = {x["key"]: x for x in compare_mod.compare(a, b)["metrics"]}
+    assert m["step_ms_median"]["within_noise"] and m["step_ms_median"]["better"] is None
+    assert m["step_ms_median"]["noise"] > 0.05
+    assert m["faults_after_plan"]["within_noise"] and m["faults_after_plan"]["better"] is None
+    text = compare_mod.render(a, b, width=120)
+    assert re.search(r"median step time .*1\.05x\s+within noise", text)
+    b["steps"]["per_step"] = [dict(x, step_ms=x["step_ms"] * 2) for x in per]
+    b["steps"]["summary"].update(step_ms_median=200.0)
+    m = {x["key"]: x for x in compare_mod.compare(a, b)["metrics"]}
+    assert m["step_ms_median"]["better"] == "a" and not m["step_ms_median"]["within_noise"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,7 +391,7 @@ def full_report(base):
                      for i in range(n)],
         "notes": ["plan from steps 3-5"],
     }
-    rep["pmem"] = {"path": "/dev/shm/pool", "pool_bytes": 1 << 30, "pmem_bytes": 300 << 20, "background_moves": 7,
+    rep["pmem"] = {"state": "on", "path": "/dev/shm/pool", "pool_bytes": 1 << 30, "pmem_bytes": 300 << 20, "background_moves": 7,
                    "classes": [{"record_bytes": 64 << k, "allocations": 10 * k} for k in range(3)]}
     rep["scheduler"] = {
         "stages": {"input": {"ops": 12, "op_time_ms_per_step": 4.5}, "embedding": {"ops": 80, "op_time_ms_per_step": 20.0},
@@ -374,24 +413,27 @@ def test_component_sections_terminal(runs):
     text = terminal.render(rep)
     for line in text.splitlines():
         assert len(line) <= 80, line
-    assert re.search(r"state\s+planned", text)
-    assert re.search(r"plan\s+3 classes, 6 blocks, spacing 1\.25", text)
-    assert re.search(r"reserved\s+1\.50 GiB", text)
-    assert re.search(r"hit rate\s+97\.5%", text)
-    assert re.search(r"faults/step before plan\s+2,100", text)
-    assert re.search(r"faults/step after plan\s+0\.25", text)
+    assert re.search(r"allocator state\s+planned", text)
+    assert re.search(r"plan classes\s+3 classes, 6 blocks, spacing 1\.25", text)
+    assert re.search(r"arena bytes reserved\s+1\.50 GiB", text)
+    assert re.search(r"arena hit rate \(whole run\)\s+97\.5%", text)
+    assert re.search(r"mean minor faults/step before plan\s+2,100", text)
+    assert re.search(r"mean minor faults/step after plan\s+0\.25", text)
     assert re.search(r"^\s+64\.0 KiB\s+2\s+128\.0 KiB$", text, re.M)
     assert re.search(r"pool bytes\s+1\.00 GiB", text) and re.search(r"background moves\s+7", text)
-    assert re.search(r"chosen config\s+compute_threads=2, input_threads=1", text)
-    assert re.search(r"speedup over first config\s+1\.15x", text)
-    assert re.search(r"pipeline occupancy\s+1\.5 batches", text)
+    assert re.search(r"scheduler configuration\s+compute_threads=2, input_threads=1", text)
+    assert re.search(r"tuning gain\s+15%", text)
+    assert re.search(r"mean pipeline occupancy\s+1\.5\n", text)
     assert re.search(r"^\s+embedding\s+80\s+20\.0 ms$", text, re.M)
     assert re.search(r"tuning trials\s+3 \(12 steps used\)", text)
     assert "- plan from steps 3-5" in text and "- input stage pipelined" in text and "- a run note" in text
     lines = terminal.summary_lines(rep)
-    assert 4 <= len(lines) <= 8
-    assert any("allocator: planned, hit rate 97.5%" in l for l in lines)
-    assert any("scheduler:" in l and "1.15x" in l for l in lines)
+    assert 4 <= len(lines) <= 9
+    assert any("allocator: planned, arena hit rate (whole run) 97.5%" in l for l in lines)
+    assert any("scheduler:" in l and "tuning gain 15%" in l for l in lines)
+    assert any("memory:" in l and "mean minor faults/step after plan 0.25" in l for l in lines)
+    # schema 1 scheduler: pipelines are not counted as steps, so nothing is called pipelined
+    assert not any("pipelined steps" in l for l in lines)
 
 
 def test_component_sections_html(runs, tmp_path):
@@ -405,7 +447,7 @@ def test_component_sections_html(runs, tmp_path):
     assert "Pipeline occupancy" in text
     assert c.tags.count("svg") >= 6
     body = "".join(c.text)
-    assert "97.5%" in body and "1.50 GiB" in body and "1.15x" in body
+    assert "97.5%" in body and "1.50 GiB" in body and "15%" in body
 
 
 def test_sections_off_are_one_line(runs):
@@ -414,7 +456,7 @@ def test_sections_off_are_one_line(runs):
     rep["allocator"] = rep["pmem"] = rep["scheduler"] = None
     text = terminal.render(rep)
     for name in ("Allocator (PRMalloc)", "PMEM tier", "Scheduler"):
-        assert re.search(rf"^{re.escape(name)}: off$", text, re.M), name
+        assert re.search(rf"^{re.escape(name)}: off( \(.*\))?$", text, re.M), name
     assert not any("allocator" in l for l in terminal.summary_lines(rep))
 
 
@@ -482,3 +524,78 @@ def test_svg_ticks_cover_the_data_and_outliers_are_cut():
     assert len(tops) == 41 and min(tops) >= 30 - 0.01   # the cut bar stops at the plot's top edge
     many = [(i, float(i % 7)) for i in range(100000)]
     assert len(svg.downsample(many)) <= 1500
+
+
+# ---------------------------------------------------------------------------------------------
+# what `rtkit run` prints, and the API behind the steps
+
+
+def test_quiet_prints_nothing_on_success_and_the_summary_on_failure(tmp_path):
+    ok = run_rtkit(["run", "--quiet", "--run-dir", str(tmp_path / "ok"), "--", PY, "-c", "pass"], check_rc=0)
+    assert ok.stderr == "" and ok.stdout == ""
+    assert os.path.isfile(tmp_path / "ok" / "report.json")
+    bad = run_rtkit(["run", "--quiet", "--run-dir", str(tmp_path / "bad"), "--", PY, "-c", "raise SystemExit(4)"],
+                    check_rc=4)
+    assert "rtkit: failed (exit 4)" in bad.stderr and "rtkit: report: " in bad.stderr
+
+
+@requires_tf
+def test_make_callable_steps_are_named_so(tmp_path):
+    script = tmp_path / "cb.py"
+    script.write_text(TF_SCRIPT.replace("""    for i in range({n}):
+        s.run([loss, train], {{x: np.random.rand(256, 128).astype(np.float32)}})""".format(n=TF_STEPS), f"""    step = s.make_callable([loss, train], feed_list=[x])
+    for i in range({TF_STEPS}):
+        step(np.random.rand(256, 128).astype(np.float32))"""))
+    assert "make_callable" in script.read_text()
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, str(script)], check_rc=0)
+    rep = load_report(str(tmp_path / "r"))
+    assert rep["steps"]["count"] == TF_STEPS and rep["steps"]["api"] == "tf.compat.v1 Session.make_callable"
+    assert f"steps: {TF_STEPS} counted from tf.compat.v1 Session.make_callable" in proc.stderr
+
+
+def test_compare_across_schema_versions(runs):
+    """A report of another schema version (keys renamed or missing, sections of another shape) compares: the
+    header says the versions differ and what one of them lacks is '-'."""
+    out, _, _ = runs
+    a = load_report(out["plain"])
+    b = copy.deepcopy(a)
+    b["schema_version"] = 2
+    del b["steps"]["summary"]["step_ms_p95"]
+    b["scheduler"] = {"schema_version": 2, "chosen": {"compute_threads": 2}, "pipeline": {"staged_steps": 0,
+                      "not_staged_reason": "no tf.data input"}, "tuning": None}
+    text = compare_mod.render(a, b, width=100)
+    assert "report schema versions differ (A 1, B 2)" in text
+    assert "scheduler: off -> on" in text
+    data = compare_mod.compare(a, b)
+    m = {x["key"]: x for x in data["metrics"]}
+    assert m["pipelined_steps"]["a"] is None and m["pipelined_steps"]["b"] == 0
+    assert "no step pipelined (no tf.data input)" in "\n".join(terminal.summary_lines(b))
+
+
+MTS_SCRIPT = """
+import numpy as np, tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+gs = tf.compat.v1.train.get_or_create_global_step()
+x = tf.constant(np.random.rand(64, 32).astype(np.float32))
+w = tf.Variable(tf.random.normal([32, 1]))
+loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+train = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(loss, global_step=gs)
+hooks = [tf.compat.v1.train.StopAtStepHook(last_step=40)]
+with tf.compat.v1.train.MonitoredTrainingSession(checkpoint_dir={ckpt!r}, hooks=hooks, save_checkpoint_steps=10) as s:
+    while not s.should_stop():
+        s.run(train)
+"""
+
+
+@requires_tf
+def test_monitored_training_session_hooks_reading_global_step_are_not_the_step(tmp_path):
+    """The checkpoint hook reads global_step after every step and a few times more: the train op is the step."""
+    script = tmp_path / "mts.py"
+    script.write_text(MTS_SCRIPT.format(ckpt=str(tmp_path / "ckpt")))
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, str(script)], check_rc=0)
+    rep = load_report(str(tmp_path / "r"))
+    assert rep["steps"]["signature"].startswith("targets=") and rep["steps"]["count"] == 40, rep["steps"]["signature"]
+    assert rep["steps"]["api"] == "tf.compat.v1 MonitoredTrainingSession"
+    reads = [o for o in rep["steps"]["other_signatures"] if "global_step" in o["signature"]]
+    assert reads and reads[0]["count"] > 40            # the reads did recur more often than the step
+    assert "steps: 40 counted from tf.compat.v1 MonitoredTrainingSession" in proc.stderr

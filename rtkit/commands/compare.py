@@ -10,10 +10,12 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p = subparsers.add_parser(
         "compare", help="compare two runs side by side with ratios (B/A)",
         description="Put the headline figures of two runs side by side with the ratio B/A "
-                    "(below 1.0 is smaller in B: better for times, memory and faults).")
+                    "(below 1.0 is smaller in B: better for times, memory and faults). Settings, profile and components that differ come first; ratios inside the runs' own per-step spread are marked 'within noise'.")
     p.add_argument("run_a", metavar="RUN_A", help="run directory (or report.json) of the baseline")
     p.add_argument("run_b", metavar="RUN_B", help="run directory (or report.json) to compare with it")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--width", type=int, default=None,
+                   help="columns to fit the text in (default: the terminal's width; COLUMNS is honoured)")
     p.set_defaults(func=main)
     return p
 
@@ -27,5 +29,5 @@ def main(args: argparse.Namespace) -> int:
         json.dump(compare.compare(a, b, args.run_a, args.run_b), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(compare.render(a, b, args.run_a, args.run_b))
+        sys.stdout.write(compare.render(a, b, args.run_a, args.run_b, width=args.width))
     return 0

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
                    help="set any rtkit setting for this run (repeatable), e.g. --set malloc_min_size=64K")
     p.add_argument("--plan", help="allocator plan from an earlier run (RUN_DIR/malloc-plan.txt) to start with")
     p.add_argument("--html", action="store_true", help="also write report.html into the run directory")
-    p.add_argument("--quiet", action="store_true", help="print no summary at the end (the report is still written)")
+    p.add_argument("--quiet", action="store_true", help="print nothing at the end when the command succeeds (the report is still written; problems are still said)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     p.set_defaults(func=main)
 

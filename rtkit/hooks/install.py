@@ -43,7 +43,7 @@ def on_tensorflow(tf) -> None:
         from rtkit.hooks import session
 
         session.install(session_module, pywrap_tf_session)
-        rec.hook = {"status": "ok", "detail": "tf.compat.v1 sessions instrumented", "tensorflow_version": version}
+        rec.hook = {"status": "ok", "detail": "hooks on tf.compat.v1 sessions and Keras fit", "tensorflow_version": version}
     except Exception as exc:
         rec.hook = {"status": "failed", "detail": f"session hooks not installed: {exc!r}",
                     "tensorflow_version": version}

@@ -17,6 +17,19 @@ def _make_callback(keras):
         def __init__(self):
             super().__init__()
             self._start = None
+            self._epoch = None
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._epoch = (time.perf_counter(), 0)
+
+        def on_epoch_end(self, epoch, logs=None):
+            # Keras calls this after the epoch's validation: the epoch time includes it, the batch times do not
+            if self._epoch is None:
+                return
+            t0, batches = self._epoch
+            self._epoch = None
+            validation = any(str(k).startswith("val_") for k in (logs or {}))
+            rec.record_epoch(time.perf_counter() - t0, batches, validation)
 
         def on_train_batch_begin(self, batch, logs=None):
             self._start = (time.time(), time.perf_counter(), minor_faults())
@@ -26,8 +39,10 @@ def _make_callback(keras):
                 return
             start_unix, t0, f0 = self._start
             self._start = None
+            if self._epoch is not None:
+                self._epoch = (self._epoch[0], self._epoch[1] + 1)
             rec.record("keras", "keras.Model.fit", start_unix, (time.perf_counter() - t0) * 1000.0,
-                       minor_faults() - f0)
+                       minor_faults() - f0, "Keras Model.fit (train batches)")
 
     return RtkitStepCallback
 

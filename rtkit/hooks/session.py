@@ -4,12 +4,37 @@ MonitoredTrainingSession; the signature is the target ops when there are any (a 
 hooks add fetches), else the fetched tensors."""
 from __future__ import annotations
 
+import threading
 import time
 
 from rtkit.hooks import registry
 from rtkit.hooks.steps import minor_faults, recorder
 
 _PATCHED_FLAG = "_rtkit_patched"
+# which API a session step came through, for the report's words: Session.run sets `run`, MonitoredSession's run
+# sets `monitored`, a make_callable callable sets `callable` (one without feeds skips run() altogether)
+_where = threading.local()
+
+
+def api_now() -> str:
+    if getattr(_where, "monitored", 0):
+        return "tf.compat.v1 MonitoredTrainingSession"
+    if getattr(_where, "callable", 0) or not getattr(_where, "run", 0):
+        return "tf.compat.v1 Session.make_callable"   # with a feed list, TF's callable goes through run()
+    return "tf.compat.v1 Session.run"
+
+
+def _counting(attr: str, fn):
+    def wrapped(*args, **kwargs):
+        depth = getattr(_where, attr, 0)
+        setattr(_where, attr, depth + 1)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            setattr(_where, attr, depth)
+    wrapped.__wrapped__ = fn
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
 
 
 def _names(items, name_of, with_index: bool) -> str:
@@ -23,6 +48,18 @@ def _names(items, name_of, with_index: bool) -> str:
         except Exception:
             out.append("?")
     return ",".join(sorted(out))
+
+
+def _mark_callables(base) -> None:
+    """make_callable's callables run with `callable` set, whatever else wraps make_callable."""
+    inner = base.make_callable
+
+    def make_callable(self, fetches, feed_list=None, accept_options=False):
+        return _counting("callable", inner(self, fetches, feed_list, accept_options))
+
+    make_callable.__wrapped__ = inner
+    make_callable.__doc__ = inner.__doc__
+    base.make_callable = make_callable
 
 
 def signature_of(fetch_list, target_list, name_of) -> str:
@@ -53,6 +90,14 @@ def install(session_module, pywrap) -> None:
         orig_init(self, target, graph, config)
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        depth = getattr(_where, "run", 0)
+        _where.run = depth + 1
+        try:
+            return _run(self, fetches, feed_dict, options, run_metadata)
+        finally:
+            _where.run = depth
+
+    def _run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         wrappers = registry.run_wrappers
         if not wrappers:
             return orig_run(self, fetches, feed_dict, options, run_metadata)
@@ -73,7 +118,7 @@ def install(session_module, pywrap) -> None:
         elapsed_ms = (time.perf_counter() - t0) * 1000.0
         try:
             rec.record("session", signature_of(fetch_list, target_list, name_of), start_unix, elapsed_ms,
-                       minor_faults() - f0)
+                       minor_faults() - f0, api_now())
         except Exception as exc:
             rec.notes.append(f"step recording failed: {exc!r}")
         return result
@@ -92,3 +137,13 @@ def install(session_module, pywrap) -> None:
         fn.__doc__ = orig.__doc__
         setattr(base, name, fn)
     setattr(base, _PATCHED_FLAG, True)
+    _mark_callables(base)
+    try:  # MonitoredTrainingSession's steps reach BaseSession.run through its wrappers: mark them
+        from tensorflow.python.training import monitored_session
+
+        ms = monitored_session._MonitoredSession
+        if not getattr(ms.run, "_rtkit_counting", False):
+            ms.run = _counting("monitored", ms.run)
+            ms.run._rtkit_counting = True
+    except Exception as exc:  # only the API's name in the report is lost
+        rec.notes.append(f"MonitoredTrainingSession not told apart from Session.run: {exc!r}")

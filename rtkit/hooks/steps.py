@@ -43,13 +43,28 @@ def _find_step_mark():
 
 
 class _Signature:
-    __slots__ = ("name", "count", "total_ms", "records")
+    __slots__ = ("name", "count", "total_ms", "records", "api")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, api: Optional[str] = None):
         self.name = name
+        self.api = api
         self.count = 0
         self.total_ms = 0.0
         self.records: List[tuple] = []
+
+
+def _beats(sig: "_Signature", best: "_Signature") -> bool:
+    """Whether `sig` is the training step rather than `best`. The one that recurs most, except that a run with
+    target ops (a train op) beats fetch-only runs that recur at most twice as often: MonitoredTrainingSession's
+    hooks read global_step once per step and a few times more (at start, at checkpoints)."""
+    if sig is best:
+        return False
+    mine, theirs = sig.name.startswith("targets="), best.name.startswith("targets=")
+    if mine == theirs:
+        return sig.count > best.count
+    if mine:
+        return sig.count * 2 >= best.count
+    return sig.count > best.count * 2
 
 
 class StepRecorder:
@@ -64,22 +79,31 @@ class StepRecorder:
         self.last_flush = time.monotonic()
         self.flush_interval = FLUSH_INTERVAL_S
         self.last_manual = (time.time(), time.perf_counter(), minor_faults())
+        # Keras fit: one record per epoch (wall seconds, train batches, whether validation ran)
+        self.keras_epochs: List[tuple] = []
 
     # -- recording
 
-    def record(self, source: str, signature: str, start_unix: float, step_ms: float, faults: int) -> None:
+    def record_epoch(self, seconds: float, batches: int, validation: bool) -> None:
+        with self.lock:
+            self.keras_epochs.append((round(seconds, 4), batches, validation))
+
+    def record(self, source: str, signature: str, start_unix: float, step_ms: float, faults: int,
+               api: Optional[str] = None) -> None:
         rss = _rss_bytes()
         with self.lock:
             table = self.sources[source]
             sig = table.get(signature)
             if sig is None:
-                sig = table[signature] = _Signature(signature)
+                sig = table[signature] = _Signature(signature, api)
             sig.count += 1
             sig.total_ms += step_ms
             if len(sig.records) < MAX_RECORDS:
                 sig.records.append((round(start_unix, 6), round(step_ms, 4), faults, rss))
+            if api is not None:
+                sig.api = api   # the latest: a signature first seen while a session was being set up keeps no stale name
             best = self.best[source]
-            if best is None or sig.count > best.count:
+            if best is None or _beats(sig, best):
                 self.best[source] = best = sig
             is_step = best is sig
         if is_step and self.step_mark is not None:
@@ -91,7 +115,7 @@ class StepRecorder:
         now_unix, now, faults = time.time(), time.perf_counter(), minor_faults()
         prev_unix, prev, prev_faults = self.last_manual
         self.last_manual = (now_unix, now, faults)
-        self.record("manual", "rtkit.step()", prev_unix, (now - prev) * 1000.0, faults - prev_faults)
+        self.record("manual", "rtkit.step()", prev_unix, (now - prev) * 1000.0, faults - prev_faults, "rtkit.step()")
 
     # -- output
 
@@ -109,7 +133,13 @@ class StepRecorder:
                       for src, table in self.sources.items() for s in table.values() if s is not sig]
             others.sort(key=lambda o: -o["count"])
             records = list(sig.records) if sig else []
+            hook = dict(self.hook)
+            if sig is not None and sig.api:   # the hooks that are installed matter less than the one that counted
+                hook["detail"] = f"steps counted from {sig.api}" + (f"; {hook['detail']}" if hook.get("detail") else "")
             return {
+                "api": sig.api if sig else None,
+                "keras_epochs": [{"epoch_s": e[0], "train_batches": e[1], "validation": e[2]}
+                                 for e in self.keras_epochs] if source == "keras" else [],
                 "pid": os.getpid(),
                 "source": source,
                 "signature": sig.name if sig else None,
@@ -117,7 +147,7 @@ class StepRecorder:
                 "truncated_steps": (sig.count - len(records)) if sig else 0,
                 "per_step": [{"t_unix": r[0], "step_ms": r[1], "minor_faults": r[2], "rss_bytes": r[3]} for r in records],
                 "other_signatures": others[:20],
-                "hook": dict(self.hook),
+                "hook": hook,
                 "allocator_step_mark": self.step_mark is not None,
                 "notes": list(self.notes),
             }
@@ -147,6 +177,7 @@ class StepRecorder:
         for table in self.sources.values():
             table.clear()
         self.best = {k: None for k in self.best}
+        self.keras_epochs = []
         self.last_manual = (time.time(), time.perf_counter(), minor_faults())
 
 

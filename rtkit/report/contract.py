@@ -32,6 +32,11 @@ class Steps:
     MEDIAN_MS, P5_MS, P95_MS, MEAN_MS = ("summary.step_ms_median", "summary.step_ms_p5", "summary.step_ms_p95",
                                          "summary.step_ms_mean")
     STEPS_PER_S, FAULTS_PER_STEP = "summary.steps_per_s", "summary.minor_faults_per_step_median"
+    API = "api"                           # the API that produced the steps, in words (Session.run, Keras Model.fit...)
+    # Keras fit only: epoch wall times (validation and callbacks included) next to the train-batch times
+    KERAS, KERAS_EPOCHS, KERAS_EPOCH_S = "keras", "keras.epochs", "keras.epoch_s"
+    KERAS_EPOCH_S_MEDIAN, KERAS_EPOCH_STEP_MS = "keras.epoch_s_median", "keras.epoch_step_ms_median"
+    KERAS_VALIDATION = "keras.validation"
     REQUIRED = (COUNT, SOURCE, PER_STEP, WARMUP_STEPS, HOOK_STATUS, MEASURED, MEDIAN_MS, P5_MS, P95_MS, MEAN_MS,
                 STEPS_PER_S, FAULTS_PER_STEP)
 
@@ -41,8 +46,17 @@ class Allocator:
     STATE = "state"
     SETTINGS_ECHO = "config"              # the settings the library read, under the settings table's keys
     PROFILE_START, PROFILE_END = "profile.start_step", "profile.end_step"
+    PROFILE_REASON, PROFILED_STEPS = "profile.reason", "profile.profiled_steps"   # why profiling ended; how long
     PLAN, PLAN_CLASSES, PLAN_RESERVED_BYTES = "plan", "plan.classes", "plan.reserved_bytes"
     PLAN_MADE_AT_STEP = "plan.made_at_step"
+    PLAN_SOURCE = "plan.source"           # "profiled" | "loaded" | "none"
+    PLAN_REJECTED = "plan.rejected_reason"  # why a loaded plan was not used (null when none was rejected)
+    PLAN_PATH = "plan.plan_path"
+    HIT_RATE_AFTER_PLAN = "hit_rate_after_plan"
+    AFTER_PLAN_FROM_STEP = "after_plan_from_step"   # optional: the first step counted after the plan
+    ERRORS = "errors"                     # what went wrong in the library, one string each
+    TIER = "pmem"                         # the tier's figures, embedded; the report's pmem section holds them
+    STEP_FAULTS = "minor_faults"          # in each per-step record
     CLASS_BLOCKS = "blocks"               # in each plan class
     ARENA_HITS, FALLBACKS = "totals.arena_hits", "totals.fallbacks"
     HIT_RATE = "hit_rate"                 # a fraction (0..1), null before the first large allocation
@@ -51,7 +65,8 @@ class Allocator:
     PER_STEP = "per_step"                 # records with STEP, STEP_ARENA_HITS, STEP_FALLBACKS
     STEP, STEP_ARENA_HITS, STEP_FALLBACKS = "step", "arena_hits", "fallbacks"
     REQUIRED = (STATE, SETTINGS_ECHO, PROFILE_START, PROFILE_END, PLAN_CLASSES, PLAN_RESERVED_BYTES, PLAN_MADE_AT_STEP,
-                ARENA_HITS, FALLBACKS, HIT_RATE, FAULTS_BEFORE_PLAN, FAULTS_AFTER_PLAN, PER_STEP)
+                PLAN_SOURCE, PLAN_REJECTED, ARENA_HITS, FALLBACKS, HIT_RATE, HIT_RATE_AFTER_PLAN, FAULTS_BEFORE_PLAN,
+                FAULTS_AFTER_PLAN, PER_STEP)
     # The settings echo names each setting by its table key (rtkit/config.py).
 
 
@@ -70,10 +85,16 @@ class Pmem:
 class Scheduler:
     """scheduler-<pid>.json (scheduler/core.py Scheduler.report)."""
     STAGES, CHOSEN, TUNING = "stages", "chosen", "tuning"
+    SESSIONS, KERAS = "sessions", "keras"   # where the configuration went: per session ("applied"), Keras
     TRIALS, TRIALS_STEPS_USED = "tuning.trials", "tuning.steps_used"
     TRIAL_STEP_MS = "step_ms_median"      # in each trial
     SPEEDUP = "speedup_over_first_x"
     PIPELINE_ENABLED = "pipeline.enabled"
+    # schema 2 (issue 11): what the pipeline and the tuner did; absent from schema 1 reports
+    STATE = "state"                       # one line in words
+    STAGED_STEPS, NOT_STAGED_REASON = "pipeline.staged_steps", "pipeline.not_staged_reason"
+    TUNING_VERDICT, TUNING_GAIN_PCT = "tuning.verdict", "tuning.gain_pct"
+    ERRORS = "errors"
     OCCUPANCY_MEAN = "pipeline.occupancy_mean_batches"
     OCCUPANCY_SAMPLES = "pipeline.occupancy_samples_batches"
     NOTES = "notes"

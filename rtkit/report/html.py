@@ -7,6 +7,7 @@ from typing import Any, Dict, List
 
 from rtkit import atomic
 from rtkit.report import fmt
+from rtkit.report import glossary as G
 from rtkit.report.contract import Scheduler
 from rtkit.report import sections as sec
 from rtkit.report import svg
@@ -129,19 +130,13 @@ def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
     return out
 
 
+CARDS = ("steps", "step_ms_median", "step_ms_p95", "steps_per_s", "epoch_step_ms", "peak_rss_bytes",
+         "faults_per_step_median", "faults_after_plan", "hit_rate_after_plan", "dram_saved_bytes", "pipelined_steps")
+
+
 def _cards(report: Dict[str, Any]) -> str:
-    summ = get(report, "steps.summary") or {}
-    cards = [
-        ("steps", fmt.num(get(report, "steps.count"))),
-        ("median step", fmt.ms(summ.get("step_ms_median"))),
-        ("p95 step", fmt.ms(summ.get("step_ms_p95"))),
-        ("steps/s", fmt.num(summ.get("steps_per_s"))),
-        ("peak RSS", fmt.nbytes(get(report, "process.peak_rss_bytes"))),
-        ("minor faults/step", fmt.num(summ.get("minor_faults_per_step_median"))),
-    ]
-    alloc = report.get("allocator")
-    if isinstance(alloc, dict):
-        cards.append(("allocator hit rate", fmt.pct(sec.allocator_hit_rate(alloc))))
+    """Headline cards: the glossary's figures that the report has, under their one name."""
+    cards = [(G.name(fid), G.text(report, fid)) for fid in CARDS if G.value(report, fid) is not None]
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="v">{escape(v)}</div><div class="k">{escape(k)}</div></div>' for k, v in cards
     ) + "</div>"
@@ -159,7 +154,7 @@ def render(report: Dict[str, Any]) -> str:
         f'<div class="sub">{escape(sec.command_text(run.get("command"), 400))}</div>',
         _cards(report),
     ]
-    for s in sec.build_sections(report):
+    for s in sec.build_sections(report, "html"):
         body.append(_section(s, figs.get(s.key, [])))
     version = get(report, "run.versions.rtkit") or ""
     body.append(f"<footer>rtkit {escape(str(version))} &middot; report schema "

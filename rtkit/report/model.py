@@ -79,13 +79,33 @@ def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[i
     if data.get("truncated_steps"):
         notes.append(f"step records capped: the first {data['truncated_steps']} steps are counted but not kept")
     count = int(data.get("count", len(per_step)))
-    return {
-        "count": count, "source": data.get("source", "none"), "signature": data.get("signature"), "pid": pid,
+    out = {
+        "count": count, "source": data.get("source", "none"), "api": data.get("api"),
+        "signature": data.get("signature"), "pid": pid,
         "warmup_steps": warmup, "per_step": per_step, "summary": step_summary(per_step, warmup),
         "hook": {"status": hook.get("status", "ok"), "detail": hook.get("detail"),
                  "tensorflow_version": hook.get("tensorflow_version")},
         "other_signatures": data.get("other_signatures", []),
-    }, notes + list(data.get("notes", []))
+    }
+    keras = keras_summary(data.get("keras_epochs") or [])
+    if keras:
+        out["keras"] = keras
+    return out, notes + list(data.get("notes", []))
+
+
+def keras_summary(epochs: List[dict]) -> Optional[Dict[str, Any]]:
+    """Keras fit's epochs: wall time each (validation and callbacks included) and per train batch."""
+    epochs = [e for e in epochs if isinstance(e, dict) and isinstance(e.get("epoch_s"), (int, float))]
+    if not epochs:
+        return None
+    secs = [e["epoch_s"] for e in epochs]
+    batches = sum(int(e.get("train_batches") or 0) for e in epochs)
+    # per epoch, as Keras' progress bar prints it: the epoch's time over its train batches
+    per_batch = [e["epoch_s"] * 1000.0 / e["train_batches"] for e in epochs if e.get("train_batches")]
+    return {"epochs": len(epochs), "epoch_s": secs, "epoch_s_median": round(statistics.median(secs), 4),
+            "train_batches": batches,
+            "epoch_step_ms_median": round(statistics.median(per_batch), 3) if per_batch else None,
+            "validation": any(bool(e.get("validation")) for e in epochs)}
 
 
 def component_section(run_dir: str, prefix: str, preferred_pid: Optional[int]) -> Optional[Dict[str, Any]]:

@@ -14,6 +14,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from rtkit.report import fmt
 from rtkit.report.contract import Allocator as A, Scheduler as S, Pmem as PM
 from rtkit.report import contract
+from rtkit.report import glossary as G
+from rtkit.report import words
+from rtkit.report.contract import Steps as ST
 from rtkit.report.fmt import get
 
 MAX_TABLE_ROWS = 24          # longer tables show their head and a "... N more" row
@@ -173,6 +176,10 @@ def normalize(report: Any) -> Dict[str, Any]:
     for name in ("allocator", "pmem", "scheduler"):
         if name in out and not isinstance(out[name], dict):
             out[name] = None
+    alloc, tier = out.get("allocator"), get(out.get("allocator"), A.TIER)
+    if out.get("pmem") is None and isinstance(alloc, dict) and isinstance(tier, dict) and \
+            str(tier.get(PM.STATE) or "off") not in ("off", "disabled"):
+        out["pmem"] = tier
     notes = out.get("notes")
     out["notes"] = [str(n) for n in notes] if isinstance(notes, list) else ([] if notes is None else [str(notes)])
     return out
@@ -187,10 +194,19 @@ def faults_per_step(report: Dict[str, Any]) -> Optional[float]:
 
 
 def cpu_seconds(report: Dict[str, Any]) -> Optional[float]:
-    u, s = get(report, "process.cpu_user_s"), get(report, "process.cpu_system_s")
-    if fmt.is_num(u) or fmt.is_num(s):
-        return (u if fmt.is_num(u) else 0) + (s if fmt.is_num(s) else 0)
-    return None
+    return G.cpu_seconds(report)
+
+
+_API_OF_SOURCE = {"keras": "Keras Model.fit", "manual": "rtkit.step()", "session": "tf.compat.v1 sessions"}
+
+
+def steps_api(report: Dict[str, Any]) -> Optional[str]:
+    """The API that produced the counted steps, in words; older reports only say the source."""
+    api = get(report, "steps." + ST.API)
+    if api:
+        return str(api)
+    src = get(report, "steps." + ST.SOURCE)
+    return _API_OF_SOURCE.get(str(src)) if src else None
 
 
 def cpu_utilization(report: Dict[str, Any]) -> Optional[float]:
@@ -289,7 +305,7 @@ def run_section(report: Dict[str, Any]) -> Section:
     _add(s.rows, "exit code", None, text=code_text)
     if run.get("error"):
         _add(s.rows, "error", run.get("error"))
-    _add(s.rows, "duration", run.get("duration_s"), "duration_s")
+    _fig(s.rows, report, "duration_s")
     _add(s.rows, "started", run.get("start_time"))
     _add(s.rows, "profile", None, text=run.get("profile") or "(none)")
     settings = run.get("settings") or {}
@@ -340,27 +356,32 @@ def _shorten_env(name: str, value: str) -> str:
     return value
 
 
-def steps_section(report: Dict[str, Any]) -> Section:
+def _fig(rows: List[Tuple[str, str]], report: Dict[str, Any], fid: str, extra: str = "") -> None:
+    """A row for a glossary figure the report has, under the figure's one name."""
+    v = G.value(report, fid)
+    if v is not None:
+        rows.append((G.name(fid), G.FIGURES[fid].text(v) + extra))
+
+
+def steps_section(report: Dict[str, Any], view: str = "terminal") -> Section:
     st = report.get("steps")
     s = Section("steps", "Steps")
     if not isinstance(st, dict):
         s.off = "no step data"
         return s
-    summ = st.get("summary") or {}
     count = st.get("count")
-    _add(s.rows, "steps", None, text=f"{fmt.num(count)} ({st.get('source') or 'none'})")
-    measured = summ.get("measured_steps")
-    if measured is not None and count:
-        _add(s.rows, "measured", None, text=f"{fmt.num(measured)} (warm-up {fmt.num(st.get('warmup_steps'))} left out)")
-    if summ.get("step_ms_median") is not None:
-        _add(s.rows, "step time median", summ.get("step_ms_median"), "step_ms")
-        _add(s.rows, "step time p5 / p95", None,
-             text=f"{fmt.ms(summ.get('step_ms_p5'))} / {fmt.ms(summ.get('step_ms_p95'))}")
-        _add(s.rows, "step time mean", summ.get("step_ms_mean"), "step_ms")
-        _add(s.rows, "steps per second", summ.get("steps_per_s"), "steps_per_s")
-        _add(s.rows, "minor faults per step", summ.get("minor_faults_per_step_median"), "minor_faults",
-             text=None if summ.get("minor_faults_per_step_median") is None
-             else f"{fmt.num(summ.get('minor_faults_per_step_median'))} (median)")
+    api = steps_api(report)
+    _add(s.rows, G.name("steps"), None, text=f"{fmt.num(count)} from {api}" if api and count
+         else f"{fmt.num(count)} (source: {st.get('source') or 'none'})")
+    if count:
+        _fig(s.rows, report, "measured_steps", f" (first {fmt.num(st.get('warmup_steps'))} left out as warm-up)")
+    for fid in ("step_ms_median", "step_ms_p5", "step_ms_p95", "step_ms_mean", "steps_per_s", "faults_per_step_median",
+                "epochs", "epoch_s_median", "epoch_step_ms"):
+        _fig(s.rows, report, fid)
+    epochs = get(st, ST.KERAS_EPOCH_S)
+    if isinstance(epochs, list) and epochs:
+        _add(s.rows, "epoch times", None, text=", ".join(fmt.seconds(e) for e in epochs[:12])
+             + (f" ... ({len(epochs)} epochs)" if len(epochs) > 12 else ""))
     if st.get("signature"):
         _add(s.rows, "signature", None, text=_shorten(str(st.get("signature")), 200))
     hook = st.get("hook") or {}
@@ -385,75 +406,74 @@ def _shorten(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def process_section(report: Dict[str, Any]) -> Section:
+def process_section(report: Dict[str, Any], view: str = "terminal") -> Section:
     p = report.get("process")
     s = Section("process", "Process")
     if not isinstance(p, dict):
         s.off = "no process samples"
         return s
-    _add(s.rows, "peak RSS", p.get("peak_rss_bytes"), "peak_rss_bytes")
-    _add(s.rows, "minor / major faults", None,
-         text=f"{fmt.num(p.get('minor_faults'))} / {fmt.num(p.get('major_faults'))}")
+    for fid in ("peak_rss_bytes", "minor_faults", "major_faults"):
+        _fig(s.rows, report, fid)
     cpu = cpu_seconds(report)
     if cpu is not None:
         util = cpu_utilization(report)
         text = (f"{fmt.seconds(cpu)} (user {fmt.seconds(p.get('cpu_user_s'))}, "
                 f"system {fmt.seconds(p.get('cpu_system_s'))})")
         if util is not None:
-            text += f", {util:.2f} cores avg"
-        _add(s.rows, "CPU time", None, text=text)
-    _add(s.rows, "max threads", p.get("max_threads"), "max_threads")
+            text += f", {util:.2f} cores busy on average"
+        _add(s.rows, G.name("cpu_s"), None, text=text)
+    _fig(s.rows, report, "cpu_ms_per_step")
+    _fig(s.rows, report, "max_threads")
     samples = p.get("samples") or []
     _add(s.rows, "samples", None,
          text=f"{len(samples)} every {fmt.num(p.get('sample_interval_ms'))} ms")
     return s
 
 
-def allocator_section(report: Dict[str, Any]) -> Section:
+def allocator_section(report: Dict[str, Any], view: str = "terminal") -> Section:
     a = report.get("allocator")
     s = Section("allocator", "Allocator (PRMalloc)")
     if not isinstance(a, dict):
         s.off = "off"
         return s
-    _add(s.rows, "state", allocator_state(a))
+    _fig(s.rows, report, "allocator_state")
+    _fig(s.rows, report, "allocator_plan")
     classes = plan_classes(a)
     plan = get(a, A.PLAN)
-    if isinstance(classes, list):
+    if isinstance(classes, list) and classes:
         bl = [c.get(A.CLASS_BLOCKS) for c in classes if isinstance(c, dict) and fmt.is_num(c.get(A.CLASS_BLOCKS))]
         text = f"{len(classes)} classes"
         if bl:
             text += f", {fmt.num(sum(bl))} blocks"
-        if isinstance(plan, dict):   # the plan's other scalars (spacing, source...) on the same line
+        if isinstance(plan, dict):   # the plan's other scalars (spacing, trimmed...) on the same line
             text += "".join(f", {fmt.label(k)} {fmt.by_key(k, v)}" for k, v in plan.items()
-                            if k not in ("classes", "reserved_bytes") and v not in (None, "", False)
-                            and not isinstance(v, (dict, list)) and not k.endswith("path"))
-        _add(s.rows, "plan", None, text=text)
-        if isinstance(plan, dict):
-            for k, v in plan.items():
-                if k.endswith("path") and v:
-                    _add(s.rows, "plan file" if k == "plan_path" else fmt.label(k), v)
-    _add(s.rows, "reserved", plan_reserved(a), "reserved_bytes")
-    _add(s.rows, "hit rate", allocator_hit_rate(a), "hit_rate")
+                            if k not in ("classes", "reserved_bytes", "source", "made_at_step", "rejected_reason")
+                            and v not in (None, "", False) and not isinstance(v, (dict, list)) and not k.endswith("path"))
+        _add(s.rows, "plan classes", None, text=text)
+    if isinstance(plan, dict):
+        for k, v in plan.items():
+            if k.endswith("path") and v:
+                _add(s.rows, "plan file" if k == "plan_path" else fmt.label(k), v)
+    for fid in ("reserved_bytes", "hit_rate", "hit_rate_after_plan"):
+        _fig(s.rows, report, fid)
     hits, falls = allocator_counts(a)
-    _add(s.rows, "arena hits", hits, "arena_hits")
-    _add(s.rows, "fallbacks", falls, "fallbacks")
-    before, after = allocator_faults(a)
-    if before is not None or after is not None:
-        _add(s.rows, "faults/step before plan", before, "faults")
-        _add(s.rows, "faults/step after plan", after, "faults")
-    shown = {A.STATE, A.HIT_RATE, A.ARENA_HITS, A.FALLBACKS, A.FAULTS_BEFORE_PLAN, A.FAULTS_AFTER_PLAN,
-             A.PLAN_CLASSES, A.PLAN_RESERVED_BYTES, A.SETTINGS_ECHO, "schema_version", "pid", "notes"}
-    if isinstance(classes, list) and isinstance(plan, dict):
-        shown |= {f"{A.PLAN}.{k}" for k, v in plan.items() if not isinstance(v, (dict, list))}
+    _add(s.rows, "arena hits (whole run)", hits, "arena_hits")
+    _add(s.rows, "fallbacks (whole run)", falls, "fallbacks")
+    for fid in ("faults_before_plan", "faults_after_plan"):
+        _fig(s.rows, report, fid)
+    shown = {A.STATE, A.HIT_RATE, A.HIT_RATE_AFTER_PLAN, A.ARENA_HITS, A.FALLBACKS, A.FAULTS_BEFORE_PLAN,
+             A.FAULTS_AFTER_PLAN, A.PLAN, A.SETTINGS_ECHO, A.TIER, A.ERRORS, "schema_version", "pid", "notes"}
     s.rows.extend(generic_rows(a, skip=shown))
     t = table_from_records("plan classes", classes, key_name="class") if isinstance(classes, list) else None
     if t:
         s.tables.append(t)
     s.tables.extend(generic_tables(a))
     per = allocator_per_step(a)
-    if per:
-        s.rows.append(("per-step census", f"{len(per)} steps (plotted in the HTML report)"))
-    s.notes = _notes(a) + contract.missing_note("allocator", a) + _echo_notes(report, a)
+    if per and view == "terminal":
+        s.rows.append(("per-step census", f"{len(per)} steps (plotted by `rtkit report --html`)"))
+    errs = get(a, A.ERRORS)
+    s.notes = ([f"error: {e}" for e in errs] if isinstance(errs, list) else []) + _notes(a) + \
+        contract.missing_note("allocator", a) + _echo_notes(report, a)
     return s
 
 
@@ -470,13 +490,17 @@ def _echo_notes(report: Dict[str, Any], alloc: Dict[str, Any]) -> List[str]:
     return out
 
 
-def pmem_section(report: Dict[str, Any]) -> Section:
+def pmem_section(report: Dict[str, Any], view: str = "terminal") -> Section:
     p = report.get("pmem")
     s = Section("pmem", "PMEM tier")
-    if not isinstance(p, dict):
-        s.off = "off"
+    if not G.tier_on(report):
+        s.off = "off (tier mode needs pmem_path)"
         return s
-    s.rows.extend(generic_rows(p, skip={PM.NOTES, "schema_version", "pid"}))
+    for fid in ("tier_bytes", "tier_peak_bytes", "dram_saved_bytes", "tier_fallbacks"):
+        _fig(s.rows, report, fid)
+    shown = {PM.NOTES, PM.TIER_BYTES, PM.TIER_PEAK_BYTES, PM.DRAM_SAVED_BYTES, PM.TIER_FALLBACKS, "schema_version",
+             "pid"}
+    s.rows.extend(generic_rows(p, skip=shown))
     s.tables.extend(generic_tables(p))
     t = table_from_records("pool classes", get(p, PM.POOL_CLASSES), key_name="class")
     if t:
@@ -485,26 +509,28 @@ def pmem_section(report: Dict[str, Any]) -> Section:
     return s
 
 
-def scheduler_section(report: Dict[str, Any]) -> Section:
+def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section:
     sc = report.get("scheduler")
     s = Section("scheduler", "Scheduler")
     if not isinstance(sc, dict):
         s.off = "off"
         return s
-    chosen = sched_chosen(sc)
-    if chosen is not None:
-        _add(s.rows, "chosen config", chosen, "chosen")
+    _fig(s.rows, report, "sched_chosen")
+    _add(s.rows, "what was applied", None, text=words.applied(sc, get(report, "steps." + ST.SOURCE) == "keras"))
+    _add(s.rows, "pipelining", None, text=words.pipeline(sc))
     trials = sched_trials(sc)
+    tuning = get(sc, S.TUNING)
+    if isinstance(tuning, dict):
+        _add(s.rows, "tuning outcome", None, text=words.tuning(report, tuning))
     if isinstance(trials, list):
         text = str(len(trials))
         if get(sc, S.TRIALS_STEPS_USED) is not None:
             text += f" ({fmt.num(get(sc, S.TRIALS_STEPS_USED))} steps used)"
         _add(s.rows, "tuning trials", None, text=text)
-    _add(s.rows, "speedup over first config", sched_speedup(sc), "speedup")
-    occ = sched_occupancy(sc)
-    if occ is not None:
-        _add(s.rows, "pipeline occupancy", None, text=f"{fmt.num(occ)} batches queued (mean)")
-    shown = {S.NOTES, S.STAGES, S.CHOSEN, S.SPEEDUP, S.TRIALS, S.OCCUPANCY_MEAN, S.OCCUPANCY_SAMPLES, *S.HIDDEN}
+    for fid in ("pipelined_steps", "tuning_gain_pct", "occupancy_mean"):
+        _fig(s.rows, report, fid)
+    shown = {S.NOTES, S.STAGES, S.CHOSEN, S.SPEEDUP, S.TRIALS, S.OCCUPANCY_MEAN, S.OCCUPANCY_SAMPLES, S.STAGED_STEPS,
+             S.TUNING_GAIN_PCT, S.ERRORS, *S.HIDDEN}
     s.rows.extend(generic_rows(sc, skip=shown))
     t = table_from_records("stages", get(sc, S.STAGES), key_name="stage")
     if t:
@@ -514,7 +540,9 @@ def scheduler_section(report: Dict[str, Any]) -> Section:
         if t:
             s.tables.append(t)
     s.tables.extend(generic_tables(sc, skip={S.STAGES}))
-    s.notes = _notes(sc) + contract.missing_note("scheduler", sc)
+    errs = get(sc, S.ERRORS)
+    s.notes = ([f"error: {e}" for e in errs] if isinstance(errs, list) else []) + _notes(sc) + \
+        contract.missing_note("scheduler", sc)
     return s
 
 
@@ -541,10 +569,12 @@ def notes_section(report: Dict[str, Any]) -> Section:
     return s
 
 
-def build_sections(report: Dict[str, Any]) -> List[Section]:
+def build_sections(report: Dict[str, Any], view: str = "terminal") -> List[Section]:
+    """The sections in order; `view` is "terminal" or "html" (the HTML draws what the terminal only mentions)."""
     report = normalize(report)
-    out = [run_section(report), steps_section(report), process_section(report), allocator_section(report),
-           pmem_section(report), scheduler_section(report), notes_section(report)]
+    out = [run_section(report), steps_section(report, view), process_section(report, view),
+           allocator_section(report, view), pmem_section(report, view), scheduler_section(report, view),
+           notes_section(report)]
     for s in out[:3]:  # the parent's own sections follow the same contract
         s.notes += contract.missing_note(s.key, report.get(s.key))
     return out

@@ -6,13 +6,10 @@ import sys
 import textwrap
 from typing import Any, Dict, List, Optional
 
-from rtkit.report import fmt
-from rtkit.report.contract import Scheduler
 from rtkit.report import sections as sec
-from rtkit.report.fmt import get
 
 WIDTH = 80
-LABEL_MAX = 26
+LABEL_MAX = 36
 
 
 def use_colour(stream: Any = None) -> bool:
@@ -105,71 +102,9 @@ def render(report: Dict[str, Any], colour: bool = False, width: int = WIDTH) -> 
 
 
 def summary_lines(report: Dict[str, Any], report_path: Optional[str] = None) -> List[str]:
-    """The short summary `rtkit run` prints on stderr at the end (4 to 8 lines, each 'rtkit: ...').
-    The last line is `rtkit: report: <path>` (report_path, else run.run_dir/report.json)."""
-    report = sec.normalize(report)
-    run = report.get("run") or {}
-    status = run.get("status") or "unknown"
-    code = run.get("exit_code")
-    head = f"rtkit: {status}"
-    if code is not None:
-        head += f" (exit {code}{', ' + run['signal'] if run.get('signal') else ''})"
-    if run.get("duration_s") is not None:
-        head += f" after {fmt.seconds(run.get('duration_s'))}"
-    if run.get("error"):
-        head += f": {run['error']}"
-    lines = [head]
-    count = get(report, "steps.count")
-    summ = get(report, "steps.summary") or {}
-    source = get(report, "steps.source") or "none"
-    if count:
-        text = f"rtkit: steps: {fmt.num(count)} ({source})"
-        if summ.get("step_ms_median") is not None:
-            text += (f", median {fmt.ms(summ.get('step_ms_median'))}, p95 {fmt.ms(summ.get('step_ms_p95'))}, "
-                     f"{fmt.num(summ.get('steps_per_s'))} steps/s")
-        lines.append(text)
-    else:
-        hook = get(report, "steps.hook") or {}
-        why = hook.get("status") if isinstance(hook, dict) else None
-        lines.append("rtkit: steps: none counted" + (f" (hooks: {why})" if why and why != "ok" else ""))
-    mem = f"rtkit: peak RSS {fmt.nbytes(get(report, 'process.peak_rss_bytes'))}"
-    fps = sec.faults_per_step(report)
-    if fps is not None:
-        mem += f", {fmt.num(fps)} minor faults/step"
-    else:
-        mem += f", {fmt.num(get(report, 'process.minor_faults'))} minor faults"
-    cpu = sec.cpu_seconds(report)
-    if cpu is not None:
-        mem += f", CPU {fmt.seconds(cpu)}"
-    lines.append(mem)
-    alloc = report.get("allocator")
-    if isinstance(alloc, dict):
-        text = f"rtkit: allocator: {sec.allocator_state(alloc) or 'on'}"
-        rate = sec.allocator_hit_rate(alloc)
-        if rate is not None:
-            text += f", hit rate {fmt.pct(rate)}"
-        reserved = sec.plan_reserved(alloc)
-        if fmt.is_num(reserved):
-            text += f", {fmt.nbytes(reserved)} reserved"
-        _, after = sec.allocator_faults(alloc)
-        if fmt.is_num(after):
-            text += f", {fmt.num(after)} faults/step after plan"
-        lines.append(text)
-    sched = report.get("scheduler")
-    if isinstance(sched, dict):
-        state = "on, pipelined" if get(sched, Scheduler.PIPELINE_ENABLED) else "on"
-        text = f"rtkit: scheduler: {state}"
-        chosen = sec.sched_chosen(sched)
-        if isinstance(chosen, dict):
-            text += ", " + ", ".join(f"{k}={v}" for k, v in chosen.items() if not isinstance(v, (dict, list)))
-        sp = sec.sched_speedup(sched)
-        if fmt.is_num(sp):
-            text += f", speedup {fmt.ratio(sp)}"
-        lines.append(text)
-    notes = report.get("notes") or []
-    if notes:
-        lines.append(f"rtkit: {len(notes)} note(s), first: {sec._shorten(str(notes[0]), 100)}")
-    path = report_path or (os.path.join(run["run_dir"], "report.json") if run.get("run_dir") else None)
-    if path:
-        lines.append(f"rtkit: report: {path}")
-    return lines
+    """The short summary `rtkit run` prints on stderr at the end: what happened, in at most about 8 lines,
+    each 'rtkit: ...', with the figures named as in every other view (report/glossary.py). The last line is
+    `rtkit: report: <path>` (report_path, else run.run_dir/report.json)."""
+    from rtkit.report import summary
+
+    return summary.lines(report, report_path)

@@ -1,0 +1,312 @@
+# glossary.py -- the report's headline figures, named once: what each is, over which steps, its unit and reader.
+"""The end-of-run summary, `rtkit report`, the HTML report and `rtkit compare` all take a figure's words from
+here, so the same figure has the same name everywhere and says what it is (median or mean, over which steps,
+before or after the allocator's plan). Values are read under the keys report/contract.py declares.
+docs/report.md's glossary is this table in prose (tests/test_report_vocab.py checks they agree)."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from rtkit.report import fmt
+from rtkit.report.contract import Allocator as A, Pmem as PM, Process as P, Scheduler as S, Steps as ST
+from rtkit.report.fmt import get
+
+
+@dataclass(frozen=True)
+class Figure:
+    id: str                      # stable id (compare --json "key")
+    name: str                    # the words shown in every view
+    unit: str                    # ms | s | bytes | count | pct (a fraction) | percent | x | per_s | text
+    lower_better: Optional[bool]  # None: no direction (a count, a state)
+    meaning: str                 # one glossary line
+    read: Callable[[Dict[str, Any]], Any]   # report -> value
+
+    def text(self, value: Any) -> str:
+        return FORMAT[self.unit](value)
+
+
+FORMAT: Dict[str, Callable[[Any], str]] = {
+    "ms": fmt.ms, "s": fmt.seconds, "bytes": fmt.nbytes, "count": fmt.num, "pct": fmt.pct, "x": fmt.ratio,
+    "per_s": lambda v: fmt.MISSING if not fmt.is_num(v) else f"{fmt.num(v)}/s",
+    "percent": lambda v: fmt.MISSING if not fmt.is_num(v) else f"{fmt.num(v)}%",
+    "text": lambda v: fmt.MISSING if v in (None, "") else str(v),
+}
+
+
+def _sec(name: str, path: str) -> Callable[[Dict[str, Any]], Any]:
+    def read(r: Dict[str, Any]) -> Any:
+        s = r.get(name) if isinstance(r, dict) else None
+        return get(s, path) if isinstance(s, dict) else None
+    return read
+
+
+def _num(fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
+    def read(r: Dict[str, Any]) -> Any:
+        v = fn(r)
+        return v if fmt.is_num(v) else None
+    return read
+
+
+def cpu_seconds(r: Dict[str, Any]) -> Optional[float]:
+    u, s = get(r, "process." + P.CPU_USER_S), get(r, "process." + P.CPU_SYSTEM_S)
+    if fmt.is_num(u) or fmt.is_num(s):
+        return (u if fmt.is_num(u) else 0) + (s if fmt.is_num(s) else 0)
+    return None
+
+
+def _cpu_per_step(r: Dict[str, Any]) -> Optional[float]:
+    cpu, n = cpu_seconds(r), get(r, "steps." + ST.COUNT)
+    return cpu * 1000.0 / n if cpu is not None and fmt.is_num(n) and n else None
+
+
+def tier_on(r: Dict[str, Any]) -> bool:
+    """Tier mode held something or was set up: a pmem section whose state is not off."""
+    p = r.get("pmem") if isinstance(r, dict) else None
+    return isinstance(p, dict) and str(p.get(PM.STATE) or "off") not in ("off", "disabled")
+
+
+def _tier(path: str) -> Callable[[Dict[str, Any]], Any]:
+    inner = _num(_sec("pmem", path))
+    return lambda r: inner(r) if tier_on(r) else None
+
+
+def plan_words(r: Dict[str, Any]) -> Optional[str]:
+    """Where the allocator's plan came from, in words: profiled at step N / loaded from FILE / rejected."""
+    a = r.get("allocator") if isinstance(r, dict) else None
+    if not isinstance(a, dict):
+        return None
+    source, rejected = get(a, A.PLAN_SOURCE), get(a, A.PLAN_REJECTED)
+    at, path = get(a, A.PLAN_MADE_AT_STEP), get(a, A.PLAN_PATH)
+    if rejected:
+        return f"plan {path or 'file'} rejected ({rejected})" + (f", profiled again at step {at}"
+                                                                if source == "profiled" and fmt.is_num(at) else "")
+    if source == "loaded":
+        return f"plan loaded from {path}" if path else "plan loaded"
+    if source == "profiled":
+        return f"plan profiled, in use from step {at}" if fmt.is_num(at) else "plan profiled"
+    return None
+
+
+def pipelined_steps(r: Dict[str, Any]) -> Optional[int]:
+    """Steps that ran with their input staged ahead (scheduler schema 2); None when the report cannot say."""
+    v = _sec("scheduler", S.STAGED_STEPS)(r)
+    return v if fmt.is_num(v) else None
+
+
+def tuning_gain_pct(r: Dict[str, Any]) -> Optional[float]:
+    v = _sec("scheduler", S.TUNING_GAIN_PCT)(r)
+    if fmt.is_num(v):
+        return v
+    sp = _sec("scheduler", S.SPEEDUP)(r)
+    return round((sp - 1.0) * 100.0, 2) if fmt.is_num(sp) else None
+
+
+def _keras(path: str) -> Callable[[Dict[str, Any]], Any]:
+    return _num(_sec("steps", path))
+
+
+_F: List[Figure] = [
+    # steps (the training process's hooks; statistics over the measured steps: counted minus warm-up)
+    Figure("steps", "steps counted", "count", None,
+           "training steps the hooks counted: the session run that recurs most, each Keras train batch, or each "
+           "rtkit.step()", _num(_sec("steps", ST.COUNT))),
+    Figure("measured_steps", "measured steps", "count", None,
+           "steps counted minus the first warmup_steps; every step statistic below is over these",
+           _num(_sec("steps", ST.MEASURED))),
+    Figure("step_ms_median", "median step time", "ms", True, "median wall time of one measured step",
+           _num(_sec("steps", ST.MEDIAN_MS))),
+    Figure("step_ms_p5", "p5 step time", "ms", True, "5th percentile of the measured steps' wall times",
+           _num(_sec("steps", ST.P5_MS))),
+    Figure("step_ms_p95", "p95 step time", "ms", True, "95th percentile of the measured steps' wall times",
+           _num(_sec("steps", ST.P95_MS))),
+    Figure("step_ms_mean", "mean step time", "ms", True, "mean wall time of the measured steps",
+           _num(_sec("steps", ST.MEAN_MS))),
+    Figure("steps_per_s", "steps/s at median step time", "per_s", False,
+           "1000 / median step time: the step rate the training loop sustains, without time between steps "
+           "(Keras: validation, callbacks)", _num(_sec("steps", ST.STEPS_PER_S))),
+    Figure("faults_per_step_median", "median minor faults/step", "count", True,
+           "median, over the measured steps, of the minor page faults the training process took during the step",
+           _num(_sec("steps", ST.FAULTS_PER_STEP))),
+    Figure("epochs", "Keras epochs", "count", None, "epochs Keras fit ran (each with its validation, if any)",
+           _keras(ST.KERAS_EPOCHS)),
+    Figure("epoch_s_median", "median epoch time", "s", True,
+           "median wall time of one Keras epoch, validation and callbacks included", _keras(ST.KERAS_EPOCH_S_MEDIAN)),
+    Figure("epoch_step_ms", "median epoch time per train batch", "ms", True,
+           "median over the epochs of the epoch's time / its train batches: the ms/step Keras prints, validation "
+           "and callbacks included",
+           _keras(ST.KERAS_EPOCH_STEP_MS)),
+    # the process (whole run: the command and its children)
+    Figure("peak_rss_bytes", "peak RSS", "bytes", True,
+           "largest resident memory of the command and its children over the whole run",
+           _num(_sec("process", P.PEAK_RSS_BYTES))),
+    Figure("minor_faults", "minor faults (whole run)", "count", True, "minor page faults of the whole run",
+           _num(_sec("process", P.MINOR_FAULTS))),
+    Figure("major_faults", "major faults (whole run)", "count", True, "major page faults of the whole run",
+           _num(_sec("process", P.MAJOR_FAULTS))),
+    Figure("cpu_s", "CPU time (whole run)", "s", True, "user + system CPU time of the whole run", cpu_seconds),
+    Figure("cpu_ms_per_step", "CPU time / steps counted", "ms", True,
+           "CPU time of the whole run divided by the steps counted (start-up included)", _cpu_per_step),
+    Figure("max_threads", "max threads", "count", None, "most threads seen in one sample",
+           _num(_sec("process", P.MAX_THREADS))),
+    Figure("duration_s", "wall time (whole run)", "s", True, "from start to exit of the command",
+           _num(_sec("run", "duration_s"))),
+    # the allocator (its own step count: every training step it was told about)
+    Figure("allocator_state", "allocator state", "text", None,
+           "profiling, planned (arenas serve the planned sizes), passthrough or disabled", _sec("allocator", A.STATE)),
+    Figure("allocator_plan", "allocator plan", "text", None,
+           "where the plan came from: profiled in this run, loaded with --plan, or a loaded plan rejected",
+           plan_words),
+    Figure("hit_rate", "arena hit rate (whole run)", "pct", False,
+           "share of large allocations served from the planned arenas, over the whole run (profiling included)",
+           _num(_sec("allocator", A.HIT_RATE))),
+    Figure("hit_rate_after_plan", "arena hit rate after plan", "pct", False,
+           "the same share over the steps after the plan was in place", _num(_sec("allocator", A.HIT_RATE_AFTER_PLAN))),
+    Figure("faults_before_plan", "mean minor faults/step before plan", "count", True,
+           "mean minor page faults per step, over the allocator's steps before its plan",
+           _num(_sec("allocator", A.FAULTS_BEFORE_PLAN))),
+    Figure("faults_after_plan", "mean minor faults/step after plan", "count", True,
+           "mean minor page faults per step, over the allocator's steps after its plan was in place",
+           _num(_sec("allocator", A.FAULTS_AFTER_PLAN))),
+    Figure("reserved_bytes", "arena bytes reserved", "bytes", True, "address space the plan's arenas reserve",
+           _num(_sec("allocator", A.PLAN_RESERVED_BYTES))),
+    # tier mode (PMEM): only when it is on
+    Figure("tier_bytes", "tier bytes held (at exit)", "bytes", None,
+           "bytes tier mode held in the pool file when the report was written", _tier(PM.TIER_BYTES)),
+    Figure("tier_peak_bytes", "tier bytes held (peak)", "bytes", None, "most bytes held in the pool file at once",
+           _tier(PM.TIER_PEAK_BYTES)),
+    Figure("dram_saved_bytes", "DRAM saved (estimate)", "bytes", False,
+           "bytes held in the pool file at the last step (steady state): anonymous memory not used",
+           _tier(PM.DRAM_SAVED_BYTES)),
+    Figure("tier_fallbacks", "tier fallbacks to DRAM", "count", True,
+           "allocations tier mode meant for the pool that went to DRAM (pool full)", _tier(PM.TIER_FALLBACKS)),
+    # the scheduler
+    Figure("sched_chosen", "scheduler configuration", "text", None,
+           "the thread pools and pipelining the scheduler applied at the end", lambda r: chosen_text(r)),
+    Figure("pipelined_steps", "pipelined steps", "count", None,
+           "steps whose input was staged ahead by the scheduler's pipeline", pipelined_steps),
+    Figure("tuning_gain_pct", "tuning gain", "percent", False,
+           "how much faster the tuner's choice was than the first configuration, in percent of step time",
+           tuning_gain_pct),
+    Figure("occupancy_mean", "mean pipeline occupancy", "count", False,
+           "mean number of input batches ready when a step asked for one", _num(_sec("scheduler", S.OCCUPANCY_MEAN))),
+]
+
+FIGURES: Dict[str, Figure] = {f.id: f for f in _F}
+
+
+def name(fid: str) -> str:
+    return FIGURES[fid].name
+
+
+def value(report: Dict[str, Any], fid: str) -> Any:
+    return FIGURES[fid].read(report)
+
+
+def text(report: Dict[str, Any], fid: str) -> str:
+    f = FIGURES[fid]
+    return f.text(f.read(report))
+
+
+def chosen_text(r: Dict[str, Any]) -> Optional[str]:
+    c = _sec("scheduler", S.CHOSEN)(r)
+    if not isinstance(c, dict):
+        return None
+    return ", ".join(f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in c.items()
+                     if not isinstance(v, (dict, list)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the runs' own noise: how far a ratio may stray from 1.0 before it says anything
+
+
+def _robust_rel_se(values: List[float], of_mean: bool = False) -> Optional[float]:
+    """Relative standard error of the median (or mean) of `values`, from their spread (MAD, robust to the
+    odd slow step)."""
+    vals = [v for v in values if fmt.is_num(v)]
+    if len(vals) < 5:
+        return None
+    centre = statistics.median(vals) if not of_mean else statistics.fmean(vals)
+    if centre <= 0:
+        return None
+    if of_mean:
+        spread = statistics.pstdev(vals)
+        return spread / len(vals) ** 0.5 / centre
+    mad = statistics.median(abs(v - centre) for v in vals) * 1.4826
+    return 1.2533 * mad / len(vals) ** 0.5 / centre
+
+
+def _measured(r: Dict[str, Any], key: str) -> List[float]:
+    per = get(r, "steps." + ST.PER_STEP) or []
+    warm = get(r, "steps." + ST.WARMUP_STEPS)
+    warm = warm if fmt.is_num(warm) else 0
+    return [x.get(key) for x in per[int(warm):] if isinstance(x, dict)]
+
+
+def _after_plan_faults(r: Dict[str, Any]) -> List[float]:
+    a = r.get("allocator") if isinstance(r, dict) else None
+    per = get(a, A.PER_STEP)
+    start = get(a, A.AFTER_PLAN_FROM_STEP)
+    if not fmt.is_num(start):
+        start = get(a, A.PLAN_MADE_AT_STEP)
+    if not isinstance(per, list) or not fmt.is_num(start):
+        return []
+    return [x.get(A.STEP_FAULTS) for x in per if isinstance(x, dict) and fmt.is_num(x.get(A.STEP))
+            and x[A.STEP] > start]
+
+
+# figure id -> (per-step samples of a run, statistic is a mean, band multiplier: tails are noisier)
+_NOISE_FROM = {
+    "step_ms_median": (lambda r: _measured(r, "step_ms"), False, 1.0),
+    "steps_per_s": (lambda r: _measured(r, "step_ms"), False, 1.0),
+    "step_ms_mean": (lambda r: _measured(r, "step_ms"), True, 1.0),
+    "step_ms_p5": (lambda r: _measured(r, "step_ms"), False, 2.0),
+    "step_ms_p95": (lambda r: _measured(r, "step_ms"), False, 3.0),
+    "faults_per_step_median": (lambda r: _measured(r, "minor_faults"), False, 1.0),
+    "faults_after_plan": (_after_plan_faults, True, 1.0),
+}
+# below these absolute differences a ratio says nothing, whatever the spread (a 0.05 vs 1.9 faults/step ratio)
+_ABS_FLOOR = {"faults_per_step_median": 1.0, "faults_after_plan": 1.0, "faults_before_plan": 1.0,
+              "tier_fallbacks": 1.0, "pipelined_steps": 1.0, "tuning_gain_pct": 2.0}
+SAME_BAND = 0.02      # ratios closer to 1.0 than this are the same whatever the spread
+
+
+def noise_band(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any = None, vb: Any = None) -> Optional[float]:
+    """How far B may differ from A, as a fraction of A, before the difference says more than the two runs'
+    own per-step spread (about 2 standard errors of the difference); None without per-step samples."""
+    src = _NOISE_FROM.get(fid)
+    if src is None:
+        return None
+    samples, of_mean, mult = src
+    ra, rb = _robust_rel_se(samples(a), of_mean), _robust_rel_se(samples(b), of_mean)
+    va = FIGURES[fid].read(a) if va is None else va
+    vb = FIGURES[fid].read(b) if vb is None else vb
+    if ra is None or rb is None or not fmt.is_num(va) or not fmt.is_num(vb) or not va:
+        return None
+    # standard errors in the figure's own unit: a spiky run (mostly 0, one step of 50) has a wide one
+    return 2.0 * mult * ((ra * va) ** 2 + (rb * vb) ** 2) ** 0.5 / abs(va)
+
+
+def verdict(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any, vb: Any) -> Dict[str, Any]:
+    """{'ratio', 'better': 'a'|'b'|None, 'noise': band (fraction of A) or None, 'within_noise': bool}."""
+    f = FIGURES[fid]
+    ratio = fmt.safe_ratio(vb, va)
+    band = noise_band(fid, a, b, va, vb)
+    out = {"ratio": ratio, "better": None, "noise": None if band is None else round(band, 4), "within_noise": False}
+    if ratio is None or f.lower_better is None:
+        return out
+    floor = _ABS_FLOOR.get(fid)
+    quiet = abs(ratio - 1.0) <= max(SAME_BAND, band or 0.0)
+    if floor is not None and abs(vb - va) < floor:
+        quiet = True
+    if quiet:
+        out["within_noise"] = True
+        return out
+    out["better"] = "b" if (ratio < 1.0) == f.lower_better else "a"
+    return out
+
+
+def glossary_lines() -> List[str]:
+    """The glossary as Markdown table rows (docs/report.md holds them)."""
+    return [f"| {f.name} | {f.meaning} |" for f in _F]

@@ -1,0 +1,156 @@
+# summary.py -- the end-of-run summary of `rtkit run`: what happened, in about 8 lines, named as in every view.
+"""Lines, in order: status; steps and step time; Keras epoch time (Keras fit only); memory; allocator (with
+where its plan came from, or why a loaded plan was rejected); tier mode; scheduler (what it applied, pipelined
+steps, the tuner's choice); what went wrong in rtkit (one line each, at most MAX_PROBLEMS); the report path.
+A line only appears when its component ran; a figure only when the report has it. Words come from
+report/glossary.py so that the summary, `rtkit report`, the HTML and `rtkit compare` agree."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional
+
+from rtkit.report import fmt
+from rtkit.report import glossary as G
+from rtkit.report import sections as sec
+from rtkit.report import words
+from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S, Steps as ST
+from rtkit.report.fmt import get
+
+MAX_PROBLEMS = 2
+
+
+def _fig(r: Dict[str, Any], fid: str, label: Optional[str] = None) -> Optional[str]:
+    """'<name> <value>' for a figure the report has, else None."""
+    v = G.value(r, fid)
+    if v is None:
+        return None
+    return f"{label if label is not None else G.name(fid)} {G.FIGURES[fid].text(v)}"
+
+
+def _join(parts: List[Optional[str]], sep: str = ", ") -> str:
+    return sep.join(p for p in parts if p)
+
+
+def status_line(r: Dict[str, Any]) -> str:
+    run = r.get("run") or {}
+    head = f"rtkit: {run.get('status') or 'unknown'}"
+    code = run.get("exit_code")
+    if code is not None:
+        head += f" (exit {code}{', ' + str(run['signal']) if run.get('signal') else ''})"
+    if run.get("duration_s") is not None:
+        head += f" after {fmt.seconds(run.get('duration_s'))}"
+    if run.get("error"):
+        head += f": {run['error']}"
+    return head
+
+
+def steps_line(r: Dict[str, Any]) -> str:
+    st = r.get("steps") or {}
+    count = G.value(r, "steps")
+    if not count:
+        hook = st.get("hook") if isinstance(st.get("hook"), dict) else {}
+        why = hook.get("status")
+        return "rtkit: steps: none counted" + (f" (hooks: {why}: {hook.get('detail')})" if why and why != "ok" else "")
+    api = sec.steps_api(r)
+    text = f"rtkit: steps: {fmt.num(count)} counted" + (f" from {api}" if api else "")
+    measured, warm = G.value(r, "measured_steps"), get(st, ST.WARMUP_STEPS)
+    if measured is not None and fmt.is_num(warm):
+        text += f", {fmt.num(measured)} measured (first {fmt.num(warm)} left out)"
+    figs = _join([_fig(r, "step_ms_median"), _fig(r, "step_ms_p95"), _fig(r, "steps_per_s")])
+    return text + (f"; {figs}" if figs else "")
+
+
+def keras_line(r: Dict[str, Any]) -> Optional[str]:
+    epochs, per_epoch = G.value(r, "epochs"), G.value(r, "epoch_s_median")
+    if not epochs or per_epoch is None:
+        return None
+    val = get(r, "steps." + ST.KERAS_VALIDATION)
+    inc = "validation and callbacks included" if val else "callbacks included, no validation"
+    return (f"rtkit: keras: {fmt.num(epochs)} epoch(s), " + _join([_fig(r, "epoch_s_median"), _fig(r, "epoch_step_ms")])
+            + f" ({inc}); the step times count the train batches alone")
+
+
+def memory_line(r: Dict[str, Any]) -> str:
+    parts = [_fig(r, "peak_rss_bytes"), _fig(r, "faults_per_step_median")]
+    if G.value(r, "faults_per_step_median") is None:
+        parts.append(_fig(r, "minor_faults"))
+    if G.value(r, "allocator_state") == "planned":
+        parts.append(_fig(r, "faults_after_plan"))
+    return "rtkit: memory: " + _join(parts)
+
+
+def allocator_line(r: Dict[str, Any]) -> Optional[str]:
+    a = r.get("allocator")
+    if not isinstance(a, dict):
+        return None
+    state = G.value(r, "allocator_state") or "on"
+    reason, profiled = get(a, A.PROFILE_REASON), get(a, A.PROFILED_STEPS)
+    if state == "passthrough":   # no plan: the arenas served nothing, a hit rate would only say 0%
+        if not reason and not get(a, "steps"):
+            reason = "no training step reached the allocator"
+        said = "passthrough, no plan" + (f" ({reason})" if reason else "")
+        return "rtkit: allocator: " + _join([said, G.plan_words(r)])
+    if state == "profiling":
+        return "rtkit: allocator: " + _join([
+            "still profiling when the run ended" + (f" ({fmt.num(profiled)} steps profiled)" if fmt.is_num(profiled)
+                                                    else ""), G.plan_words(r)])
+    parts = [state, G.plan_words(r)]
+    if state == "planned":
+        parts.append(_fig(r, "hit_rate_after_plan"))
+    parts.append(_fig(r, "hit_rate"))
+    if fmt.is_num(G.value(r, "reserved_bytes")) and G.value(r, "reserved_bytes"):
+        parts.append(_fig(r, "reserved_bytes"))
+    return "rtkit: allocator: " + _join(parts)
+
+
+def tier_line(r: Dict[str, Any]) -> Optional[str]:
+    if not G.tier_on(r):
+        return None
+    p = r["pmem"]
+    where = get(p, PM.PATH)
+    medium = get(p, PM.MEDIUM)
+    head = f"rtkit: tier: {get(p, PM.STATE)}" + (f", pool {where}" if where else "") + (f" ({medium})" if medium else "")
+    parts = [_fig(r, "tier_bytes"), _fig(r, "tier_peak_bytes"), _fig(r, "dram_saved_bytes")]
+    falls = G.value(r, "tier_fallbacks")
+    if falls:
+        parts.append(_fig(r, "tier_fallbacks"))
+    return head + "; " + _join(parts)
+
+
+def scheduler_line(r: Dict[str, Any]) -> Optional[str]:
+    sc = r.get("scheduler")
+    if not isinstance(sc, dict):
+        return None
+    parts = [words.applied(sc, get(r, "steps." + ST.SOURCE) == "keras"), words.pipeline(sc)]
+    tuning = get(sc, S.TUNING)
+    if isinstance(tuning, dict):
+        parts.append(words.tuning(r, tuning))
+    return "rtkit: scheduler: " + _join(parts, "; ")
+
+
+def problems(r: Dict[str, Any]) -> List[str]:
+    """What went wrong in rtkit, one string each, with the report section that says more."""
+    out = [(str(n), "Notes") for n in (r.get("notes") or [])]
+    for name, title in (("allocator", "Allocator"), ("scheduler", "Scheduler"), ("pmem", "PMEM tier")):
+        errs = get(r.get(name), A.ERRORS)
+        if isinstance(errs, list):
+            out.extend((str(e), title) for e in errs if e)
+    return [f"{text} [report: {where}]" for text, where in out]
+
+
+def lines(report: Dict[str, Any], report_path: Optional[str] = None) -> List[str]:
+    r = sec.normalize(report)
+    out = [status_line(r), steps_line(r)]
+    for line in (keras_line(r), memory_line(r), allocator_line(r), tier_line(r), scheduler_line(r)):
+        if line:
+            out.append(line)
+    probs = problems(r)
+    for p in probs[:MAX_PROBLEMS]:
+        out.append("rtkit: note: " + sec._shorten(p, 160))
+    if len(probs) > MAX_PROBLEMS:
+        out.append(f"rtkit: {len(probs) - MAX_PROBLEMS} more note(s) in the report")
+    run = r.get("run") or {}
+    path = report_path or (os.path.join(run["run_dir"], "report.json") if run.get("run_dir") else None)
+    if path:
+        out.append(f"rtkit: report: {path}")
+    return out

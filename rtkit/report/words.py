@@ -1,0 +1,73 @@
+# words.py -- what the scheduler did, in words, for the summary and the Scheduler section alike.
+"""Said from what happened, not from the settings: where the configuration was applied (sessions, Keras fit,
+nothing), how many steps were pipelined (never "pipelined" when none was), what the tuner chose."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from rtkit.report import fmt
+from rtkit.report import glossary as G
+from rtkit.report.contract import Scheduler as S
+from rtkit.report.fmt import get
+
+
+def applied(sc: Dict[str, Any], keras_steps: bool = False) -> str:
+    """What the scheduler applied and where: to the sessions it configured, to Keras (said when the steps came
+    from Keras fit or there was no session), or nothing."""
+    chosen = get(sc, S.CHOSEN)
+    knobs = ""
+    if isinstance(chosen, dict):   # pipelining is said apart, from what happened, not from the setting
+        knobs = ", ".join(f"{k}={v}" for k, v in chosen.items()
+                          if not isinstance(v, (dict, list, bool)) and not k.startswith("stage_"))
+    sessions = [x for x in (get(sc, S.SESSIONS) or []) if isinstance(x, dict)]
+    keras = get(sc, S.KERAS)
+    ours = [x for x in sessions if str(x.get("applied", "")).startswith("rtkit")]
+    out = []
+    if ours:
+        out.append(f"applied {knobs} to {len(ours)} session(s)" if knobs else f"applied to {len(ours)} session(s)")
+    if len(ours) < len(sessions):
+        out.append(f"{len(sessions) - len(ours)} session(s) kept the script's thread settings")
+    if not keras_steps:   # set for Keras, but Keras fit did not run the steps: not worth a claim
+        keras = None
+    if isinstance(keras, dict) and keras.get("applied"):
+        ks = ", ".join(f"{k}={v}" for k, v in keras.items() if k != "applied" and not isinstance(v, (dict, list)))
+        out.append(f"applied to Keras: {ks}" if ks else "applied to Keras")
+    elif isinstance(keras, dict) and keras.get("detail"):
+        out.append(f"not applied to Keras ({keras['detail']})")
+    if not out:
+        if isinstance(get(sc, S.KERAS), dict) and get(sc, S.KERAS).get("applied"):
+            return "no session or Keras fit used its configuration (only TensorFlow's global thread pools were set)"
+        return f"nothing applied (no session or Keras fit seen){'; would apply ' + knobs if knobs else ''}"
+    return ", ".join(out)
+
+
+def pipeline(sc: Dict[str, Any]) -> str:
+    staged = get(sc, S.STAGED_STEPS)
+    reason = get(sc, S.NOT_STAGED_REASON)
+    if fmt.is_num(staged):
+        if staged > 0:
+            return f"{G.name('pipelined_steps')} {fmt.num(staged)}"
+        return "no step pipelined" + (f" ({reason})" if reason else "")
+    # scheduler schema 1: it counts pipelines started, not steps
+    started = get(sc, "pipeline.pipelines_started")
+    if get(sc, S.PIPELINE_ENABLED) and fmt.is_num(started) and started > 0:
+        return f"input pipeline started {fmt.num(started)} time(s) (this scheduler version does not count pipelined steps)"
+    return "no step pipelined"
+
+
+def tuning(r: Dict[str, Any], tuning: Dict[str, Any]) -> str:
+    if not tuning.get("done", True):
+        used = tuning.get("steps_used")
+        if used == 0:
+            return "tuning saw no step (the tuner times session steps only)"
+        return f"tuning not finished ({fmt.num(used)} of {fmt.num(tuning.get('budget_steps'))} steps used)"
+    chosen = tuning.get("chosen")
+    pick = ", ".join(f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in chosen.items()
+                     if not isinstance(v, (dict, list))) if isinstance(chosen, dict) else "?"
+    text = f"tuning chose {pick}"
+    gain = G.value(r, "tuning_gain_pct")
+    if gain is not None:
+        text += f", {G.name('tuning_gain_pct')} {G.text(r, 'tuning_gain_pct')}"
+    if tuning.get("verdict"):
+        text += f" ({tuning['verdict']})"
+    return text
