@@ -21,6 +21,9 @@ class Process:
     PEAK_RSS_BYTES, MINOR_FAULTS, MAJOR_FAULTS = "peak_rss_bytes", "minor_faults", "major_faults"
     CPU_USER_S, CPU_SYSTEM_S, MAX_THREADS = "cpu_user_s", "cpu_system_s", "max_threads"
     SAMPLES, SAMPLE_INTERVAL_MS = "samples", "sample_interval_ms"
+    # the child process's own /proc/PID/io at exit (optional: absent where /proc lacks io accounting)
+    DISK_READ_BYTES, DISK_WRITTEN_BYTES, DISK_CANCELLED_BYTES = (
+        "disk_read_bytes", "disk_written_bytes", "disk_cancelled_bytes")
     REQUIRED = (PEAK_RSS_BYTES, MINOR_FAULTS, MAJOR_FAULTS, CPU_USER_S, CPU_SYSTEM_S, MAX_THREADS, SAMPLES,
                 SAMPLE_INTERVAL_MS)
 

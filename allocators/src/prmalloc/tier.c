@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/jsonbuf.h"
+#include "common/lock.h"
 #include "common/options.h"
 #include "common/os.h"
 #include "prmalloc/tier.h"
@@ -44,7 +45,19 @@ static struct {
     uint64_t bytes, peak, allocs, frees, fallbacks, fallback_bytes, pre_allocs, pre_bytes, ll_allocs, ll_bytes;
     uint64_t bad_frees, child_frees, errors_other;
     uint64_t bytes_at_mark, steps;
+    int fd;                               /* the pool file, kept open once its name is unlinked (fork remaps it) */
+    uint64_t deferred_frees, gap_punches, gap_bytes;
 } T;
+
+/* Live pool records, for punching free space once at the first step mark and for the per-record view.
+ * Index i of a record is kept in its tier header (hd[2]); a free swaps the last entry into its place. */
+#define LIVE_CAP (1u << 20)
+typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; } live_t;
+static live_t *g_live;
+static uint32_t g_nlive;
+static uint64_t g_high;                   /* highest record end ever handed out (offset from base) */
+static rtk_spin_t g_live_lock = RTK_SPIN_INIT;
+static int g_exiting;
 
 static uint64_t g_ll[LL_CAP];
 static unsigned g_ll_n;
@@ -122,6 +135,7 @@ int rtk_tier_prestep(void) { return rtk_tier_pre; }
 void rtk_tier_read_settings(void)
 {
     const char *path = rtk_opt_str(RTK_OPT_PMEM_PATH);
+    T.fd = -1;
     /* each bad value: its message is kept, said once per run when the pool is opened, and the default applies */
 #define RECORD(call) do { rtk_opt_set_error_sink(T.errors[T.nerrors < 4 ? T.nerrors : 3], sizeof T.errors[0]); \
                           if ((call) != 0 && T.nerrors < 4) T.nerrors++; } while (0)
@@ -216,6 +230,14 @@ static void tier_open(void)
             snprintf(T.medium, sizeof T.medium, "%s", s.is_pmem ? "pmem" : ram ? "tmpfs" : "file");
             /* tensors are not read sequentially through the file: no read-ahead into untouched extents */
             madvise(T.base, s.pool_size, MADV_RANDOM);
+            void *lt = mmap(NULL, LIVE_CAP * sizeof(live_t), PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            g_live = lt == MAP_FAILED ? NULL : lt;
+            /* scratch: the name goes now, so neither a crash nor kill -9 leaves a pool file behind, and the
+             * pages still dirty at exit are dropped with the inode instead of written (fork remaps by fd) */
+            T.fd = open(T.path, O_RDWR | O_CLOEXEC);
+            if (T.fd >= 0)
+                unlink(T.path);
             /* publish the range before anything can be placed: a free must always recognise pool memory */
             __atomic_store_n(&rtk_hot.tier_lo, (uintptr_t)T.base, __ATOMIC_RELEASE);
             __atomic_store_n(&rtk_hot.tier_span, (uintptr_t)s.pool_size, __ATOMIC_RELEASE);
@@ -266,7 +288,11 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
         return NULL;
     uint64_t h;
     t_in_tier = 1;
+    /* under the live lock: the first step mark punches what is not a live record */
+    rtk_spin_lock(&g_live_lock);
     int rc = rtkit_pmem_alloc(T.pool, need, &h);
+    if (rc != 0)
+        rtk_spin_unlock(&g_live_lock);
     t_in_tier = 0;
     if (rc != 0) {
         if (rc == RTKIT_PMEM_ENOSPC || rc == RTKIT_PMEM_ETOOBIG) {
@@ -282,8 +308,18 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
     uint64_t *hd = (uint64_t *)(q - TIER_HDR);
     hd[0] = n;
     hd[1] = h;
-    hd[2] = 0;
+    hd[2] = UINT64_MAX;
     hd[3] = tag_of(h, q);
+    uint64_t req, usable;
+    if (rtkit_pmem_record_size(T.pool, h, &req, &usable) != 0)
+        usable = need;
+    if ((uint64_t)(p - T.base) + usable > g_high)
+        g_high = (uint64_t)(p - T.base) + usable;
+    if (g_live && g_nlive < LIVE_CAP) {
+        g_live[g_nlive] = (live_t){p, usable, q, n};
+        hd[2] = g_nlive++;
+    }
+    rtk_spin_unlock(&g_live_lock);
     if (zero)
         memset(q, 0, n);  /* a reused extent holds old data */
     __atomic_add_fetch(&T.allocs, 1, __ATOMIC_RELAXED);
@@ -317,8 +353,14 @@ static uint64_t g_remove_errors;
 
 static void release_pages(void *p, uint64_t n, uint64_t h)
 {
-    if (g_no_remove)
+    if (g_no_remove || g_exiting)
+        return;  /* at exit the whole file goes at once */
+    if (rtk_tier_pre) {
+        /* graph construction churns the pool: the next record reuses these pages (no new fault, no new dirty
+         * page); what is still free at the first step mark is punched then */
+        __atomic_add_fetch(&T.deferred_frees, 1, __ATOMIC_RELAXED);
         return;
+    }
     /* to the end of the record, not of the payload: file read-ahead may have brought in pages past it */
     uint64_t req, usable;
     uintptr_t end = (uintptr_t)p + n;
@@ -349,7 +391,15 @@ void rtk_tier_free(void *p)
     hd[3] = 0;  /* a second free of p no longer matches */
     release_pages(p, n, h);
     t_in_tier = 1;
+    rtk_spin_lock(&g_live_lock);
+    uint64_t i = hd[2];
+    if (g_live && i < g_nlive && g_live[i].payload == (char *)p) {
+        g_live[i] = g_live[--g_nlive];
+        if (i < g_nlive)
+            ((uint64_t *)(g_live[i].payload - TIER_HDR))[2] = i;
+    }
     int rc = rtkit_pmem_free(T.pool, h);
+    rtk_spin_unlock(&g_live_lock);
     t_in_tier = 0;
     if (rc != 0) {
         __atomic_add_fetch(&T.bad_frees, 1, __ATOMIC_RELAXED);
@@ -378,8 +428,77 @@ int rtk_tier_keeps(void *p, size_t n, size_t *old)
 }
 
 /* ---------------------------------------------------------------- step marks, fork, exit */
+/* sort (start, end) pairs by start: a heap sort, since qsort may call malloc */
+static void sort_ranges(uint64_t (*r)[2], long n)
+{
+    for (long k = n / 2 - 1, end = n; end > 1 || k >= 0;) {
+        long i;
+        if (k >= 0)
+            i = k--;
+        else {
+            end--;
+            uint64_t t0 = r[0][0], t1 = r[0][1];
+            r[0][0] = r[end][0], r[0][1] = r[end][1], r[end][0] = t0, r[end][1] = t1;
+            i = 0;
+        }
+        for (long c; (c = 2 * i + 1) < end; i = c) {
+            if (c + 1 < end && r[c + 1][0] > r[c][0])
+                c++;
+            if (r[i][0] >= r[c][0])
+                break;
+            uint64_t t0 = r[i][0], t1 = r[i][1];
+            r[i][0] = r[c][0], r[i][1] = r[c][1], r[c][0] = t0, r[c][1] = t1;
+        }
+    }
+}
+
+/* At the first step mark: punch every whole page of the pool's used span that no live record covers (the pages
+ * that pre-step frees left behind), under the live lock so no record is placed meanwhile. */
+static void punch_free_space(void)
+{
+    if (T.state != T_ON || !g_live || g_no_remove)
+        return;
+    rtk_spin_lock(&g_live_lock);
+    uint32_t n = g_nlive;
+    size_t len = ((size_t)n + 1) * 16;
+    uint64_t (*r)[2] = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) {
+        rtk_spin_unlock(&g_live_lock);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        r[i][0] = (uint64_t)(g_live[i].rec - T.base);
+        r[i][1] = r[i][0] + g_live[i].len;
+    }
+    sort_ranges(r, n);
+    rtkit_pmem_stats s;
+    rtkit_pmem_stats_get(T.pool, &s);
+    uint64_t cur = s.data_offset;
+    for (uint32_t i = 0; i <= n; i++) {
+        uint64_t next = i < n ? r[i][0] : g_high;
+        uint64_t lo = (cur + 4095) & ~4095ull, hi = next & ~4095ull;
+        if (hi > lo) {
+            if (madvise(T.base + lo, hi - lo, MADV_REMOVE) == 0) {
+                T.gap_punches++;
+                T.gap_bytes += hi - lo;
+            } else if (errno == EOPNOTSUPP || errno == EINVAL) {
+                g_no_remove = 1;
+                break;
+            }
+        }
+        if (i < n && r[i][1] > cur)
+            cur = r[i][1];
+    }
+    rtk_spin_unlock(&g_live_lock);
+    munmap(r, len);
+}
+
 void rtk_tier_step_mark(void)
 {
+    if (rtk_tier_pre) {
+        rtk_tier_pre = 0;
+        punch_free_space();
+    }
     rtk_tier_pre = 0;
     T.steps++;
     T.bytes_at_mark = __atomic_load_n(&T.bytes, __ATOMIC_RELAXED);
@@ -390,21 +509,26 @@ void rtk_tier_fork_child(void)
     rtk_tier_min = SIZE_MAX;
     if (T.state != T_ON)
         return;
-    /* the pool is MAP_SHARED: turn the child's view into a private copy so its writes stay its own */
-    int fd = open(T.path, O_RDONLY | O_CLOEXEC);
+    rtk_spin_reset(&g_live_lock);
+    /* the pool is MAP_SHARED: turn the child's view into a private copy so its writes stay its own (through
+     * the kept descriptor: the file's name is gone) */
+    int fd = T.fd >= 0 ? T.fd : open(T.path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         void *a = mmap(T.base, T.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0);
         if (a == MAP_FAILED)
             snprintf(T.reason, sizeof T.reason, "forked child: pool view stays shared (%s)", strerror(errno));
-        close(fd);
+        if (fd != T.fd)
+            close(fd);
     }
     T.state = T_CHILD;
 }
 
 void rtk_tier_exit(void)
 {
-    /* scratch: the file goes with the process (the mapping stays valid for frees still to come) */
-    if (T.state == T_ON && T.owner == getpid())
+    /* scratch: the file goes with the process (the mapping stays valid for frees still to come; they no longer
+     * punch pages: the inode's pages are dropped at once when the process ends) */
+    g_exiting = 1;
+    if (T.state == T_ON && T.owner == getpid() && T.fd < 0)
         unlink(T.path);
 }
 
@@ -461,8 +585,9 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
             "%s\"placed_long_lived\": {\"allocs\": %llu, \"bytes\": %llu, \"sizes_known\": %u, \"active\": %s},",
         nl, U(LD(T.pre_allocs)), U(LD(T.pre_bytes)), nl, U(LD(T.ll_allocs)), U(LD(T.ll_bytes)), g_ll_n,
         LD(T.plan_ready) ? "true" : "false");
-    rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu},", nl, g_no_remove ? "true" : "false",
-        U(LD(g_remove_errors)));
+    rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu, \"deferred_frees\": %llu, "
+            "\"first_step_punches\": %llu, \"first_step_punched_bytes\": %llu},", nl, g_no_remove ? "true" : "false",
+        U(LD(g_remove_errors)), U(LD(T.deferred_frees)), U(T.gap_punches), U(T.gap_bytes));
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
         nl, U(LD(T.child_frees)), nl, U(LD(T.errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now */
