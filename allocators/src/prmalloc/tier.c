@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -52,7 +54,7 @@ static struct {
 /* Live pool records, for punching free space once at the first step mark and for the per-record view.
  * Index i of a record is kept in its tier header (hd[2]); a free swaps the last entry into its place. */
 #define LIVE_CAP (1u << 20)
-typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; } live_t;
+typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident; } live_t;
 static live_t *g_live;
 static uint32_t g_nlive;
 static uint64_t g_high;                   /* highest record end ever handed out (offset from base) */
@@ -316,7 +318,7 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
     if ((uint64_t)(p - T.base) + usable > g_high)
         g_high = (uint64_t)(p - T.base) + usable;
     if (g_live && g_nlive < LIVE_CAP) {
-        g_live[g_nlive] = (live_t){p, usable, q, n};
+        g_live[g_nlive] = (live_t){p, usable, q, n, 0};
         hd[2] = g_nlive++;
     }
     rtk_spin_unlock(&g_live_lock);
@@ -532,6 +534,98 @@ void rtk_tier_exit(void)
         unlink(T.path);
 }
 
+#define U(x) ((unsigned long long)(x))
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+/* ---------------------------------------------------------------- residency over time (the tier view) */
+/* A sample per stats write (step marks, at most every 0.5 s, and exit), at most one a second: which pool pages
+ * are in DRAM now (mincore over every live record) and the process's major faults. */
+#define TL_CAP 1024
+typedef struct { uint64_t step; double t_s; uint64_t resident, tier_bytes, major_faults; } tl_t;
+static tl_t g_tl[TL_CAP];
+static unsigned g_ntl;                    /* samples taken; the ring keeps the last TL_CAP */
+static uint64_t g_resident;
+static double g_t0, g_tl_last;
+static unsigned char *g_vec;
+#define VEC_PAGES (1u << 16)              /* mincore vector: 256 MiB of pool per call */
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t resident_of(char *lo, uint64_t len)
+{
+    uint64_t pages = 0;
+    uintptr_t a = (uintptr_t)lo & ~(uintptr_t)4095, end = (uintptr_t)lo + len;
+    while (a < end) {
+        uint64_t n = (end - a + 4095) / 4096;
+        if (n > VEC_PAGES)
+            n = VEC_PAGES;
+        if (mincore((void *)a, n * 4096, g_vec) != 0)
+            return pages * 4096;
+        for (uint64_t i = 0; i < n; i++)
+            pages += g_vec[i] & 1;
+        a += n * 4096;
+    }
+    return pages * 4096;
+}
+
+static void sample_residency(int force)
+{
+    if (T.state != T_ON || !g_live)
+        return;
+    double now = mono_s();
+    if (!g_t0)
+        g_t0 = now;
+    if (!force && g_ntl && now - g_tl_last < 1.0)
+        return;
+    if (!g_vec) {
+        void *v = mmap(NULL, VEC_PAGES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (v == MAP_FAILED)
+            return;
+        g_vec = v;
+    }
+    g_tl_last = now;
+    uint64_t total = 0;
+    rtk_spin_lock(&g_live_lock);
+    for (uint32_t i = 0; i < g_nlive; i++) {
+        g_live[i].resident = resident_of(g_live[i].payload, g_live[i].n);
+        total += g_live[i].resident;
+    }
+    rtk_spin_unlock(&g_live_lock);
+    g_resident = total;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    g_tl[g_ntl % TL_CAP] = (tl_t){T.steps, now - g_t0, total, LD(T.bytes), (uint64_t)ru.ru_majflt};
+    g_ntl++;
+}
+
+/* the largest live records (at most 16), largest first, into out; returns how many */
+#define TOP_N 16
+static int top_records(live_t *out)
+{
+    int k = 0;
+    rtk_spin_lock(&g_live_lock);
+    for (uint32_t i = 0; g_live && i < g_nlive; i++) {
+        live_t r = g_live[i];
+        int j = k < TOP_N ? k++ : TOP_N;
+        if (j == TOP_N && r.n <= out[TOP_N - 1].n)
+            continue;
+        if (j == TOP_N)
+            j = TOP_N - 1;
+        while (j > 0 && out[j - 1].n < r.n) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = r;
+    }
+    rtk_spin_unlock(&g_live_lock);
+    return k;
+}
+
 /* ---------------------------------------------------------------- report */
 static const char *state_name(int s)
 {
@@ -561,8 +655,6 @@ static void rss_parts(long long out[3])
     }
 }
 
-#define U(x) ((unsigned long long)(x))
-#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 long rtk_tier_format(char *buf, size_t cap, int indent)
 {
@@ -600,6 +692,25 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     rtk_out_put(&o, "%s\"process_rss_anon_bytes\": %lld,%s\"process_rss_anon_peak_sampled_bytes\": %lld,"
             "%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
         nl, rss[0], nl, anon_peak, nl, rss[1], nl, rss[2]);
+    /* the tier view: pool pages in DRAM (mincore), the largest records, and residency over time */
+    rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"records_live\": %u,%s\"records\": [", nl, U(g_resident), nl,
+        g_nlive, nl);
+    live_t top[TOP_N];
+    /* the records and the timeline go to pmem-<pid>.json only (indent), not into the allocator's copy */
+    int ntop = st == T_ON && indent ? top_records(top) : 0;
+    for (int i = 0; i < ntop; i++)
+        rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"hot_fraction\": %.4f}",
+            i ? ", " : "", U(top[i].payload - T.base), U(top[i].n), U(top[i].resident),
+            top[i].n ? (double)top[i].resident / (double)top[i].n : 0.0);
+    rtk_out_put(&o, "],%s\"timeline\": [", nl);
+    unsigned first_tl = g_ntl > TL_CAP ? g_ntl - TL_CAP : 0;
+    for (unsigned i = first_tl; indent && i < g_ntl; i++) {
+        tl_t *x = &g_tl[i % TL_CAP];
+        rtk_out_put(&o, "%s{\"step\": %llu, \"t_s\": %.3f, \"resident_bytes\": %llu, \"tier_bytes\": %llu, "
+                "\"major_faults\": %llu}", i > first_tl ? ", " : "", U(x->step), x->t_s, U(x->resident),
+            U(x->tier_bytes), U(x->major_faults));
+    }
+    rtk_out_put(&o, "],");
     rtk_out_put(&o, "%s\"pool\": ", nl);
     if (T.pool && st == T_ON) {  /* not in a forked child: a pool lock may be held by a thread it lost */
         rtkit_pmem_stats s;
@@ -654,12 +765,13 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     return o.full ? -1 : (long)o.off;
 }
 
-static char g_tbuf[32768];
+static char g_tbuf[262144];
 
 void rtk_tier_write_file(const char *run_dir, long pid)
 {
     if (T.state == T_OFF || !run_dir || !run_dir[0])
         return;
+    sample_residency(g_exiting);
     long n = rtk_tier_format(g_tbuf, sizeof g_tbuf - 1, 1);
     if (n < 0)
         return;
