@@ -34,7 +34,7 @@ int rtk_tier_pre = 1;                     /* 1 until the first step mark */
 static struct {
     int state;
     char path[512];
-    size_t size, min_size;
+    size_t size, min_size, resident_max;
     char errors[4][320];
     int nerrors;
     rtkit_pmem_pool *pool;
@@ -143,6 +143,7 @@ void rtk_tier_read_settings(void)
                           if ((call) != 0 && T.nerrors < 4) T.nerrors++; } while (0)
     RECORD(rtk_opt_size(RTK_OPT_PMEM_SIZE, &T.size));
     RECORD(rtk_opt_size(RTK_OPT_PMEM_MIN_SIZE, &T.min_size));
+    RECORD(rtk_opt_size(RTK_OPT_PMEM_RESIDENT_MAX, &T.resident_max));
     rtk_opt_set_error_sink(NULL, 0);
     if (!path || strlen(path) >= sizeof T.path) {
         if (path)
@@ -573,6 +574,42 @@ static uint64_t resident_of(char *lo, uint64_t len)
     return pages * 4096;
 }
 
+/* Over the resident budget: write out and drop records, round-robin from where the last pass stopped, until a
+ * quarter of the budget is free (the pages the next steps touch come back as major faults: the hot set). */
+static uint32_t g_evict_cursor;
+static uint64_t g_evictions, g_evicted_bytes;
+
+static uint64_t enforce_budget(uint64_t total)
+{
+    uint64_t goal = T.resident_max / 4 * 3;
+    rtk_spin_lock(&g_live_lock);
+    for (uint32_t k = 0; k < g_nlive && total > goal; k++) {
+        uint32_t i = (g_evict_cursor + k) % g_nlive;
+        live_t *r = &g_live[i];
+        if (!r->resident)
+            continue;
+        uintptr_t lo = (uintptr_t)r->payload & ~(uintptr_t)4095;
+        uint64_t len = ((uintptr_t)r->payload + r->n + 4095 - lo) & ~(uint64_t)4095;
+        if (T.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
+            sync_file_range(T.fd, (off64_t)(lo - (uintptr_t)T.base), (off64_t)len,
+                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+        madvise((void *)lo, len, MADV_PAGEOUT);
+        uint64_t now = resident_of(r->payload, r->n);
+        g_evicted_bytes += r->resident > now ? r->resident - now : 0;
+        total -= r->resident > now ? r->resident - now : 0;
+        r->resident = now;
+        g_evict_cursor = i + 1;
+    }
+    g_evictions++;
+    rtk_spin_unlock(&g_live_lock);
+    return total;
+}
+
+#define TOP_N 16
+static live_t g_top[TOP_N];
+static int g_ntop;
+static int top_records(live_t *out);
+
 static void sample_residency(int force)
 {
     if (T.state != T_ON || !g_live)
@@ -596,7 +633,12 @@ static void sample_residency(int force)
         total += g_live[i].resident;
     }
     rtk_spin_unlock(&g_live_lock);
+    if (T.resident_max && total > T.resident_max)
+        total = enforce_budget(total);
     g_resident = total;
+    /* the records while training runs (at exit the job has already freed most of them) */
+    if (LD(T.bytes) >= LD(T.bytes_at_mark) / 2)
+        g_ntop = top_records(g_top);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     g_tl[g_ntl % TL_CAP] = (tl_t){T.steps, now - g_t0, total, LD(T.bytes), (uint64_t)ru.ru_majflt};
@@ -604,7 +646,6 @@ static void sample_residency(int force)
 }
 
 /* the largest live records (at most 16), largest first, into out; returns how many */
-#define TOP_N 16
 static int top_records(live_t *out)
 {
     int k = 0;
@@ -693,11 +734,12 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
             "%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
         nl, rss[0], nl, anon_peak, nl, rss[1], nl, rss[2]);
     /* the tier view: pool pages in DRAM (mincore), the largest records, and residency over time */
-    rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"records_live\": %u,%s\"records\": [", nl, U(g_resident), nl,
-        g_nlive, nl);
-    live_t top[TOP_N];
+    rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"pmem_resident_max\": %llu,%s\"budget_passes\": %llu,"
+            "%s\"budget_dropped_bytes\": %llu,%s\"records_live\": %u,%s\"records\": [", nl, U(g_resident), nl,
+        U(T.resident_max), nl, U(g_evictions), nl, U(g_evicted_bytes), nl, g_nlive, nl);
+    live_t *top = g_top;
     /* the records and the timeline go to pmem-<pid>.json only (indent), not into the allocator's copy */
-    int ntop = st == T_ON && indent ? top_records(top) : 0;
+    int ntop = indent ? g_ntop : 0;
     for (int i = 0; i < ntop; i++)
         rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"hot_fraction\": %.4f}",
             i ? ", " : "", U(top[i].payload - T.base), U(top[i].n), U(top[i].resident),
