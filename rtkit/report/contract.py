@@ -66,8 +66,10 @@ class Pmem:
     DRAM_SAVED_BYTES = "dram_bytes_saved_estimate"
     POOL, POOL_CLASSES = "pool", "pool.classes"
     NOTES = "notes"
+    # the tier view (report/tier.py): pool pages in DRAM (mincore), the largest records, residency over time
+    RESIDENT_BYTES, RESIDENT_MAX, RECORDS, TIMELINE = "pool_resident_bytes", "pmem_resident_max", "records", "timeline"
     REQUIRED = (STATE, PATH, MEDIUM, TIER_BYTES, TIER_PEAK_BYTES, TIER_ALLOCS, TIER_FALLBACKS, DRAM_SAVED_BYTES, POOL,
-                NOTES)
+                NOTES, RESIDENT_BYTES, RECORDS, TIMELINE)
 
 
 class Scheduler:

@@ -541,10 +541,19 @@ def notes_section(report: Dict[str, Any]) -> Section:
     return s
 
 
+def _tier_view(report: Dict[str, Any]) -> Section:
+    from rtkit.report.tier import tier_view
+
+    view = tier_view(report)
+    s = Section("tier", "Tier view (pooled allocations)", rows=view["rows"], off=view["off"])
+    s.tables = [Table(title, headers, rows, numeric=[True] * len(headers)) for title, headers, rows in view["tables"]]
+    return s
+
+
 def build_sections(report: Dict[str, Any]) -> List[Section]:
     report = normalize(report)
     out = [run_section(report), steps_section(report), process_section(report), allocator_section(report),
-           pmem_section(report), scheduler_section(report), notes_section(report)]
+           pmem_section(report), _tier_view(report), scheduler_section(report), notes_section(report)]
     for s in out[:3]:  # the parent's own sections follow the same contract
         s.notes += contract.missing_note(s.key, report.get(s.key))
     return out

@@ -155,6 +155,11 @@ def summary_lines(report: Dict[str, Any], report_path: Optional[str] = None) -> 
         if fmt.is_num(after):
             text += f", {fmt.num(after)} faults/step after plan"
         lines.append(text)
+    from rtkit.report.tier import summary_line as tier_line
+
+    tier = tier_line(report)
+    if tier:
+        lines.append(tier)
     sched = report.get("scheduler")
     if isinstance(sched, dict):
         state = "on, pipelined" if get(sched, Scheduler.PIPELINE_ENABLED) else "on"
