@@ -48,7 +48,7 @@ static struct {
     uint64_t bad_frees, child_frees, errors_other;
     uint64_t bytes_at_mark, steps;
     int fd;                               /* the pool file, kept open once its name is unlinked (fork remaps it) */
-    uint64_t deferred_frees, gap_punches, gap_bytes;
+    uint64_t deferred_frees, gap_punches, gap_bytes, cold_hint_bytes;
 } T;
 
 /* Live pool records, for punching free space once at the first step mark and for the per-record view.
@@ -60,6 +60,7 @@ static uint32_t g_nlive;
 static uint64_t g_high;                   /* highest record end ever handed out (offset from base) */
 static rtk_spin_t g_live_lock = RTK_SPIN_INIT;
 static int g_exiting;
+static int g_live_overflow;
 
 static uint64_t g_ll[LL_CAP];
 static unsigned g_ll_n;
@@ -321,6 +322,8 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
     if (g_live && g_nlive < LIVE_CAP) {
         g_live[g_nlive] = (live_t){p, usable, q, n, 0};
         hd[2] = g_nlive++;
+    } else {
+        g_live_overflow = 1;  /* an untracked record: the first step mark must not punch around the table */
     }
     rtk_spin_unlock(&g_live_lock);
     if (zero)
@@ -459,7 +462,7 @@ static void sort_ranges(uint64_t (*r)[2], long n)
  * that pre-step frees left behind), under the live lock so no record is placed meanwhile. */
 static void punch_free_space(void)
 {
-    if (T.state != T_ON || !g_live || g_no_remove)
+    if (T.state != T_ON || !g_live || g_no_remove || g_live_overflow)
         return;
     rtk_spin_lock(&g_live_lock);
     uint32_t n = g_nlive;
@@ -492,6 +495,11 @@ static void punch_free_space(void)
         if (i < n && r[i][1] > cur)
             cur = r[i][1];
     }
+    /* What the profiler saw so far is initialisation: every pool page was written by it, and the steps will
+     * touch only some. Deactivate them all once: the pages the steps touch are referenced again and stay
+     * active, the ones only the initialisers wrote are the first the kernel reclaims under pressure. */
+    if (g_high > s.data_offset && madvise(T.base + s.data_offset, g_high - s.data_offset, MADV_COLD) == 0)
+        T.cold_hint_bytes = g_high - s.data_offset;
     rtk_spin_unlock(&g_live_lock);
     munmap(r, len);
 }
@@ -719,8 +727,9 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
         nl, U(LD(T.pre_allocs)), U(LD(T.pre_bytes)), nl, U(LD(T.ll_allocs)), U(LD(T.ll_bytes)), g_ll_n,
         LD(T.plan_ready) ? "true" : "false");
     rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu, \"deferred_frees\": %llu, "
-            "\"first_step_punches\": %llu, \"first_step_punched_bytes\": %llu},", nl, g_no_remove ? "true" : "false",
-        U(LD(g_remove_errors)), U(LD(T.deferred_frees)), U(T.gap_punches), U(T.gap_bytes));
+            "\"first_step_punches\": %llu, \"first_step_punched_bytes\": %llu, \"first_step_cold_hint_bytes\": %llu},", nl,
+        g_no_remove ? "true" : "false", U(LD(g_remove_errors)), U(LD(T.deferred_frees)), U(T.gap_punches),
+        U(T.gap_bytes), U(T.cold_hint_bytes));
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
         nl, U(LD(T.child_frees)), nl, U(LD(T.errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now */
@@ -743,7 +752,7 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     for (int i = 0; i < ntop; i++)
         rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"hot_fraction\": %.4f}",
             i ? ", " : "", U(top[i].payload - T.base), U(top[i].n), U(top[i].resident),
-            top[i].n ? (double)top[i].resident / (double)top[i].n : 0.0);
+            top[i].n ? (top[i].resident >= top[i].n ? 1.0 : (double)top[i].resident / (double)top[i].n) : 0.0);
     rtk_out_put(&o, "],%s\"timeline\": [", nl);
     unsigned first_tl = g_ntl > TL_CAP ? g_ntl - TL_CAP : 0;
     for (unsigned i = first_tl; indent && i < g_ntl; i++) {
