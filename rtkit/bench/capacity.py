@@ -157,7 +157,9 @@ def figures(run_dir: str, losses: List[float], batch: int) -> Dict[str, Any]:
             "process_rss_anon_peak_sampled_bytes"),
         "peak_rss_bytes": proc.get("peak_rss_bytes"), "wall_s": rep["run"]["duration_s"],
         "pool_bytes": pm.get("tier_last_step_bytes"), "pool_resident_timeline": timeline,
-        "pool_resident_max_bytes": max((x["resident_bytes"] for x in timeline), default=None),
+        # after the warm-up (3 steps) and before the job's teardown, as the report's tier view counts it
+        "pool_resident_max_bytes": max((x["resident_bytes"] for x in timeline if x["step"] > 3 and x["t_s"] <
+                                        (timeline[-1]["t_s"] if len(timeline) > 1 else float("inf"))), default=None),
         "losses": losses, "loss_last20_mean": statistics.fmean(losses[-20:]) if losses else None,
     }
 

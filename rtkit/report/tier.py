@@ -24,11 +24,16 @@ def _pmem(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return p if isinstance(p, dict) and p.get(PM.STATE) not in (None, "off") else None
 
 
+WARMUP_STEPS = 3   # rtkit's default warm-up: the first steps still fault in what initialisation left
+
+
 def _training_samples(p: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Timeline samples taken while the job trained (the job's own teardown frees the pool at exit)."""
+    """Timeline samples taken while the job trained past its warm-up (the job's own teardown frees the
+    pool at exit; the first steps still carry initialisation's faults)."""
     tl = [x for x in (get(p, PM.TIMELINE) or []) if isinstance(x, dict)]
     held = get(p, "tier_last_step_bytes") or 0
-    return [x for x in tl if (x.get("tier_bytes") or 0) >= held / 2] or tl
+    during = [x for x in tl if (x.get("tier_bytes") or 0) >= held / 2] or tl
+    return [x for x in during if (x.get("step") or 0) > WARMUP_STEPS] or during
 
 
 def faults_per_step(p: Dict[str, Any]) -> Optional[float]:
@@ -55,7 +60,7 @@ def summary_line(report: Dict[str, Any]) -> Optional[str]:
             f"~{fmt.nbytes(get(p, PM.DRAM_SAVED_BYTES))} of DRAM saved")
     res = resident_while_training(p)
     if res is not None:
-        text += f", {fmt.nbytes(res)} of it resident at most"
+        text += f", {fmt.nbytes(res)} of it resident at most after warm-up"
     fps = faults_per_step(p)
     if fps is not None:
         text += f", {fmt.num(round(fps, 1))} major faults/step"
@@ -77,7 +82,7 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     rows.append(("bytes in the pool (last step)", fmt.nbytes(get(p, "tier_last_step_bytes"))))
     res = resident_while_training(p)
     if res is not None:
-        rows.append(("resident in DRAM while training (max)", fmt.nbytes(res)))
+        rows.append(("resident in DRAM while training (max after warm-up)", fmt.nbytes(res)))
     budget = get(p, PM.RESIDENT_MAX)
     if budget:
         rows.append(("resident budget (pmem_resident_max)",

@@ -591,22 +591,29 @@ static uint64_t enforce_budget(uint64_t total)
 {
     uint64_t goal = T.resident_max / 4 * 3;
     rtk_spin_lock(&g_live_lock);
-    for (uint32_t k = 0; k < g_nlive && total > goal; k++) {
-        uint32_t i = (g_evict_cursor + k) % g_nlive;
-        live_t *r = &g_live[i];
-        if (!r->resident)
-            continue;
-        uintptr_t lo = (uintptr_t)r->payload & ~(uintptr_t)4095;
-        uint64_t len = ((uintptr_t)r->payload + r->n + 4095 - lo) & ~(uint64_t)4095;
-        if (T.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
-            sync_file_range(T.fd, (off64_t)(lo - (uintptr_t)T.base), (off64_t)len,
-                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-        madvise((void *)lo, len, MADV_PAGEOUT);
-        uint64_t now = resident_of(r->payload, r->n);
-        g_evicted_bytes += r->resident > now ? r->resident - now : 0;
-        total -= r->resident > now ? r->resident - now : 0;
-        r->resident = now;
-        g_evict_cursor = i + 1;
+    /* one pass drops only part of what it asks for (pages still under writeback, or referenced again meanwhile):
+     * a few passes while they make progress */
+    for (int pass = 0; pass < 4 && total > goal; pass++) {
+        uint64_t before = total;
+        for (uint32_t k = 0; k < g_nlive && total > goal; k++) {
+            uint32_t i = (g_evict_cursor + k) % g_nlive;
+            live_t *r = &g_live[i];
+            if (!r->resident)
+                continue;
+            uintptr_t lo = (uintptr_t)r->payload & ~(uintptr_t)4095;
+            uint64_t len = ((uintptr_t)r->payload + r->n + 4095 - lo) & ~(uint64_t)4095;
+            if (T.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
+                sync_file_range(T.fd, (off64_t)(lo - (uintptr_t)T.base), (off64_t)len,
+                                SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+            madvise((void *)lo, len, MADV_PAGEOUT);
+            uint64_t now = resident_of(r->payload, r->n);
+            g_evicted_bytes += r->resident > now ? r->resident - now : 0;
+            total -= r->resident > now ? r->resident - now : 0;
+            r->resident = now;
+            g_evict_cursor = i + 1;
+        }
+        if (total >= before)
+            break;
     }
     g_evictions++;
     rtk_spin_unlock(&g_live_lock);
