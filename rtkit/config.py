@@ -166,6 +166,9 @@ SETTINGS: List[Setting] = [
        c=True),
     _s("pmem_min_size", "size", 64 * 1024, "bytes", "smallest long-lived allocation that tier mode places in the pool",
        minimum=64, c=True),
+    _s("pmem_resident_max", "size", 0, "bytes", "tier mode: pool pages kept in DRAM at most (checked at most once a "
+       "second; older records are written out and dropped with MADV_PAGEOUT); 0 leaves it to the kernel",
+       minimum=0, c=True),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
        maximum=1 << 40, c=True),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",

@@ -73,6 +73,17 @@ def _proc_stat(pid: int):
             int(fields[17]), int(fields[21]) * PAGE_SIZE)
 
 
+def _proc_io(pid: int) -> Optional[dict]:
+    """The child's /proc/PID/io (bytes read from / dirtied for / cancelled before the disk), or None."""
+    try:
+        with open(f"/proc/{pid}/io", "r") as fh:
+            raw = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
+        return {"read_bytes": int(raw["read_bytes"]), "write_bytes": int(raw["write_bytes"]),
+                "cancelled_write_bytes": int(raw["cancelled_write_bytes"])}
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def _descendants(pid: int) -> List[int]:
     try:
         import psutil
@@ -186,7 +197,19 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> Chi
                            start, time.time())
     sampler = Sampler(proc.pid, start, interval_s)
     sampler.start_thread()
+    io = None
     with _Forwarder(proc) as fwd:
+        # wait for the exit without reaping: the zombie's /proc/PID/io holds its final disk figures
+        # (dirty pages of an unlinked pool file are cancelled during the exit itself)
+        while True:
+            try:
+                os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+                break
+            except InterruptedError:
+                continue
+            except (ChildProcessError, OSError):
+                break
+        io = _proc_io(proc.pid)
         while True:
             try:
                 _, status, ru = os.wait4(proc.pid, 0)
@@ -203,6 +226,8 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> Chi
     if ru is not None:
         rusage = {"minor_faults": ru.ru_minflt, "major_faults": ru.ru_majflt, "max_rss_bytes": ru.ru_maxrss * 1024,
                   "cpu_user_s": round(ru.ru_utime, 3), "cpu_system_s": round(ru.ru_stime, 3)}
+        if io:
+            rusage["io"] = io
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"SIG{sig}"

@@ -36,10 +36,16 @@ def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optio
                 raise UserError(f"{who}: error: --plan {plan}: no such file "
                                 "(use RUN_DIR/malloc-plan.txt of an earlier run)")
             cli_values["malloc_plan"] = os.path.abspath(plan)
-        return cfg.resolve(cli=cli_values, profile=profile)
+        resolved = cfg.resolve(cli=cli_values, profile=profile)
     except cfg.ConfigError as exc:
         msg = str(exc)
         raise UserError(msg if msg.startswith("rtkit") else f"{who}: error: {msg}") from None
+    from rtkit import capacity
+
+    room = capacity.pool_room_problem(resolved["pmem_path"], resolved["pmem_size"])
+    if room:  # tier mode without room would fail inside the job (or fill the disk): say so before it starts
+        raise UserError(f"{who}: error: {room}")
+    return resolved
 
 
 def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] = None, html: bool = False,

@@ -21,6 +21,9 @@ class Process:
     PEAK_RSS_BYTES, MINOR_FAULTS, MAJOR_FAULTS = "peak_rss_bytes", "minor_faults", "major_faults"
     CPU_USER_S, CPU_SYSTEM_S, MAX_THREADS = "cpu_user_s", "cpu_system_s", "max_threads"
     SAMPLES, SAMPLE_INTERVAL_MS = "samples", "sample_interval_ms"
+    # the child process's own /proc/PID/io at exit (optional: absent where /proc lacks io accounting)
+    DISK_READ_BYTES, DISK_WRITTEN_BYTES, DISK_CANCELLED_BYTES = (
+        "disk_read_bytes", "disk_written_bytes", "disk_cancelled_bytes")
     REQUIRED = (PEAK_RSS_BYTES, MINOR_FAULTS, MAJOR_FAULTS, CPU_USER_S, CPU_SYSTEM_S, MAX_THREADS, SAMPLES,
                 SAMPLE_INTERVAL_MS)
 
@@ -78,8 +81,10 @@ class Pmem:
     DRAM_SAVED_BYTES = "dram_bytes_saved_estimate"
     POOL, POOL_CLASSES = "pool", "pool.classes"
     NOTES = "notes"
+    # the tier view (report/tier.py): pool pages in DRAM (mincore), the largest records, residency over time
+    RESIDENT_BYTES, RESIDENT_MAX, RECORDS, TIMELINE = "pool_resident_bytes", "pmem_resident_max", "records", "timeline"
     REQUIRED = (STATE, PATH, MEDIUM, TIER_BYTES, TIER_PEAK_BYTES, TIER_ALLOCS, TIER_FALLBACKS, DRAM_SAVED_BYTES, POOL,
-                NOTES)
+                NOTES, RESIDENT_BYTES, RECORDS, TIMELINE)
 
 
 class Scheduler:

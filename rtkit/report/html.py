@@ -80,7 +80,7 @@ def _byte_scale(values: List[float]) -> tuple:
 def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
     """SVG plots keyed by the section they belong to."""
     report = sec.normalize(report)
-    out: Dict[str, List[str]] = {"process": [], "steps": [], "allocator": [], "scheduler": []}
+    out: Dict[str, List[str]] = {"process": [], "steps": [], "allocator": [], "tier": [], "scheduler": []}
     ser = sec.series(report)
     warm = get(report, "steps.warmup_steps")
     warm = warm if fmt.is_num(warm) else 0
@@ -111,6 +111,18 @@ def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
                 [("arena hits", [(s, h) for s, h, _ in per_alloc]), ("fallbacks", [(s, f) for s, _, f in per_alloc])],
                 "Allocator: arena hits and fallbacks per step", "step (allocator's count)", "allocations",
                 shade_x=(span[0] - 0.5, span[1] + 0.5, "profiling") if span else None))
+    from rtkit.report.tier import series as tier_series
+
+    resident, fault_rate = tier_series(report)
+    if len(resident) >= 2:
+        unit, mult = _byte_scale([y for _, y in resident])
+        out["tier"].append(svg.line_chart([("resident", resident)], "Tier pool: bytes resident in DRAM over time",
+                                          "time since the pool opened (s)", f"resident ({unit})", yscale=mult,
+                                          markers=len(resident) <= 120))
+    if len(fault_rate) >= 2:
+        out["tier"].append(svg.line_chart([("major faults/s", fault_rate)], "Tier pool: major page faults over time",
+                                          "time since the pool opened (s)", "major faults per second",
+                                          markers=len(fault_rate) <= 120))
     sched = report.get("scheduler")
     if isinstance(sched, dict):
         occ = sec.sched_occupancy_series(sched)

@@ -140,6 +140,12 @@ def process_section(samples: List[dict], rusage: Optional[dict], interval_ms: in
         section["major_faults"] = max(section["major_faults"], rusage["major_faults"])
         section["cpu_user_s"] = max(section["cpu_user_s"], rusage["cpu_user_s"])
         section["cpu_system_s"] = max(section["cpu_system_s"], rusage["cpu_system_s"])
+        if rusage.get("io"):
+            # the child's own disk traffic: written = dirtied minus what was dropped before reaching the disk
+            io = rusage["io"]
+            section["disk_read_bytes"] = io["read_bytes"]
+            section["disk_written_bytes"] = max(0, io["write_bytes"] - io["cancelled_write_bytes"])
+            section["disk_cancelled_bytes"] = io["cancelled_write_bytes"]
     return section
 
 

@@ -569,11 +569,20 @@ def notes_section(report: Dict[str, Any]) -> Section:
     return s
 
 
+def _tier_view(report: Dict[str, Any]) -> Section:
+    from rtkit.report.tier import tier_view
+
+    view = tier_view(report)
+    s = Section("tier", "Tier view (pooled allocations)", rows=view["rows"], off=view["off"])
+    s.tables = [Table(title, headers, rows, numeric=[True] * len(headers)) for title, headers, rows in view["tables"]]
+    return s
+
+
 def build_sections(report: Dict[str, Any], view: str = "terminal") -> List[Section]:
     """The sections in order; `view` is "terminal" or "html" (the HTML draws what the terminal only mentions)."""
     report = normalize(report)
     out = [run_section(report), steps_section(report, view), process_section(report, view),
-           allocator_section(report, view), pmem_section(report, view), scheduler_section(report, view),
+           allocator_section(report, view), pmem_section(report, view), _tier_view(report), scheduler_section(report, view),
            notes_section(report)]
     for s in out[:3]:  # the parent's own sections follow the same contract
         s.notes += contract.missing_note(s.key, report.get(s.key))

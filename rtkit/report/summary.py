@@ -13,6 +13,7 @@ from rtkit.report import fmt
 from rtkit.report import glossary as G
 from rtkit.report import sections as sec
 from rtkit.report import words
+from rtkit.report import tier
 from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S, Steps as ST
 from rtkit.report.fmt import get
 
@@ -114,6 +115,7 @@ def tier_line(r: Dict[str, Any]) -> Optional[str]:
     falls = G.value(r, "tier_fallbacks")
     if falls:
         parts.append(_fig(r, "tier_fallbacks"))
+    parts += tier.cost_words(r)
     return head + "; " + _join(parts)
 
 

@@ -17,6 +17,12 @@ def _positive(text):
     return value
 
 
+def _table_rows(table_gb, widths, features):
+    """Rows per feature so that `features` tables of these row widths (floats), each with its Adagrad
+    accumulator (2 copies in all), take `table_gb` GiB."""
+    return max(1, int(float(table_gb) * (1 << 30) // (4 * sum(widths) * 2 * features)))
+
+
 def build_parser():
     p = argparse.ArgumentParser(
         prog="python -m rtkit.workloads",
@@ -36,6 +42,11 @@ def build_parser():
     p.add_argument("--capacity", type=_positive, default=None,
                    help="embedding rows per feature; more distinct ids wrap onto earlier rows "
                         "(default 131072, keras 16384)")
+    p.add_argument("--table-gb", type=float, default=None,
+                   help="size the embedding tables: GiB of tables plus their Adagrad slots in all "
+                        "(sets --capacity; graph APIs)")
+    p.add_argument("--row-assign", choices=("first-seen", "hashed"), default="first-seen",
+                   help="id -> row: first-seen order keeps the rows in use packed (default); hashed scatters them")
     p.add_argument("--learning-rate", type=float, default=0.05)
     p.add_argument("--print-losses", action="store_true", help="print `loss <step> <value>` per step")
     p.add_argument("--threads-inter", type=_positive, default=None, help="ConfigProto inter-op threads")
@@ -45,7 +56,14 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.table_gb is not None:
+        if args.capacity is not None or args.api == "keras" or args.table_gb <= 0:
+            parser.error("--table-gb needs a graph API (session, monitored), a positive size and no --capacity")
+        from rtkit.workloads.data import NUM_CAT
+        widths = (args.emb_dim, 1) if args.model == "wdl" else (args.emb_dim,)
+        args.capacity = _table_rows(args.table_gb, widths, NUM_CAT)
     from rtkit.workloads import data
 
     try:   # before TensorFlow is imported: a bad --data-dir is one line, not a traceback
@@ -54,7 +72,9 @@ def main(argv=None):
         sys.stderr.write(f"rtkit.workloads: cannot create the data set in "
                          f"{args.data_dir or data.default_data_dir()}: {exc}\n")
         return 2
-    from rtkit.workloads import train  # imports TensorFlow
+    from rtkit.workloads import ev, train  # imports TensorFlow
+
+    ev.set_row_assign(args.row_assign)
 
     result = train.run(model=args.model, api=args.api, steps=args.steps, batch=args.batch,
                        rows=args.rows, data_dir=args.data_dir, seed=args.seed, emb_dim=args.emb_dim,

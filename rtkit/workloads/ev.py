@@ -19,8 +19,25 @@ embeddings use the same rows).
 Capacity: rows are assigned without bound, but the variables have ``capacity`` rows; row ``r`` lives
 at ``r % capacity``. Once a feature has seen more than ``capacity`` distinct ids, later ids share
 (wrap onto) rows of earlier ones, like hash-bucket collisions. ``rows_used`` tells how far a feature got.
+
+Row heat: rows are handed out in first-seen order, so the ids a run meets (frequent ids early) sit packed
+at the front of each table and share pages; the rest of a large table is touched once, by its
+initializer. ``set_row_assign("hashed")`` is the counterfactual (a hash bucket per id, as stock TF's
+hashing does): the same ids scattered over the whole table, one page each. ``--table-gb`` sizes
+the tables from a byte budget (``python -m rtkit.workloads``).
 """
 import tensorflow as tf
+
+ROW_ASSIGNS = ("first-seen", "hashed")
+_row_assign = "first-seen"
+
+
+def set_row_assign(mode):
+    """Row assignment of the IdRowMaps built from now on: first-seen (packed) or hashed (scattered)."""
+    global _row_assign
+    if mode not in ROW_ASSIGNS:
+        raise ValueError(f"unknown row assignment {mode!r}; expected one of {', '.join(ROW_ASSIGNS)}")
+    _row_assign = mode
 
 
 class IdRowMap:
@@ -46,6 +63,8 @@ class IdRowMap:
         with tf.name_scope(self.name + "/assign_rows"):
             flat = tf.reshape(ids, [-1])
             uniq, idx = tf.unique(flat, out_idx=tf.int64)
+            if _row_assign == "hashed":   # Fibonacci hashing of the id: neighbours in id space land far apart
+                return tf.math.floormod(uniq * 2654435761, self.capacity), idx
             found = self.table.lookup(uniq)
             is_new = found < 0
             n_new = tf.reduce_sum(tf.cast(is_new, tf.int64))

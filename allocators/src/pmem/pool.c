@@ -120,7 +120,8 @@ static int map_file(struct rtkit_pmem_pool *p, const char *path, int force_msync
     p->by_libpmem = 1;
     p->is_pmem = is_pmem;
 #else
-    void *a = mmap(NULL, p->g.size, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
+    /* file-backed and shared: no swap reservation to make (MAP_NORESERVE says so for strict-overcommit hosts) */
+    void *a = mmap(NULL, p->g.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, p->fd, 0);
     if (a == MAP_FAILED) return rtk_fail(RTKIT_PMEM_ESYS, errno, path, "cannot map the pool: %s", strerror(errno));
     p->base = a;
 #endif

@@ -8,12 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include "common/jsonbuf.h"
+#include "common/lock.h"
 #include "common/options.h"
 #include "common/os.h"
 #include "prmalloc/tier.h"
@@ -31,7 +34,7 @@ int rtk_tier_pre = 1;                     /* 1 until the first step mark */
 static struct {
     int state;
     char path[512];
-    size_t size, min_size;
+    size_t size, min_size, resident_max;
     char errors[4][320];
     int nerrors;
     rtkit_pmem_pool *pool;
@@ -44,7 +47,20 @@ static struct {
     uint64_t bytes, peak, allocs, frees, fallbacks, fallback_bytes, pre_allocs, pre_bytes, ll_allocs, ll_bytes;
     uint64_t bad_frees, child_frees, errors_other;
     uint64_t bytes_at_mark, steps;
+    int fd;                               /* the pool file, kept open once its name is unlinked (fork remaps it) */
+    uint64_t deferred_frees, gap_punches, gap_bytes, cold_hint_bytes;
 } T;
+
+/* Live pool records, for punching free space once at the first step mark and for the per-record view.
+ * Index i of a record is kept in its tier header (hd[2]); a free swaps the last entry into its place. */
+#define LIVE_CAP (1u << 20)
+typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident; } live_t;
+static live_t *g_live;
+static uint32_t g_nlive;
+static uint64_t g_high;                   /* highest record end ever handed out (offset from base) */
+static rtk_spin_t g_live_lock = RTK_SPIN_INIT;
+static int g_exiting;
+static int g_live_overflow;
 
 static uint64_t g_ll[LL_CAP];
 static unsigned g_ll_n;
@@ -122,11 +138,13 @@ int rtk_tier_prestep(void) { return rtk_tier_pre; }
 void rtk_tier_read_settings(void)
 {
     const char *path = rtk_opt_str(RTK_OPT_PMEM_PATH);
+    T.fd = -1;
     /* each bad value: its message is kept, said once per run when the pool is opened, and the default applies */
 #define RECORD(call) do { rtk_opt_set_error_sink(T.errors[T.nerrors < 4 ? T.nerrors : 3], sizeof T.errors[0]); \
                           if ((call) != 0 && T.nerrors < 4) T.nerrors++; } while (0)
     RECORD(rtk_opt_size(RTK_OPT_PMEM_SIZE, &T.size));
     RECORD(rtk_opt_size(RTK_OPT_PMEM_MIN_SIZE, &T.min_size));
+    RECORD(rtk_opt_size(RTK_OPT_PMEM_RESIDENT_MAX, &T.resident_max));
     rtk_opt_set_error_sink(NULL, 0);
     if (!path || strlen(path) >= sizeof T.path) {
         if (path)
@@ -216,6 +234,14 @@ static void tier_open(void)
             snprintf(T.medium, sizeof T.medium, "%s", s.is_pmem ? "pmem" : ram ? "tmpfs" : "file");
             /* tensors are not read sequentially through the file: no read-ahead into untouched extents */
             madvise(T.base, s.pool_size, MADV_RANDOM);
+            void *lt = mmap(NULL, LIVE_CAP * sizeof(live_t), PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            g_live = lt == MAP_FAILED ? NULL : lt;
+            /* scratch: the name goes now, so neither a crash nor kill -9 leaves a pool file behind, and the
+             * pages still dirty at exit are dropped with the inode instead of written (fork remaps by fd) */
+            T.fd = open(T.path, O_RDWR | O_CLOEXEC);
+            if (T.fd >= 0)
+                unlink(T.path);
             /* publish the range before anything can be placed: a free must always recognise pool memory */
             __atomic_store_n(&rtk_hot.tier_lo, (uintptr_t)T.base, __ATOMIC_RELEASE);
             __atomic_store_n(&rtk_hot.tier_span, (uintptr_t)s.pool_size, __ATOMIC_RELEASE);
@@ -266,7 +292,11 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
         return NULL;
     uint64_t h;
     t_in_tier = 1;
+    /* under the live lock: the first step mark punches what is not a live record */
+    rtk_spin_lock(&g_live_lock);
     int rc = rtkit_pmem_alloc(T.pool, need, &h);
+    if (rc != 0)
+        rtk_spin_unlock(&g_live_lock);
     t_in_tier = 0;
     if (rc != 0) {
         if (rc == RTKIT_PMEM_ENOSPC || rc == RTKIT_PMEM_ETOOBIG) {
@@ -282,8 +312,20 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
     uint64_t *hd = (uint64_t *)(q - TIER_HDR);
     hd[0] = n;
     hd[1] = h;
-    hd[2] = 0;
+    hd[2] = UINT64_MAX;
     hd[3] = tag_of(h, q);
+    uint64_t req, usable;
+    if (rtkit_pmem_record_size(T.pool, h, &req, &usable) != 0)
+        usable = need;
+    if ((uint64_t)(p - T.base) + usable > g_high)
+        g_high = (uint64_t)(p - T.base) + usable;
+    if (g_live && g_nlive < LIVE_CAP) {
+        g_live[g_nlive] = (live_t){p, usable, q, n, 0};
+        hd[2] = g_nlive++;
+    } else {
+        g_live_overflow = 1;  /* an untracked record: the first step mark must not punch around the table */
+    }
+    rtk_spin_unlock(&g_live_lock);
     if (zero)
         memset(q, 0, n);  /* a reused extent holds old data */
     __atomic_add_fetch(&T.allocs, 1, __ATOMIC_RELAXED);
@@ -317,8 +359,14 @@ static uint64_t g_remove_errors;
 
 static void release_pages(void *p, uint64_t n, uint64_t h)
 {
-    if (g_no_remove)
+    if (g_no_remove || g_exiting)
+        return;  /* at exit the whole file goes at once */
+    if (rtk_tier_pre) {
+        /* graph construction churns the pool: the next record reuses these pages (no new fault, no new dirty
+         * page); what is still free at the first step mark is punched then */
+        __atomic_add_fetch(&T.deferred_frees, 1, __ATOMIC_RELAXED);
         return;
+    }
     /* to the end of the record, not of the payload: file read-ahead may have brought in pages past it */
     uint64_t req, usable;
     uintptr_t end = (uintptr_t)p + n;
@@ -349,7 +397,15 @@ void rtk_tier_free(void *p)
     hd[3] = 0;  /* a second free of p no longer matches */
     release_pages(p, n, h);
     t_in_tier = 1;
+    rtk_spin_lock(&g_live_lock);
+    uint64_t i = hd[2];
+    if (g_live && i < g_nlive && g_live[i].payload == (char *)p) {
+        g_live[i] = g_live[--g_nlive];
+        if (i < g_nlive)
+            ((uint64_t *)(g_live[i].payload - TIER_HDR))[2] = i;
+    }
     int rc = rtkit_pmem_free(T.pool, h);
+    rtk_spin_unlock(&g_live_lock);
     t_in_tier = 0;
     if (rc != 0) {
         __atomic_add_fetch(&T.bad_frees, 1, __ATOMIC_RELAXED);
@@ -378,8 +434,82 @@ int rtk_tier_keeps(void *p, size_t n, size_t *old)
 }
 
 /* ---------------------------------------------------------------- step marks, fork, exit */
+/* sort (start, end) pairs by start: a heap sort, since qsort may call malloc */
+static void sort_ranges(uint64_t (*r)[2], long n)
+{
+    for (long k = n / 2 - 1, end = n; end > 1 || k >= 0;) {
+        long i;
+        if (k >= 0)
+            i = k--;
+        else {
+            end--;
+            uint64_t t0 = r[0][0], t1 = r[0][1];
+            r[0][0] = r[end][0], r[0][1] = r[end][1], r[end][0] = t0, r[end][1] = t1;
+            i = 0;
+        }
+        for (long c; (c = 2 * i + 1) < end; i = c) {
+            if (c + 1 < end && r[c + 1][0] > r[c][0])
+                c++;
+            if (r[i][0] >= r[c][0])
+                break;
+            uint64_t t0 = r[i][0], t1 = r[i][1];
+            r[i][0] = r[c][0], r[i][1] = r[c][1], r[c][0] = t0, r[c][1] = t1;
+        }
+    }
+}
+
+/* At the first step mark: punch every whole page of the pool's used span that no live record covers (the pages
+ * that pre-step frees left behind), under the live lock so no record is placed meanwhile. */
+static void punch_free_space(void)
+{
+    if (T.state != T_ON || !g_live || g_no_remove || g_live_overflow)
+        return;
+    rtk_spin_lock(&g_live_lock);
+    uint32_t n = g_nlive;
+    size_t len = ((size_t)n + 1) * 16;
+    uint64_t (*r)[2] = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) {
+        rtk_spin_unlock(&g_live_lock);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        r[i][0] = (uint64_t)(g_live[i].rec - T.base);
+        r[i][1] = r[i][0] + g_live[i].len;
+    }
+    sort_ranges(r, n);
+    rtkit_pmem_stats s;
+    rtkit_pmem_stats_get(T.pool, &s);
+    uint64_t cur = s.data_offset;
+    for (uint32_t i = 0; i <= n; i++) {
+        uint64_t next = i < n ? r[i][0] : g_high;
+        uint64_t lo = (cur + 4095) & ~4095ull, hi = next & ~4095ull;
+        if (hi > lo) {
+            if (madvise(T.base + lo, hi - lo, MADV_REMOVE) == 0) {
+                T.gap_punches++;
+                T.gap_bytes += hi - lo;
+            } else if (errno == EOPNOTSUPP || errno == EINVAL) {
+                g_no_remove = 1;
+                break;
+            }
+        }
+        if (i < n && r[i][1] > cur)
+            cur = r[i][1];
+    }
+    /* What the profiler saw so far is initialisation: every pool page was written by it, and the steps will
+     * touch only some. Deactivate them all once: the pages the steps touch are referenced again and stay
+     * active, the ones only the initialisers wrote are the first the kernel reclaims under pressure. */
+    if (g_high > s.data_offset && madvise(T.base + s.data_offset, g_high - s.data_offset, MADV_COLD) == 0)
+        T.cold_hint_bytes = g_high - s.data_offset;
+    rtk_spin_unlock(&g_live_lock);
+    munmap(r, len);
+}
+
 void rtk_tier_step_mark(void)
 {
+    if (rtk_tier_pre) {
+        rtk_tier_pre = 0;
+        punch_free_space();
+    }
     rtk_tier_pre = 0;
     T.steps++;
     T.bytes_at_mark = __atomic_load_n(&T.bytes, __ATOMIC_RELAXED);
@@ -390,22 +520,166 @@ void rtk_tier_fork_child(void)
     rtk_tier_min = SIZE_MAX;
     if (T.state != T_ON)
         return;
-    /* the pool is MAP_SHARED: turn the child's view into a private copy so its writes stay its own */
-    int fd = open(T.path, O_RDONLY | O_CLOEXEC);
+    rtk_spin_reset(&g_live_lock);
+    /* the pool is MAP_SHARED: turn the child's view into a private copy so its writes stay its own (through
+     * the kept descriptor: the file's name is gone) */
+    int fd = T.fd >= 0 ? T.fd : open(T.path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         void *a = mmap(T.base, T.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0);
         if (a == MAP_FAILED)
             snprintf(T.reason, sizeof T.reason, "forked child: pool view stays shared (%s)", strerror(errno));
-        close(fd);
+        if (fd != T.fd)
+            close(fd);
     }
     T.state = T_CHILD;
 }
 
 void rtk_tier_exit(void)
 {
-    /* scratch: the file goes with the process (the mapping stays valid for frees still to come) */
-    if (T.state == T_ON && T.owner == getpid())
+    /* scratch: the file goes with the process (the mapping stays valid for frees still to come; they no longer
+     * punch pages: the inode's pages are dropped at once when the process ends) */
+    g_exiting = 1;
+    if (T.state == T_ON && T.owner == getpid() && T.fd < 0)
         unlink(T.path);
+}
+
+#define U(x) ((unsigned long long)(x))
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+/* ---------------------------------------------------------------- residency over time (the tier view) */
+/* A sample per stats write (step marks, at most every 0.5 s, and exit), at most one a second: which pool pages
+ * are in DRAM now (mincore over every live record) and the process's major faults. */
+#define TL_CAP 1024
+typedef struct { uint64_t step; double t_s; uint64_t resident, tier_bytes, major_faults; } tl_t;
+static tl_t g_tl[TL_CAP];
+static unsigned g_ntl;                    /* samples taken; the ring keeps the last TL_CAP */
+static uint64_t g_resident;
+static double g_t0, g_tl_last;
+static unsigned char *g_vec;
+#define VEC_PAGES (1u << 16)              /* mincore vector: 256 MiB of pool per call */
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t resident_of(char *lo, uint64_t len)
+{
+    uint64_t pages = 0;
+    uintptr_t a = (uintptr_t)lo & ~(uintptr_t)4095, end = (uintptr_t)lo + len;
+    while (a < end) {
+        uint64_t n = (end - a + 4095) / 4096;
+        if (n > VEC_PAGES)
+            n = VEC_PAGES;
+        if (mincore((void *)a, n * 4096, g_vec) != 0)
+            return pages * 4096;
+        for (uint64_t i = 0; i < n; i++)
+            pages += g_vec[i] & 1;
+        a += n * 4096;
+    }
+    return pages * 4096;
+}
+
+/* Over the resident budget: write out and drop records, round-robin from where the last pass stopped, until a
+ * quarter of the budget is free (the pages the next steps touch come back as major faults: the hot set). */
+static uint32_t g_evict_cursor;
+static uint64_t g_evictions, g_evicted_bytes;
+
+static uint64_t enforce_budget(uint64_t total)
+{
+    uint64_t goal = T.resident_max / 4 * 3;
+    rtk_spin_lock(&g_live_lock);
+    /* one pass drops only part of what it asks for (pages still under writeback, or referenced again meanwhile):
+     * a few passes while they make progress */
+    for (int pass = 0; pass < 4 && total > goal; pass++) {
+        uint64_t before = total;
+        for (uint32_t k = 0; k < g_nlive && total > goal; k++) {
+            uint32_t i = (g_evict_cursor + k) % g_nlive;
+            live_t *r = &g_live[i];
+            if (!r->resident)
+                continue;
+            uintptr_t lo = (uintptr_t)r->payload & ~(uintptr_t)4095;
+            uint64_t len = ((uintptr_t)r->payload + r->n + 4095 - lo) & ~(uint64_t)4095;
+            if (T.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
+                sync_file_range(T.fd, (off64_t)(lo - (uintptr_t)T.base), (off64_t)len,
+                                SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+            madvise((void *)lo, len, MADV_PAGEOUT);
+            uint64_t now = resident_of(r->payload, r->n);
+            g_evicted_bytes += r->resident > now ? r->resident - now : 0;
+            total -= r->resident > now ? r->resident - now : 0;
+            r->resident = now;
+            g_evict_cursor = i + 1;
+        }
+        if (total >= before)
+            break;
+    }
+    g_evictions++;
+    rtk_spin_unlock(&g_live_lock);
+    return total;
+}
+
+#define TOP_N 16
+static live_t g_top[TOP_N];
+static int g_ntop;
+static int top_records(live_t *out);
+
+static void sample_residency(int force)
+{
+    if (T.state != T_ON || !g_live)
+        return;
+    double now = mono_s();
+    if (!g_t0)
+        g_t0 = now;
+    if (!force && g_ntl && now - g_tl_last < 1.0)
+        return;
+    if (!g_vec) {
+        void *v = mmap(NULL, VEC_PAGES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (v == MAP_FAILED)
+            return;
+        g_vec = v;
+    }
+    g_tl_last = now;
+    uint64_t total = 0;
+    rtk_spin_lock(&g_live_lock);
+    for (uint32_t i = 0; i < g_nlive; i++) {
+        g_live[i].resident = resident_of(g_live[i].payload, g_live[i].n);
+        total += g_live[i].resident;
+    }
+    rtk_spin_unlock(&g_live_lock);
+    if (T.resident_max && total > T.resident_max)
+        total = enforce_budget(total);
+    g_resident = total;
+    /* the records while training runs (at exit the job has already freed most of them) */
+    if (LD(T.bytes) >= LD(T.bytes_at_mark) / 2)
+        g_ntop = top_records(g_top);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    g_tl[g_ntl % TL_CAP] = (tl_t){T.steps, now - g_t0, total, LD(T.bytes), (uint64_t)ru.ru_majflt};
+    g_ntl++;
+}
+
+/* the largest live records (at most 16), largest first, into out; returns how many */
+static int top_records(live_t *out)
+{
+    int k = 0;
+    rtk_spin_lock(&g_live_lock);
+    for (uint32_t i = 0; g_live && i < g_nlive; i++) {
+        live_t r = g_live[i];
+        int j = k < TOP_N ? k++ : TOP_N;
+        if (j == TOP_N && r.n <= out[TOP_N - 1].n)
+            continue;
+        if (j == TOP_N)
+            j = TOP_N - 1;
+        while (j > 0 && out[j - 1].n < r.n) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = r;
+    }
+    rtk_spin_unlock(&g_live_lock);
+    return k;
 }
 
 /* ---------------------------------------------------------------- report */
@@ -437,8 +711,6 @@ static void rss_parts(long long out[3])
     }
 }
 
-#define U(x) ((unsigned long long)(x))
-#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 long rtk_tier_format(char *buf, size_t cap, int indent)
 {
@@ -461,8 +733,10 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
             "%s\"placed_long_lived\": {\"allocs\": %llu, \"bytes\": %llu, \"sizes_known\": %u, \"active\": %s},",
         nl, U(LD(T.pre_allocs)), U(LD(T.pre_bytes)), nl, U(LD(T.ll_allocs)), U(LD(T.ll_bytes)), g_ll_n,
         LD(T.plan_ready) ? "true" : "false");
-    rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu},", nl, g_no_remove ? "true" : "false",
-        U(LD(g_remove_errors)));
+    rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu, \"deferred_frees\": %llu, "
+            "\"first_step_punches\": %llu, \"first_step_punched_bytes\": %llu, \"first_step_cold_hint_bytes\": %llu},", nl,
+        g_no_remove ? "true" : "false", U(LD(g_remove_errors)), U(LD(T.deferred_frees)), U(T.gap_punches),
+        U(T.gap_bytes), U(T.cold_hint_bytes));
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
         nl, U(LD(T.child_frees)), nl, U(LD(T.errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now */
@@ -475,6 +749,26 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     rtk_out_put(&o, "%s\"process_rss_anon_bytes\": %lld,%s\"process_rss_anon_peak_sampled_bytes\": %lld,"
             "%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
         nl, rss[0], nl, anon_peak, nl, rss[1], nl, rss[2]);
+    /* the tier view: pool pages in DRAM (mincore), the largest records, and residency over time */
+    rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"pmem_resident_max\": %llu,%s\"budget_passes\": %llu,"
+            "%s\"budget_dropped_bytes\": %llu,%s\"records_live\": %u,%s\"records\": [", nl, U(g_resident), nl,
+        U(T.resident_max), nl, U(g_evictions), nl, U(g_evicted_bytes), nl, g_nlive, nl);
+    live_t *top = g_top;
+    /* the records and the timeline go to pmem-<pid>.json only (indent), not into the allocator's copy */
+    int ntop = indent ? g_ntop : 0;
+    for (int i = 0; i < ntop; i++)
+        rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"hot_fraction\": %.4f}",
+            i ? ", " : "", U(top[i].payload - T.base), U(top[i].n), U(top[i].resident),
+            top[i].n ? (top[i].resident >= top[i].n ? 1.0 : (double)top[i].resident / (double)top[i].n) : 0.0);
+    rtk_out_put(&o, "],%s\"timeline\": [", nl);
+    unsigned first_tl = g_ntl > TL_CAP ? g_ntl - TL_CAP : 0;
+    for (unsigned i = first_tl; indent && i < g_ntl; i++) {
+        tl_t *x = &g_tl[i % TL_CAP];
+        rtk_out_put(&o, "%s{\"step\": %llu, \"t_s\": %.3f, \"resident_bytes\": %llu, \"tier_bytes\": %llu, "
+                "\"major_faults\": %llu}", i > first_tl ? ", " : "", U(x->step), x->t_s, U(x->resident),
+            U(x->tier_bytes), U(x->major_faults));
+    }
+    rtk_out_put(&o, "],");
     rtk_out_put(&o, "%s\"pool\": ", nl);
     if (T.pool && st == T_ON) {  /* not in a forked child: a pool lock may be held by a thread it lost */
         rtkit_pmem_stats s;
@@ -529,12 +823,13 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     return o.full ? -1 : (long)o.off;
 }
 
-static char g_tbuf[32768];
+static char g_tbuf[262144];
 
 void rtk_tier_write_file(const char *run_dir, long pid)
 {
     if (T.state == T_OFF || !run_dir || !run_dir[0])
         return;
+    sample_residency(g_exiting);
     long n = rtk_tier_format(g_tbuf, sizeof g_tbuf - 1, 1);
     if (n < 0)
         return;

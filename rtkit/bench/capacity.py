@@ -1,0 +1,250 @@
+# capacity.py -- `python -m rtkit.bench.capacity`: train embeddings sized past DRAM with the tier pool on local disk.
+"""The capacity benchmark (not a test): the bundled wdl with its tables plus Adagrad slots sized to
+
+  (a) half of DRAM, all in DRAM, and
+  (b) 1.5x DRAM, tier mode with the pool on local disk,
+
+each one `rtkit run` (so each has a full report), then a table: step time, examples/s, major faults per
+step, pool bytes resident over time, disk read/write bytes, peak anonymous RSS, the last losses.
+
+`--dram-gb` is the DRAM the sizes are relative to (default: this machine's MemTotal). A scaled run sets
+it small and gives the pool the same budget for its resident pages (`--resident-gb`, tier mode's
+`pmem_resident_max`), so (b) really keeps 1.5x its budget while only the budget stays in DRAM.
+
+Safety: it refuses to start (one line, exit 2) when the pool does not fit on its disk or (a) does not
+fit in the memory available now; while a run trains, MemAvailable is read twice a second and the run
+is stopped (one line, exit 1) when it drops below `--min-available-gb`, before swap or the OOM killer.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from rtkit import atomic, capacity
+
+GIB = 1 << 30
+POOL_SLACK = 1.10          # pool size over the table bytes: initializer temporaries, extents, the 4 KiB headers
+POOL_EXTRA = 2 * GIB
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m rtkit.bench.capacity", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dram-gb", type=float, default=None, help="DRAM the sizes are relative to (default MemTotal)")
+    p.add_argument("--a", dest="scale_a", type=float, default=0.5, help="(a) tables+slots as a share of DRAM")
+    p.add_argument("--b", dest="scale_b", type=float, default=1.5, help="(b) tables+slots as a share of DRAM")
+    p.add_argument("--pool-dir", default="/tmp", help="folder on local disk for (b)'s pool (default /tmp)")
+    p.add_argument("--resident-gb", type=float, default=0.0,
+                   help="pool pages kept in DRAM at most in (b) (pmem_resident_max); 0: the kernel decides")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--batch", type=int, default=2048)
+    p.add_argument("--row-assign", choices=("first-seen", "hashed"), default="first-seen")
+    p.add_argument("--b-in-dram", action="store_true",
+                   help="also run (b)'s size all in DRAM (scaled runs: the same model with and without the tier)")
+    p.add_argument("--min-available-gb", type=float, default=1.5,
+                   help="stop a run when MemAvailable drops below this (default 1.5)")
+    p.add_argument("--out", default="rtkit-capacity", help="folder for the runs and capacity.json")
+    return p
+
+
+_last_line = [0.0, -1]
+
+
+def _progress(label: str, step: int, steps: int, t0: float, note: str) -> None:
+    """Redrawn in place on a terminal; elsewhere a line per quarter of the steps and every 30 s."""
+    frac = min(step / max(steps, 1), 1.0)
+    text = f"{label} [{'#' * int(frac * 30):<30}] {step}/{steps} {time.monotonic() - t0:6.1f}s {note}"
+    if sys.stderr.isatty():
+        sys.stderr.write("\r" + text[:150].ljust(150))
+    elif int(frac * 4) != _last_line[1] or time.monotonic() - _last_line[0] >= 30:
+        _last_line[:] = [time.monotonic(), int(frac * 4)]
+        sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str]) -> Dict[str, Any]:
+    """One `rtkit run` of wdl at table_gb, watched; returns its figures (or raises SystemExit on a stop)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [sys.executable, "-m", "rtkit", "run", "--quiet", "--run-dir", run_dir]
+    for s in sets:
+        cmd += ["--set", s]
+    cmd += ["--", sys.executable, "-m", "rtkit.workloads", "wdl", "--table-gb", f"{table_gb:.3f}",
+            "--steps", str(args.steps), "--batch", str(args.batch), "--row-assign", args.row_assign,
+            "--no-progress", "--print-losses"]
+    log = open(os.path.join(os.path.dirname(run_dir), f"{os.path.basename(run_dir)}.log"), "w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+    losses: List[float] = []
+
+    def read_losses():  # a thread: the loop below must keep watching memory while the child is silent
+        for line in proc.stdout:
+            if line.startswith("loss "):
+                losses.append(float(line.split()[2]))
+
+    reader = threading.Thread(target=read_losses, daemon=True)
+    reader.start()
+    t0, floor = time.monotonic(), args.min_available_gb * GIB
+    low = None
+    while True:
+        avail = capacity.mem_available() or 0
+        _progress(label, len(losses), args.steps, t0,
+                  f"MemAvailable {avail / GIB:5.1f}G" + ("" if losses else " (initialising tables)"))
+        if avail and avail < floor and low is None:
+            low = avail
+            os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    reader.join(timeout=10)
+    if sys.stderr.isatty():
+        sys.stderr.write("\n")
+    if low is not None:
+        sys.stderr.write(f"capacity: stopped {label} at step {len(losses)}: MemAvailable {low / GIB:.1f}G fell below "
+                         f"--min-available-gb {args.min_available_gb:g}; use a smaller --dram-gb or --resident-gb\n")
+        raise SystemExit(1)
+    if proc.returncode != 0:
+        sys.stderr.write(f"capacity: {label} failed (exit {proc.returncode}); see {log.name}\n")
+        raise SystemExit(1)
+    return figures(run_dir, losses, args.batch)
+
+
+def _faults_per_step(report: Dict[str, Any]) -> Optional[float]:
+    """Major faults per measured step: process samples interpolated at the first and last measured step."""
+    per = report["steps"].get("per_step") or []
+    samples = report["process"].get("samples") or []
+    warm = report["steps"].get("warmup_steps") or 0
+    per = per[warm:]
+    if len(per) < 2 or len(samples) < 2:
+        return None
+
+    def at(t):
+        best = samples[0]
+        for s in samples:
+            if s["t_s"] <= t:
+                best = s
+        return best["major_faults"]
+
+    return (at(per[-1]["t_s"]) - at(per[0]["t_s"])) / (len(per) - 1)
+
+
+def figures(run_dir: str, losses: List[float], batch: int) -> Dict[str, Any]:
+    with open(os.path.join(run_dir, "report.json")) as fh:
+        rep = json.load(fh)
+    summ = rep["steps"]["summary"]
+    pm = rep.get("pmem") or {}
+    anon = (rep.get("allocator") or {}).get("pmem") or {}
+    proc = rep["process"]
+    timeline = [{"t_s": x["t_s"], "step": x["step"], "resident_bytes": x["resident_bytes"]}
+                for x in pm.get("timeline") or []]
+    return {
+        "run_dir": run_dir, "step_ms_median": summ.get("step_ms_median"),
+        "examples_per_s": batch * 1000.0 / summ["step_ms_median"] if summ.get("step_ms_median") else None,
+        "major_faults_per_step": _faults_per_step(rep), "major_faults": proc.get("major_faults"),
+        "disk_read_bytes": proc.get("disk_read_bytes"), "disk_written_bytes": proc.get("disk_written_bytes"),
+        "peak_anon_rss_bytes": anon.get("process_rss_anon_peak_sampled_bytes") or pm.get(
+            "process_rss_anon_peak_sampled_bytes"),
+        "peak_rss_bytes": proc.get("peak_rss_bytes"), "wall_s": rep["run"]["duration_s"],
+        "pool_bytes": pm.get("tier_last_step_bytes"), "pool_resident_timeline": timeline,
+        # after the warm-up (3 steps) and before the job's teardown, as the report's tier view counts it
+        "pool_resident_max_bytes": max((x["resident_bytes"] for x in timeline if x["step"] > 3 and x["t_s"] <
+                                        (timeline[-1]["t_s"] if len(timeline) > 1 else float("inf"))), default=None),
+        "losses": losses, "loss_last20_mean": statistics.fmean(losses[-20:]) if losses else None,
+    }
+
+
+def check(args, dram: int) -> Optional[str]:
+    """The one line that stops the benchmark before it starts, or None."""
+    a_bytes, b_bytes = args.scale_a * dram, args.scale_b * dram
+    pool = int(b_bytes * POOL_SLACK + POOL_EXTRA)
+    if not os.path.isdir(args.pool_dir) or not os.access(args.pool_dir, os.W_OK):
+        return f"capacity: --pool-dir {args.pool_dir} is not a writable folder"
+    room = capacity.pool_room_problem(os.path.join(args.pool_dir, "rtkit-capacity.pool"), pool)
+    if room:
+        return f"capacity: (b) needs a {pool / GIB:.1f}G pool: {room}"
+    avail = capacity.mem_available() or 0
+    # measured: a 15 GiB (a) took ~19 GiB of MemAvailable while its tables were initialised
+    need_a = a_bytes * 1.3 + 2 * GIB + args.min_available_gb * GIB
+    if need_a > avail:
+        return (f"capacity: (a) needs {need_a / GIB:.1f}G of memory ({a_bytes / GIB:.1f}G of tables and slots, 2G for "
+                f"TensorFlow, --min-available-gb), {avail / GIB:.1f}G is available; lower --dram-gb or --a")
+    resident = args.resident_gb * GIB
+    if resident and resident + 2 * GIB + args.min_available_gb * GIB > avail:
+        return f"capacity: --resident-gb {args.resident_gb:g} does not fit in the {avail / GIB:.1f}G available"
+    if args.b_in_dram and b_bytes * 1.3 + 2 * GIB + args.min_available_gb * GIB > avail:
+        return (f"capacity: --b-in-dram needs {b_bytes / GIB:.1f}G of tables in DRAM, {avail / GIB:.1f}G is available; "
+                "drop --b-in-dram or lower --dram-gb")
+    if args.steps < 10 or args.batch < 1:
+        return "capacity: --steps must be at least 10 and --batch positive"
+    return None
+
+
+def _gib(x) -> str:
+    return "-" if x is None else f"{x / GIB:.2f}G"
+
+
+def table(results: Dict[str, Dict[str, Any]]) -> str:
+    base = results.get("a", {}).get("step_ms_median")
+    lines = [f"{'run':<10}{'tables':>8}{'step ms':>9}{'vs (a)':>8}{'ex/s':>9}{'majflt/step':>12}{'pool res max':>13}"
+             f"{'disk read':>10}{'disk write':>11}{'peak anon':>10}{'loss(last20)':>13}"]
+    for name, r in results.items():
+        ratio = r["step_ms_median"] / base if base and r.get("step_ms_median") else None
+        fps = r.get("major_faults_per_step")
+        lines.append(f"{name:<10}{r['table_gb']:>7.2f}G{r['step_ms_median']:>9.1f}{'' if ratio is None else f'{ratio:.2f}x':>8}"
+                     f"{r['examples_per_s']:>9.0f}{'-' if fps is None else f'{fps:.0f}':>12}"
+                     f"{_gib(r.get('pool_resident_max_bytes')):>13}{_gib(r.get('disk_read_bytes')):>10}"
+                     f"{_gib(r.get('disk_written_bytes')):>11}{_gib(r.get('peak_anon_rss_bytes')):>10}"
+                     f"{r['loss_last20_mean'] or float('nan'):>13.5f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    dram = int(args.dram_gb * GIB) if args.dram_gb else (capacity.mem_total() or 0)
+    problem = check(args, dram)
+    if problem:
+        sys.stderr.write(problem + "\n")
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    pool_path = os.path.join(os.path.abspath(args.pool_dir), "rtkit-capacity.pool")
+    pool_size = int(args.scale_b * dram * POOL_SLACK + POOL_EXTRA)
+    plan = [("a", args.scale_a, [])]
+    if args.b_in_dram:
+        plan.append(("b-dram", args.scale_b, []))
+    tier = [f"pmem_path={pool_path}", f"pmem_size={pool_size}"]
+    if args.resident_gb:
+        tier.append(f"pmem_resident_max={int(args.resident_gb * GIB)}")
+    plan.append(("b", args.scale_b, tier))
+    results: Dict[str, Dict[str, Any]] = {}
+    for name, scale, sets in plan:
+        gb = scale * dram / GIB
+        r = _run(f"({name}) {gb:.1f}G", os.path.join(os.path.abspath(args.out), name), gb, args, sets)
+        r["table_gb"], r["settings"] = gb, sets
+        results[name] = r
+    atomic.write_json(os.path.join(args.out, "capacity.json"),
+                      {"dram_bytes": dram, "args": vars(args), "results": results})
+    print(table(results))
+    a, b = results["a"], results["b"]
+    if a.get("step_ms_median") and b.get("step_ms_median"):
+        print(f"(b) step time {b['step_ms_median'] / a['step_ms_median']:.2f}x of (a) (target <= 1.5x); "
+              f"peak anonymous RSS {_gib(b.get('peak_anon_rss_bytes'))}; figures: {os.path.join(args.out, 'capacity.json')}")
+    if "b-dram" in results and results["b-dram"]["losses"] and b["losses"]:
+        same = results["b-dram"]["losses"] == b["losses"]
+        diff = max(abs(x - y) for x, y in zip(results["b-dram"]["losses"], b["losses"]))
+        print(f"(b) losses vs the same model in DRAM: {'identical' if same else f'max difference {diff:.3g}'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

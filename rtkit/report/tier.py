@@ -1,0 +1,114 @@
+# tier.py -- the `tier` view of a report: what tier mode's pool held, what of it stayed in DRAM, what it cost on disk.
+"""Read from the `pmem` section (pmem-<pid>.json, prmalloc/tier.c) and the `process` section (the child's
+/proc/PID/io at exit). Kept apart from sections.py and terminal.py's wording: they call three functions.
+
+- tier_view(report): {"off", "rows", "tables"} for sections.py's `tier` Section (rows + the largest pooled
+  records with resident bytes and hot fraction)
+- cost_words(report): what the pool cost (resident bytes, major faults/step, disk writes) for the summary's tier line
+- series(report): (t_s, resident bytes) and (t_s, major faults per second) for the HTML plots
+
+"Hot fraction" of a record is the share of its pages resident in DRAM at the last sample (mincore): with
+a resident budget or under memory pressure the kernel keeps what the steps touch, so this is the share of
+the record that training uses; without pressure every touched page stays and it is an upper bound."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from rtkit.report import fmt
+from rtkit.report.contract import Pmem as PM, Process as P
+from rtkit.report.fmt import get
+
+
+def _pmem(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    p = report.get("pmem")
+    return p if isinstance(p, dict) and p.get(PM.STATE) not in (None, "off") else None
+
+
+WARMUP_STEPS = 3   # rtkit's default warm-up: the first steps still fault in what initialisation left
+
+
+def _training_samples(p: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Timeline samples taken while the job trained past its warm-up (the job's own teardown frees the
+    pool at exit; the first steps still carry initialisation's faults)."""
+    tl = [x for x in (get(p, PM.TIMELINE) or []) if isinstance(x, dict)]
+    held = get(p, "tier_last_step_bytes") or 0
+    during = [x for x in tl if (x.get("tier_bytes") or 0) >= held / 2] or tl
+    return [x for x in during if (x.get("step") or 0) > WARMUP_STEPS] or during
+
+
+def faults_per_step(p: Dict[str, Any]) -> Optional[float]:
+    tl = [x for x in _training_samples(p) if (x.get("step") or 0) >= 1]
+    if len(tl) < 2 or tl[-1]["step"] <= tl[0]["step"]:
+        return None
+    return (tl[-1]["major_faults"] - tl[0]["major_faults"]) / (tl[-1]["step"] - tl[0]["step"])
+
+
+def resident_while_training(p: Dict[str, Any]) -> Optional[int]:
+    tl = _training_samples(p)
+    return max((x.get("resident_bytes") or 0 for x in tl), default=None) if tl else None
+
+
+def cost_words(report: Dict[str, Any]) -> List[str]:
+    """What the pool cost while training, for the summary's tier line: resident pool bytes (max after the
+    warm-up), major faults per step (mean over the sampled steps), bytes the child wrote to disk."""
+    p = _pmem(report)
+    if p is None or p.get(PM.STATE) != "on":
+        return []
+    out = []
+    res = resident_while_training(p)
+    if res is not None:
+        out.append(f"pool resident after warm-up (max) {fmt.nbytes(res)}")
+    fps = faults_per_step(p)
+    if fps is not None:
+        out.append(f"major faults/step (mean) {fmt.num(round(fps, 1))}")
+    written = get(report, "process." + P.DISK_WRITTEN_BYTES)
+    if fmt.is_num(written):
+        out.append(f"written to disk {fmt.nbytes(written)}")
+    return out
+
+
+def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
+    """off: why there is nothing to show (or None); rows: (name, text); tables: (title, headers, rows)."""
+    view: Dict[str, Any] = {"off": None, "rows": [], "tables": []}
+    p = _pmem(report)
+    if p is None or p.get(PM.STATE) != "on":
+        view["off"] = "tier mode off" if p is None else f"tier mode {p.get(PM.STATE)}"
+        return view
+    rows = view["rows"]
+    rows.append(("pool", f"{p.get(PM.PATH)} ({p.get(PM.MEDIUM)}), {fmt.nbytes(p.get('pmem_size'))}"))
+    rows.append(("bytes in the pool (last step)", fmt.nbytes(get(p, "tier_last_step_bytes"))))
+    res = resident_while_training(p)
+    if res is not None:
+        rows.append(("resident in DRAM while training (max after warm-up)", fmt.nbytes(res)))
+    budget = get(p, PM.RESIDENT_MAX)
+    if budget:
+        rows.append(("resident budget (pmem_resident_max)",
+                     f"{fmt.nbytes(budget)}, {fmt.num(get(p, 'budget_passes'))} passes dropped "
+                     f"{fmt.nbytes(get(p, 'budget_dropped_bytes'))}"))
+    fps = faults_per_step(p)
+    if fps is not None:
+        rows.append(("major faults per step", fmt.num(round(fps, 1))))
+    for key, name in ((P.DISK_WRITTEN_BYTES, "disk written (child)"), (P.DISK_READ_BYTES, "disk read (child)")):
+        v = get(report, "process." + key)
+        if fmt.is_num(v):
+            rows.append((name, fmt.nbytes(v)))
+    recs = [r for r in (get(p, PM.RECORDS) or []) if isinstance(r, dict)]
+    if recs:
+        view["tables"].append(("largest pooled allocations (while training)",
+                               ["offset", "bytes", "resident", "hot fraction"],
+                               [[fmt.nbytes(r.get("offset")), fmt.nbytes(r.get("bytes")),
+                                 fmt.nbytes(r.get("resident_bytes")), fmt.pct(r.get("hot_fraction"))] for r in recs]))
+    return view
+
+
+def series(report: Dict[str, Any]) -> Tuple[List[Tuple[float, float]], List[Tuple[float, float]]]:
+    """(t_s, pool bytes resident) and (t_s, major faults per second between samples)."""
+    p = _pmem(report)
+    tl = [x for x in (get(p, PM.TIMELINE) or [])] if p else []
+    res = [(x["t_s"], x["resident_bytes"]) for x in tl if fmt.is_num(x.get("t_s"))]
+    rate = []
+    for a, b in zip(tl, tl[1:]):
+        dt = b["t_s"] - a["t_s"]
+        if dt > 0:
+            rate.append((b["t_s"], (b["major_faults"] - a["major_faults"]) / dt))
+    return res, rate

@@ -1,0 +1,71 @@
+# test_capacity.py -- tier mode as a capacity feature, scaled down: a pool larger than the resident budget the test sets.
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import load_report, requires_tf, run_rtkit
+
+pytestmark = pytest.mark.timeout(600)
+MIB = 1 << 20
+
+
+def _wdl(run_dir, data_dir, sets, table_gb="0.25", row_assign="first-seen"):
+    args = ["run", "--run-dir", str(run_dir)]
+    for s in sets:
+        args += ["--set", s]
+    args += ["--", sys.executable, "-m", "rtkit.workloads", "wdl", "--table-gb", table_gb, "--steps", "25",
+             "--batch", "256", "--rows", "4000", "--data-dir", str(data_dir), "--print-losses", "--no-progress",
+             "--row-assign", row_assign]
+    proc = run_rtkit(args, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, [line for line in proc.stdout.splitlines() if line.startswith("loss ")]
+
+
+@requires_tf
+def test_pool_larger_than_resident_budget_trains_like_dram(tmp_path):
+    """256 MiB of tables and slots in a pool whose resident pages are held to 48 MiB: the pages past the
+    budget are written out and dropped, training reads them back, the losses are DRAM's to the bit."""
+    data_dir = tmp_path / "data"
+    _, dram_losses = _wdl(tmp_path / "dram", data_dir, [])
+    budget = 48 * MIB
+    proc, tier_losses = _wdl(tmp_path / "tier", data_dir, [f"pmem_path={tmp_path / 'pool'}", "pmem_size=600M",
+                                                           f"pmem_resident_max={budget}"])
+    assert len(dram_losses) == 25 and tier_losses == dram_losses
+    report = load_report(tmp_path / "tier")
+    p = report["pmem"]
+    assert p["state"] == "on" and p["pmem_resident_max"] == budget
+    assert p["tier_last_step_bytes"] >= 240 * MIB            # the tables and slots sat in the pool ...
+    assert p["budget_passes"] >= 1 and p["budget_dropped_bytes"] >= 150 * MIB   # ... mostly out of DRAM
+    training = [x for x in p["timeline"] if x["tier_bytes"] >= p["tier_last_step_bytes"] // 2]
+    # checked at most once a second: between checks the pool may go over, after a check it is under
+    assert training and training[-1]["resident_bytes"] <= budget
+    assert p["records"] and all(r["resident_bytes"] <= r["bytes"] + 4096 for r in p["records"])
+    assert not (tmp_path / "pool").exists()                   # unlinked at create: nothing left behind
+    # the summary line says what the tier held and what it cost
+    tier_lines = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: tier: ")]
+    assert len(tier_lines) == 1 and "held in the pool" in tier_lines[0] and "major faults/step" in tier_lines[0]
+    assert isinstance(report["process"].get("disk_written_bytes"), int)
+
+
+def test_pool_bigger_than_its_disk_is_refused_before_the_run(tmp_path):
+    marker = tmp_path / "ran"
+    proc = run_rtkit(["run", "--quiet", "--set", f"pmem_path={tmp_path / 'pool'}", "--set", "pmem_size=1000000G",
+                      "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"], timeout=60)
+    assert proc.returncode == 2 and not marker.exists()
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pmem_size" in lines[0] and "pmem_path" in lines[0], proc.stderr
+
+
+def test_capacity_bench_refuses_what_cannot_fit(tmp_path):
+    for args, word in ((["--dram-gb", "100000", "--pool-dir", str(tmp_path)], "pool"),
+                       (["--dram-gb", "1", "--pool-dir", str(tmp_path / "nope")], "--pool-dir"),
+                       (["--dram-gb", "1", "--pool-dir", str(tmp_path), "--resident-gb", "100000"], "--resident-gb")):
+        proc = subprocess.run([sys.executable, "-m", "rtkit.bench.capacity", "--out", str(tmp_path / "o"), *args],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and word in lines[0], (args, proc.stderr)
+    assert not (tmp_path / "o").exists()
