@@ -2,8 +2,9 @@
 """activate(tf, settings, run_dir) builds the process's one Scheduler. The scheduler knows nothing of rtkit's
 hooks: rtkit.hooks.install calls activate() right after TensorFlow is imported (when RTKIT_SCHED is on) and
 registers the Scheduler's methods at its own extension points: filter_config (each session's ConfigProto and
-per-stage pools), wrap_run (routing, SmartStage pipelining, tracing, tuning), on_close (stop the session's
-pipeline) and at_exit (write scheduler-<pid>.json and trace-<pid>.json into the run directory). The hooks
+per-stage pools), wrap_run (routing, in-graph SmartStage staging, tracing, tuning), wrap_callable
+(make_callable), filter_dataset (Keras fit's tf.data input), on_close (stop the session's staging runner)
+and at_exit (write scheduler-<pid>.json and trace-<pid>.json into the run directory). The hooks
 also pass `internal`, the context in which the scheduler's own session runs are not counted as steps."""
 from __future__ import annotations
 

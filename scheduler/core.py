@@ -1,7 +1,8 @@
-# core.py -- the Scheduler: session config filter, per-run routing/pipelining/tracing/tuning, close and exit handling.
+# core.py -- the Scheduler: session config filter, per-run routing/in-graph staging/tracing/tuning, close and exit handling.
 """rtkit's hooks register these methods at their extension points: filter_config (config_filters),
-wrap_run (run_wrappers), on_close (close_callbacks), at_exit (exit_callbacks). Each method is also callable directly, which is how the
-tests drive it before/without the hooks."""
+wrap_run (run_wrappers), wrap_callable (callable_wrappers), filter_dataset (dataset_filters), on_close
+(close_callbacks), at_exit (exit_callbacks). Each method is also callable directly, which is how the tests
+drive it before/without the hooks."""
 from __future__ import annotations
 
 import contextlib
@@ -13,26 +14,70 @@ import weakref
 from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 from . import pools as _pools
-from .pipeline import Pipeline
 from .report import now_iso, write_profile, write_report
 from .stages import STAGES, StageMap, analyze, reachable
+from .staging import Runner, Staged, rewrite
 from .trace import Trace
 from .tuner import Tuner
 
 TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without a profiler session, which FULL_TRACE would start and which two concurrent runs cannot share) to measure per-stage cost
 WARM_RUNS = 3            # runs of a signature before it counts as the step and tracing starts
 MAX_NOTES = 50
+MAX_SAMPLES = 2000
+
+
+def _leaves(fetches, out: List) -> List:
+    """Every graph element of a fetch structure. Unlike tf.nest.flatten, dict keys may be anything
+    (MonitoredTrainingSession's hooked fetch dict is keyed by hook objects and 'caller')."""
+    if fetches is None:
+        return out
+    if isinstance(fetches, dict):
+        for v in fetches.values():
+            _leaves(v, out)
+    elif isinstance(fetches, (list, tuple)):
+        for v in fetches:
+            _leaves(v, out)
+    elif hasattr(fetches, "indices") and hasattr(fetches, "dense_shape"):  # SparseTensor(Value)
+        out += [fetches.indices, fetches.values, fetches.dense_shape]
+    else:
+        out.append(fetches)
+    return out
+
+
+def _substitute(fetches, graph, mapping: Dict[str, Any]):
+    """The fetch structure with original boundary tensors replaced by their staged tensors."""
+    if isinstance(fetches, dict):
+        return type(fetches)((k, _substitute(v, graph, mapping)) for k, v in fetches.items())
+    if isinstance(fetches, list):
+        return [_substitute(v, graph, mapping) for v in fetches]
+    if isinstance(fetches, tuple):
+        items = [_substitute(v, graph, mapping) for v in fetches]
+        return type(fetches)(*items) if hasattr(fetches, "_fields") else tuple(items)
+    if fetches is None or (hasattr(fetches, "indices") and hasattr(fetches, "dense_shape")):
+        return fetches
+    try:
+        el = graph.as_graph_element(fetches, allow_tensor=True, allow_operation=True)
+    except Exception:
+        return fetches
+    return mapping.get(getattr(el, "name", None), fetches)
+
+
+class _GraphState:
+    """One rewrite per graph, at the first run (or make_callable) any session makes on it: a session only
+    sees an edge change if it has not run the consumer yet."""
+
+    def __init__(self):
+        self.analysis: Optional[StageMap] = None
+        self.staged: Optional[Staged] = None
+        self.reason: Optional[str] = None
+        self.version = -1
 
 
 class _SessionState:
     def __init__(self, routed: bool):
         self.routed = routed
-        self.analysis: Optional[StageMap] = None
-        self.version = -1
-        self.pipeline: Optional[Pipeline] = None
-        self.stage_disabled = False
         self.cache: Dict[Any, tuple] = {}
-        self.pipelined_runs = 0
+        self.runner: Optional[Runner] = None
         self.lock = threading.Lock()
 
 
@@ -48,18 +93,19 @@ class Scheduler:
         self.override = bool(settings.get("sched_override_user"))
         self.tune = bool(settings.get("sched_tune"))
         self.plan = _pools.make_plan(settings, self.tune)
-        # with pipelining allowed, tuning also tries the job without it (a batch's feed costs a host copy)
+        # the first candidate is the job as the script made it (TF-sized pool, the input stage run inline)
         self.tuner = Tuner(self.plan.compute_sizes, self.plan.input_sizes,
                            int(settings.get("sched_tune_steps") or 0),
-                           stage_options=(True, False) if self.stage else (False,),
-                           drain_steps=self.depth) if self.tune else None
+                           stage_options=(False, True) if self.stage else (False,)) if self.tune else None
         self.active = {"compute": self.plan.compute_sizes[0], "input": self.plan.input_sizes[0],
-                       "stage": self.stage}
+                       "stage": self.stage and self.tuner is None}
         self.notes: List[str] = []
+        self.errors: List[str] = []
         self.trace = Trace()
         self.sessions_info: List[Dict] = []
+        self._graphs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._states: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self._pipelines: "weakref.WeakSet" = weakref.WeakSet()
+        self._runners: "weakref.WeakSet" = weakref.WeakSet()
         self._local = threading.local()
         self._lock = threading.Lock()
         self._sig_counts: Dict[tuple, int] = {}
@@ -72,12 +118,16 @@ class Scheduler:
         self.stage_cost_ms = {s: 0.0 for s in STAGES}
         self.input_run_cost_ms = 0.0
         self.last_analysis: Optional[StageMap] = None
+        self.last_staged: Optional[Staged] = None
+        self.stage_reason: Optional[str] = None
         self.keras: Dict[str, Any] = {}
         self.pin_result: Optional[Dict] = None
         self.profile_written: List[str] = []
-        self.pipeline_stats = {"started": 0, "dropped_batches": 0, "errors_delivered": 0}
-        self._occupancy: List[int] = []
-        self._wait_ms: List[float] = []
+        self.counts = {"runners_started": 0, "staged_steps": 0, "inline_steps": 0, "dropped_items": 0,
+                       "errors_delivered": 0, "direct_input_runs": 0, "rewrites": 0, "input_runs": 0}
+        self._depth: List[List[float]] = []      # [t, items staged] when a step took its item
+        self._overlap: List[List[float]] = []    # [step, put ms, wait ms, hidden %]
+        self._ident = 0
         self._finished = False
 
     # ------------------------------------------------------------------ helpers
@@ -85,6 +135,12 @@ class Scheduler:
         with self._lock:
             if text not in self.notes and len(self.notes) < MAX_NOTES:
                 self.notes.append(text)
+
+    def _error(self, text: str) -> None:
+        self.note(text)
+        with self._lock:
+            if text not in self.errors and len(self.errors) < MAX_NOTES:
+                self.errors.append(text)
 
     def _rtkit_routed(self, config) -> bool:
         return config is not None and any(p.global_name.startswith("rtkit_")
@@ -103,8 +159,36 @@ class Scheduler:
         except RuntimeError as exc:  # the eager context was initialised before rtkit got here
             self.keras = {"applied": False, "detail": str(exc)}
             self.note(f"tf.config.threading could not be set (runtime already initialised): {exc}")
-        self.note("tf.data thread options are per dataset (Dataset.with_options); rtkit does not reach "
-                  "datasets built by tf.function/Keras code")
+
+    def filter_dataset(self, dataset):
+        """Keras fit on a tf.data input: the input pool's size as the dataset's private thread pool and a
+        final prefetch, unless the script set those options itself (its options win)."""
+        try:
+            tf = self.tf
+            if not isinstance(dataset, tf.data.Dataset):
+                return dataset
+            have = dataset.options()
+            applied = {}
+            opts = tf.data.Options()
+            if not have.threading.private_threadpool_size:
+                opts.threading.private_threadpool_size = self.active["input"]
+                applied["private_threadpool_size"] = self.active["input"]
+            if have.autotune.enabled is None or have.autotune.enabled:
+                pass  # autotune stays as the script left it
+            out = dataset.with_options(opts) if applied else dataset
+            if self.stage and not any(t in type(dataset._variant_tensor.op).__name__ for t in ()) and \
+                    "Prefetch" not in dataset._variant_tensor.op.type:
+                out = out.prefetch(self.depth)
+                applied["prefetch"] = self.depth
+            elif self.stage:
+                applied["prefetch"] = "the script's own"
+            self.keras.setdefault("datasets", [])
+            if len(self.keras["datasets"]) < 10:
+                self.keras["datasets"].append(applied or {"kept": "the script's options"})
+            return out
+        except Exception as exc:  # never fail the job over an option
+            self.note(f"Keras dataset options not applied ({type(exc).__name__}: {exc})")
+            return dataset
 
     # ------------------------------------------------------------------ config_filters
     def filter_config(self, config):
@@ -134,7 +218,7 @@ class Scheduler:
             if len(self.sessions_info) < 20:
                 self.sessions_info.append(info)
 
-    # ------------------------------------------------------------------ run_wrappers
+    # ------------------------------------------------------------------ analysis and rewrite
     def _state(self, session) -> _SessionState:
         st = self._states.get(session)
         if st is None:
@@ -142,28 +226,45 @@ class Scheduler:
             self._states[session] = st
         return st
 
-    def _analysis(self, session, st: _SessionState) -> StageMap:
-        graph = session.graph
-        if st.analysis is None or st.version != graph.version:
-            st.analysis = analyze(graph)
-            st.version = graph.version
-            st.cache.clear()
-            self.last_analysis = st.analysis
-            for n in st.analysis.notes:
-                self.note(n)
-        return st.analysis
-
-    def _classify(self, session, st, fetches, feed_dict):
-        """-> (signature, mode) with mode in plain | pipelined | reset | uncovered."""
-        graph = session.graph
-        nest = self.tf.nest
-        elems = []
-        for leaf in nest.flatten(fetches):
-            if hasattr(leaf, "indices") and hasattr(leaf, "dense_shape"):  # SparseTensor(Value)
-                elems += [leaf.indices, leaf.values, leaf.dense_shape]
+    def _graph_state(self, graph) -> _GraphState:
+        gs = self._graphs.get(graph)
+        if gs is None:
+            gs = _GraphState()
+            gs.analysis = analyze(graph)
+            gs.version = graph.version
+            self.last_analysis = gs.analysis
+            if self.stage:
+                try:
+                    gs.staged, gs.reason = rewrite(graph, gs.analysis, self.depth)
+                except Exception as exc:  # the graph is left as it was (rewrite adds before it rewires)
+                    gs.staged, gs.reason = None, f"rewrite failed ({type(exc).__name__}: {exc})"
+                if gs.staged is not None:
+                    self.counts["rewrites"] += 1
+                    self.last_staged = gs.staged
+                    # the rewrite added ops: analyse again so the staging ops are classified too
+                    gs.analysis = analyze(graph)
+                    self.last_analysis = gs.analysis
+                    gs.version = graph.version
+                else:
+                    self.stage_reason = gs.reason
+                    self.note(f"input stage not staged, graph left as it is: {gs.reason}")
             else:
-                elems.append(leaf)
-        resolved = [graph.as_graph_element(e, allow_tensor=True, allow_operation=True) for e in elems]
+                for n in gs.analysis.notes:
+                    self.note(n)
+            self._graphs[graph] = gs
+        elif gs.version != graph.version:  # the graph grew after the first run: classify the new ops
+            gs.analysis = analyze(graph)
+            gs.version = graph.version
+            self.last_analysis = gs.analysis
+        return gs
+
+    def _classify(self, session, st: _SessionState, fetches, feed_dict):
+        """-> (signature, mode, remap) with mode in plain | staged | reset | direct; remap: the run names
+        original boundary tensors (fetched or fed), which must be read from/fed to the staged ones."""
+        graph = session.graph
+        gs = self._graph_state(graph)
+        resolved = [graph.as_graph_element(e, allow_tensor=True, allow_operation=True)
+                    for e in _leaves(fetches, [])]
         fed = set()
         for key in (feed_dict or {}):
             parts = [key.indices, key.values, key.dense_shape] if hasattr(key, "dense_shape") else [key]
@@ -171,53 +272,94 @@ class Scheduler:
                 el = graph.as_graph_element(p, allow_tensor=True, allow_operation=False)
                 fed.add(el.name)
         sig = tuple(sorted(e.name for e in resolved))
-        key = (sig, tuple(sorted(fed)))
-        sm = self._analysis(session, st)
-        if st.pipeline is not None:
-            key += (id(st.pipeline),)
+        key = (sig, tuple(sorted(fed)), gs.version)
         hit = st.cache.get(key)
         if hit is not None:
-            return sig, hit
-        fetch_ops = [getattr(e, "op", e) for e in resolved]
-        reach = reachable(graph, fetch_ops, fed, stop=sm.pipelined | sm.resets)
+            return sig, hit[0], hit[1]
+        sm = gs.analysis
+        staged = gs.staged
+        mapping = staged.mapping if staged else {}
+        remap = any(e.name in mapping for e in resolved) or any(n in mapping for n in fed)
+        fed_now = {mapping[n].name if n in mapping else n for n in fed}
+        fetch_ops = [getattr(mapping.get(e.name, e), "op", e) for e in resolved]
+        stop = sm.pipelined | sm.resets | ({staged.get_name} if staged else set())
+        reach = reachable(graph, fetch_ops, fed_now, stop=stop)
         mode = "plain"
         if reach & sm.resets:
             mode = "reset"
-        elif reach & sm.pipelined:
-            # a running pipeline carries the boundary it was started with (the graph may have grown since)
-            bset = {t.name for t in st.pipeline.boundary} if st.pipeline is not None else set(sm.boundary)
-            covered = not any(fb in bset for fb in fed)
-            for e in resolved:  # a fetched input-stage element must be a boundary tensor
-                if getattr(e, "op", e).name in sm.pipelined and e.name not in bset:
-                    covered = False
-            for name in reach - sm.pipelined:
-                op = graph.get_operation_by_name(name)
-                for t in op.inputs:
-                    if t.op.name in sm.pipelined and t.name not in fed and t.name not in bset:
-                        covered = False
-            mode = "pipelined" if covered and sm.cuttable else "uncovered"
-        st.cache[key] = mode
-        return sig, mode
+        elif staged is not None and staged.get_name in reach:
+            mode = "staged"
+        elif reach & sm.pipelined and staged is not None:
+            mode = "direct"
+        st.cache[key] = (mode, remap)
+        return sig, mode, remap
 
+    # ------------------------------------------------------------------ run_wrappers / callable_wrappers
     def wrap_run(self, session, run_next, fetches, feed_dict=None, options=None, run_metadata=None):
         if getattr(self._local, "bypass", False):
             return run_next(fetches, feed_dict, options, run_metadata)
         st = self._state(session)
         try:
-            sig, mode = self._classify(session, st, fetches, feed_dict)
+            sig, mode, remap = self._classify(session, st, fetches, feed_dict)
         except Exception as exc:  # never fail the job over analysis
-            self.note(f"run not analysed ({type(exc).__name__}: {exc}); ran unchanged")
+            self._error(f"run not analysed ({type(exc).__name__}: {exc}); ran unchanged")
             return run_next(fetches, feed_dict, options, run_metadata)
 
         is_step = self._count_signature(sig)
         tracing = is_step and self._traced_steps < TRACE_STEPS and self.step_runs > WARM_RUNS
-        if is_step and not tracing and self.tuner is not None and not self.tuner.done and self._traced_steps >= TRACE_STEPS:
+        if is_step and not tracing and self.tuner is not None and not self.tuner.done and \
+                self._traced_steps >= TRACE_STEPS:
             c, i, stg = self.tuner.current()
             self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
 
-        # routing and tracing options
-        opts = options
-        md = run_metadata
+        opts, md = self._options(st, options, run_metadata, tracing)
+        if remap:
+            staged = self._graphs[session.graph].staged
+            fetches = _substitute(fetches, session.graph, staged.mapping)
+            if feed_dict:
+                feed_dict = {staged.mapping.get(getattr(k, "name", k), k): v for k, v in feed_dict.items()}
+        self._before(session, st, mode, is_step, tracing)
+
+        t0 = time.time()
+        result = run_next(fetches, feed_dict, opts, md)
+        t1 = time.time()
+        if is_step:
+            self._after_step(st, mode, t0, t1, tracing, md)
+        return result
+
+    def wrap_callable(self, session, make_next, fetches, feed_list=None, accept_options=False):
+        """Session.make_callable: the rewrite happens before the callable is made (which extends the
+        session's graph); each call of a callable that reads the staged get is served like a step run."""
+        try:
+            st = self._state(session)
+            sig, mode, remap = self._classify(session, st, fetches, None)
+            if remap:
+                staged = self._graphs[session.graph].staged
+                fetches = _substitute(fetches, session.graph, staged.mapping)
+        except Exception as exc:
+            self._error(f"callable not analysed ({type(exc).__name__}: {exc}); made unchanged")
+            return make_next(fetches, feed_list, accept_options)
+        fn = make_next(fetches, feed_list, accept_options)
+        if mode not in ("staged", "reset"):
+            return fn
+        sched = self
+
+        def call(*args, **kwargs):
+            if getattr(sched._local, "bypass", False):
+                return fn(*args, **kwargs)
+            is_step = sched._count_signature(sig)
+            sched._before(session, st, mode, is_step, False)
+            t0 = time.time()
+            out = fn(*args, **kwargs)
+            if is_step:
+                sched._after_step(st, mode, t0, time.time(), False, None)
+            return out
+
+        call.__wrapped__ = fn
+        return call
+
+    def _options(self, st: _SessionState, options, run_metadata, tracing):
+        opts, md = options, run_metadata
         if st.routed or tracing:
             RunOptions = self.tf.compat.v1.RunOptions
             opts = RunOptions()
@@ -229,55 +371,73 @@ class Scheduler:
                 opts.trace_level = RunOptions.SOFTWARE_TRACE
                 if md is None:
                     md = self.tf.compat.v1.RunMetadata()
+        return opts, md
 
-        # pipelining
-        feeds = feed_dict
-        if mode == "reset" or mode == "uncovered":
-            if mode == "uncovered" and self.stage and not st.stage_disabled and (st.analysis and st.analysis.cuttable):
-                self.note("a run needed input-stage tensors the pipeline does not carry; pipelining stopped "
-                          "for that session")
-                st.stage_disabled = True
-            self._stop_pipeline(st, "iterator reset/save run" if mode == "reset" else "uncovered run")
-        elif mode == "pipelined" and self.stage and not st.stage_disabled and \
-                (self.active["stage"] or self._draining(st)):
-            pipe = self._pipeline(session, st)
-            if tracing and self._traced_steps == 0:
-                self._input_trace_left = TRACE_STEPS
-            try:
-                extra = pipe.next_feed()
-            except BaseException:
-                self.pipeline_stats["errors_delivered"] += 1
-                self._occupancy += pipe.occupancy
-                self._wait_ms += pipe.wait_ms
-                st.pipeline = None
-                raise
-            feeds = dict(feed_dict or {})
-            feeds.update(extra)
-            st.pipelined_runs += 1
+    def _before(self, session, st: _SessionState, mode: str, is_step: bool, tracing: bool) -> None:
+        """Staging work before a run: stop the runner for an iterator reset; before a run that reads the
+        get op, make sure an item is (or will be) staged, or raise the input error of this step."""
+        if mode == "reset":
+            self._stop_runner(st, "iterator reset/save run")
+            return
+        if mode == "direct":
+            self.counts["direct_input_runs"] += 1
+            self.note("a run read input-stage tensors that are not staged (an intermediate of the input "
+                      "stage): it reads the iterator directly, a batch ahead of the staged ones")
+            return
+        if mode != "staged":
+            return
+        runner = self._runner(session, st)
+        if tracing and self._traced_inputs == 0 and self._input_trace_left == 0:
+            self._input_trace_left = TRACE_STEPS
+        if self.active["stage"]:
+            if not runner.alive and runner.error is None:  # a pending error is raised at its step first
+                self._ident += 1
+                runner.start(self._ident)
+                self.counts["runners_started"] += 1
+        elif runner.alive:
+            runner.halt()  # unstaged from now on: the items already staged are served first
+        try:
+            state, put_ms, wait_ms = runner.take()
+        except BaseException:
+            self.counts["errors_delivered"] += 1
+            raise
+        self.counts["input_runs"] += 1
+        if state == "inline":
+            runner.put_inline(self._make_put(session, st, inline=True))
+            self._step_kind = "inline"
+            self.counts["inline_steps"] += 1
+        else:
+            self._step_kind = "staged"
+            self.counts["staged_steps"] += 1
+            if len(self._overlap) < MAX_SAMPLES:
+                hidden = 100.0 * max(0.0, put_ms - wait_ms) / put_ms if put_ms > 0 else 100.0
+                self._overlap.append([self.step_runs, round(put_ms, 3), round(wait_ms, 3), round(hidden, 1)])
+        if runner.depth_samples and len(self._depth) < MAX_SAMPLES:
+            t, d = runner.depth_samples[-1]
+            self._depth.append([round(t, 4), d])
+        if len(runner.depth_samples) > 64:
+            del runner.depth_samples[:-1]
 
-        t0 = time.time()
-        result = run_next(fetches, feeds, opts, md)
-        t1 = time.time()
-        if is_step:
-            ms = (t1 - t0) * 1000.0
-            self.trace.add("steps", "step", t0 * 1e6, (t1 - t0) * 1e6, {"mode": mode})
-            if tracing:
-                self._traced_steps += 1
-                self._take_stats(md, st, "step")
-            else:
-                self.step_ms.append(ms)
-                if self.tuner is not None and self._traced_steps >= TRACE_STEPS and not self.tuner.done:
-                    self.tuner.record(ms)
-                    if self.tuner.done:
-                        self._tuning_finished()
-                if self.settings.get("sched_pin") and self.pin_result is None and \
-                        (self.tuner is None or self.tuner.done) and st.routed:
-                    total = sum(self.stage_cost_ms.values())
-                    share = self.stage_cost_ms["input"] / total if total else None
-                    self.pin_result = _pools.pin_pools(self.plan, {
-                        "compute": self.plan.index("compute", self.active["compute"]),
-                        "input": self.plan.index("input", self.active["input"])}, share)
-        return result
+    def _after_step(self, st: _SessionState, mode: str, t0: float, t1: float, tracing: bool, md) -> None:
+        ms = (t1 - t0) * 1000.0
+        kind = getattr(self, "_step_kind", None) if mode == "staged" else mode
+        self.trace.add("steps", "step", t0 * 1e6, (t1 - t0) * 1e6, {"mode": kind or mode})
+        if tracing:
+            self._traced_steps += 1
+            self._take_stats(md, st, "step")
+            return
+        self.step_ms.append(ms)
+        if self.tuner is not None and self._traced_steps >= TRACE_STEPS and not self.tuner.done:
+            self.tuner.record(ms)
+            if self.tuner.done:
+                self._tuning_finished()
+        if self.settings.get("sched_pin") and self.pin_result is None and \
+                (self.tuner is None or self.tuner.done) and st.routed:
+            total = sum(self.stage_cost_ms.values())
+            share = self.stage_cost_ms["input"] / total if total else None
+            self.pin_result = _pools.pin_pools(self.plan, {
+                "compute": self.plan.index("compute", self.active["compute"]),
+                "input": self.plan.index("input", self.active["input"])}, share)
 
     def _count_signature(self, sig) -> bool:
         with self._lock:
@@ -290,10 +450,10 @@ class Scheduler:
                 return True
             return False
 
-    def _take_stats(self, md, st: _SessionState, label: str, input_run: bool = False) -> None:
-        if md is None or st.analysis is None:
+    def _take_stats(self, md, st: _SessionState, label: str, input_run: bool = False, stage_of=None) -> None:
+        if md is None or self.last_analysis is None:
             return
-        cost = self.trace.add_step_stats(md.step_stats, st.analysis.stage, label)
+        cost = self.trace.add_step_stats(md.step_stats, stage_of or self.last_analysis.stage, label)
         with self._lock:
             for k, v in cost.items():
                 self.stage_cost_ms[k] += v
@@ -301,91 +461,79 @@ class Scheduler:
                 self._traced_inputs += 1
                 self.input_run_cost_ms += sum(cost.values())
 
-    # ------------------------------------------------------------------ pipeline
-    def _pipeline(self, session, st: _SessionState) -> Pipeline:
+    # ------------------------------------------------------------------ the runner
+    def _runner(self, session, st: _SessionState) -> Runner:
         with st.lock:
-            if st.pipeline is not None and not st.pipeline.finished:
-                return st.pipeline
-            if st.pipeline is not None:
-                self._retire(st.pipeline)
-            boundary = [session.graph.get_tensor_by_name(n) for n in st.analysis.boundary]
-            ref = weakref.ref(session)
-            pipe = Pipeline(boundary, self.depth, self._make_run_input(ref, st), self._pipe_event)
-            st.pipeline = pipe
-            self._pipelines.add(pipe)
-            self.pipeline_stats["started"] += 1
-            pipe.start()
-            return pipe
+            if st.runner is None:
+                gs = self._graphs[session.graph]
+                ref = weakref.ref(session)
+                clear = gs.staged.clear
 
-    def _draining(self, st: _SessionState) -> bool:
-        """Pipelining is off for now (a tuning trial or the choice): stop producing, serve what is queued."""
-        pipe = st.pipeline
-        if pipe is None:
-            return False
-        pipe.halt()
-        if pipe.finished:
-            self._retire(pipe)
-            st.pipeline = None
-            return False
-        return True
+                def run_clear():
+                    sess = ref()
+                    if sess is not None and not getattr(sess, "_closed", False):
+                        self._run_internal(sess, clear, None, None)
 
-    def _make_run_input(self, ref, st: _SessionState):
+                st.runner = Runner(self._make_put(session, st, inline=False), run_clear, self._runner_event)
+                self._runners.add(st.runner)
+            return st.runner
+
+    def _run_internal(self, sess, fetch, opts, md):
+        self._local.bypass = True
+        try:
+            with self._internal():  # rtkit's own run: not a step in the hooks' step timing
+                return sess.run(fetch, options=opts, run_metadata=md)
+        finally:
+            self._local.bypass = False
+
+    def _make_put(self, session, st: _SessionState, inline: bool):
         RunOptions = self.tf.compat.v1.RunOptions
         RunMetadata = self.tf.compat.v1.RunMetadata
+        ref = weakref.ref(session)
+        put = self._graphs[session.graph].staged.put
 
-        def run_input(tensors):
+        def run_put():
             sess = ref()
             if sess is None:
                 raise RuntimeError("rtkit scheduler: the session was garbage-collected")
             opts = RunOptions()
             if st.routed:
-                opts.inter_op_thread_pool = self.plan.index("input", self.active["input"])
+                opts.inter_op_thread_pool = (self.plan.index("compute", self.active["compute"]) if inline
+                                             else self.plan.index("input", self.active["input"]))
             md = None
             if self._input_trace_left > 0:
                 self._input_trace_left -= 1
                 opts.trace_level = RunOptions.SOFTWARE_TRACE
                 md = RunMetadata()
-            self._local.bypass = True
-            try:
-                with self._internal():  # rtkit's own run: not a step in the hooks' step timing
-                    out = sess.run(tensors, options=opts, run_metadata=md)
-            finally:
-                self._local.bypass = False
+            self._run_internal(sess, put, opts, md)
             del sess
             if md is not None:
-                self._take_stats(md, st, "input", input_run=True)
-            return out
-        return run_input
+                self._take_stats(md, st, "put", input_run=True)
+        return run_put
 
-    def _pipe_event(self, kind: str, t0: float, t1: float, args: Dict) -> None:
-        track = "pipeline-input-run" if kind == "input_run" else "pipeline-wait"
+    def _runner_event(self, kind: str, t0: float, t1: float, args: Dict) -> None:
+        track = "stage-put" if kind == "put" else "stage-wait"
         self.trace.add(track, kind, t0 * 1e6, (t1 - t0) * 1e6, args)
 
-    def _retire(self, pipe: Pipeline) -> int:
-        dropped = pipe.stop()
-        self._occupancy += pipe.occupancy
-        self._wait_ms += pipe.wait_ms
-        pipe.occupancy, pipe.wait_ms = [], []
-        self.pipeline_stats["dropped_batches"] += dropped
-        return dropped
-
-    def _stop_pipeline(self, st: _SessionState, why: str) -> None:
-        with st.lock:
-            pipe, st.pipeline = st.pipeline, None
-        if pipe is not None:
-            dropped = self._retire(pipe)
-            if dropped:
-                self.note(f"pipeline stopped ({why}): {dropped} prefetched batch(es) dropped")
+    def _stop_runner(self, st: _SessionState, why: str, timeout_s: float = 30.0) -> None:
+        runner = st.runner
+        if runner is None:
+            return
+        dropped = runner.stop(timeout_s)
+        self.counts["dropped_items"] += dropped
+        if dropped:
+            self.note(f"staging stopped ({why}): {dropped} staged batch(es) dropped")
 
     # ------------------------------------------------------------------ close / exit
     def on_close(self, session) -> None:
         st = self._states.get(session)
         if st is not None:
-            self._stop_pipeline(st, "session close")
+            self._stop_runner(st, "session close")
 
-    def stop_all(self) -> None:
-        for pipe in list(self._pipelines):
-            self._retire(pipe)
+    def stop_all(self, timeout_s: float = 30.0) -> None:
+        for st in list(self._states.values()):
+            if st.runner is not None and st.runner.alive:
+                self._stop_runner(st, "exit", timeout_s)
 
     def _tuning_finished(self) -> None:
         c, i, stg = self.tuner.chosen
@@ -406,6 +554,29 @@ class Scheduler:
             else:
                 self.profile_written.append(path)
 
+    def state_line(self) -> str:
+        """What actually happened, in one line (the run summary shows it)."""
+        c = self.counts
+        parts = []
+        if not self.stage:
+            parts.append("staging off")
+        elif c["rewrites"] == 0:
+            parts.append("not staged" + (f" ({self.stage_reason})" if self.stage_reason else
+                                         " (no session graph ran)"))
+        else:
+            parts.append(f"in-graph staging: {c['staged_steps']} of {c['input_runs']} input-reading runs staged")
+            if c["inline_steps"]:
+                parts.append(f"{c['inline_steps']} unstaged")
+        if self.tuner is not None:
+            t = self.tuner.report()
+            if not t["done"]:
+                parts.append(f"tuning not finished ({t['steps_used']} of {t['budget_steps']} steps)")
+            else:
+                parts.append("tuned: " + t["verdict"])
+        if self.errors:
+            parts.append(f"{len(self.errors)} error(s): {self.errors[0][:80]}")
+        return "on, " + ", ".join(parts)
+
     def report(self) -> Dict[str, Any]:
         sm = self.last_analysis
         n_traced = max(1, self._traced_steps)
@@ -416,19 +587,22 @@ class Scheduler:
             ms = self.stage_cost_ms[s] / n_traced if self._traced_steps else None
             stages[s] = {"ops": counts[s], "op_time_ms_per_step": ms,
                          "share_pct": (100.0 * self.stage_cost_ms[s] / total_ms) if total_ms else None}
-        occ = self._occupancy + [o for p in list(self._pipelines) for o in p.occupancy]
-        waits = self._wait_ms + [w for p in list(self._pipelines) for w in p.wait_ms]
         tuning = self.tuner.report() if self.tuner else None
         med = statistics.median(self.step_ms) if self.step_ms else None
+        staged = self.last_staged
+        depths = [d for _, d in self._depth]
+        hidden = [o[3] for o in self._overlap]
         return {
-            "schema_version": 1,
+            "schema_version": 2,
             "pid": os.getpid(),
+            "state": self.state_line(),
             "settings": {k: v for k, v in self.settings.items() if k.startswith("sched")},
             "sessions": self.sessions_info,
             "keras": self.keras,
             "stages": stages,
             "stage_cost_source": f"RunMetadata step_stats of {self._traced_steps} traced step(s) and "
-                                 f"{self._traced_inputs} traced input run(s); op time summed per stage",
+                                 f"{self._traced_inputs} traced put run(s); op time summed per stage",
+            "input_share_pct": stages["input"]["share_pct"],
             "step_signature": list(self.step_signature) if self.step_signature else None,
             "steps_seen": self.step_runs,
             "step_ms_median": med,
@@ -439,20 +613,32 @@ class Scheduler:
             "speedup_over_first_x": tuning["speedup_over_first_x"] if tuning else None,
             "pipeline": {
                 "enabled": self.stage,
+                "mechanism": "in-graph StagingArea (put ahead on the input pool, get in the step)",
+                "staged": staged is not None,
+                "not_staged_reason": self.stage_reason,
                 "cuttable": bool(sm and sm.cuttable),
                 "depth_steps": self.depth,
-                "boundary_tensors": list(sm.boundary) if sm else [],
+                "boundary_tensors": list(staged.boundary) if staged else (list(sm.boundary) if sm else []),
+                "rewired_inputs": staged.rewired if staged else 0,
                 "pipelined_ops": len(sm.pipelined) if sm else 0,
-                "pipelines_started": self.pipeline_stats["started"],
-                "dropped_batches": self.pipeline_stats["dropped_batches"],
-                "errors_delivered": self.pipeline_stats["errors_delivered"],
-                "occupancy_samples_batches": occ[:2000],
-                "occupancy_mean_batches": (sum(occ) / len(occ)) if occ else None,
-                "wait_ms_median": statistics.median(waits) if waits else None,
-                "steps_waited_pct": (100.0 * sum(1 for o in occ if o == 0) / len(occ)) if occ else None,
+                "pipelines_started": self.counts["runners_started"],
+                "input_runs": self.counts["input_runs"],
+                "staged_steps": self.counts["staged_steps"],
+                "inline_steps": self.counts["inline_steps"],
+                "dropped_batches": self.counts["dropped_items"],
+                "errors_delivered": self.counts["errors_delivered"],
+                "direct_input_runs": self.counts["direct_input_runs"],
+                "queue_depth_samples": self._depth,
+                "occupancy_samples_batches": depths,
+                "occupancy_mean_batches": (sum(depths) / len(depths)) if depths else None,
+                "steps_waited_pct": (100.0 * sum(1 for d in depths if d == 0) / len(depths)) if depths else None,
+                "overlap_samples": self._overlap,
+                "overlap_columns": ["step", "put_ms", "wait_ms", "hidden_pct"],
+                "input_hidden_pct_median": statistics.median(hidden) if hidden else None,
             },
             "pinning": self.pin_result,
             "profiles_written": self.profile_written,
+            "errors": self.errors,
             "notes": self.notes,
         }
 
@@ -460,7 +646,8 @@ class Scheduler:
         if self._finished:
             return
         self._finished = True
-        self.stop_all()
+        # never hold the process: a runner blocked in a long input run is a daemon and is abandoned
+        self.stop_all(timeout_s=1.0)
         if self.run_dir:
             try:
                 write_report(self.run_dir, self.report(), self.trace.chrome())

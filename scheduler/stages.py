@@ -18,6 +18,8 @@ OPAQUE_TYPES = {"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond",
                 "RefEnter", "RefExit", "RefNextIteration", "If", "StatelessIf", "While", "StatelessWhile",
                 "PartitionedCall", "StatefulPartitionedCall", "Case", "StatelessCase"}
 FEED_TYPES = {"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"}
+# rtkit's own staging ops (the put, the get and the clear of the staging area) are input-stage work.
+STAGE_OP_TYPES = {"Stage", "Unstage", "StageClear", "StageSize", "StagePeek"}
 _EMBED_RE = re.compile(r"^(Lookup|MutableHashTable|MutableDenseHashTable|HashTable|Unique|Gather|ResourceGather|"
                        r"Scatter|ResourceScatter|SparseSegment|UnsortedSegment|SparseApply|ResourceSparseApply|"
                        r"KvResource|EmbeddingVar|InitializeTable|DynamicPartition|DynamicStitch|ParallelDynamicStitch)")
@@ -143,7 +145,7 @@ def analyze(graph) -> StageMap:
     # 5. stages
     for op in ops:
         n = op.name
-        if n in pipelined or n in support:
+        if n in pipelined or n in support or (op.type in STAGE_OP_TYPES and n.startswith("rtkit_stage")):
             stage[n] = "input"
         elif n in const:
             stage[n] = "other"

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 from .stages import STAGES
 
-TRACKS = list(STAGES) + ["steps", "pipeline-input-run", "pipeline-wait"]
+TRACKS = list(STAGES) + ["steps", "stage-put", "stage-wait"]
 MAX_EVENTS = 200_000
 
 

@@ -1,44 +1,58 @@
-# tuner.py -- early-step tuning: interleave candidate pool configurations in short blocks, keep the fastest by median.
+# tuner.py -- early-step tuning: interleave candidate configurations in short blocks; keep the script's unless one is faster beyond noise.
 """Trials switch configurations per run (RunOptions.inter_op_thread_pool picks among pre-created pools; the
-pipeline is halted/drained or restarted), so a trial costs nothing but its own steps; all trials together
-stay within `budget_steps` (default 60, 6% of a 1000-step job). The candidates run interleaved in blocks
-(A B C A B C ...), not one after another: early steps drift (hash tables grow, caches warm), and a
-sequential schedule would favour whichever candidate ran last. The first step of each block is not
-measured (and `drain_steps` more after pipelining is switched off, while prefetched batches are served).
-The intra-op pool is process-wide in stock TF, so it is not a trial dimension."""
+staging runner is halted (staged items are served first) or started), so a trial costs nothing but its own
+steps. The first candidate is the job as the script made it (TF-sized pool, input stage run inline, no
+staging ahead). The candidates run interleaved in blocks (A B C C B A A B C ...), not one after another: early
+steps drift (hash tables grow, caches warm) and the machine's load changes, and a sequential schedule would
+favour whichever ran last. The first step of each block is not measured (and `drain_steps` more after
+staging is switched off, while staged items are served).
+
+Do no harm: each round gives every candidate's block median as a ratio to the baseline's block median of
+the same round. A candidate replaces the baseline only if it was faster in every round and its median
+gain exceeds both MIN_GAIN and the spread of its ratios (the measured noise); otherwise the script's own
+configuration is kept. The intra-op pool is process-wide in stock TF, so it is not a trial dimension."""
 from __future__ import annotations
 
 import statistics
 from typing import Dict, List, Optional, Tuple
 
-Config = Tuple[int, int, bool]  # (compute pool threads, input pool threads, input stage pipelined)
+Config = Tuple[int, int, bool]  # (compute pool threads, input pool threads, input stage staged ahead)
+MIN_GAIN = 0.03
 
 
 class Tuner:
     def __init__(self, compute_sizes: List[int], input_sizes: List[int], budget_steps: int,
-                 stage_options: Tuple[bool, ...] = (False,), block_steps: int = 4, drain_steps: int = 2):
+                 stage_options: Tuple[bool, ...] = (False,), block_steps: int = 4, drain_steps: int = 3):
         c0, i0, s0 = compute_sizes[0], input_sizes[0], stage_options[0]
-        cands: List[Config] = ([(c0, i0, s0)] + [(c, i0, s0) for c in compute_sizes[1:]]
-                               + [(c0, i, s0) for i in input_sizes[1:]] + [(c0, i0, s) for s in stage_options[1:]])
+        cands: List[Config] = [(c0, i0, s0)] + [(c, i0, s0) for c in compute_sizes[1:]]
+        for s in stage_options[1:]:
+            cands += [(c0, i, s) for i in input_sizes]
+        if not any(stage_options):  # input pool sizes matter only while the input stage runs ahead
+            cands = cands[:1] + [c for c in cands[1:] if c[1] == i0]
         self.budget_steps = int(budget_steps)
         self.drain_steps = int(drain_steps)
-        block = max(int(block_steps), 2 + self.drain_steps if len(set(stage_options)) > 1 else 2)
-        rounds = self.budget_steps // (len(cands) * block)
-        if rounds < 1:
-            block = self.budget_steps // len(cands)
-            rounds = 1
-        if len(cands) < 2 or block < 2 + (self.drain_steps if len(set(stage_options)) > 1 else 0):
+        switching = len(set(stage_options)) > 1
+        block = max(int(block_steps), 2 + (self.drain_steps if switching else 0))
+        rounds = self.budget_steps // (len(cands) * block) if cands else 0
+        if rounds < 2:  # at least two rounds, so the noise can be measured: shorter blocks
+            block = self.budget_steps // (2 * len(cands)) if cands else 0
+            rounds = 2
+        if len(cands) < 2 or block < 2 + (self.drain_steps if switching else 0):
             cands, rounds, block = cands[:1], 0, 0  # too small a budget to compare anything
         self.candidates = cands
         self.block = block
         self.rounds = rounds
-        self.schedule: List[Config] = [c for _ in range(rounds) for c in cands]
-        self.times: Dict[Config, List[float]] = {c: [] for c in cands}
+        # odd rounds run in reverse order (A B C, C B A, ...): a steady drift then favours no candidate
+        self.schedule: List[Config] = [c for r in range(rounds) for c in (cands if r % 2 == 0 else cands[::-1])]
+        self.blocks: Dict[Config, List[List[float]]] = {c: [] for c in cands}
         self._b = 0
         self._n = 0
         self.done = not self.schedule
         self.chosen: Config = cands[0]
         self.steps_used = 0
+        self.verdict = "nothing to compare" if self.done else "not finished"
+        self.gain: Optional[float] = None
+        self.confidence: Optional[str] = None
 
     def current(self) -> Config:
         return self.chosen if self.done else self.schedule[self._b]
@@ -52,8 +66,10 @@ class Tuner:
         if self.done:
             return
         cfg = self.schedule[self._b]
+        if self._n == 0:
+            self.blocks[cfg].append([])
         if self._n >= self._skip():
-            self.times[cfg].append(step_ms)
+            self.blocks[cfg][-1].append(step_ms)
         self._n += 1
         self.steps_used += 1
         if self._n >= self.block:
@@ -63,21 +79,55 @@ class Tuner:
                 self._finish()
 
     def _median(self, cfg: Config) -> Optional[float]:
-        t = self.times.get(cfg) or []
+        t = [x for b in self.blocks.get(cfg, []) for x in b]
         return statistics.median(t) if t else None
+
+    def ratios(self, cfg: Config) -> List[float]:
+        """Per round: the candidate's block median over the baseline's block median."""
+        base = self.blocks[self.candidates[0]]
+        out = []
+        for b0, b1 in zip(base, self.blocks.get(cfg, [])):
+            if b0 and b1:
+                out.append(statistics.median(b1) / statistics.median(b0))
+        return out
 
     def _finish(self) -> None:
         self.done = True
-        meds = {c: self._median(c) for c in self.candidates if self._median(c) is not None}
-        if meds:
-            self.chosen = min(meds, key=meds.get)
+        best, best_gain, best_conf = None, 0.0, None
+        for c in self.candidates[1:]:
+            r = self.ratios(c)
+            if len(r) < 2:
+                continue
+            gain = 1.0 - statistics.median(r)
+            noise = (max(r) - min(r)) / 2.0
+            if max(r) < 1.0 and gain > max(MIN_GAIN, noise) and gain > best_gain:
+                best, best_gain = c, gain
+                best_conf = (f"faster in {len(r)} of {len(r)} rounds; per-round ratio "
+                             f"{min(r):.3f}..{max(r):.3f} (noise +-{noise:.3f})")
+        if best is None:
+            self.chosen = self.candidates[0]
+            r0 = [x for c in self.candidates[1:] for x in self.ratios(c)]
+            spread = f"; per-round ratios of the others {min(r0):.3f}..{max(r0):.3f}" if r0 else ""
+            self.verdict = "kept the script's configuration (no candidate faster beyond the noise)"
+            self.confidence = f"{self.rounds} interleaved rounds{spread}"
+            self.gain = 0.0
+        else:
+            self.chosen = best
+            self.gain = best_gain
+            self.confidence = best_conf
+            self.verdict = (f"compute {best[0]}, input {best[1]}, staged {best[2]}: "
+                            f"{100 * best_gain:.1f}% faster than the script's configuration")
 
     def report(self) -> Dict:
         first = self._median(self.candidates[0])
         best = self._median(self.chosen)
-        trials = [{"compute_threads": c, "input_threads": i, "stage_pipelined": st,
-                   "steps": len(self.times[(c, i, st)]), "step_ms_median": self._median((c, i, st))}
-                  for c, i, st in self.candidates]
+        trials = []
+        for c, i, st in self.candidates:
+            r = self.ratios((c, i, st))
+            trials.append({"compute_threads": c, "input_threads": i, "stage_pipelined": st,
+                           "steps": sum(len(b) for b in self.blocks[(c, i, st)]),
+                           "step_ms_median": self._median((c, i, st)),
+                           "ratio_to_script_per_round": [round(x, 4) for x in r]})
         overhead = 0.0
         if best:
             for c in self.candidates:
@@ -89,6 +139,8 @@ class Tuner:
                 "trials": trials,
                 "chosen": {"compute_threads": self.chosen[0], "input_threads": self.chosen[1],
                            "stage_pipelined": self.chosen[2]},
+                "verdict": self.verdict, "gain_pct": None if self.gain is None else round(100 * self.gain, 2),
+                "confidence": self.confidence,
                 "first_step_ms_median": first, "chosen_step_ms_median": best,
                 "speedup_over_first_x": (first / best) if first and best else None,
                 "overhead_vs_chosen_ms": overhead}

@@ -9,6 +9,8 @@ from typing import Callable, List
 
 config_filters: List[Callable] = []     # fn(config) -> config, at BaseSession.__init__
 run_wrappers: List[Callable] = []       # fn(session, run_next, fetches, feed_dict, options, run_metadata)
+callable_wrappers: List[Callable] = []  # fn(session, make_next, fetches, feed_list, accept_options) -> callable
+dataset_filters: List[Callable] = []    # fn(dataset) -> dataset, for Keras Model.fit's tf.data input
 close_callbacks: List[Callable] = []    # fn(session), before BaseSession.close
 exit_callbacks: List[Callable] = []     # fn(), at interpreter exit
 
@@ -27,9 +29,14 @@ def internal():
 
 
 def register(component) -> None:
-    """Join a component that offers filter_config, wrap_run, on_close and at_exit (the Scheduler does)."""
+    """Join a component that offers filter_config, wrap_run, on_close and at_exit (the Scheduler does), and
+    optionally wrap_callable (Session.make_callable) and filter_dataset (Keras fit's tf.data input)."""
     config_filters.append(component.filter_config)
     run_wrappers.append(component.wrap_run)
+    if hasattr(component, "wrap_callable"):
+        callable_wrappers.append(component.wrap_callable)
+    if hasattr(component, "filter_dataset"):
+        dataset_filters.append(component.filter_dataset)
     close_callbacks.append(component.on_close)
     exit_callbacks.append(component.at_exit)
 

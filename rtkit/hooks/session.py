@@ -80,6 +80,7 @@ def install(session_module, pywrap) -> None:
     orig_run = base.run
     orig_call = base._call_tf_sessionrun
     orig_close = base.close
+    orig_make_callable = base.make_callable
 
     def __init__(self, target="", graph=None, config=None):
         for fn in list(registry.config_filters):
@@ -123,6 +124,19 @@ def install(session_module, pywrap) -> None:
             rec.notes.append(f"step recording failed: {exc!r}")
         return result
 
+    def make_callable(self, fetches, feed_list=None, accept_options=False):
+        wrappers = registry.callable_wrappers
+        if not wrappers:
+            return orig_make_callable(self, fetches, feed_list, accept_options)
+
+        def chain(index):
+            if index == len(wrappers):
+                return lambda f, fl=None, a=False: orig_make_callable(self, f, fl, a)
+            wrapper, nxt = wrappers[index], chain(index + 1)
+            return lambda f, fl=None, a=False: wrapper(self, nxt, f, fl, a)
+
+        return chain(0)(fetches, feed_list, accept_options)
+
     def close(self):
         for fn in list(registry.close_callbacks):
             try:
@@ -132,7 +146,8 @@ def install(session_module, pywrap) -> None:
         return orig_close(self)
 
     for name, fn, orig in (("__init__", __init__, orig_init), ("run", run, orig_run),
-                           ("_call_tf_sessionrun", _call_tf_sessionrun, orig_call), ("close", close, orig_close)):
+                           ("_call_tf_sessionrun", _call_tf_sessionrun, orig_call), ("close", close, orig_close),
+                           ("make_callable", make_callable, orig_make_callable)):
         fn.__wrapped__ = orig
         fn.__doc__ = orig.__doc__
         setattr(base, name, fn)

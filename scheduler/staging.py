@@ -1,0 +1,197 @@
+# staging.py -- SmartStage in the graph: route the cut's boundary tensors through a StagingArea (put ahead, get in the step).
+"""rewrite(graph, stage_map, depth) adds one StagingArea to the graph: a put op whose inputs are the
+boundary tensors and a get op whose outputs replace them in every consumer outside the cut
+(Operation._update_input, before any session has run the consumers: a session only sees edges it has
+not extended yet). The put runs ahead in a background Runner on the input pool; the step's run reads
+the get. The staged tensors never leave the runtime (no feed, no host copy through Python).
+
+A graph the rewrite cannot handle is left exactly as it is and the reason is returned."""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .stages import OPAQUE_TYPES, StageMap
+
+SCOPE = "rtkit_stage"
+STAGING_TYPES = {"Stage", "Unstage", "StagePeek", "StageSize", "StageClear", "MapStage", "MapUnstage",
+                 "OrderedMapStage", "OrderedMapUnstage", "MapUnstageNoKey", "OrderedMapUnstageNoKey"}
+_UNSTAGEABLE_DTYPES = ("resource", "variant")
+RUNNER_PREFIX = "rtkit-stage"
+
+
+@dataclass
+class Staged:
+    """What rewrite() added: the put op, the get op, and original boundary tensor name -> staged tensor."""
+    put: object
+    get_op: object
+    clear: object
+    mapping: Dict[str, object]
+    boundary: List[str]
+    rewired: int = 0            # consumer inputs switched to the get op's outputs
+    get_name: str = ""
+
+
+def check(graph, sm: StageMap) -> Optional[str]:
+    """None when the graph can be rewritten, else the reason it is left as it is."""
+    if not sm.cuttable:
+        return "; ".join(sm.notes) or "the input stage cannot be cut"
+    for op in graph.get_operations():
+        if op.type in STAGING_TYPES:
+            return f"the graph already has a staging op ({op.name}, {op.type}): the script stages itself"
+    for name in sm.boundary:
+        t = graph.get_tensor_by_name(name)
+        if t.dtype.name in _UNSTAGEABLE_DTYPES or t.dtype._is_ref_dtype:
+            return f"boundary tensor {name} has dtype {t.dtype.name}, which a StagingArea cannot hold"
+        for c in t.consumers():
+            if c.name not in sm.pipelined and c.type in OPAQUE_TYPES:
+                return f"boundary tensor {name} feeds control flow ({c.name}, {c.type}): the cut is not moved"
+    return None
+
+
+def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional[str]]:
+    """Add the staging area and rewire the consumers; (None, reason) when the graph is left as is."""
+    reason = check(graph, sm)
+    if reason:
+        return None, reason
+    from tensorflow.python.ops import data_flow_ops
+
+    bnd = [graph.get_tensor_by_name(n) for n in sm.boundary]
+    was_final = graph.finalized
+    if was_final:  # MonitoredTrainingSession finalizes before creating its session; ops are added before any run
+        graph._unsafe_unfinalize()
+    try:
+        with graph.as_default(), graph.name_scope(None), graph.name_scope(SCOPE), graph.control_dependencies(None):
+            area = data_flow_ops.StagingArea([t.dtype for t in bnd], capacity=max(1, int(depth)),
+                                             shared_name=None)
+            put = area.put(bnd)
+            got = area.get()
+            got = list(got) if isinstance(got, (list, tuple)) else [got]
+            clear = area.clear()
+        mapping = {}
+        for t, g in zip(bnd, got):
+            g.set_shape(t.shape)
+            mapping[t.name] = g
+        staged = Staged(put=put, get_op=got[0].op, clear=clear, mapping=mapping, boundary=list(sm.boundary),
+                        get_name=got[0].op.name)
+        for t in bnd:
+            for c in list(t.consumers()):
+                if c.name in sm.pipelined or c is put:
+                    continue
+                for i, x in enumerate(list(c.inputs)):
+                    if x is t or x.name == t.name:
+                        c._update_input(i, mapping[t.name])
+                        staged.rewired += 1
+        return staged, None
+    finally:
+        if was_final:
+            graph.finalize()
+
+
+class Runner:
+    """Runs the put op over and over on the input pool, at most `depth` items ahead (the area's capacity).
+
+    puts/gets count items; an input error (OutOfRangeError at the end of the data, a bad record) is kept
+    with the number of items put before it, so the step side raises it at exactly the step that would
+    have raised it unstaged."""
+
+    def __init__(self, run_put: Callable[[], None], run_clear: Callable[[], None],
+                 on_event: Optional[Callable[[str, float, float, Dict], None]] = None):
+        self._run_put = run_put
+        self._run_clear = run_clear
+        self._on_event = on_event
+        self.cond = threading.Condition()
+        self.puts = 0
+        self.gets = 0
+        self.error: Optional[BaseException] = None
+        self._halt = False
+        self._thread: Optional[threading.Thread] = None
+        self.depth_samples: List[Tuple[float, int]] = []   # (time, items staged) when a step took one
+        self._items: "collections.deque" = collections.deque()  # put ms of each staged item, FIFO
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, ident: int) -> None:
+        self._halt = False
+        self._thread = threading.Thread(target=self._loop, name=f"{RUNNER_PREFIX}-{ident}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._halt:
+            t0 = time.time()
+            try:
+                self._run_put()
+            except BaseException as exc:  # delivered at its step
+                with self.cond:
+                    if not self._halt:
+                        self.error = exc
+                    self.cond.notify_all()
+                return
+            t1 = time.time()
+            with self.cond:
+                self.puts += 1
+                self._items.append((t1 - t0) * 1000.0)
+                self.cond.notify_all()
+            if self._on_event:
+                self._on_event("put", t0, t1, {"item": self.puts})
+
+    def put_inline(self, run_put: Callable[[], None]) -> None:
+        """Unstaged mode: the step's own thread puts the item right before its run (which takes it)."""
+        run_put()
+        with self.cond:
+            self.puts += 1
+            self.gets += 1
+
+    def take(self) -> Tuple[str, float, float]:
+        """Before a step's run that reads the get op: ('ready', put ms of the item, wait ms) when an item is
+        staged, or ('inline', 0, wait ms) when nothing will come (put one now); raises the input error at
+        its step."""
+        t0 = time.time()
+        with self.cond:
+            while self.puts <= self.gets and self.error is None and self.alive:
+                self.cond.wait(0.5)
+            self.depth_samples.append((t0, self.puts - self.gets))
+            put_ms = 0.0
+            if self.puts > self.gets:
+                self.gets += 1
+                state = "ready"
+                put_ms = self._items.popleft() if self._items else 0.0
+            elif self.error is not None:
+                exc, self.error = self.error, None
+                raise exc
+            else:
+                state = "inline"
+        t1 = time.time()
+        if self._on_event and t1 - t0 > 0.0005:
+            self._on_event("wait", t0, t1, {"item": self.gets})
+        return state, put_ms, (t1 - t0) * 1000.0
+
+    def halt(self) -> None:
+        """Stop putting (the in-flight put completes when a step takes an item); staged items stay."""
+        self._halt = True
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """Stop the thread and drop what is staged (a reset of the iterator): returns the dropped items."""
+        self._halt = True
+        deadline = time.time() + timeout_s
+        while self.alive and time.time() < deadline:
+            try:  # a put blocked on a full area returns once the area is cleared
+                self._run_clear()
+            except Exception:
+                break
+            self._thread.join(0.05)
+        try:
+            self._run_clear()
+        except Exception:
+            pass
+        with self.cond:
+            dropped = max(0, self.puts - self.gets)
+            self.puts = self.gets = 0
+            self.error = None
+            self._items.clear()
+        return dropped
