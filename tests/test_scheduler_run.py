@@ -52,9 +52,9 @@ def test_session_staged_matches_unstaged_through_rtkit_run(tmp_path, data_dir):
 def test_monitored_training_session_with_pipeline_and_tuning(tmp_path, data_dir):
     prof = tmp_path / "tuned.toml"
     losses, rep = workload(tmp_path / "mon", data_dir, "monitored",
-                           ["sched=1", "sched_stage=1", "sched_tune=1", "sched_tune_steps=20",
-                            f"sched_save_profile={prof}"], steps=40, epochs=None)
-    assert len(losses) == 40
+                           ["sched=1", "sched_stage=1", "sched_tune=1", "sched_tune_steps=50",
+                            f"sched_save_profile={prof}"], steps=60, epochs=None)
+    assert len(losses) == 60
     sched = rep["scheduler"]
     assert sched["tuning"]["done"], sched["tuning"]
     assert os.path.isfile(prof)
@@ -74,3 +74,69 @@ def test_keras_fit_gets_thread_settings(tmp_path, data_dir):
     sched = rep["scheduler"]
     assert sched["keras"]["applied"] is True, sched["keras"]
     assert sched["keras"]["intra_op_threads"] == 1
+
+
+MTS_SCRIPT = r'''
+import sys
+import numpy as np
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+path, ckpt = sys.argv[1], sys.argv[2]
+rng = np.random.RandomState(0)
+with open(path, "w") as fh:
+    for i in range(64 * 25):
+        fh.write(f"{i % 2},{' '.join(str(x) for x in rng.randint(0, 500, size=4))},{rng.rand():.4f}\n")
+ds = tf.data.TextLineDataset(path).batch(64)
+line = tf1.data.make_one_shot_iterator(ds).get_next()
+cols = tf.strings.split(line, ",").to_tensor()
+label = tf.strings.to_number(cols[:, 0])
+ids = tf.strings.to_hash_bucket_fast(tf.strings.split(cols[:, 1], " ").to_tensor(), 500)
+dense = tf.strings.to_number(cols[:, 2])
+emb = tf1.get_variable("emb", [500, 8], initializer=tf1.constant_initializer(0.01))
+w = tf1.get_variable("w", [9, 1], initializer=tf1.constant_initializer(0.1))
+logit = tf.squeeze(tf.matmul(tf.concat([tf.reduce_mean(tf.gather(emb, ids), 1), dense[:, None]], 1), w), 1)
+loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logit))
+gs = tf1.train.get_or_create_global_step()
+train = tf1.train.AdagradOptimizer(0.1).minimize(loss, global_step=gs)
+
+class Peek(tf1.train.SessionRunHook):
+    """A user's hook: adds its own fetch to every step (the label batch)."""
+    def __init__(self):
+        self.seen = 0
+    def before_run(self, ctx):
+        return tf1.train.SessionRunArgs({"label": label})
+    def after_run(self, ctx, values):
+        self.seen += int(values.results["label"].shape[0])
+
+peek = Peek()
+# default hooks: StepCounterHook, summary and checkpoint savers, NanTensor... all from MTS itself
+with tf1.train.MonitoredTrainingSession(checkpoint_dir=ckpt, hooks=[peek], log_step_count_steps=5) as sess:
+    while not sess.should_stop():
+        _, v = sess.run([train, loss])
+        print(f"loss {float(v)!r}")
+print(f"peeked {peek.seen}")
+'''
+
+
+def test_monitored_session_with_default_and_custom_hooks_is_staged(tmp_path):
+    script = tmp_path / "mts.py"
+    script.write_text(MTS_SCRIPT)
+    out = {}
+    for name, sets in (("off", ["sched=0"]), ("on", ["sched=1", "sched_stage=1"])):
+        run_dir = tmp_path / name
+        args = ["run", "--run-dir", str(run_dir), "--quiet", "--set", "malloc=0"]
+        for s in sets:
+            args += ["--set", s]
+        proc = run_rtkit(args + ["--", PY, str(script), str(tmp_path / f"{name}.csv"), str(tmp_path / f"ck-{name}")],
+                         timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        losses = [float(v) for v in re.findall(r"^loss (\S+)$", proc.stdout, re.M)]
+        assert "peeked 1600" in proc.stdout
+        out[name] = (losses, load_report(str(run_dir)))
+    base, staged = out["off"][0], out["on"][0]
+    assert len(base) == len(staged) == 25 and base == staged  # bit-identical, step for step
+    sched = out["on"][1]["scheduler"]
+    assert not sched["errors"], sched["errors"]
+    assert sched["pipeline"]["staged"] and sched["pipeline"]["staged_steps"] >= 20, sched["pipeline"]
+    assert "in-graph staging" in sched["state"]
