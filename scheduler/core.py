@@ -521,7 +521,7 @@ class Scheduler:
             return
         dropped = runner.stop(timeout_s)
         self.counts["dropped_items"] += dropped
-        if dropped:
+        if dropped and why not in ("session close", "exit"):  # at close, staged-ahead batches are expected
             self.note(f"staging stopped ({why}): {dropped} staged batch(es) dropped")
 
     # ------------------------------------------------------------------ close / exit

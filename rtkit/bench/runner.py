@@ -29,7 +29,8 @@ def rtkit_command() -> List[str]:
 
 
 def workload_command(workload: str, steps: Optional[int], batch: Optional[int], rows: Optional[int],
-                     api: Optional[str], extra: Sequence[str] = ()) -> List[str]:
+                     api: Optional[str], extra: Sequence[str] = (), input_mode: Optional[str] = None,
+                     input_latency_ms: Optional[float] = None) -> List[str]:
     cmd = [sys.executable, "-m", "rtkit.workloads", workload]
     if steps is not None:
         cmd += ["--steps", str(steps)]
@@ -39,6 +40,10 @@ def workload_command(workload: str, steps: Optional[int], batch: Optional[int], 
         cmd += ["--rows", str(rows)]
     if api:
         cmd += ["--api", api]
+    if input_mode:
+        cmd += ["--input", input_mode]
+    if input_latency_ms:
+        cmd += ["--input-latency-ms", str(input_latency_ms)]
     return cmd + list(extra)
 
 

@@ -34,6 +34,10 @@ def register(subparsers) -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", default="wdl", help="bundled workload: wdl or dlrm (default wdl)")
     p.add_argument("--api", default=None, help="workload API passed to the workload (e.g. session)")
+    p.add_argument("--input", default=None, choices=("prefetch", "legacy"),
+                   help="workload input mode (legacy: CSV parsed in the graph after get_next, no prefetch)")
+    p.add_argument("--input-latency-ms", type=float, default=None, metavar="MS",
+                   help="legacy input: read latency per batch")
     p.add_argument("--batch", type=int, default=2048, help="batch size (default 2048)")
     p.add_argument("--steps", type=int, default=60, help="training steps per run (default 60)")
     p.add_argument("--rows", type=int, default=None, help="rows of synthetic data (workload default if unset)")
@@ -148,8 +152,10 @@ def main(args) -> int:
         command = cmd
         title = shlex.join(cmd)
     else:
-        command = runner.workload_command(args.workload, args.steps, args.batch, args.rows, args.api)
-        title = f"{args.workload} batch {args.batch}, {args.steps} steps" + (f", api {args.api}" if args.api else "")
+        command = runner.workload_command(args.workload, args.steps, args.batch, args.rows, args.api,
+                                          input_mode=args.input, input_latency_ms=args.input_latency_ms)
+        title = f"{args.workload} batch {args.batch}, {args.steps} steps" + (f", api {args.api}" if args.api else "") \
+            + (f", input {args.input}" if args.input else "")
 
     out = args.out or os.path.join("rtkit-bench", time.strftime("%Y%m%d-%H%M%S"))
     runs_dir = os.path.join(out, "runs")

@@ -30,6 +30,11 @@ def build_parser():
     p.add_argument("model", choices=MODELS)
     p.add_argument("--api", choices=APIS, default="session",
                    help="tf.compat.v1 Session, MonitoredTrainingSession or Keras fit (default session)")
+    p.add_argument("--input", choices=("prefetch", "legacy"), default="prefetch",
+                   help="prefetch: parsing in Dataset.map with prefetch (default); legacy: CSV lines parsed "
+                        "in the graph after get_next, no prefetch (a TF1-style script)")
+    p.add_argument("--input-latency-ms", type=float, default=0.0, metavar="MS",
+                   help="legacy input: extra read latency per batch, a stand-in for remote storage")
     p.add_argument("--steps", type=_positive, default=DEFAULTS["steps"])
     p.add_argument("--batch", type=_positive, default=DEFAULTS["batch"])
     p.add_argument("--rows", type=_positive, default=DEFAULTS["rows"], help="rows of the data set")
@@ -64,6 +69,8 @@ def main(argv=None):
         from rtkit.workloads.data import NUM_CAT
         widths = (args.emb_dim, 1) if args.model == "wdl" else (args.emb_dim,)
         args.capacity = _table_rows(args.table_gb, widths, NUM_CAT)
+    if args.input_latency_ms < 0 or (args.input_latency_ms and args.input != "legacy"):
+        parser.error("--input-latency-ms: a non-negative latency, with --input legacy only")
     from rtkit.workloads import data
 
     try:   # before TensorFlow is imported: a bad --data-dir is one line, not a traceback
@@ -80,7 +87,8 @@ def main(argv=None):
                        rows=args.rows, data_dir=args.data_dir, seed=args.seed, emb_dim=args.emb_dim,
                        capacity=args.capacity, epochs=args.epochs, learning_rate=args.learning_rate,
                        threads_inter=args.threads_inter, threads_intra=args.threads_intra,
-                       print_losses=args.print_losses, progress=not args.no_progress)
+                       print_losses=args.print_losses, progress=not args.no_progress,
+                       input_mode=args.input, input_latency_ms=args.input_latency_ms)
     sys.stdout.write(train.summary_line(result) + "\n")
     sys.stdout.flush()
     return 0

@@ -7,6 +7,12 @@ hashing run inside the dataset's map function, so in the training graph the whol
 that rtkit's stage analysis looks for. The order of examples is the file's order (no shuffle), so a
 run is a deterministic function of the seed.
 
+``--input legacy`` (make_legacy_dataset + parse) is the TF1 script many DeepRec users still run: the
+dataset yields raw CSV lines (``TextLineDataset -> repeat -> batch``, no prefetch, optionally a
+per-batch read latency standing in for remote storage), and decode_csv and the string hashing run in
+the training graph after ``get_next``, so they sit on the step's critical path unless something
+stages them.
+
 The batch is a dict: ``dense`` float32 [B, 13] (log1p of the counts, 0 where missing), ``cat`` int64
 [B, 26] (hashed ids, one column per categorical feature) and ``label`` float32 [B, 1].
 """
@@ -17,7 +23,11 @@ from rtkit.workloads.data import NUM_CAT, NUM_INT
 HASH_BUCKETS = 2 ** 62      # ids are hashed into a huge space: the hash table, not the hash, bounds rows
 
 
-def _parse(lines):
+INPUTS = ("prefetch", "legacy")
+
+
+def parse(lines):
+    """The parsed batch dict of a [B] string tensor of CSV lines (also used in-graph by legacy input)."""
     defaults = [[0.0]] + [[0.0]] * NUM_INT + [[""]] * NUM_CAT
     cols = tf.io.decode_csv(lines, record_defaults=defaults, field_delim="\t")
     label = tf.reshape(cols[0], [-1, 1])
@@ -34,11 +44,28 @@ def make_dataset(path, batch_size, epochs=None, parallel_calls=None):
     ds = ds.repeat(epochs) if epochs else ds.repeat()
     ds = ds.batch(batch_size)
     # num_parallel_calls keeps the output order (deterministic=True is tf.data's default).
-    ds = ds.map(_parse, num_parallel_calls=parallel_calls or tf.data.AUTOTUNE)
+    ds = ds.map(parse, num_parallel_calls=parallel_calls or tf.data.AUTOTUNE)
     return ds.prefetch(1)
 
 
-def keras_dataset(path, batch_size, epochs=None):
-    """(features, label) pairs for Keras' fit: features = {'dense', 'cat'}."""
-    ds = make_dataset(path, batch_size, epochs)
+def make_legacy_dataset(path, batch_size, epochs=None, latency_ms=0.0):
+    """Raw CSV line batches ([B] strings): no parsing, no prefetch; each batch is delayed by latency_ms
+    (a tf.data sleep inside the iterator, like a read from remote storage)."""
+    ds = tf.data.TextLineDataset(path)
+    ds = ds.repeat(epochs) if epochs else ds.repeat()
+    ds = ds.batch(batch_size)
+    if latency_ms and latency_ms > 0:
+        from tensorflow.python.data.experimental.ops import testing
+
+        ds = ds.apply(testing.sleep(int(latency_ms * 1000)))
+    return ds
+
+
+def keras_dataset(path, batch_size, epochs=None, input_mode="prefetch", latency_ms=0.0):
+    """(features, label) pairs for Keras' fit: features = {'dense', 'cat'}. Legacy input parses in a
+    sequential map with no prefetch (Keras has no graph to parse in after get_next)."""
+    if input_mode == "legacy":
+        ds = make_legacy_dataset(path, batch_size, epochs, latency_ms).map(parse)
+    else:
+        ds = make_dataset(path, batch_size, epochs)
     return ds.map(lambda b: ({"dense": b["dense"], "cat": b["cat"]}, b["label"]))

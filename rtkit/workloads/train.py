@@ -54,16 +54,21 @@ class _LossLog:
 
 
 def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
-                 config, log):
+                 config, log, input_mode="prefetch", latency_ms=0.0):
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.set_random_seed(seed)
-        ds = inputs.make_dataset(path, batch, epochs)
+        if input_mode == "legacy":
+            ds = inputs.make_legacy_dataset(path, batch, epochs, latency_ms)
+        else:
+            ds = inputs.make_dataset(path, batch, epochs)
         if api == "session":
             iterator = tf.compat.v1.data.make_initializable_iterator(ds)
         else:
             iterator = tf.compat.v1.data.make_one_shot_iterator(ds)
         batch_t = iterator.get_next()
+        if input_mode == "legacy":  # decode and hash in the training graph, after get_next
+            batch_t = inputs.parse(batch_t)
         logits = models.build_graph_model(model, batch_t, emb_dim=emb_dim, capacity=capacity, seed=seed)
         per_example = tf.nn.sigmoid_cross_entropy_with_logits(labels=batch_t["label"], logits=logits)
         # Mean in float64, then back to float32: the result no longer depends on how the reduction
@@ -100,7 +105,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
 
 
 def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
-                 threads_inter, threads_intra, log):
+                 threads_inter, threads_intra, log, input_mode="prefetch", latency_ms=0.0):
     import keras
 
     try:
@@ -128,23 +133,26 @@ def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, lea
             log.add(k * mean - (k - 1) * self.prev_mean)
             self.prev_mean = mean
 
-    ds = inputs.keras_dataset(path, batch, epochs)
+    ds = inputs.keras_dataset(path, batch, epochs, input_mode, latency_ms)
     net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False, callbacks=[Losses()])
 
 
 def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_dir=None, seed=0,
         emb_dim=16, capacity=None, epochs=None, learning_rate=0.05, threads_inter=None,
-        threads_intra=None, print_losses=False, progress=True):
+        threads_intra=None, print_losses=False, progress=True, input_mode="prefetch", input_latency_ms=0.0):
     """Train `model` with `api` for up to `steps` steps; returns a dict of figures (see keys below).
 
     epochs=None repeats the data forever; with a number the run may end early (OutOfRange), and
     `steps` in the result is the number of steps that actually ran. capacity=None: 131072 rows
     per feature for the graph APIs, 16384 for Keras (whose Adagrad does work proportional to the
-    table size each step)."""
+    table size each step). input_mode: "prefetch" (parsing in Dataset.map, prefetch) or "legacy" (CSV
+    lines parsed in the graph after get_next, no prefetch, input_latency_ms per batch)."""
     if model not in models.MODELS:
         raise ValueError(f"unknown model {model!r}; expected one of {', '.join(models.MODELS)}")
     if api not in APIS:
         raise ValueError(f"unknown api {api!r}; expected one of {', '.join(APIS)}")
+    if input_mode not in inputs.INPUTS:
+        raise ValueError(f"unknown input mode {input_mode!r}; expected one of {', '.join(inputs.INPUTS)}")
     if capacity is None:
         capacity = KERAS_CAPACITY if api == "keras" else GRAPH_CAPACITY
     path = data_mod.ensure_dataset(data_dir, rows, seed, progress=progress)
@@ -152,16 +160,16 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
     t_start = time.perf_counter()
     if api == "keras":
         _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
-                     threads_inter, threads_intra, log)
+                     threads_inter, threads_intra, log, input_mode, input_latency_ms)
     else:
         _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
-                     _session_config(threads_inter, threads_intra), log)
+                     _session_config(threads_inter, threads_intra), log, input_mode, input_latency_ms)
     n = len(log.losses)
     examples = n * batch if epochs is None else min(n * batch, rows * epochs)
     elapsed = log.elapsed()
     return {
         "model": model, "api": api, "steps": n, "batch": batch, "rows": rows, "seed": seed,
-        "capacity": capacity, "emb_dim": emb_dim,
+        "capacity": capacity, "emb_dim": emb_dim, "input": input_mode,
         "data_path": path, "losses": log.losses, "step_s": log.step_s,
         "loss_first": log.losses[0] if n else float("nan"),
         "loss_last": log.losses[-1] if n else float("nan"),
@@ -174,4 +182,4 @@ def summary_line(result):
     """The one line the CLI prints when a run ends."""
     return (f"rtkit-workload: model={result['model']} api={result['api']} steps={result['steps']} "
             f"loss_first={result['loss_first']:.6f} loss_last={result['loss_last']:.6f} "
-            f"examples_per_s={result['examples_per_s']:.1f}")
+            f"examples_per_s={result['examples_per_s']:.1f} input={result['input']}")
