@@ -62,6 +62,18 @@ def _substitute(fetches, graph, mapping: Dict[str, Any]):
     return mapping.get(getattr(el, "name", None), fetches)
 
 
+def _ends_with_prefetch(dataset) -> bool:
+    ds = dataset
+    for _ in range(8):  # with_options wraps the dataset; look through those wrappers
+        name = type(ds).__name__
+        if "Prefetch" in name:
+            return True
+        if "Options" not in name or not hasattr(ds, "_input_dataset"):
+            return False
+        ds = ds._input_dataset
+    return False
+
+
 class _GraphState:
     """One rewrite per graph, at the first run (or make_callable) any session makes on it: a session only
     sees an edge change if it has not run the consumer yet."""
@@ -161,33 +173,33 @@ class Scheduler:
             self.note(f"tf.config.threading could not be set (runtime already initialised): {exc}")
 
     def filter_dataset(self, dataset):
-        """Keras fit on a tf.data input: the input pool's size as the dataset's private thread pool and a
-        final prefetch, unless the script set those options itself (its options win)."""
+        """Keras fit on a tf.data input: the input pool's size as the dataset's private thread pool and, with
+        staging on, a final prefetch of sched_stage_depth batches; an option the script set itself wins."""
         try:
-            tf = self.tf
-            if not isinstance(dataset, tf.data.Dataset):
+            if not isinstance(dataset, self.tf.data.Dataset):
                 return dataset
-            have = dataset.options()
-            applied = {}
-            opts = tf.data.Options()
-            if not have.threading.private_threadpool_size:
+            applied: Dict[str, Any] = {}
+            out = dataset
+            if not dataset.options().threading.private_threadpool_size:
+                opts = self.tf.data.Options()
                 opts.threading.private_threadpool_size = self.active["input"]
+                out = out.with_options(opts)
                 applied["private_threadpool_size"] = self.active["input"]
-            if have.autotune.enabled is None or have.autotune.enabled:
-                pass  # autotune stays as the script left it
-            out = dataset.with_options(opts) if applied else dataset
-            if self.stage and not any(t in type(dataset._variant_tensor.op).__name__ for t in ()) and \
-                    "Prefetch" not in dataset._variant_tensor.op.type:
-                out = out.prefetch(self.depth)
-                applied["prefetch"] = self.depth
-            elif self.stage:
-                applied["prefetch"] = "the script's own"
-            self.keras.setdefault("datasets", [])
-            if len(self.keras["datasets"]) < 10:
-                self.keras["datasets"].append(applied or {"kept": "the script's options"})
+            else:
+                applied["private_threadpool_size"] = "the script's own"
+            if self.stage:
+                if _ends_with_prefetch(dataset):
+                    applied["prefetch"] = "the script's own"
+                else:
+                    out = out.prefetch(self.depth)
+                    applied["prefetch"] = self.depth
+            with self._lock:
+                ds_list = self.keras.setdefault("datasets", [])
+                if len(ds_list) < 10:
+                    ds_list.append(applied)
             return out
         except Exception as exc:  # never fail the job over an option
-            self.note(f"Keras dataset options not applied ({type(exc).__name__}: {exc})")
+            self._error(f"Keras dataset options not applied ({type(exc).__name__}: {exc})")
             return dataset
 
     # ------------------------------------------------------------------ config_filters

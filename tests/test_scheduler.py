@@ -76,6 +76,10 @@ class Hooked:
         return self.sched.wrap_run(s, lambda f, fd=None, o=None, m=None: s.run(f, fd, o, m),
                                    fetches, feed_dict, options, run_metadata)
 
+    def make_callable(self, fetches, feed_list=None):
+        s = self.sess
+        return self.sched.wrap_callable(s, lambda f, fl=None, a=False: s.make_callable(f, fl, a), fetches, feed_list)
+
     def close(self):
         self.sched.on_close(self.sess)
         self.sess.close()
@@ -142,8 +146,16 @@ def test_staged_and_unstaged_give_same_losses_and_steps(tmp_path):
     h1.close()
     assert err0 is None and err1 is None
     assert len(base) == len(staged) == 10  # 320 rows / batch 32, then OutOfRange ends the loop
-    np.testing.assert_allclose(staged, base, rtol=1e-5, atol=1e-6)
+    assert staged == base  # bit-identical: the same ops on the same batches
     rep = s1.report()
+    assert rep["pipeline"]["staged"] and rep["pipeline"]["staged_steps"] == 10
+    assert rep["pipeline"]["errors_delivered"] == 1  # the end of the data, at the 11th step
+    # no boundary tensor is fed from Python: the step's consumers read the staging area's get op
+    g = h1.sess.graph
+    assert any(op.type == "Unstage" for op in g.get_operations())
+    for name in rep["pipeline"]["boundary_tensors"]:
+        assert all(c.type == "Stage" or c.name in s1.last_analysis.pipelined
+                   for c in g.get_tensor_by_name(name).consumers()), name
     assert rep["pipeline"]["pipelines_started"] >= 1
     assert rep["pipeline"]["occupancy_samples_batches"], rep["pipeline"]
     assert s0.report()["pipeline"]["pipelines_started"] == 0
@@ -384,3 +396,108 @@ def test_tuner_keeps_the_script_configuration_within_noise():
     assert t.chosen == t.candidates[0]
     rep = t.report()
     assert rep["gain_pct"] == 0.0 and rep["verdict"].startswith("kept the script")
+
+
+def test_make_callable_steps_are_staged(tmp_path):
+    (tmp_path / "a").mkdir()
+    base, _, _, h0 = train(tmp_path / "a", stage=False)
+    h0.close()
+    m = Model(write_data(str(tmp_path / "data.csv"), 320))
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
+    h = Hooked(sched, m.graph)
+    h.run(m.init)
+    h.run(m.iterator.initializer)
+    step = h.make_callable([m.train, m.loss])
+    losses = []
+    with pytest.raises(tf.errors.OutOfRangeError):
+        while True:
+            losses.append(float(step()[1]))
+    h.close()
+    assert losses == base
+    assert sched.report()["pipeline"]["staged_steps"] == 10
+    assert not rtkit_threads()
+
+
+def _graph_with(kind, path):
+    """A trainable graph the rewrite must leave alone: its own StagingArea, or control flow at the cut."""
+    g = tf.Graph()
+    with g.as_default():
+        it = tf1.data.make_initializable_iterator(tf.data.TextLineDataset(path).batch(32))
+        cols = tf.strings.split(it.get_next(), ",").to_tensor()
+        x = tf.strings.to_number(cols[:, 2])
+        if kind == "user_stage":
+            from tensorflow.python.ops import data_flow_ops
+            area = data_flow_ops.StagingArea([tf.float32])
+            put = area.put([x])
+            x = area.get()
+            x = x[0] if isinstance(x, (list, tuple)) else x
+        else:
+            put = None
+            x = tf.cond(tf.reduce_sum(x) > 0, lambda: x * 2.0, lambda: x)
+        v = tf1.get_variable("v", [], initializer=tf1.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(x - v))
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tf1.global_variables_initializer()
+    return g, it, put, train, loss, init
+
+
+@pytest.mark.parametrize("kind,reason", [("user_stage", "already has a staging op"), ("cond", "control flow")])
+def test_graphs_the_rewrite_cannot_handle_are_left_as_they_are(tmp_path, kind, reason):
+    path = write_data(str(tmp_path / "d.csv"), 320)
+    g, it, put, train, loss, init = _graph_with(kind, path)
+    n_ops = len(g.get_operations())
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
+    h = Hooked(sched, g)
+    h.run(init)
+    h.run(it.initializer)
+    losses = []
+    for _ in range(5):
+        if put is not None:
+            h.run(put)
+        losses.append(float(h.run([train, loss])[1]))
+    h.close()
+    assert len(g.get_operations()) == n_ops  # nothing added, nothing rewired
+    rep = sched.report()
+    assert not rep["pipeline"]["staged"] and reason in rep["pipeline"]["not_staged_reason"]
+    assert rep["state"].startswith("on, not staged") and reason in rep["state"]
+    assert len(losses) == 5
+
+
+def test_exit_does_not_wait_for_a_slow_input_run(tmp_path):
+    """The runner is a daemon: at exit rtkit gives it one second, not the input run's latency."""
+    from tensorflow.python.data.experimental.ops import testing
+
+    path = write_data(str(tmp_path / "d.csv"), 320)
+    g = tf.Graph()
+    with g.as_default():
+        ds = tf.data.TextLineDataset(path).batch(32).apply(testing.sleep(2_000_000))  # 2 s per batch
+        it = tf1.data.make_initializable_iterator(ds)
+        x = tf.strings.to_number(tf.strings.split(it.get_next(), ",").to_tensor()[:, 2])
+        total = tf.reduce_sum(x)
+    sched = Scheduler(tf, settings(sched_stage=True), None)
+    h = Hooked(sched, g)
+    h.run(it.initializer)
+    for _ in range(3):
+        h.run(total)
+    import time as _t
+    t0 = _t.time()
+    sched.at_exit()
+    assert _t.time() - t0 < 1.8
+    h.close()  # close waits for the in-flight input run, then the runner is gone
+    assert not rtkit_threads()
+
+
+def test_keras_dataset_gets_stage_options_unless_the_script_set_them():
+    sched = Scheduler(tf, settings(sched_stage=True, sched_input_threads=1), None)
+    ds = tf.data.Dataset.range(10).map(lambda x: x * 2)
+    out = sched.filter_dataset(ds)
+    assert out.options().threading.private_threadpool_size == 1
+    assert "Prefetch" in type(out).__name__ or "Prefetch" in type(out._input_dataset).__name__
+    assert list(out.as_numpy_iterator()) == list(ds.as_numpy_iterator())
+    opts = tf.data.Options()
+    opts.threading.private_threadpool_size = 3
+    mine = tf.data.Dataset.range(10).prefetch(1).with_options(opts)
+    kept = sched.filter_dataset(mine)
+    assert kept.options().threading.private_threadpool_size == 3
+    assert sched.keras["datasets"][-1] == {"private_threadpool_size": "the script's own", "prefetch": "the script's own"}
+    assert sched.filter_dataset([1, 2]) == [1, 2]  # not a dataset: untouched

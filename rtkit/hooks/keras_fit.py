@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from rtkit.hooks import registry
 from rtkit.hooks.steps import minor_faults, recorder
 
 _PATCHED_FLAG = "_rtkit_patched"
@@ -63,7 +64,27 @@ def install(keras) -> None:
             callbacks.append(callback_cls())
         return callbacks
 
+    def with_dataset_filters(args, kwargs):
+        """A tf.data input (x) goes through the components' dataset filters (the scheduler's stage pools)."""
+        if args:
+            x = args[0]
+        else:
+            x = kwargs.get("x")
+        if x is None or not registry.dataset_filters:
+            return args, kwargs
+        for fn in list(registry.dataset_filters):
+            try:
+                x = fn(x)
+            except Exception as exc:
+                rec.notes.append(f"dataset filter {getattr(fn, '__name__', fn)} failed: {exc!r}")
+        if args:
+            return (x,) + tuple(args[1:]), kwargs
+        return args, dict(kwargs, x=x)
+
+    rec = recorder()
+
     def fit(self, *args, **kwargs):
+        args, kwargs = with_dataset_filters(args, kwargs)
         if len(args) > 5:  # callbacks given positionally: (x, y, batch_size, epochs, verbose, callbacks, ...)
             args = args[:5] + (with_step_callback(args[5]),) + args[6:]
         else:
