@@ -579,6 +579,8 @@ class Scheduler:
             parts.append(f"in-graph staging: {c['staged_steps']} of {c['input_runs']} input-reading runs staged")
             if c["inline_steps"]:
                 parts.append(f"{c['inline_steps']} unstaged")
+        if self.keras.get("datasets"):
+            parts.append(f"Keras: stage options on {len(self.keras['datasets'])} tf.data input(s)")
         if self.tuner is not None:
             t = self.tuner.report()
             if not t["done"]:
@@ -601,6 +603,9 @@ class Scheduler:
                          "share_pct": (100.0 * self.stage_cost_ms[s] / total_ms) if total_ms else None}
         tuning = self.tuner.report() if self.tuner else None
         med = statistics.median(self.step_ms) if self.step_ms else None
+        if tuning is not None and self.step_ms:
+            # what the slower trials cost, as a share of the job's step time so far
+            tuning["cost_pct_of_job"] = round(100.0 * tuning["overhead_vs_chosen_ms"] / sum(self.step_ms), 2)
         staged = self.last_staged
         depths = [d for _, d in self._depth]
         hidden = [o[3] for o in self._overlap]
