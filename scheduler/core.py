@@ -424,7 +424,7 @@ class Scheduler:
             if len(self._overlap) < MAX_SAMPLES:
                 hidden = 100.0 * max(0.0, put_ms - wait_ms) / put_ms if put_ms > 0 else 100.0
                 self._overlap.append([self.step_runs, round(put_ms, 3), round(wait_ms, 3), round(hidden, 1)])
-        if runner.depth_samples and len(self._depth) < MAX_SAMPLES:
+        if self.active["stage"] and runner.depth_samples and len(self._depth) < MAX_SAMPLES:
             t, d = runner.depth_samples[-1]
             self._depth.append([round(t, 4), d])
         if len(runner.depth_samples) > 64:

@@ -18,13 +18,16 @@ from typing import Dict, List, Optional, Tuple
 
 Config = Tuple[int, int, bool]  # (compute pool threads, input pool threads, input stage staged ahead)
 MIN_GAIN = 0.03
+MIN_ROUNDS = 3      # a candidate must win every round: with 3, chance alone picks one of 3 others ~1 time in 3
+MAX_ROUNDS = 6
 
 
 class Tuner:
     def __init__(self, compute_sizes: List[int], input_sizes: List[int], budget_steps: int,
                  stage_options: Tuple[bool, ...] = (False,), block_steps: int = 4, drain_steps: int = 3):
         c0, i0, s0 = compute_sizes[0], input_sizes[0], stage_options[0]
-        cands: List[Config] = [(c0, i0, s0)] + [(c, i0, s0) for c in compute_sizes[1:]]
+        # a larger compute pool than the CPUs rarely helps: left out, so that three rounds fit the budget
+        cands: List[Config] = [(c0, i0, s0)] + [(c, i0, s0) for c in compute_sizes[1:] if c <= c0]
         for s in stage_options[1:]:
             cands += [(c0, i, s) for i in input_sizes]
         if not any(stage_options):  # input pool sizes matter only while the input stage runs ahead
@@ -33,10 +36,10 @@ class Tuner:
         self.drain_steps = int(drain_steps)
         switching = len(set(stage_options)) > 1
         block = max(int(block_steps), 2 + (self.drain_steps if switching else 0))
-        rounds = self.budget_steps // (len(cands) * block) if cands else 0
-        if rounds < 2:  # at least two rounds, so the noise can be measured: shorter blocks
-            block = self.budget_steps // (2 * len(cands)) if cands else 0
-            rounds = 2
+        rounds = min(MAX_ROUNDS, self.budget_steps // (len(cands) * block)) if cands else 0
+        if rounds < MIN_ROUNDS:  # enough rounds to measure the noise: shorter blocks
+            block = self.budget_steps // (MIN_ROUNDS * len(cands)) if cands else 0
+            rounds = MIN_ROUNDS
         if len(cands) < 2 or block < 2 + (self.drain_steps if switching else 0):
             cands, rounds, block = cands[:1], 0, 0  # too small a budget to compare anything
         self.candidates = cands

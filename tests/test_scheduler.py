@@ -266,21 +266,21 @@ def test_user_thread_settings_win_unless_override(tmp_path):
 def test_tuning_picks_a_config_writes_profile_report_and_trace(tmp_path):
     out = tmp_path / "tuned.toml"
     (tmp_path / "base").mkdir()
-    base, _, _, h0 = train(tmp_path / "base", stage=False, rows=32 * 60)
+    base, _, _, h0 = train(tmp_path / "base", stage=False, rows=32 * 70)
     h0.close()
-    losses, err, sched, h = train(tmp_path, stage=True, rows=32 * 60,
-                                  sched_tune=True, sched_tune_steps=50, sched_save_profile=str(out))
+    losses, err, sched, h = train(tmp_path, stage=True, rows=32 * 70,
+                                  sched_tune=True, sched_tune_steps=60, sched_save_profile=str(out))
     h.close()
-    assert err is None and len(losses) == 60
+    assert err is None and len(losses) == 70
     # trials switch pools and staging on and off (serving what was staged first): same batches, same order
-    np.testing.assert_allclose(losses, base, rtol=1e-5, atol=1e-6)
+    assert losses == base
     rep = sched.report()
     assert rep["tuning"]["done"], rep["tuning"]
     trials = rep["tuning"]["trials"]
     assert len(trials) >= 3
     assert {t["stage_pipelined"] for t in trials} == {True, False}
     assert rep["pipeline"]["dropped_batches"] == 0
-    assert rep["tuning"]["steps_used"] <= 50
+    assert rep["tuning"]["steps_used"] <= 60
     assert rep["tuning"]["verdict"] and rep["tuning"]["confidence"]
     assert rep["speedup_over_first_x"] and rep["speedup_over_first_x"] >= 1.0
     prof = rconfig.load_profile(str(out))
@@ -361,7 +361,7 @@ def test_tuner_interleaves_blocks_and_keeps_the_fastest():
     from rtkit.scheduler.tuner import Tuner
 
     t = Tuner([2, 1, 4], [1, 2], 60, stage_options=(False, True), block_steps=4, drain_steps=2)
-    assert len(t.candidates) == 5 and t.rounds == 3
+    assert t.candidates == [(2, 1, False), (1, 1, False), (2, 1, True), (2, 2, True)] and t.rounds == 3
     assert t.candidates[0] == (2, 1, False)  # the script's own configuration comes first
     order = []
     drift = 100.0
@@ -370,15 +370,15 @@ def test_tuner_interleaves_blocks_and_keeps_the_fastest():
         order.append(cfg)
         drift -= 0.5  # steps get faster over time: a sequential schedule would favour the last candidate
         t.record(drift * (0.8 if cfg == (2, 2, True) else 1.0))
-    assert t.steps_used == 60
+    assert t.steps_used == 4 * 4 * 3  # 4 candidates, blocks of 4, 3 rounds
     assert order[:4] == [t.candidates[0]] * 4 and order[4] == t.candidates[1]  # blocks, interleaved
-    assert order[20:24] == [t.candidates[-1]] * 4  # the second round runs in reverse order
+    assert order[16:20] == [t.candidates[-1]] * 4  # the second round runs in reverse order
     assert t.chosen == (2, 2, True)
     rep = t.report()
     assert rep["speedup_over_first_x"] > 1.0 and 15 < rep["gain_pct"] < 30
     assert "3 of 3 rounds" in rep["confidence"]
     # after switching staging off, the drained steps are not measured: 4 - 1 - 2 in that block
-    assert rep["trials"][2]["steps"] == 3 + 3 + 1
+    assert rep["trials"][1]["steps"] == 3 + 1 + 3
 
 
 def test_tuner_keeps_the_script_configuration_within_noise():

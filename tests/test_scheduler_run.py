@@ -72,9 +72,9 @@ def test_legacy_input_staged_in_graph_is_bit_identical(tmp_path, data_dir):
 def test_monitored_training_session_with_pipeline_and_tuning(tmp_path, data_dir):
     prof = tmp_path / "tuned.toml"
     losses, rep = workload(tmp_path / "mon", data_dir, "monitored",
-                           ["sched=1", "sched_stage=1", "sched_tune=1", "sched_tune_steps=50",
-                            f"sched_save_profile={prof}"], steps=60, epochs=None)
-    assert len(losses) == 60
+                           ["sched=1", "sched_stage=1", "sched_tune=1", "sched_tune_steps=60",
+                            f"sched_save_profile={prof}"], steps=70, epochs=None)
+    assert len(losses) == 70
     sched = rep["scheduler"]
     assert sched["tuning"]["done"], sched["tuning"]
     assert os.path.isfile(prof)

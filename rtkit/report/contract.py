@@ -100,6 +100,10 @@ class Scheduler:
     STAGED_STEPS, NOT_STAGED_REASON = "pipeline.staged_steps", "pipeline.not_staged_reason"
     TUNING_VERDICT, TUNING_GAIN_PCT = "tuning.verdict", "tuning.gain_pct"
     ERRORS = "errors"
+    INPUT_SHARE = "input_share_pct"       # the input stage's share of op time: what staging can hide at most
+    HIDDEN_PCT = "pipeline.input_hidden_pct_median"
+    QUEUE_DEPTH_SAMPLES = "pipeline.queue_depth_samples"   # [[t, items staged]] per step (plotted, not tabled)
+    OVERLAP_SAMPLES = "pipeline.overlap_samples"           # [[step, put_ms, wait_ms, hidden_pct]] per step
     OCCUPANCY_MEAN = "pipeline.occupancy_mean_batches"
     OCCUPANCY_SAMPLES = "pipeline.occupancy_samples_batches"
     NOTES = "notes"
