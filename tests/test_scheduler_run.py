@@ -94,6 +94,13 @@ def test_keras_fit_gets_thread_settings(tmp_path, data_dir):
     sched = rep["scheduler"]
     assert sched["keras"]["applied"] is True, sched["keras"]
     assert sched["keras"]["intra_op_threads"] == 1
+    # the fit's tf.data input got the input pool as its private thread pool (the workload sets none)
+    assert sched["keras"]["datasets"] and sched["keras"]["datasets"][0]["private_threadpool_size"] >= 1
+    # the summary says what happened: no session, nothing staged, never "pipelined"
+    from rtkit.report.terminal import summary_lines
+    line = [x for x in summary_lines(rep) if "scheduler:" in x][0]
+    state = line.split(", compute_threads")[0]
+    assert "pipelined" not in state and "staging off" in state and "Keras" in state, line
 
 
 MTS_SCRIPT = r'''
