@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from .stages import OPAQUE_TYPES, StageMap
+from .stages import GET_NEXT_TYPES, OPAQUE_TYPES, StageMap
 
 SCOPE = "rtkit_stage"
 STAGING_TYPES = {"Stage", "Unstage", "StagePeek", "StageSize", "StageClear", "MapStage", "MapUnstage",
@@ -39,9 +39,16 @@ def check(graph, sm: StageMap) -> Optional[str]:
     """None when the graph can be rewritten, else the reason it is left as it is."""
     if not sm.cuttable:
         return "; ".join(sm.notes) or "the input stage cannot be cut"
+    sources = []
     for op in graph.get_operations():
         if op.type in STAGING_TYPES:
             return f"the graph already has a staging op ({op.name}, {op.type}): the script stages itself"
+        if op.type in GET_NEXT_TYPES:
+            sources.append(op.name)
+    if len(sources) > 1:
+        # one put over all of them would advance every iterator (an eval input too) at every step
+        return (f"{len(sources)} iterator get_next ops in the graph ({', '.join(sources[:3])}): "
+                "one staging area would advance them all at every step")
     for name in sm.boundary:
         t = graph.get_tensor_by_name(name)
         if t.dtype.name in _UNSTAGEABLE_DTYPES or t.dtype._is_ref_dtype:

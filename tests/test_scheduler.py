@@ -419,19 +419,25 @@ def test_make_callable_steps_are_staged(tmp_path):
 
 
 def _graph_with(kind, path):
-    """A trainable graph the rewrite must leave alone: its own StagingArea, or control flow at the cut."""
+    """A trainable graph the rewrite must leave alone: its own StagingArea, control flow at the cut, or a
+    second (eval) iterator."""
     g = tf.Graph()
     with g.as_default():
         it = tf1.data.make_initializable_iterator(tf.data.TextLineDataset(path).batch(32))
         cols = tf.strings.split(it.get_next(), ",").to_tensor()
         x = tf.strings.to_number(cols[:, 2])
-        if kind == "user_stage":
+        if kind == "two_iterators":  # a train and an eval input in one graph
+            it2 = tf1.data.make_initializable_iterator(tf.data.TextLineDataset(path).batch(32))
+            ev = tf.strings.to_number(tf.strings.split(it2.get_next(), ",").to_tensor()[:, 2])
+            tf.reduce_mean(ev, name="eval_metric")  # never run here: its iterator is not even initialised
+            put = None
+        elif kind == "user_stage":
             from tensorflow.python.ops import data_flow_ops
             area = data_flow_ops.StagingArea([tf.float32])
             put = area.put([x])
             x = area.get()
             x = x[0] if isinstance(x, (list, tuple)) else x
-        else:
+        if kind == "cond":
             put = None
             x = tf.cond(tf.reduce_sum(x) > 0, lambda: x * 2.0, lambda: x)
         v = tf1.get_variable("v", [], initializer=tf1.zeros_initializer())
@@ -441,7 +447,8 @@ def _graph_with(kind, path):
     return g, it, put, train, loss, init
 
 
-@pytest.mark.parametrize("kind,reason", [("user_stage", "already has a staging op"), ("cond", "control flow")])
+@pytest.mark.parametrize("kind,reason", [("user_stage", "already has a staging op"), ("cond", "control flow"),
+                                         ("two_iterators", "2 iterator get_next ops")])
 def test_graphs_the_rewrite_cannot_handle_are_left_as_they_are(tmp_path, kind, reason):
     path = write_data(str(tmp_path / "d.csv"), 320)
     g, it, put, train, loss, init = _graph_with(kind, path)
