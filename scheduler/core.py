@@ -416,10 +416,10 @@ class Scheduler:
         self.counts["input_runs"] += 1
         if state == "inline":
             runner.put_inline(self._make_put(session, st, inline=True))
-            self._step_kind = "inline"
+            self._local.step_kind = "inline"
             self.counts["inline_steps"] += 1
         else:
-            self._step_kind = "staged"
+            self._local.step_kind = "staged"
             self.counts["staged_steps"] += 1
             if len(self._overlap) < MAX_SAMPLES:
                 hidden = 100.0 * max(0.0, put_ms - wait_ms) / put_ms if put_ms > 0 else 100.0
@@ -432,7 +432,7 @@ class Scheduler:
 
     def _after_step(self, st: _SessionState, mode: str, t0: float, t1: float, tracing: bool, md) -> None:
         ms = (t1 - t0) * 1000.0
-        kind = getattr(self, "_step_kind", None) if mode == "staged" else mode
+        kind = getattr(self._local, "step_kind", None) if mode == "staged" else mode
         self.trace.add("steps", "step", t0 * 1e6, (t1 - t0) * 1e6, {"mode": kind or mode})
         if tracing:
             self._traced_steps += 1
