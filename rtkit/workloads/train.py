@@ -182,4 +182,4 @@ def summary_line(result):
     """The one line the CLI prints when a run ends."""
     return (f"rtkit-workload: model={result['model']} api={result['api']} steps={result['steps']} "
             f"loss_first={result['loss_first']:.6f} loss_last={result['loss_last']:.6f} "
-            f"examples_per_s={result['examples_per_s']:.1f} input={result['input']}")
+            f"examples_per_s={result['examples_per_s']:.1f}")
