@@ -486,7 +486,8 @@ class Scheduler:
                     if sess is not None and not getattr(sess, "_closed", False):
                         self._run_internal(sess, clear, None, None)
 
-                st.runner = Runner(self._make_put(session, st, inline=False), run_clear, self._runner_event)
+                st.runner = Runner(self._make_put(session, st, inline=False), run_clear, self._runner_event,
+                                   depth=self.depth)
                 self._runners.add(st.runner)
             return st.runner
 

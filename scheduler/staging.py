@@ -72,7 +72,9 @@ def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional
         graph._unsafe_unfinalize()
     try:
         with graph.as_default(), graph.name_scope(None), graph.name_scope(SCOPE), graph.control_dependencies(None):
-            area = data_flow_ops.StagingArea([t.dtype for t in bnd], capacity=max(1, int(depth)),
+            # the runner keeps at most `depth` items ahead; +1: the step that took an item may not have run
+            # its get yet when the next put lands
+            area = data_flow_ops.StagingArea([t.dtype for t in bnd], capacity=max(1, int(depth)) + 1,
                                              shared_name=None)
             put = area.put(bnd)
             got = area.get()
@@ -106,7 +108,8 @@ class Runner:
     have raised it unstaged."""
 
     def __init__(self, run_put: Callable[[], None], run_clear: Callable[[], None],
-                 on_event: Optional[Callable[[str, float, float, Dict], None]] = None):
+                 on_event: Optional[Callable[[str, float, float, Dict], None]] = None, depth: int = 2):
+        self.depth = max(1, int(depth))
         self._run_put = run_put
         self._run_clear = run_clear
         self._on_event = on_event
@@ -129,7 +132,14 @@ class Runner:
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._halt:
+        while True:
+            # wait for room here, not inside the Stage op: a put's time is then its own work (the overlap
+            # figures), and a put never holds an input-pool thread blocked on a full area
+            with self.cond:
+                while not self._halt and self.puts - self.gets >= self.depth:
+                    self.cond.wait(0.05)
+                if self._halt:
+                    return
             t0 = time.time()
             try:
                 self._run_put()
@@ -166,6 +176,7 @@ class Runner:
             put_ms = 0.0
             if self.puts > self.gets:
                 self.gets += 1
+                self.cond.notify_all()  # room for the runner's next put
                 state = "ready"
                 put_ms = self._items.popleft() if self._items else 0.0
             elif self.error is not None:
