@@ -148,3 +148,10 @@ def test_own_plan_accepted_when_blocks_are_held_before_the_first_step(prm, tmp_p
     doc = stats(second)
     assert doc["plan"]["source"] == "loaded" and doc["plan"]["rejected_reason"] is None, doc["plan"]
     assert doc["profile"]["profiled_steps"] == 0
+
+
+def test_unit_large_heap(prm):
+    # the retained large-object heap alone: threads, coalescing, double/interior free refused, resize, decay, trim
+    proc = run_c(prm, "prmalloc_unit_large", preload=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "prmalloc_unit_large: ok\n"

@@ -182,3 +182,42 @@ long rtk_os_read_file(const char *path, char *buf, size_t cap)
     errno = saved;
     return (long)off;
 }
+
+void *rtk_os_reserve(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+int rtk_os_release(void *p, size_t size)
+{
+    int saved = errno;
+    int r = madvise(p, size, MADV_DONTNEED);
+    errno = saved;
+    return r;
+}
+
+size_t rtk_os_as_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return SIZE_MAX;
+    return (size_t)rl.rlim_cur;
+}
+
+size_t rtk_os_mem_available(void)
+{
+    char buf[4096];
+    long n = rtk_os_read_file("/proc/meminfo", buf, sizeof buf);
+    if (n <= 0)
+        return SIZE_MAX;
+    const char *s = strstr(buf, "MemAvailable:");
+    if (!s)
+        return SIZE_MAX;
+    unsigned long long kib = 0;
+    for (s += 13; *s == ' '; s++)
+        ;
+    for (; *s >= '0' && *s <= '9'; s++)
+        kib = kib * 10 + (unsigned long long)(*s - '0');
+    return (size_t)kib << 10;
+}

@@ -1,0 +1,377 @@
+/* large.c -- the retained large-object heap. One reserved address range (MAP_NORESERVE) carved into page
+ * extents from a bump top; freed extents coalesce with free neighbours through boundary tags and wait in
+ * segregated free lists (4 lists per power of two of pages), newest first, with their pages still resident:
+ * a size that recurs every step, or varies with the batch, reuses faulted pages instead of faulting anew.
+ * A free extent unused for N steps (RTKIT_MALLOC_DECAY_STEPS) gives its pages back (MADV_DONTNEED); so does
+ * malloc_trim. Per-page metadata lives outside the blocks, so free pages are never touched by bookkeeping,
+ * and the tag of a block's first page is its O(1) state: a double free or an interior pointer is caught. */
+#include <string.h>
+
+#include "common/lock.h"
+#include "common/os.h"
+#include "prmalloc/large.h"
+
+#define PAGE_SHIFT 12
+#define PAGE ((size_t)1 << PAGE_SHIFT)
+#define NBINS 128
+#define NIL UINT32_MAX
+
+/* tag of a page: bits 0-1 state, bit 2 released (free starts only), bits 3-31 pages of the extent */
+enum { T_NONE = 0, T_ALLOC = 1, T_FREE = 2, T_FEND = 3 };
+#define T_REL 4u
+#define TAG(state, n, rel) ((uint32_t)(n) << 3 | (rel) | (state))
+#define T_STATE(t) ((t) & 3u)
+#define T_PAGES(t) ((t) >> 3)
+
+typedef struct pmeta {
+    uint32_t tag;
+    uint32_t prev, next;   /* free-list links (free starts only) */
+    uint32_t step;         /* step the extent became free (free starts only) */
+} pmeta_t;
+
+uintptr_t rtk_large_lo, rtk_large_span;
+
+static rtk_spin_t g_lock = RTK_SPIN_INIT;
+static char *g_base;
+static pmeta_t *g_meta;
+static uint32_t g_pages, g_top;      /* pages reserved; pages ever handed out from the bottom */
+static uint32_t g_head[NBINS];
+static uint64_t g_map[NBINS / 64];   /* non-empty lists */
+static uint32_t g_step;
+static size_t g_in_use, g_idle, g_released;  /* pages */
+static uint64_t g_blocks, g_decayed, g_trims;
+
+static unsigned bin_of(uint32_t n)
+{
+    if (n < 4)
+        return n;
+    unsigned fl = 31u - (unsigned)__builtin_clz(n);
+    return fl * 4 + ((n >> (fl - 2)) & 3);
+}
+
+int rtk_large_init(size_t limit, int thp)
+{
+    if (g_base)
+        return 0;
+    size_t as = rtk_os_as_limit();
+    if (as != SIZE_MAX && limit > as / 4)
+        limit = as / 4;
+    if (limit > ((size_t)1 << 41))
+        limit = (size_t)1 << 41;  /* 29 bits of pages in a tag */
+    limit &= ~(((size_t)2 << 20) - 1);
+    if (limit < ((size_t)64 << 20))
+        return -1;
+    size_t meta = (limit >> PAGE_SHIFT) * sizeof(pmeta_t);
+    pmeta_t *m = rtk_os_reserve(meta);
+    if (!m)
+        return -1;
+    /* over-reserve by 2 MiB so the range starts on a huge-page boundary (THP-friendly, and aligned blocks) */
+    char *raw = rtk_os_reserve(limit + ((size_t)2 << 20));
+    if (!raw) {
+        rtk_os_unmap(m, meta);
+        return -1;
+    }
+    char *base = (char *)(((uintptr_t)raw + ((2u << 20) - 1)) & ~(uintptr_t)((2u << 20) - 1));
+    if (thp)
+        rtk_os_hugepage(base, limit);
+    for (unsigned b = 0; b < NBINS; b++)
+        g_head[b] = NIL;
+    g_meta = m;
+    g_pages = (uint32_t)(limit >> PAGE_SHIFT);
+    g_base = base;
+    __atomic_store_n(&rtk_large_lo, (uintptr_t)base, __ATOMIC_RELEASE);
+    __atomic_store_n(&rtk_large_span, (uintptr_t)limit, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static void list_push(uint32_t x, unsigned b)
+{
+    g_meta[x].prev = NIL;
+    g_meta[x].next = g_head[b];
+    if (g_head[b] != NIL)
+        g_meta[g_head[b]].prev = x;
+    g_head[b] = x;
+    g_map[b / 64] |= 1ull << (b % 64);
+}
+
+static void list_remove(uint32_t x)
+{
+    uint32_t t = g_meta[x].tag;
+    unsigned b = bin_of(T_PAGES(t));
+    uint32_t p = g_meta[x].prev, n = g_meta[x].next;
+    if (p != NIL)
+        g_meta[p].next = n;
+    else
+        g_head[b] = n;
+    if (n != NIL)
+        g_meta[n].prev = p;
+    if (g_head[b] == NIL)
+        g_map[b / 64] &= ~(1ull << (b % 64));
+    if (t & T_REL)
+        g_released -= T_PAGES(t);
+    else
+        g_idle -= T_PAGES(t);
+}
+
+/* a free extent [x, x + n): tags at both ends, onto its list */
+static void insert_free(uint32_t x, uint32_t n, unsigned rel, uint32_t step)
+{
+    g_meta[x].tag = TAG(T_FREE, n, rel);
+    if (n >= 2)
+        g_meta[x + n - 1].tag = TAG(T_FEND, n, 0);
+    g_meta[x].step = step;
+    list_push(x, bin_of(n));
+    if (rel)
+        g_released += n;
+    else
+        g_idle += n;
+}
+
+static void clear_free_tags(uint32_t x, uint32_t n)
+{
+    g_meta[x].tag = 0;
+    if (n >= 2)
+        g_meta[x + n - 1].tag = 0;
+}
+
+/* a free extent of at least need pages, unlinked; NIL when none */
+static uint32_t find_free(uint32_t need)
+{
+    unsigned b = bin_of(need);
+    int tries = 32;
+    for (uint32_t x = g_head[b]; x != NIL && tries-- > 0; x = g_meta[x].next)
+        if (T_PAGES(g_meta[x].tag) >= need) {
+            list_remove(x);
+            return x;
+        }
+    for (unsigned w = (b + 1) / 64; w < NBINS / 64; w++) {
+        uint64_t bits = g_map[w];
+        if (w == (b + 1) / 64)
+            bits &= ~0ull << ((b + 1) % 64);
+        if (bits) {
+            uint32_t x = g_head[w * 64 + (unsigned)__builtin_ctzll(bits)];
+            list_remove(x);
+            return x;
+        }
+    }
+    return NIL;
+}
+
+void *rtk_large_alloc(size_t n, size_t align, size_t *usable)
+{
+    if (!g_base || n > ((size_t)g_pages << PAGE_SHIFT))
+        return NULL;
+    uint32_t np = (uint32_t)((n + PAGE - 1) >> PAGE_SHIFT), ap = align > PAGE ? (uint32_t)(align >> PAGE_SHIFT) : 1;
+    if (np == 0)
+        np = 1;
+    if (ap > g_pages)
+        return NULL;
+    uint32_t need = np + ap - 1;
+    rtk_spin_lock(&g_lock);
+    uint32_t x = find_free(need), len;
+    unsigned rel = 0;
+    uint32_t step = g_step;
+    if (x != NIL) {
+        uint32_t t = g_meta[x].tag;
+        len = T_PAGES(t);
+        rel = t & T_REL;
+        step = g_meta[x].step;
+        clear_free_tags(x, len);
+    } else {
+        /* fresh pages from the top: start there already aligned, the skipped pages become a free extent */
+        uint32_t a = (g_top + ap - 1) & ~(ap - 1);
+        if ((uint64_t)a + np > g_pages) {
+            rtk_spin_unlock(&g_lock);
+            return NULL;
+        }
+        if (a > g_top)
+            insert_free(g_top, a - g_top, T_REL, g_step);
+        x = a;
+        len = np;
+        rel = T_REL;
+        g_top = a + np;
+    }
+    uint32_t a = (x + ap - 1) & ~(ap - 1);
+    if (a > x)
+        insert_free(x, a - x, rel, step);
+    uint32_t tail = len - (a - x) - np;
+    if (tail)
+        insert_free(a + np, tail, rel, step);
+    g_meta[a].tag = TAG(T_ALLOC, np, 0);
+    g_in_use += np;
+    g_blocks++;
+    rtk_spin_unlock(&g_lock);
+    *usable = (size_t)np << PAGE_SHIFT;
+    return g_base + ((size_t)a << PAGE_SHIFT);
+}
+
+/* the page index of p when p starts a live block, else a negative rtk_large_free code */
+static int64_t block_index(const void *p)
+{
+    uintptr_t off = (uintptr_t)p - (uintptr_t)g_base;
+    if (off & (PAGE - 1))
+        return -1;
+    uint32_t x = (uint32_t)(off >> PAGE_SHIFT);
+    if (x >= g_top)
+        return -1;
+    uint32_t s = T_STATE(g_meta[x].tag);
+    if (s == T_ALLOC)
+        return x;
+    return s == T_FREE ? -2 : -1;
+}
+
+/* put [x, x + n) back, merged with free neighbours (caller holds the lock, the pages carry no tags) */
+static void release_extent(uint32_t x, uint32_t n)
+{
+    uint32_t r = x + n;
+    if (r < g_top && T_STATE(g_meta[r].tag) == T_FREE) {
+        uint32_t m = T_PAGES(g_meta[r].tag);
+        list_remove(r);
+        clear_free_tags(r, m);
+        n += m;
+    }
+    if (x > 0) {
+        uint32_t t = g_meta[x - 1].tag, l = NIL;
+        if (T_STATE(t) == T_FEND)
+            l = x - T_PAGES(t);
+        else if (T_STATE(t) == T_FREE)
+            l = x - 1;
+        if (l != NIL) {
+            uint32_t m = T_PAGES(g_meta[l].tag);
+            list_remove(l);
+            clear_free_tags(l, m);
+            x = l;
+            n += m;
+        }
+    }
+    insert_free(x, n, 0, g_step);
+}
+
+int rtk_large_free(void *p, size_t *bytes)
+{
+    rtk_spin_lock(&g_lock);
+    int64_t i = block_index(p);
+    if (i < 0) {
+        rtk_spin_unlock(&g_lock);
+        return (int)i;
+    }
+    uint32_t x = (uint32_t)i, n = T_PAGES(g_meta[x].tag);
+    g_meta[x].tag = 0;
+    g_in_use -= n;
+    release_extent(x, n);
+    rtk_spin_unlock(&g_lock);
+    *bytes = (size_t)n << PAGE_SHIFT;
+    return 0;
+}
+
+size_t rtk_large_usable(const void *p)
+{
+    rtk_spin_lock(&g_lock);
+    int64_t i = block_index(p);
+    size_t r = i < 0 ? 0 : (size_t)T_PAGES(g_meta[i].tag) << PAGE_SHIFT;
+    rtk_spin_unlock(&g_lock);
+    return r;
+}
+
+int rtk_large_resize(void *p, size_t n, size_t *usable)
+{
+    uint32_t np = (uint32_t)((n + PAGE - 1) >> PAGE_SHIFT);
+    if (np == 0 || n > ((size_t)g_pages << PAGE_SHIFT))
+        return 0;
+    rtk_spin_lock(&g_lock);
+    int64_t i = block_index(p);
+    if (i < 0) {
+        rtk_spin_unlock(&g_lock);
+        return 0;
+    }
+    uint32_t x = (uint32_t)i, old = T_PAGES(g_meta[x].tag), r = x + old;
+    int ok = 0;
+    if (np <= old) {
+        if (np < old) {
+            g_meta[x].tag = TAG(T_ALLOC, np, 0);
+            g_in_use -= old - np;
+            release_extent(x + np, old - np);
+        }
+        ok = 1;
+    } else if (r == g_top && (uint64_t)x + np <= g_pages) {
+        g_top = x + np;
+        ok = 1;
+    } else if (r < g_top && T_STATE(g_meta[r].tag) == T_FREE && old + T_PAGES(g_meta[r].tag) >= np) {
+        uint32_t t = g_meta[r].tag, m = T_PAGES(t), step = g_meta[r].step;
+        list_remove(r);
+        clear_free_tags(r, m);
+        if (old + m > np)
+            insert_free(x + np, old + m - np, t & T_REL, step);
+        ok = 1;
+    }
+    if (ok && np > old)
+        g_in_use += np - old;
+    if (ok)
+        g_meta[x].tag = TAG(T_ALLOC, np, 0);
+    rtk_spin_unlock(&g_lock);
+    if (ok)
+        *usable = (size_t)np << PAGE_SHIFT;
+    return ok;
+}
+
+/* give back the pages of every resident free extent that `keep` does not spare; returns pages released */
+static size_t release_idle(uint32_t now, uint32_t decay)
+{
+    size_t pages = 0;
+    for (unsigned b = 0; b < NBINS; b++)
+        for (uint32_t x = g_head[b]; x != NIL; x = g_meta[x].next) {
+            uint32_t t = g_meta[x].tag;
+            if ((t & T_REL) || (decay && now - g_meta[x].step < decay))
+                continue;
+            uint32_t n = T_PAGES(t);
+            rtk_os_release(g_base + ((size_t)x << PAGE_SHIFT), (size_t)n << PAGE_SHIFT);
+            g_meta[x].tag = t | T_REL;
+            g_idle -= n;
+            g_released += n;
+            pages += n;
+        }
+    return pages;
+}
+
+void rtk_large_step(uint32_t step, uint32_t decay_steps)
+{
+    if (!g_base)
+        return;
+    rtk_spin_lock(&g_lock);
+    g_step = step;
+    if (decay_steps)
+        g_decayed += release_idle(step, decay_steps) << PAGE_SHIFT;
+    rtk_spin_unlock(&g_lock);
+}
+
+size_t rtk_large_trim(void)
+{
+    if (!g_base)
+        return 0;
+    rtk_spin_lock(&g_lock);
+    size_t pages = release_idle(g_step, 0);
+    g_trims++;
+    rtk_spin_unlock(&g_lock);
+    return pages << PAGE_SHIFT;
+}
+
+void rtk_large_info(rtk_large_info_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!g_base)
+        return;
+    rtk_spin_lock(&g_lock);
+    out->reserved = (size_t)g_pages << PAGE_SHIFT;
+    out->used = (size_t)g_top << PAGE_SHIFT;
+    out->in_use = g_in_use << PAGE_SHIFT;
+    out->idle = g_idle << PAGE_SHIFT;
+    out->released = g_released << PAGE_SHIFT;
+    out->blocks = g_blocks;
+    out->decayed_bytes = g_decayed;
+    out->trims = g_trims;
+    rtk_spin_unlock(&g_lock);
+}
+
+void rtk_large_lock(void) { rtk_spin_lock(&g_lock); }
+void rtk_large_unlock(void) { rtk_spin_unlock(&g_lock); }
+void rtk_large_reset_lock(void) { rtk_spin_reset(&g_lock); }

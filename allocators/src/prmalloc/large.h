@@ -1,0 +1,47 @@
+/* large.h -- the retained large-object heap: page-granular extents with coalescing in one reserved range, pages
+ * kept across steps and given back by a step-aware decay; O(1) per-block state for double-free detection. */
+#ifndef RTK_PRMALLOC_LARGE_H
+#define RTK_PRMALLOC_LARGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/log.h"
+
+typedef struct rtk_large_info {
+    size_t reserved;   /* address space reserved */
+    size_t used;       /* bytes ever handed out from the range (its high-water mark) */
+    size_t in_use;     /* bytes of live blocks */
+    size_t idle;       /* bytes of free blocks still resident */
+    size_t released;   /* bytes of free blocks given back to the kernel */
+    uint64_t blocks, decayed_bytes, trims;
+} rtk_large_info_t;
+
+/* [rtk_large_lo, rtk_large_lo + rtk_large_span): the reserved range (span 0 until the heap exists) */
+RTK_HIDDEN extern uintptr_t rtk_large_lo, rtk_large_span;
+
+static inline int rtk_in_large(const void *p) { return (uintptr_t)p - rtk_large_lo < rtk_large_span; }
+
+/* Reserve the range (at most `limit` bytes of address space, capped by RLIMIT_AS / 4). 0 ok, -1 failed. */
+RTK_HIDDEN int rtk_large_init(size_t limit, int thp);
+/* A block of at least n bytes aligned to align (a power of two; page alignment at least); NULL when the range
+ * is full. *usable receives the block's bytes. */
+RTK_HIDDEN void *rtk_large_alloc(size_t n, size_t align, size_t *usable);
+/* Free a block. 0 ok; -1 p is not the start of a block (interior or foreign pointer); -2 the block is free
+ * already (double free). *bytes receives the freed block's size. The caller aborts on < 0. */
+RTK_HIDDEN int rtk_large_free(void *p, size_t *bytes);
+/* Usable bytes of the live block starting at p, 0 when p is not one. */
+RTK_HIDDEN size_t rtk_large_usable(const void *p);
+/* Grow or shrink the live block at p in place to at least n bytes (taking or returning following free pages).
+ * 1 done (*usable = new size), 0 not possible here. */
+RTK_HIDDEN int rtk_large_resize(void *p, size_t n, size_t *usable);
+/* Step mark: free blocks unused for `decay_steps` steps give their pages back (0: never). */
+RTK_HIDDEN void rtk_large_step(uint32_t step, uint32_t decay_steps);
+/* malloc_trim: give back every idle page now. Returns the bytes released. */
+RTK_HIDDEN size_t rtk_large_trim(void);
+RTK_HIDDEN void rtk_large_info(rtk_large_info_t *out);
+RTK_HIDDEN void rtk_large_lock(void);
+RTK_HIDDEN void rtk_large_unlock(void);
+RTK_HIDDEN void rtk_large_reset_lock(void);
+
+#endif
