@@ -158,8 +158,12 @@ SETTINGS: List[Setting] = [
     _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)",
        c=True),
     _s("malloc_census", "bool", True, "", "count every allocation per step and size class", c=True),
-    _s("malloc_debug", "bool", False, "", "detect double frees and foreign frees inside arenas (slower)",
+    _s("malloc_debug", "bool", False, "", "debug lines from the allocator (double and foreign frees of rtkit's memory abort in every mode)",
        c=True),
+    _s("malloc_large", "bool", True, "", "serve allocations >= min_size that no planned class takes from rtkit's retained "
+       "large-object heap (from the first step), not glibc", c=True),
+    _s("malloc_decay_steps", "int", 16, "steps", "idle pages of the large-object heap, and planned classes unused, are "
+       "given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c=True),
     # -- PMEM segment allocator and tiering
     _s("pmem_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM", c=True),
     _s("pmem_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20,

@@ -181,7 +181,9 @@ def test_faults_per_step_after_plan(prm, tmp_path):
     doc = stats(tmp_path)
     assert doc["plan"]["source"] == "profiled" and doc["profile"]["reason"] == "stable"
     assert doc["profile"]["start_step"] == 2 and doc["profile"]["end_step"] == 5
-    assert doc["minor_faults_per_step_before_plan"] > 1000
+    # the large-object heap serves these sizes from the first step and keeps their pages: the profiled steps
+    # fault little too (glibc alone: > 1000 a step here)
+    assert doc["minor_faults_per_step_before_plan"] < 100 and doc["totals"]["large_hits"] > 0
     assert doc["minor_faults_per_step_after_plan"] <= 2
     after = [s for s in doc["per_step"] if s["step"] >= 6]
     assert after and all(s["fallbacks"] == 0 and s["arena_hits"] == 6 for s in after)
@@ -271,16 +273,16 @@ def test_tensorflow_under_preload(prm, tmp_path):
     # recurring exhaustion after the plan (TF ordering ops differently under load) used to fault 50-105
     # pages a step here: glibc unmapped/trimmed the fallback blocks at free; the fallback stash keeps them
     detail = [(s["step"], s["minor_faults"], s["fallbacks"]) for s in after]
-    assert doc["minor_faults_per_step_after_plan"] <= 5 < doc["minor_faults_per_step_before_plan"], \
+    assert doc["minor_faults_per_step_after_plan"] <= 5, \
         f"(step, faults, fallbacks) after the plan: {detail}; totals {doc['totals']}"
 
 
 def test_debug_mode_reports_double_free(prm, tmp_path):
     proc = run_c(prm, "prmalloc_debug", extra={**FAST, "RTKIT_MALLOC_DEBUG": "1", "RTKIT_RUN_DIR": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "prmalloc_debug: ok\n"
-    assert "double free" in proc.stderr and "not a block start" in proc.stderr
-    assert stats(tmp_path)["totals"]["debug_errors"] == 2
+    assert proc.returncode == -6, proc.stdout + proc.stderr
+    assert "survived" not in proc.stdout
+    addr = proc.stderr.splitlines()[0].split()[1]
+    assert f"double free of {addr}" in proc.stderr
 
 
 def test_cxx_new_delete_forms(prm, tmp_path):
@@ -299,4 +301,11 @@ def test_recurring_fallbacks_stop_faulting(prm, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "prmalloc_exhaust: ok\n"
     t = stats(tmp_path)["totals"]
-    assert t["arena_exhausted"] >= 3 * 14 and t["fallbacks_reused"] >= 3 * 13
+    assert t["arena_exhausted"] >= 3 * 14 and t["large_hits"] >= 3 * 13
+    # the fallback stash does the same when the large heap is off
+    run_dir = tmp_path / "stash"
+    run_dir.mkdir()
+    proc = run_c(prm, "prmalloc_exhaust", extra={**FAST, "RTKIT_RUN_DIR": str(run_dir), "RTKIT_MALLOC_LARGE": "0"})
+    assert proc.returncode == 0, proc.stderr
+    t = stats(run_dir)["totals"]
+    assert t["arena_exhausted"] >= 3 * 14 and t["fallbacks_reused"] >= 3 * 13 and t["large_hits"] == 0

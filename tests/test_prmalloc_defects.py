@@ -129,7 +129,7 @@ def test_loaded_plan_min_size_applies(prm, tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = stats(tmp_path)
     assert doc["plan"]["source"] == "loaded"
-    assert doc["config"]["min_size_bytes"] == 1 << 20
+    assert doc["config"]["malloc_min_size"] == 1 << 20
 
 
 def test_own_plan_accepted_when_blocks_are_held_before_the_first_step(prm, tmp_path):

@@ -1,5 +1,5 @@
-/* prmalloc_debug.c -- RTKIT_MALLOC_DEBUG: a double free and an interior free of arena blocks are reported on
- * stderr and ignored (the arena stays consistent); foreign pointers still reach glibc. Run under LD_PRELOAD. */
+/* prmalloc_debug.c -- RTKIT_MALLOC_DEBUG=1 keeps the always-on checks: a double free of an arena block aborts
+ * with one line naming the address, and never hands the block out twice. Run under LD_PRELOAD. */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -19,15 +19,10 @@ int main(void)
     CHECK(t_state() == 3);
     void *a = malloc(1 << 20);
     CHECK(t_in_arena(a));
+    fprintf(stderr, "freeing %p twice\n", a);
     free(a);
-    free(a);                   /* double free: reported, ignored */
-    free((char *)a + 4096);    /* not a block start: reported, ignored */
+    free(a);                   /* double free: aborts */
     void *b = malloc(1 << 20), *c = malloc(1 << 20);
-    CHECK(b && c && b != c);   /* the stack was not corrupted: two distinct blocks */
-    CHECK(t_in_arena(b) && t_in_arena(c));
-    memset(b, 2, 1 << 20);
-    memset(c, 3, 1 << 20);
-    free(b);
-    free(c);
-    return test_done("prmalloc_debug");
+    printf("survived a double free%s\n", b == c ? ": one block handed out twice" : "");
+    return 1;
 }

@@ -119,7 +119,7 @@ int main(void)
     CHECK(rtk_large_trim() >= 8 * MiB);
 
     /* beyond the range: NULL, never a wrap */
-    CHECK(rtk_large_alloc((size_t)16 << 30, 4096, &u) == NULL);
+    CHECK(rtk_large_alloc((size_t)1 << 42, 4096, &u) == NULL);
     if (g_failures) {
         fprintf(stderr, "prmalloc_unit_large: %d check(s) failed\n", g_failures);
         return 1;

@@ -1,12 +1,15 @@
-/* alloc.c -- PRMalloc's allocation paths below the entry points: census, arena serving, tier placement, the
- * fallback stash and glibc; realloc and usable size across all of them. */
+/* alloc.c -- PRMalloc's allocation paths below the entry points: census, arena serving, the large-object heap,
+ * tier placement, the fallback stash and glibc; free of rtkit's memory (aborting on a corrupt free, as glibc
+ * does); realloc and usable size across all of them. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/options.h"
 #include "prmalloc/alloc.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/init.h"
+#include "prmalloc/large.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stash.h"
 #include "prmalloc/tier.h"
@@ -69,6 +72,20 @@ void *rtk_alloc(size_t n, size_t align, int zero)
             return p;
     }
     s->fallbacks++;
+    if (n >= rtk_g.large_min) {
+        /* no planned block: the large-object heap, whose freed pages stay resident across steps */
+        size_t u;
+        void *p = rtk_large_alloc(n, align, &u);
+        if (p) {
+            s->large_hits++;
+            s->live += (int64_t)u;
+            if (zero)
+                memset(p, 0, n);
+            if (rtk_prof_active)
+                rtk_profile_alloc(p, n, align);
+            return p;
+        }
+    }
     void *p = a ? rtk_stash_pop(n, align) : NULL;
     if (p) {
         s->live += (int64_t)rtk_chunk_bytes(p);
@@ -85,10 +102,36 @@ void *rtk_alloc(size_t n, size_t align, int zero)
     return p;
 }
 
+void rtk_heap_corrupt(const char *call, const char *what, const void *p)
+{
+    __atomic_add_fetch(&rtk_g.debug_errors, 1, __ATOMIC_RELAXED);
+    rtk_log_line("%s: %s %p (rtkit's memory); aborting", call, what, p);
+    abort();
+}
+
+void rtk_free_large(void *p)
+{
+    size_t bytes;
+    if (rtk_prof_active)
+        rtk_profile_free(p);
+    int r = rtk_large_free(p, &bytes);
+    if (r < 0)
+        rtk_heap_corrupt("free()", r == -2 ? "double free of" : "invalid pointer", p);
+    if (rtk_hot.inspect) {
+        rtk_tslot_t *s = rtk_slot();
+        s->frees++;
+        s->live -= (int64_t)bytes;
+    }
+}
+
 void rtk_free_range(void *p)
 {
     rtk_arena_t *a = rtk_arena_of(p);
     if (!a) {
+        if (rtk_in_large(p)) {
+            rtk_free_large(p);
+            return;
+        }
         /* a glibc pointer that happens to lie between two arenas */
         if (rtk_hot.inspect) {
             size_t cs = rtk_chunk_bytes(p);
@@ -106,17 +149,11 @@ void rtk_free_range(void *p)
     }
     size_t bs = rtk_arena_block_size(a, p);
     int r = rtk_arena_free(a, p);
-    if (r == 0) {
-        rtk_tslot_t *s = rtk_slot();
-        s->frees++;
-        s->live -= (int64_t)bs;
-    } else if (rtk_g.cfg.debug) {
-        rtk_log_line("%s: %s of %p inside the arena ignored", rtk_settings[RTK_OPT_MALLOC_DEBUG].env,
-                     r == -2 ? "double free" : "free of a pointer that is not a block start", p);
-        __atomic_add_fetch(&rtk_g.debug_errors, 1, __ATOMIC_RELAXED);
-    } else {
-        __atomic_add_fetch(&rtk_g.debug_errors, 1, __ATOMIC_RELAXED);
-    }
+    if (r < 0)
+        rtk_heap_corrupt("free()", r == -2 ? "double free of" : "invalid pointer", p);
+    rtk_tslot_t *s = rtk_slot();
+    s->frees++;
+    s->live -= (int64_t)bs;
 }
 
 size_t rtk_usable_size(const void *p)
@@ -130,6 +167,8 @@ size_t rtk_usable_size(const void *p)
         if (a)
             return rtk_arena_block_size(a, p);
     }
+    if (rtk_in_large(p))
+        return rtk_large_usable(p);
     return rtk_libc_usable(p);
 }
 
@@ -154,6 +193,27 @@ static void *tier_realloc(void *p, size_t n)
     return q;
 }
 
+/* a large-heap block: resized in place when the heap can (its following pages are free), else moved */
+static void *large_realloc(void *p, size_t n)
+{
+    size_t old = rtk_large_usable(p), u;
+    if (!old)
+        rtk_heap_corrupt("realloc()", "invalid pointer", p);
+    if (n >= rtk_g.large_min && rtk_large_resize(p, n, &u)) {
+        if (rtk_hot.inspect)
+            rtk_slot()->live += (int64_t)u - (int64_t)old;
+        return p;
+    }
+    void *q = rtk_alloc(n, 0, 0);
+    if (!q) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    memcpy(q, p, old < n ? old : n);
+    rtk_free_large(p);
+    return q;
+}
+
 void *rtk_realloc(void *p, size_t n)
 {
     if (rtk_hot.mode != RTK_MODE_READY)
@@ -163,10 +223,12 @@ void *rtk_realloc(void *p, size_t n)
     rtk_arena_t *a = rtk_in_range(p) ? rtk_arena_of(p) : NULL;
     if (rtk_hot.inspect)
         rtk_slot()->realloc_calls++;
-    if (a || (rtk_hot.inspect && n >= rtk_hot.min_size && rtk_cur_arena)) {
-        /* into, out of or within an arena: keep the block when the new size still fits it and is large */
-        size_t old = a ? rtk_arena_block_size(a, p) : rtk_libc_usable(p);
-        if (a && n <= old && n >= rtk_hot.min_size && !a->retired)
+    if (a) {
+        /* out of or within an arena: keep the block when the new size still fits it and is large */
+        size_t old = rtk_arena_block_size(a, p);
+        if (!old)
+            rtk_heap_corrupt("realloc()", "invalid pointer", p);
+        if (n <= old && n >= rtk_hot.min_size && !a->retired)
             return p;
         void *q = rtk_alloc(n, 0, 0);
         if (!q) {
@@ -174,22 +236,12 @@ void *rtk_realloc(void *p, size_t n)
             return NULL;
         }
         memcpy(q, p, old < n ? old : n);
-        if (a)
-            rtk_free_range(p);
-        else {
-            rtk_tslot_t *s = rtk_slot();
-            size_t cs = rtk_chunk_bytes(p);
-            s->frees++;
-            s->live -= (int64_t)cs;
-            if (cs >= rtk_hot.track_min) {
-                rtk_profile_free(p);
-                if (rtk_stash_push(p, cs))
-                    return q;
-            }
-            __libc_free(p);
-        }
+        rtk_free_range(p);
         return q;
     }
+    if (rtk_in_large(p))
+        return large_realloc(p, n);
+    /* a glibc block stays glibc's: it grows in place (or by mremap) wherever glibc can, as without rtkit */
     if (!rtk_hot.inspect || rtk_hot.mode != RTK_MODE_READY)
         return __libc_realloc(p, n);
     size_t old_cs = rtk_chunk_bytes(p);

@@ -1,9 +1,14 @@
-/* arena.c -- planned arenas: one pre-faulted reservation per plan, a spinlock free stack per class, lookup of a
- * block by address (no per-allocation header). Freed blocks stay mapped and faulted in (never MADV_DONTNEED). */
+/* arena.c -- planned arenas: one pre-faulted reservation per plan (a block of the large-object heap when there
+ * is one, so pages it already holds are reused), a spinlock free stack per class, lookup of a block by address
+ * (no per-allocation header) and one state byte per block, so a double free or an interior pointer is caught in
+ * every mode. Freed blocks stay faulted in, except in dropped classes and retired arenas (their pages go back). */
 #include <string.h>
 
 #include "common/os.h"
 #include "prmalloc/internal.h"
+#include "prmalloc/large.h"
+
+#define HUGE ((size_t)2 << 20)
 
 static size_t page_round(size_t v)
 {
@@ -11,22 +16,70 @@ static size_t page_round(size_t v)
     return (v + page - 1) & ~(page - 1);
 }
 
-rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int thp, int debug)
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
+
+/* bytes from the base to the end of the last class, each class starting at its own alignment */
+static size_t arena_span(const rtk_plan_t *p)
 {
+    size_t off = 0;
+    for (int i = 0; i < p->nclasses; i++) {
+        size_t al = p->cls[i].align > 4096 ? p->cls[i].align : 4096;
+        off = align_up(off, al) + page_round(p->cls[i].size * p->cls[i].blocks);
+    }
+    return off;
+}
+
+static char *arena_memory(rtk_arena_t *a, size_t span, int thp)
+{
+    size_t got;
+    if (rtk_large_span) {
+        char *m = rtk_large_alloc(span, HUGE, &got);
+        if (m) {
+            a->from_large = 1;
+            if (thp)
+                rtk_os_hugepage(m, span);
+            return m;
+        }
+    }
+    /* own mapping, aligned to a huge page (the largest class alignment) by over-reserving */
+    char *raw = rtk_os_map(span + HUGE, 0);
+    if (!raw)
+        return NULL;
+    char *base = (char *)align_up((uintptr_t)raw, HUGE);
+    a->map = raw;
+    a->map_size = span + HUGE;
+    if (thp)
+        rtk_os_hugepage(base, span);
+    return base;
+}
+
+rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int thp, int debug, const char **why)
+{
+    static const char *no_why;
+    if (!why)
+        why = &no_why;
+    *why = "empty plan";
     if (p->nclasses <= 0)
         return NULL;
-    size_t span = 0, nblocks = 0;
-    for (int i = 0; i < p->nclasses; i++) {
-        span += page_round(p->cls[i].size * p->cls[i].blocks);
+    size_t span = arena_span(p), nblocks = 0;
+    for (int i = 0; i < p->nclasses; i++)
         nblocks += p->cls[i].blocks;
-    }
-    size_t meta_size = page_round(sizeof(rtk_arena_t) + nblocks * sizeof(uint32_t) + (debug ? nblocks : 0));
-    rtk_arena_t *a = rtk_os_map(meta_size, 0);
-    if (!a)
+    /* pre-faulting touches every page: under memory pressure that is an OOM kill, not an error return */
+    size_t avail = rtk_os_mem_available();
+    if (avail != SIZE_MAX && span > avail / 2) {
+        *why = "not enough available memory to pre-fault it";
         return NULL;
-    char *base = rtk_os_map(span, RTK_MAP_POPULATE | (thp ? RTK_MAP_HUGEPAGE : 0));
+    }
+    size_t meta_size = page_round(sizeof(rtk_arena_t) + nblocks * sizeof(uint32_t) + nblocks);
+    rtk_arena_t *a = rtk_os_map(meta_size, 0);
+    if (!a) {
+        *why = "its metadata could not be mapped";
+        return NULL;
+    }
+    char *base = arena_memory(a, span, thp);
     if (!base) {
         rtk_os_unmap(a, meta_size);
+        *why = "no memory could be reserved for it";
         return NULL;
     }
     a->base = base;
@@ -36,25 +89,43 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int thp, int debug)
     a->meta_size = meta_size;
     uint32_t *stacks = (uint32_t *)(a + 1);
     uint8_t *inuse = (uint8_t *)(stacks + nblocks);
-    char *cur = base;
+    size_t off = 0;
     for (int i = 0; i < p->nclasses; i++) {
         rtk_aclass_t *c = &a->cls[i];
         c->size = p->cls[i].size;
         c->blocks = p->cls[i].blocks;
         c->align = p->cls[i].align;
-        c->start = cur;
+        off = align_up(off, c->align > 4096 ? c->align : 4096);
+        c->start = base + off;
         c->stack = stacks;
-        c->inuse = debug ? inuse : NULL;
+        c->inuse = inuse;
         /* block 0 on top: the lowest addresses are reused first, which keeps the hot set compact */
         for (uint32_t b = 0; b < c->blocks; b++)
             c->stack[b] = c->blocks - 1 - b;
         c->top = c->blocks;
         stacks += c->blocks;
-        if (debug)
-            inuse += c->blocks;
-        cur += page_round(c->size * c->blocks);
+        inuse += c->blocks;
+        size_t bytes = page_round(c->size * c->blocks);
+        rtk_os_populate(c->start, bytes);  /* pages the large heap already holds cost nothing here */
+        off += bytes;
     }
+    *why = NULL;
     return a;
+}
+
+void rtk_arena_destroy(rtk_arena_t *a)
+{
+    if (!a || !a->span)
+        return;
+    size_t span = a->span;
+    a->span = 0;  /* nothing lies in it any more: lookups miss it */
+    if (a->from_large) {
+        size_t bytes;
+        rtk_large_free(a->base, &bytes);
+    } else {
+        rtk_os_unmap(a->map, a->map_size);
+    }
+    (void)span;
 }
 
 static void *pop(rtk_arena_t *a, rtk_aclass_t *c)
@@ -63,8 +134,8 @@ static void *pop(rtk_arena_t *a, rtk_aclass_t *c)
     rtk_spin_lock(&c->lock);
     if (c->top) {
         uint32_t idx = c->stack[--c->top];
-        if (c->inuse)
-            c->inuse[idx] = 1;
+        c->inuse[idx] = 1;
+        c->pops++;
         p = c->start + (size_t)idx * c->size;
     }
     rtk_spin_unlock(&c->lock);
@@ -89,7 +160,7 @@ void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why)
     size_t limit = size > ((size_t)-1) / 2 ? (size_t)-1 : size * 2;
     for (int i = lo; i < a->n && a->cls[i].size <= limit; i++) {
         rtk_aclass_t *c = &a->cls[i];
-        if (align > c->align)
+        if (align > c->align || c->dropped)
             continue;
         seen = 1;
         if (__atomic_load_n(&c->top, __ATOMIC_RELAXED) == 0)
@@ -119,7 +190,7 @@ rtk_aclass_t *rtk_arena_class_of(rtk_arena_t *a, const void *p)
     }
     rtk_aclass_t *c = &a->cls[lo];
     if (q < c->start || q >= c->start + c->size * c->blocks)
-        return NULL;  /* page-rounding tail between classes */
+        return NULL;  /* page-rounding or alignment gap between classes */
     return c;
 }
 
@@ -132,6 +203,17 @@ size_t rtk_arena_block_size(rtk_arena_t *a, const void *p)
     return c->size - off;
 }
 
+/* the pages wholly inside one block (a block's edges may share a page with its neighbours) */
+static void release_block(const rtk_aclass_t *c, uint32_t idx)
+{
+    size_t page = rtk_os_page_size();
+    uintptr_t s = (uintptr_t)c->start + (size_t)idx * c->size, e = s + c->size;
+    s = (s + page - 1) & ~(page - 1);
+    e &= ~(page - 1);
+    if (e > s)
+        rtk_os_release((void *)s, e - s);
+}
+
 int rtk_arena_free(rtk_arena_t *a, void *p)
 {
     rtk_aclass_t *c = rtk_arena_class_of(a, p);
@@ -142,18 +224,61 @@ int rtk_arena_free(rtk_arena_t *a, void *p)
         return -1;
     uint32_t idx = (uint32_t)(off / c->size);
     rtk_spin_lock(&c->lock);
-    if (c->inuse) {
-        if (!c->inuse[idx]) {
-            rtk_spin_unlock(&c->lock);
-            return -2;
-        }
-        c->inuse[idx] = 0;
+    if (!c->inuse[idx]) {
+        rtk_spin_unlock(&c->lock);
+        return -2;
     }
+    c->inuse[idx] = 0;
     if (c->top < c->blocks)
         c->stack[c->top++] = idx;
+    int release = c->dropped || a->retired;
     rtk_spin_unlock(&c->lock);
+    if (release)
+        release_block(c, idx);
     __atomic_sub_fetch(&a->live_blocks, 1, __ATOMIC_RELAXED);
     return 0;
+}
+
+size_t rtk_arena_release_free(rtk_arena_t *a, int all)
+{
+    size_t bytes = 0;
+    for (int i = 0; a && a->span && i < a->n; i++) {
+        rtk_aclass_t *c = &a->cls[i];
+        if (!all && !c->dropped)
+            continue;
+        rtk_spin_lock(&c->lock);
+        for (uint32_t k = 0; k < c->top; k++) {
+            release_block(c, c->stack[k]);
+            bytes += c->size;
+        }
+        rtk_spin_unlock(&c->lock);
+    }
+    return bytes;
+}
+
+int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps)
+{
+    int dropped = 0;
+    for (int i = 0; a && steps && i < a->n; i++) {
+        rtk_aclass_t *c = &a->cls[i];
+        uint64_t pops = __atomic_load_n(&c->pops, __ATOMIC_RELAXED);
+        if (c->dropped)
+            continue;
+        if (pops != c->pops_seen) {
+            c->pops_seen = pops;
+            c->idle_steps = 0;
+            continue;
+        }
+        if (++c->idle_steps < steps)
+            continue;
+        c->dropped = 1;
+        dropped++;
+        rtk_spin_lock(&c->lock);
+        for (uint32_t k = 0; k < c->top; k++)
+            release_block(c, c->stack[k]);
+        rtk_spin_unlock(&c->lock);
+    }
+    return dropped;
 }
 
 void rtk_arena_lock_all(rtk_arena_t *a)

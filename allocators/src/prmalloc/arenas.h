@@ -1,15 +1,28 @@
-/* arenas.h -- the arenas in service (current and retired) and the lookup of the one owning a pointer. */
+/* arenas.h -- the arenas in service (the current one and any number retired) and the lookup of the one owning a pointer. */
 #ifndef RTK_PRMALLOC_ARENAS_H
 #define RTK_PRMALLOC_ARENAS_H
 
 #include "prmalloc/state.h"
 
+#define RTK_MAX_ARENAS 64
+
 RTK_HIDDEN extern rtk_arena_t *volatile rtk_cur_arena;   /* serving arena, NULL when none */
 
-/* Reserve an arena for plan and serve from it; -1 when it cannot be reserved (or one is already retired). */
-RTK_HIDDEN int rtk_arenas_install(const rtk_plan_t *plan, int thp, int debug);
-/* Stop serving from the current arena (frees still land there). */
-RTK_HIDDEN void rtk_arenas_retire(void);
+/* Reserve an arena for plan and serve from it; -1 when it cannot be set up (*why says why). */
+RTK_HIDDEN int rtk_arenas_install(const rtk_plan_t *plan, int thp, int debug, const char **why);
+/* Stop serving from the current arena: its free blocks' pages go back now, each later free's at its free, and
+ * its memory once its last block is freed. Returns the bytes released now. */
+RTK_HIDDEN size_t rtk_arenas_retire(void);
+/* Step mark: re-check the current arena's classes (drop those idle for `steps` steps) and give back retired
+ * arenas whose blocks are all free. Returns the classes dropped. */
+RTK_HIDDEN int rtk_arenas_step(uint32_t steps);
+/* Bytes reserved by arenas in service and retired ones not yet given back; live bytes in them. */
+RTK_HIDDEN void rtk_arenas_bytes(size_t *reserved, size_t *retired);
+/* malloc_trim: give back the free pages of dropped classes and retired arenas. */
+RTK_HIDDEN size_t rtk_arenas_trim(void);
+RTK_HIDDEN int rtk_arenas_retired(void);
+/* Bytes in live arena blocks, in free ones, and arena spans carved from the large heap. */
+RTK_HIDDEN void rtk_arenas_usage(size_t *live, size_t *free_bytes, size_t *from_large);
 /* The arena owning p, or NULL. */
 RTK_HIDDEN rtk_arena_t *rtk_arena_of(const void *p);
 RTK_HIDDEN void rtk_arenas_fork_prepare(void);

@@ -70,6 +70,7 @@ static void add_slot(rtk_totals_t *t, const rtk_tslot_t *s)
     t->memalign_calls += __atomic_load_n(&s->memalign_calls, __ATOMIC_RELAXED);
     t->arena_hits += __atomic_load_n(&s->arena_hits, __ATOMIC_RELAXED);
     t->fallbacks += __atomic_load_n(&s->fallbacks, __ATOMIC_RELAXED);
+    t->large_hits += __atomic_load_n(&s->large_hits, __ATOMIC_RELAXED);
     t->arena_misses += __atomic_load_n(&s->arena_misses, __ATOMIC_RELAXED);
     t->arena_exhausted += __atomic_load_n(&s->arena_exhausted, __ATOMIC_RELAXED);
     t->live += __atomic_load_n(&s->live, __ATOMIC_RELAXED);

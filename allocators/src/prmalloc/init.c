@@ -12,6 +12,7 @@
 #include "common/os.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/init.h"
+#include "prmalloc/large.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stash.h"
 #include "prmalloc/step.h"
@@ -46,6 +47,8 @@ static int read_settings(void)
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_THP, &c->thp));
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_CENSUS, &c->census));
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_DEBUG, &c->debug));
+    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_LARGE, &c->large));
+    RECORD(rtk_opt_int(RTK_OPT_MALLOC_DECAY_STEPS, &v)); c->decay_steps = v;
     rtk_opt_set_error_sink(NULL, 0);
     const char *plan = rtk_opt_str(RTK_OPT_MALLOC_PLAN);
     if (plan)
@@ -66,6 +69,7 @@ static void do_init(void)
      * reports a bad setting on stderr and writes a stats file without step marks (helpers such as `uname`
      * spawned by the job stay silent). setenv may allocate: re-entry goes to glibc while t_in_init is set. */
     rtk_g.pid = getpid();
+    rtk_g.large_min = SIZE_MAX;
     const char *root = rtk_opt_internal(RTK_ENV_MALLOC_ROOT);
     rtk_g.is_root = !root || atol(root) == (long)rtk_g.pid;
     if (!root) {
@@ -110,14 +114,13 @@ static void do_init(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);  /* may allocate: re-entry goes to glibc */
     rtk_g.state = RTK_STATE_PASSTHROUGH;
     rtk_g.faults_mark = rtk_os_minor_faults();
-    rtk_hot.min_size = rtk_g.cfg.min_size;
+    /* the large-object heap: address space only until used (its size bounds what it can ever hold) */
+    if (rtk_g.cfg.large && rtk_large_init((size_t)64 << 30, 0) == 0)
+        rtk_publish_any();
     rtk_hot.inspect = 1;
-    /* the inline small path assumes heap chunks: keep it under glibc's smallest mmap threshold (128 KiB) */
-    rtk_hot.fast_max = rtk_g.cfg.census ? (rtk_g.cfg.min_size < (128u << 10) ? rtk_g.cfg.min_size : (128u << 10)) : 0;
-    if (rtk_hot.fast_max > rtk_tier_min)
-        rtk_hot.fast_max = rtk_tier_min;  /* the inline small path never reaches the tier */
-    if (!rtk_g.cfg.census)  /* nothing to count below min_size: straight to glibc (rtk_alloc would do the same) */
-        rtk_hot.pass_max = rtk_g.cfg.min_size < rtk_tier_min ? rtk_g.cfg.min_size : rtk_tier_min;
+    /* the inline small path assumes heap chunks: it stays under glibc's smallest mmap threshold (128 KiB) and
+     * never reaches the tier; without the census, requests below min_size are a plain tail call to glibc */
+    rtk_step_set_min_size(rtk_g.cfg.min_size);
     if (rtk_g.cfg.plan_path[0])
         rtk_step_load_plan();
     if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
@@ -172,9 +175,10 @@ EXPORT int rtkit_malloc_state(void)
     }
 }
 
+/* rtkit's own memory: a planned arena's block or the large-object heap's */
 EXPORT int rtkit_malloc_in_arena(const void *p)
 {
-    return p && rtk_in_range(p) && rtk_arena_of(p) != NULL;
+    return p && ((rtk_in_range(p) && rtk_arena_of(p) != NULL) || (rtk_in_large(p) && rtk_large_usable(p) != 0));
 }
 
 EXPORT int rtkit_malloc_in_pmem(const void *p)
@@ -209,10 +213,14 @@ static void fork_prepare(void)
     rtk_profile_fork_prepare();
     rtk_stash_fork_prepare();
     rtk_arenas_fork_prepare();
+    rtk_large_lock();
+    rtk_publish_fork_prepare();
 }
 
 static void fork_parent(void)
 {
+    rtk_publish_fork_parent();
+    rtk_large_unlock();
     rtk_arenas_fork_parent();
     rtk_stash_fork_parent();
     rtk_profile_fork_parent();
@@ -222,6 +230,8 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    rtk_publish_fork_child();
+    rtk_large_reset_lock();
     rtk_arenas_fork_child();
     rtk_stash_fork_child();
     rtk_profile_fork_child();

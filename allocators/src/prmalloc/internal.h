@@ -14,7 +14,7 @@
 #define RTK_MAX_SLOTS 4096      /* per-thread census slots (reused after thread exit) */
 #define RTK_RING_STEPS 2000     /* per-step history kept for the stats file */
 #define RTK_MIN_BLOCK_ALIGN 64
-#define RTK_MAX_BLOCK_ALIGN 4096
+#define RTK_MAX_BLOCK_ALIGN ((size_t)2 << 20)  /* a class may be aligned up to a huge page (posix_memalign(64K, ...)) */
 
 #if defined(__SANITIZE_ADDRESS__) && defined(RTK_NO_INTERPOSE)
 /* unit tests under AddressSanitizer: delegate to the sanitizer's allocator so it owns (and checks) it all */
@@ -57,6 +57,7 @@ typedef struct rtk_tslot {
     uint64_t frees;             /* live and frees share the first line: a free touches one cache line */
     uint64_t calloc_calls, realloc_calls, memalign_calls;
     uint64_t arena_hits, fallbacks, arena_misses, arena_exhausted;
+    uint64_t large_hits;        /* fallbacks (no planned block) served by the large-object heap, not glibc */
     int owned;                  /* 1 while a live thread owns the slot */
     /* two arrays, not an array of pairs: an 8-byte stride is an x86 scaled index, so a small malloc adds to
      * count[b] and bytes[b] with no index arithmetic (two lines touched, both hot in the owner's cache) */
@@ -66,7 +67,7 @@ typedef struct rtk_tslot {
 
 typedef struct rtk_totals {
     uint64_t allocs, bytes, frees, calloc_calls, realloc_calls, memalign_calls;
-    uint64_t arena_hits, fallbacks, arena_misses, arena_exhausted, small_calls;
+    uint64_t arena_hits, fallbacks, arena_misses, arena_exhausted, small_calls, large_hits;
     int64_t live;
     uint64_t count[RTK_BUCKETS], bucket_bytes[RTK_BUCKETS];
 } rtk_totals_t;
@@ -97,6 +98,7 @@ typedef struct rtk_class {
 
 typedef struct rtk_plan {
     int nclasses;
+    size_t min_size;            /* a parsed plan file's min_size (0: not given) */
     int spacing;                /* index into rtk_spacing_name */
     size_t reserved;            /* bytes the arena reserves (page-rounded per class) */
     rtk_class_t cls[RTK_MAX_CLASSES];
@@ -141,18 +143,24 @@ typedef struct rtk_aclass {
     uint32_t blocks, align;
     char *start;
     uint32_t *stack;            /* free block indexes */
-    uint8_t *inuse;             /* debug mode: 1 per handed-out block */
+    uint8_t *inuse;             /* 1 per handed-out block: the O(1) state that catches a double free in every mode */
     rtk_spin_t lock;
     uint32_t top;
-    char pad[16];
+    int dropped;                /* re-check found it unused: its free pages went back, nothing new is served */
+    uint64_t pops;              /* blocks handed out so far (the re-check compares it across steps) */
+    uint64_t pops_seen;
+    uint32_t idle_steps;
 } rtk_aclass_t;
 
 typedef struct rtk_arena {
     char *base;
     size_t span;
     int n;
-    int retired;                /* a rejected plan: frees still land here, nothing new is served */
+    int retired;                /* a rejected plan: frees still land here (their pages go back), nothing new is served */
     int debug;
+    int from_large;             /* base is a block of the large-object heap (else its own mapping) */
+    char *map;                  /* own mapping (may start below base: huge-page alignment) */
+    size_t map_size;
     size_t meta_size;
     uint64_t live_blocks;
     rtk_aclass_t cls[RTK_MAX_CLASSES];
@@ -160,10 +168,19 @@ typedef struct rtk_arena {
 
 enum { RTK_ARENA_OK = 0, RTK_ARENA_MISS = 1, RTK_ARENA_EXHAUSTED = 2 };
 
-RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int thp, int debug);
+/* Reserve and pre-fault an arena for p: from the large-object heap when it exists (its idle pages are reused),
+ * else a mapping of its own. Pre-faulting is skipped (NULL, *why says so) when the machine has less memory
+ * available than twice the arena: the job falls back instead of meeting the OOM killer. */
+RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int thp, int debug, const char **why);
+/* Give back the arena's memory (only once no block is live). The metadata stays: a late reader may hold it. */
+RTK_HIDDEN void rtk_arena_destroy(rtk_arena_t *a);
+/* Give back the pages of every free block (MADV_DONTNEED); dropped classes only, or all when all is set. */
+RTK_HIDDEN size_t rtk_arena_release_free(rtk_arena_t *a, int all);
+/* Step re-check: a class that handed out no block for `steps` steps is dropped and its free pages released. */
+RTK_HIDDEN int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps);
 RTK_HIDDEN void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why);
 RTK_HIDDEN rtk_aclass_t *rtk_arena_class_of(rtk_arena_t *a, const void *p);
-/* 0 ok; -1 not a block start (foreign pointer inside the arena); -2 double free (debug mode only) */
+/* 0 ok; -1 not a block start (interior or foreign pointer inside the arena); -2 double free. In every mode. */
 RTK_HIDDEN int rtk_arena_free(rtk_arena_t *a, void *p);
 RTK_HIDDEN size_t rtk_arena_block_size(rtk_arena_t *a, const void *p);
 RTK_HIDDEN void rtk_arena_lock_all(rtk_arena_t *a);

@@ -3,12 +3,16 @@
  * With -DRTK_NO_INTERPOSE (unit tests) the same functions are built as rtk_api_* instead. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "prmalloc/alloc.h"
+#include "prmalloc/arenas.h"
+#include "prmalloc/large.h"
 #include "prmalloc/init.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stash.h"
@@ -93,7 +97,11 @@ __attribute__((noinline)) static void free_special(void *p)
         rtk_free_range(p);
         return;
     }
-    size_t cs = rtk_chunk_bytes(p);  /* a glibc chunk between the arenas and the pool */
+    if (rtk_in_large(p)) {
+        rtk_free_large(p);
+        return;
+    }
+    size_t cs = rtk_chunk_bytes(p);  /* a glibc chunk between rtkit's ranges */
     free_slow(p, cs);
 }
 
@@ -219,6 +227,118 @@ EXPORT void *API(pvalloc)(size_t n)
 
 EXPORT size_t API(malloc_usable_size)(void *p) { return rtk_usable_size(p); }
 
+/* ---- the rest of a complete malloc: old and new free forms, statistics and trimming that see rtkit's memory */
+EXPORT void API(cfree)(void *p) { API(free)(p); }
+EXPORT void API(free_sized)(void *p, size_t n) { (void)n; API(free)(p); }
+EXPORT void API(free_aligned_sized)(void *p, size_t al, size_t n) { (void)al; (void)n; API(free)(p); }
+
+extern int __libc_mallopt(int, int);
+EXPORT int API(mallopt)(int param, int value) { return __libc_mallopt(param, value); }
+
+/* glibc's own definition of a statistics call (dlsym may allocate: it comes back here, which is fine) */
+static void *next_sym(void **cache, const char *name)
+{
+    void *f = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+    if (!f) {
+        f = dlsym(RTLD_NEXT, name);
+        __atomic_store_n(cache, f, __ATOMIC_RELEASE);
+    }
+    return f;
+}
+
+/* rtkit's memory as mallinfo sees it: live bytes (arena blocks, large blocks) and idle resident bytes */
+static void rtk_usage(size_t *live, size_t *idle)
+{
+    rtk_large_info_t li;
+    size_t alive, afree, aspan;
+    rtk_large_info(&li);
+    rtk_arenas_usage(&alive, &afree, &aspan);
+    /* an arena carved from the large heap counts as one live large block: count its blocks instead */
+    *live = li.in_use - (aspan < li.in_use ? aspan : li.in_use) + alive;
+    *idle = li.idle + afree;
+}
+
+EXPORT struct mallinfo2 API(mallinfo2)(void)
+{
+    static void *next;
+    struct mallinfo2 (*f)(void) = (struct mallinfo2 (*)(void))next_sym(&next, "mallinfo2");
+    struct mallinfo2 m;
+    memset(&m, 0, sizeof m);
+    if (f)
+        m = f();
+    size_t live, idle;
+    rtk_usage(&live, &idle);
+    m.arena += live + idle;
+    m.uordblks += live;
+    m.fordblks += idle;
+    return m;
+}
+
+static int clamp_int(size_t v) { return v > (size_t)0x7fffffff ? 0x7fffffff : (int)v; }
+
+EXPORT struct mallinfo API(mallinfo)(void)
+{
+    struct mallinfo2 m2 = API(mallinfo2)();
+    struct mallinfo m;
+    m.arena = clamp_int(m2.arena);
+    m.ordblks = clamp_int(m2.ordblks);
+    m.smblks = clamp_int(m2.smblks);
+    m.hblks = clamp_int(m2.hblks);
+    m.hblkhd = clamp_int(m2.hblkhd);
+    m.usmblks = clamp_int(m2.usmblks);
+    m.fsmblks = clamp_int(m2.fsmblks);
+    m.uordblks = clamp_int(m2.uordblks);
+    m.fordblks = clamp_int(m2.fordblks);
+    m.keepcost = clamp_int(m2.keepcost);
+    return m;
+}
+
+EXPORT int API(malloc_trim)(size_t pad)
+{
+    static void *next;
+    int (*f)(size_t) = (int (*)(size_t))next_sym(&next, "malloc_trim");
+    int r = f ? f(pad) : 0;
+    size_t released = rtk_large_trim() + rtk_arenas_trim();
+    return r || released > 0;
+}
+
+/* glibc's XML document with one <rtkit .../> element before its closing tag */
+EXPORT int API(malloc_info)(int options, FILE *fp)
+{
+    static void *next;
+    int (*f)(int, FILE *) = (int (*)(int, FILE *))next_sym(&next, "malloc_info");
+    if (options != 0 || !fp) {
+        errno = EINVAL;
+        return -1;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    int r = -1;
+    if (mem && f) {
+        r = f(options, mem);
+        fclose(mem);
+    } else if (mem) {
+        fclose(mem);
+    }
+    size_t live, idle;
+    rtk_usage(&live, &idle);
+    rtk_large_info_t li;
+    rtk_large_info(&li);
+    const char *end = buf ? strstr(buf, "</malloc>") : NULL;
+    size_t head = end ? (size_t)(end - buf) : (buf ? len : 0);
+    if (buf)
+        fwrite(buf, 1, head, fp);
+    fprintf(fp, "<rtkit live=\"%zu\" idle=\"%zu\" large_reserved=\"%zu\" large_used=\"%zu\" large_released=\"%zu\"/>\n",
+            live, idle, li.reserved, li.used, li.released);
+    if (end)
+        fputs(end, fp);
+    else if (!buf)
+        fputs("</malloc>\n", fp);
+    free(buf);
+    return r < 0 && !buf ? -1 : 0;
+}
+
 #ifndef RTK_NO_INTERPOSE
 /* ---- C++ operators, by their Itanium-ABI names (size_t = unsigned long: 'm').
  * A throwing form that gets NULL hands the request to the next definition (libstdc++'s), which calls our
@@ -253,8 +373,33 @@ static inline void *new_aligned(size_t n, size_t al)
 
 EXPORT void *_Znwm(size_t n) { void *p = malloc(n); return likely(p != NULL) ? p : new_failed("_Znwm", n); }
 EXPORT void *_Znam(size_t n) { void *p = malloc(n); return likely(p != NULL) ? p : new_failed("_Znam", n); }
-EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *nt) { (void)nt; return malloc(n); }
-EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *nt) { (void)nt; return malloc(n); }
+/* nothrow forms that get NULL hand over to libstdc++'s: it runs the new-handler loop (which may free memory
+ * and retry through our malloc) and turns bad_alloc into nullptr, as the C++ standard requires */
+typedef void *(*new_nt_fn)(size_t, const void *);
+typedef void *(*new_al_nt_fn)(size_t, size_t, const void *);
+
+__attribute__((noinline, cold)) static void *new_nt_failed(const char *sym, size_t n, const void *nt)
+{
+    new_nt_fn next = (new_nt_fn)dlsym(RTLD_NEXT, sym);
+    return next ? next(n, nt) : NULL;
+}
+
+__attribute__((noinline, cold)) static void *new_al_nt_failed(const char *sym, size_t n, size_t al, const void *nt)
+{
+    new_al_nt_fn next = (new_al_nt_fn)dlsym(RTLD_NEXT, sym);
+    return next ? next(n, al, nt) : NULL;
+}
+
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *nt)
+{
+    void *p = malloc(n);
+    return likely(p != NULL) ? p : new_nt_failed("_ZnwmRKSt9nothrow_t", n, nt);
+}
+EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *nt)
+{
+    void *p = malloc(n);
+    return likely(p != NULL) ? p : new_nt_failed("_ZnamRKSt9nothrow_t", n, nt);
+}
 EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t al)
 {
     void *p = new_aligned(n, al);
@@ -265,8 +410,16 @@ EXPORT void *_ZnamSt11align_val_t(size_t n, size_t al)
     void *p = new_aligned(n, al);
     return likely(p != NULL) ? p : new_al_failed("_ZnamSt11align_val_t", n, al);
 }
-EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) { (void)nt; return new_aligned(n, al); }
-EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) { (void)nt; return new_aligned(n, al); }
+EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt)
+{
+    void *p = new_aligned(n, al);
+    return likely(p != NULL) ? p : new_al_nt_failed("_ZnwmSt11align_val_tRKSt9nothrow_t", n, al, nt);
+}
+EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt)
+{
+    void *p = new_aligned(n, al);
+    return likely(p != NULL) ? p : new_al_nt_failed("_ZnamSt11align_val_tRKSt9nothrow_t", n, al, nt);
+}
 
 EXPORT void _ZdlPv(void *p) { free(p); }
 EXPORT void _ZdaPv(void *p) { free(p); }

@@ -91,9 +91,9 @@ void rtk_planner_add_step(rtk_planner_t *pl, const rtk_event_t *ev, size_t n)
 
 static size_t natural_align(size_t size)
 {
-    size_t a = size & (~size + 1);  /* lowest set bit */
-    if (a > RTK_MAX_BLOCK_ALIGN)
-        a = RTK_MAX_BLOCK_ALIGN;
+    size_t a = size & (~size + 1);  /* lowest set bit; a page at most: larger only when a request asks for it */
+    if (a > 4096)
+        a = 4096;
     return a < RTK_MIN_BLOCK_ALIGN ? RTK_MIN_BLOCK_ALIGN : a;
 }
 
@@ -138,6 +138,8 @@ int rtk_planner_plan(const rtk_planner_t *pl, int spacing, size_t page, rtk_plan
         for (int j = 0; j < out->nclasses; j++)
             if (out->cls[j].size == size) {
                 out->cls[j].blocks += t->blocks[i];
+                if (want > out->cls[j].align)
+                    out->cls[j].align = (uint32_t)want;
                 merged = 1;
             }
         if (merged)
@@ -145,7 +147,7 @@ int rtk_planner_plan(const rtk_planner_t *pl, int spacing, size_t page, rtk_plan
         rtk_class_t *c = &out->cls[out->nclasses++];
         c->size = size;
         c->blocks = t->blocks[i];
-        c->align = (uint32_t)natural_align(size);
+        c->align = (uint32_t)(want > natural_align(size) ? want : natural_align(size));
     }
     plan_sort(out);
     out->reserved = plan_reserved(out, page);
@@ -290,6 +292,11 @@ int rtk_plan_parse(const char *text, rtk_plan_t *out, char *why, size_t why_cap)
             } else if (!strcmp(word, "fingerprint")) {
                 fp = strtoull(arg, NULL, 16);
                 have_fp = 1;
+            } else if (!strcmp(word, "min_size")) {
+                unsigned long long v = strtoull(arg, NULL, 10);
+                if (v < 16 || v > ((size_t)1 << 40))
+                    WHY("bad min_size line '%.60s'", line);
+                out->min_size = (size_t)v;
             } else if (!strcmp(word, "classes")) {
                 declared = atoi(arg);
             }

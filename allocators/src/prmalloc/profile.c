@@ -15,7 +15,7 @@ static rtk_pent_t *g_ptab, *g_ptab_spare;
 static unsigned g_pcount;
 static rtk_event_t *g_plog;
 static unsigned g_nlog;
-static uint64_t g_plog_dropped;
+static uint64_t g_plog_dropped, g_ptab_dropped;
 static uint32_t g_pstep;                     /* step index the profiler is recording */
 static rtk_planner_t g_planner;
 static rtk_plan_t g_cand, g_prev;
@@ -27,8 +27,10 @@ static inline unsigned ph(uintptr_t p) { return (unsigned)(((p >> 4) * 0x9E3779B
 
 static void ptab_insert(rtk_pent_t *tab, unsigned *count, uintptr_t p, uint64_t size, uint32_t align, uint32_t step)
 {
-    if (*count >= PTAB_CAP / 4 * 3)
-        return;  /* table full: this allocation is not profiled (counted as dropped) */
+    if (*count >= PTAB_CAP / 4 * 3) {
+        g_ptab_dropped++;  /* table full: this allocation is not profiled (reported as dropped) */
+        return;
+    }
     unsigned i = ph(p);
     while (tab[i].ptr && tab[i].ptr != p)
         i = (i + 1) & (PTAB_CAP - 1);
@@ -166,6 +168,7 @@ int rtk_profile_step(uint32_t next_step, size_t page)
 }
 
 int rtk_profile_steps(void) { return g_planner.steps; }
+uint64_t rtk_profile_dropped(void) { return g_ptab_dropped + g_plog_dropped; }
 const rtk_plan_t *rtk_profile_candidate(void) { return &g_cand; }
 
 void rtk_profile_fork_prepare(void) { rtk_spin_lock(&g_prof_lock); }

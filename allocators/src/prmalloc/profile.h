@@ -17,6 +17,8 @@ RTK_HIDDEN void rtk_profile_free(void *p);
 /* Close one profiled step, then pick the best plan so far: returns how many steps in a row it has not changed. */
 RTK_HIDDEN int rtk_profile_step(uint32_t next_step, size_t page);
 RTK_HIDDEN int rtk_profile_steps(void);                  /* steps the planner has seen */
+/* allocations (or events) the profiler could not record: its table or log was full */
+RTK_HIDDEN uint64_t rtk_profile_dropped(void);
 RTK_HIDDEN const rtk_plan_t *rtk_profile_candidate(void);
 RTK_HIDDEN void rtk_profile_fork_prepare(void);
 RTK_HIDDEN void rtk_profile_fork_parent(void);

@@ -1,4 +1,5 @@
 /* state.c -- the definitions of PRMalloc's shared state (state.h): a leaf every other file may read. */
+#include "prmalloc/large.h"
 #include "prmalloc/state.h"
 
 rtk_hot_t rtk_hot __attribute__((aligned(64))) = {
@@ -8,16 +9,28 @@ rtk_hot_t rtk_hot __attribute__((aligned(64))) = {
 
 rtk_state_t rtk_g;  /* everything the stats writer reports (stats.c) */
 
+static rtk_spin_t g_publish_lock = RTK_SPIN_INIT;
+
+void rtk_publish_fork_prepare(void) { rtk_spin_lock(&g_publish_lock); }
+void rtk_publish_fork_parent(void) { rtk_spin_unlock(&g_publish_lock); }
+void rtk_publish_fork_child(void) { rtk_spin_reset(&g_publish_lock); }
+
 void rtk_publish_any(void)
 {
-    static rtk_spin_t lock = RTK_SPIN_INIT;
-    rtk_spin_lock(&lock);
+    rtk_spin_lock(&g_publish_lock);
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     uintptr_t al = __atomic_load_n(&rtk_hot.arena_lo, __ATOMIC_ACQUIRE), as = __atomic_load_n(&rtk_hot.arena_span, __ATOMIC_ACQUIRE);
     uintptr_t tl = __atomic_load_n(&rtk_hot.tier_lo, __ATOMIC_ACQUIRE), ts = __atomic_load_n(&rtk_hot.tier_span, __ATOMIC_ACQUIRE);
     if (as) {
         lo = al;
         hi = al + as;
+    }
+    uintptr_t ll = __atomic_load_n(&rtk_large_lo, __ATOMIC_ACQUIRE), ls = __atomic_load_n(&rtk_large_span, __ATOMIC_ACQUIRE);
+    if (ls) {
+        if (ll < lo)
+            lo = ll;
+        if (ll + ls > hi)
+            hi = ll + ls;
     }
     if (ts) {
         if (tl < lo)
@@ -30,5 +43,5 @@ void rtk_publish_any(void)
         __atomic_store_n(&rtk_hot.any_lo, lo, __ATOMIC_RELEASE);
         __atomic_store_n(&rtk_hot.any_span, hi - lo, __ATOMIC_RELEASE);
     }
-    rtk_spin_unlock(&lock);
+    rtk_spin_unlock(&g_publish_lock);
 }

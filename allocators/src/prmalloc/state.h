@@ -19,15 +19,19 @@ typedef struct rtk_hot {
     int mode;
     uintptr_t tier_lo;      /* [tier_lo, tier_lo + tier_span) is the tier-mode pool (span 0: none), tier.c */
     uintptr_t tier_span;
-    uintptr_t any_lo;       /* [any_lo, any_lo + any_span) covers the arenas and the tier pool: free tests */
+    uintptr_t any_lo;       /* [any_lo, any_lo + any_span) covers the arenas, the large heap and the tier pool */
     uintptr_t any_span;     /* this one range, then sorts out which (rtk_publish_any) */
     size_t pass_max;        /* RTKIT_MALLOC_CENSUS=0: malloc below this is a plain tail call to glibc */
 } rtk_hot_t;
 
 RTK_HIDDEN extern rtk_hot_t rtk_hot;
 
-/* Recompute any_lo/any_span after arena_* or tier_* changed (widened first: never misses a live range). */
+/* Recompute any_lo/any_span after arena_*, tier_* or the large heap changed (widened first: never misses a live
+ * range). Its lock is taken by the fork handlers (rtk_publish_fork_*). */
 RTK_HIDDEN void rtk_publish_any(void);
+RTK_HIDDEN void rtk_publish_fork_prepare(void);
+RTK_HIDDEN void rtk_publish_fork_parent(void);
+RTK_HIDDEN void rtk_publish_fork_child(void);
 
 static inline int rtk_in_range(const void *p)
 {
@@ -39,8 +43,8 @@ static inline int rtk_in_range(const void *p)
 enum { RTK_STATE_OFF = 0, RTK_STATE_DISABLED, RTK_STATE_PASSTHROUGH, RTK_STATE_PROFILING, RTK_STATE_PLANNED };
 
 typedef struct rtk_config {
-    int enabled, thp, census, debug;
-    long profile_start, profile_stable, profile_max;
+    int enabled, thp, census, debug, large;
+    long profile_start, profile_stable, profile_max, decay_steps;
     size_t min_size, arena_limit;
     char plan_path[1024];
     char run_dir[1024];
@@ -76,6 +80,10 @@ typedef struct rtk_state {
     uint64_t faults_mark, faults_before_start, faults_after_start;
     uint64_t faults_before_sum, faults_before_steps, faults_after_sum, faults_after_steps;
     uint64_t debug_errors;
+    size_t large_min;                  /* smallest request the large-object heap serves (SIZE_MAX: heap off) */
+    uint32_t after_from;               /* first step index counted in the figures after the plan */
+    uint32_t classes_dropped;          /* planned classes the re-check dropped (pages released) */
+    size_t retired_released;           /* bytes of retired arenas' free blocks given back at retirement */
     int64_t peak_live;              /* highest live bytes seen at a step mark or stats write */
     uint64_t last_write_ns;
     rtk_step_t ring[RTK_RING_STEPS];

@@ -5,6 +5,9 @@
 
 #include "common/jsonbuf.h"
 #include "common/os.h"
+#include "prmalloc/arenas.h"
+#include "prmalloc/large.h"
+#include "prmalloc/profile.h"
 #include "prmalloc/stats.h"
 #include "prmalloc/tier.h"
 #include "rtkit/prmalloc.h"
@@ -45,9 +48,11 @@ long rtk_stats_format(char *buf, size_t cap)
     /* the settings under rtkit/config.py's keys */
     rtk_out_put(&o, "],\n  \"config\": {\"malloc\": %s, \"malloc_profile_start\": %ld, \"malloc_profile_stable\": %ld, "
             "\"malloc_profile_max\": %ld, \"malloc_min_size\": %zu, \"malloc_arena_limit\": %zu, \"malloc_thp\": %s, "
-            "\"malloc_census\": %s, \"malloc_debug\": %s, \"malloc_plan\": ",
+            "\"malloc_census\": %s, \"malloc_debug\": %s, \"malloc_large\": %s, \"malloc_decay_steps\": %ld, "
+            "\"malloc_plan\": ",
         c->enabled ? "true" : "false", c->profile_start, c->profile_stable, c->profile_max, c->min_size,
-        c->arena_limit, c->thp ? "true" : "false", c->census ? "true" : "false", c->debug ? "true" : "false");
+        c->arena_limit, c->thp ? "true" : "false", c->census ? "true" : "false", c->debug ? "true" : "false",
+        c->large ? "true" : "false", c->decay_steps);
     rtk_out_str(&o, c->plan_path);
     rtk_out_put(&o, ", \"run_dir\": ");
     rtk_out_str(&o, c->run_dir);
@@ -62,7 +67,8 @@ long rtk_stats_format(char *buf, size_t cap)
         rtk_out_put(&o, "%u", rtk_g.profile_end_step);
     else
         rtk_out_put(&o, "null");
-    rtk_out_put(&o, ", \"profiled_steps\": %u, \"reason\": ", rtk_g.profiled_steps);
+    rtk_out_put(&o, ", \"profiled_steps\": %u, \"dropped_allocations\": %llu, \"reason\": ", rtk_g.profiled_steps,
+                (unsigned long long)rtk_profile_dropped());
     rtk_out_str(&o, rtk_g.profile_reason ? rtk_g.profile_reason : "");
     rtk_out_put(&o, "},\n  \"plan\": {\"source\": ");
     rtk_out_str(&o, rtk_g.plan_source ? rtk_g.plan_source : "none");
@@ -91,13 +97,28 @@ long rtk_stats_format(char *buf, size_t cap)
     rtk_out_put(&o, "},\n  \"totals\": {\"malloc_calls\": %llu, \"free_calls\": %llu, \"calloc_calls\": %llu, "
             "\"realloc_calls\": %llu, \"memalign_calls\": %llu, \"bytes_allocated\": %llu, \"arena_hits\": %llu, "
             "\"fallbacks\": %llu, \"small_calls\": %llu, \"arena_misses\": %llu, \"arena_exhausted\": %llu, "
-            "\"live_bytes\": %lld, \"peak_live_bytes\": %lld, \"debug_errors\": %llu, \"fallbacks_reused\": %llu},\n",
+            "\"live_bytes\": %lld, \"peak_live_bytes\": %lld, \"debug_errors\": %llu, \"fallbacks_reused\": %llu, "
+            "\"large_hits\": %llu},\n",
         (unsigned long long)malloc_calls, (unsigned long long)t->frees, (unsigned long long)t->calloc_calls,
         (unsigned long long)t->realloc_calls, (unsigned long long)t->memalign_calls, (unsigned long long)t->bytes,
         (unsigned long long)t->arena_hits, (unsigned long long)t->fallbacks, (unsigned long long)t->small_calls,
         (unsigned long long)t->arena_misses, (unsigned long long)t->arena_exhausted, (long long)t->live,
         (long long)rtk_g.peak_live, (unsigned long long)rtk_g.debug_errors,
-        (unsigned long long)__atomic_load_n(&rtk_g.fallback_reused, __ATOMIC_RELAXED));
+        (unsigned long long)__atomic_load_n(&rtk_g.fallback_reused, __ATOMIC_RELAXED),
+        (unsigned long long)t->large_hits);
+    /* rtkit's own memory: what bounds its share of RSS (live blocks) and what it holds idle or gave back */
+    rtk_large_info_t li;
+    rtk_large_info(&li);
+    size_t ar_live, ar_free, ar_large, ar_res, ar_ret;
+    rtk_arenas_usage(&ar_live, &ar_free, &ar_large);
+    rtk_arenas_bytes(&ar_res, &ar_ret);
+    rtk_out_put(&o, "  \"large_heap\": {\"reserved_bytes\": %zu, \"used_bytes\": %zu, \"live_bytes\": %zu, "
+            "\"idle_bytes\": %zu, \"released_bytes\": %zu, \"decayed_bytes\": %llu, \"blocks\": %llu, \"trims\": %llu},\n",
+        li.reserved, li.used, li.in_use, li.idle, li.released, (unsigned long long)li.decayed_bytes,
+        (unsigned long long)li.blocks, (unsigned long long)li.trims);
+    rtk_out_put(&o, "  \"arenas\": {\"reserved_bytes\": %zu, \"retired_bytes\": %zu, \"live_bytes\": %zu, "
+            "\"free_bytes\": %zu, \"retired\": %d, \"classes_dropped\": %u, \"released_at_retirement_bytes\": %zu},\n",
+        ar_res, ar_ret, ar_live, ar_free, rtk_arenas_retired(), rtk_g.classes_dropped, rtk_g.retired_released);
     uint64_t large = t->arena_hits + t->fallbacks;
     rtk_out_put(&o, "  \"hit_rate\": ");
     if (large)
@@ -112,6 +133,11 @@ long rtk_stats_format(char *buf, size_t cap)
         rtk_out_put(&o, "null");
     rtk_out_put(&o, ",\n  \"minor_faults_per_step_before_plan\": ");
     put_avg(&o, rtk_g.faults_before_sum, rtk_g.faults_before_steps);
+    rtk_out_put(&o, ",\n  \"after_plan_from_step\": ");
+    if (rtk_g.state == RTK_STATE_PLANNED)
+        rtk_out_put(&o, "%u", rtk_g.after_from);
+    else
+        rtk_out_put(&o, "null");
     rtk_out_put(&o, ",\n  \"minor_faults_per_step_after_plan\": ");
     put_avg(&o, rtk_g.faults_after_sum, rtk_g.faults_after_steps);
     rtk_out_put(&o, ",\n  \"per_step\": [");

@@ -1,12 +1,13 @@
 /* step.c -- the step-mark state machine: warm-up -> profiling -> planned, the loaded plan's check, and plan
  * files (load, install, save); the stats file is written from here when due. */
-#include <malloc.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/options.h"
 #include "common/os.h"
 #include "prmalloc/arenas.h"
+#include "prmalloc/large.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stash.h"
 #include "prmalloc/stats.h"
@@ -18,9 +19,25 @@ static void finish_profiling(uint32_t step, const char *reason);
 
 static char g_plan_text[64 << 10];
 
+/* min_size decides what the arenas and the large heap see; the profiling or plan loading that follows uses it */
+static void apply_min_size(size_t min_size)
+{
+    rtk_g.cfg.min_size = min_size;
+    rtk_hot.min_size = min_size;
+    rtk_g.large_min = rtk_g.cfg.large && rtk_large_span ? (min_size > (16u << 10) ? min_size : (16u << 10)) : SIZE_MAX;
+    rtk_hot.fast_max = rtk_g.cfg.census ? (min_size < (128u << 10) ? min_size : (128u << 10)) : 0;
+    if (rtk_hot.fast_max > rtk_tier_min)
+        rtk_hot.fast_max = rtk_tier_min;
+    if (!rtk_g.cfg.census)
+        rtk_hot.pass_max = min_size < rtk_tier_min ? min_size : rtk_tier_min;
+}
+
+void rtk_step_set_min_size(size_t min_size) { apply_min_size(min_size); }
+
 void rtk_step_load_plan(void)
 {
     char why[200] = "";
+    const char *arena_why = "";
     snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", rtk_g.cfg.plan_path);
     long n = rtk_os_read_file(rtk_g.cfg.plan_path, g_plan_text, sizeof g_plan_text);
     rtk_plan_t *p = &rtk_g.plan;
@@ -31,21 +48,31 @@ void rtk_step_load_plan(void)
         p->nclasses = 0;
     } else {
         size_t page = rtk_os_page_size();
+        /* the plan was made for its min_size: sizes below it were never profiled (an explicit setting wins) */
+        const char *env = getenv(rtk_settings[RTK_OPT_MALLOC_MIN_SIZE].env);
+        if (p->min_size && (!env || !env[0]) && p->min_size != rtk_g.cfg.min_size)
+            apply_min_size(p->min_size);
         if (rtk_plan_trim(p, rtk_g.cfg.arena_limit, page) < 1 || p->nclasses == 0) {
             snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason,
                      "plan does not fit %s=%zu", rtk_settings[RTK_OPT_MALLOC_ARENA_LIMIT].env,
                      rtk_g.cfg.arena_limit);
             p->nclasses = 0;
-        } else if (rtk_arenas_install(p, rtk_g.cfg.thp, rtk_g.cfg.debug) != 0) {
-            snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "arena reservation of %zu bytes failed",
-                     p->reserved);
+        } else if (rtk_arenas_install(p, rtk_g.cfg.thp, rtk_g.cfg.debug, &arena_why) != 0) {
+            snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "arena of %zu bytes not set up: %s",
+                     p->reserved, arena_why);
             p->nclasses = 0;
+            /* memory pressure is worth a line even without debug: the job runs on without the plan */
+            rtk_log_line("%s=%s not used: %s; the job runs on without a plan", rtk_settings[RTK_OPT_MALLOC_PLAN].env,
+                         rtk_g.cfg.plan_path, rtk_g.rejected_reason);
+            return;
         } else {
             rtk_g.plan_source = "loaded";
             rtk_g.state = RTK_STATE_PLANNED;
-            rtk_stash_enable(p, rtk_g.cfg.min_size);
+            if (!rtk_large_span)
+                rtk_stash_enable(p, rtk_g.cfg.min_size);
             rtk_g.profile_reason = "loaded";
             rtk_g.plan_step = 0;
+            rtk_g.after_from = (uint32_t)rtk_g.cfg.profile_start;  /* warm-up steps (imports, graph build) excluded */
             rtk_g.validating = 1;
             rtk_g.faults_after_start = rtk_os_minor_faults();
             return;
@@ -101,52 +128,62 @@ static void finish_profiling(uint32_t step, const char *reason)
             rtk_g.profile_reason = "no recurring allocation at or above min_size";
         return;
     }
-    /* Between steps the profiled tensors are free but glibc keeps their pages; the arena takes over their
-     * sizes, so give those pages back before pre-faulting it, or the job holds both at the switch. */
-    malloc_trim(0);
-    if (rtk_arenas_install(&rtk_g.plan, rtk_g.cfg.thp, rtk_g.cfg.debug) != 0) {
+    /* The profiled blocks are free now, their pages idle in the large heap: the arena is carved from it, so
+     * it reuses those pages rather than holding a second copy (glibc's heap is left alone). */
+    const char *why = "";
+    if (rtk_arenas_install(&rtk_g.plan, rtk_g.cfg.thp, rtk_g.cfg.debug, &why) != 0) {
         rtk_g.state = RTK_STATE_PASSTHROUGH;
         rtk_g.plan_source = "none";
         rtk_g.profile_reason = "arena reservation failed";
+        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "arena of %zu bytes not set up: %s",
+                 rtk_g.plan.reserved, why);
+        rtk_log_line("allocator plan not used: %s; the job runs on without a plan", rtk_g.rejected_reason);
         rtk_g.plan.nclasses = 0;
         return;
     }
     rtk_g.state = RTK_STATE_PLANNED;
     rtk_g.plan_source = "profiled";
     rtk_g.plan_step = step;
-    rtk_stash_enable(&rtk_g.plan, rtk_g.cfg.min_size);
+    rtk_g.after_from = step;
+    rtk_g.faults_after_sum = rtk_g.faults_after_steps = 0;
+    if (!rtk_large_span)
+        rtk_stash_enable(&rtk_g.plan, rtk_g.cfg.min_size);
     save_plan();
     rtk_g.faults_after_start = rtk_os_minor_faults();
 }
 
-/* A loaded plan must earn its place: over the check window its arenas must serve at least half of the
- * allocations at or above min_size; otherwise it is retired and the job is profiled afresh. */
+/* A loaded plan must earn its place, judged on what it can know: the sizes the job's steps ask for. Over the
+ * check window, at least half of the step allocations at or above min_size must have a planned class (served
+ * or not: blocks the job took before its first step and still holds are not the plan's fault; the large heap
+ * serves what does not fit). Otherwise it is retired and the job is profiled afresh. */
 static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
 {
     uint32_t begin = (uint32_t)rtk_g.cfg.profile_start, end = begin + (uint32_t)rtk_g.cfg.profile_stable;
-    if (steps == begin) {
-        rtk_g.val_hits0 = t->arena_hits;
-        rtk_g.val_large0 = t->arena_hits + t->fallbacks;
+    if (steps == begin || !rtk_g.val_large0) {
+        rtk_g.val_hits0 = t->arena_hits + t->arena_exhausted;
+        rtk_g.val_large0 = t->arena_hits + t->arena_exhausted + t->arena_misses + 1;  /* +1: marks "taken" */
     }
     if (steps < end)
         return;
     rtk_g.validating = 0;
-    uint64_t hits = t->arena_hits - rtk_g.val_hits0, large = t->arena_hits + t->fallbacks - rtk_g.val_large0;
+    uint64_t fit = t->arena_hits + t->arena_exhausted - rtk_g.val_hits0;
+    uint64_t large = t->arena_hits + t->arena_exhausted + t->arena_misses + 1 - rtk_g.val_large0;
     const char *what = NULL;
     if (large == 0)
         what = "sizes absent";
-    else if (hits * 2 < large)
-        what = "hit rate too low";
+    else if (fit * 2 < large)
+        what = "sizes do not match";
     if (!what)
         return;
     snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason,
-             "loaded plan does not match the job (%s): arenas served %llu of %llu allocations >= min_size in steps %u..%u",
-             what, (unsigned long long)hits, (unsigned long long)large, begin, end - 1);
-    rtk_arenas_retire();
+             "loaded plan does not match the job (%s): %llu of %llu allocations >= min_size in steps %u..%u had a planned class",
+             what, (unsigned long long)fit, (unsigned long long)large, begin, end - 1);
+    rtk_g.retired_released += rtk_arenas_retire();
     rtk_g.plan_hits0 = t->arena_hits;
     rtk_g.plan_large0 = t->arena_hits + t->fallbacks;
     rtk_g.plan_source = "none";
     rtk_g.plan.nclasses = 0;
+    rtk_g.faults_after_sum = rtk_g.faults_after_steps = 0;  /* the rejected plan's steps are no plan's figures */
     rtk_step_start_profiling(steps);
 }
 
@@ -176,7 +213,7 @@ void rtk_step_mark(void)
     if (rtk_g.state == RTK_STATE_PROFILING) {
         rtk_g.faults_before_sum += e->minor_faults;
         rtk_g.faults_before_steps++;
-    } else if (rtk_g.state == RTK_STATE_PLANNED) {
+    } else if (rtk_g.state == RTK_STATE_PLANNED && e->step >= rtk_g.after_from) {
         rtk_g.faults_after_sum += e->minor_faults;
         rtk_g.faults_after_steps++;
     }
@@ -202,7 +239,14 @@ void rtk_step_mark(void)
     } else if (rtk_g.state == RTK_STATE_PLANNED && rtk_g.validating) {
         validate_loaded(&t, steps);
         force = 1;
+    } else if (rtk_g.state == RTK_STATE_PLANNED) {
+        /* re-check: a class idle for the decay window is dropped, its free pages go back (sizes that drifted
+         * since the plan are the large heap's) */
+        int dropped = rtk_arenas_step((uint32_t)rtk_g.cfg.decay_steps);
+        rtk_g.classes_dropped += (uint32_t)dropped;
+        force |= dropped > 0;
     }
+    rtk_large_step(steps, (uint32_t)rtk_g.cfg.decay_steps);
     rtk_g.faults_mark = rtk_os_minor_faults();  /* after any arena pre-faulting done by this mark */
     uint64_t now = rtk_os_now_ns();
     if (force || stats_due(now))

@@ -7,6 +7,8 @@
 /* Load, check and install the plan file named by the settings (init, before any step). */
 RTK_HIDDEN void rtk_step_load_plan(void);
 RTK_HIDDEN void rtk_step_start_profiling(uint32_t step);
+/* Set min_size and everything derived from it (fast path bound, large heap threshold). */
+RTK_HIDDEN void rtk_step_set_min_size(size_t min_size);
 /* One step mark of an enabled, initialised allocator: census, state machine, stats file when due. */
 RTK_HIDDEN void rtk_step_mark(void);
 /* Sum the census and write the stats file now (under the step lock). */
