@@ -109,6 +109,8 @@ def test_catalogue_peers():
     assert cat["jemalloc"].env["MALLOC_CONF"] == peers.JEMALLOC_CONF
     assert cat["jemalloc"].env["TF_ONEDNN_USE_SYSTEM_ALLOCATOR"] == "1"
     assert cat["tf-bfc"].env == {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPU_ALLOCATOR_USE_BFC": "1"}
+    assert cat["glibc-hugetlb"].env == {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert "GLIBC_TUNABLES" in peers.CONTROLLED_ENV and not cat["glibc-hugetlb"].preload
     assert cat["rtkit-stage"].settings["sched_stage"] == "1" and cat["sched-only"].settings["malloc"] == "0"
     # The bench's own shell cannot leak a preload or a TF switch into a peer's run.
     env = cat["tf-default"].child_env({"LD_PRELOAD": "/x.so", "TF_CPU_ALLOCATOR_USE_BFC": "1", "HOME": "/h"}, None)

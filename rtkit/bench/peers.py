@@ -20,7 +20,7 @@ DEFAULT_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr
 # inherited environment of every run, so each configuration is exactly what its definition says,
 # whatever the shell that started the bench had exported.
 CONTROLLED_ENV = ("LD_PRELOAD", "MALLOC_CONF", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "TF_CPU_ALLOCATOR_USE_BFC",
-                  "TF_ENABLE_ONEDNN_OPTS", "MIMALLOC_OPTIONS", "TCMALLOC_RELEASE_RATE")
+                  "TF_ENABLE_ONEDNN_OPTS", "MIMALLOC_OPTIONS", "TCMALLOC_RELEASE_RATE", "GLIBC_TUNABLES")
 
 # The MALLOC_CONF Intel recommends for jemalloc under TensorFlow/PyTorch on CPU (DeepRec's
 # CPU-Memory-Optimization.md, PyTorch's performance tuning guide): no decay, so freed pages stay
@@ -123,6 +123,10 @@ _SYS = {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1"}
 CATALOGUE: Dict[str, Peer] = {p.name: p for p in [
     _peer("tf-default", "TensorFlow as shipped: oneDNN's own pool for large tensors, glibc malloc for the rest"),
     _peer("glibc", "every tensor through glibc malloc (TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1)", env=_SYS),
+    # glibc >= 2.35: transparent huge pages for all of glibc's memory (madvise on its heaps and mmap'd chunks),
+    # a cheap peer every user can try: fewer page faults at glibc's step time
+    _peer("glibc-hugetlb", "glibc malloc with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (THP for its heaps); tensors via malloc",
+          env={**_SYS, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}),
     _peer("jemalloc", "jemalloc 5 (Debian libjemalloc2) preloaded with Intel's MALLOC_CONF; tensors via malloc",
           env={**_SYS, "MALLOC_CONF": JEMALLOC_CONF}, library="libjemalloc.so.2", preload=True),
     _peer("tcmalloc", "gperftools tcmalloc-minimal preloaded; tensors via malloc",
