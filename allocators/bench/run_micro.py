@@ -25,11 +25,25 @@ PEERS = {
     "tcmalloc": os.path.join(LIBDIR, "libtcmalloc_minimal.so.4"),
     "mimalloc": os.path.join(LIBDIR, "libmimalloc.so.2"),
 }
+# peer name -> (library of PEERS it preloads, extra environment): jemalloc as Intel configures it for TF
+# (decay off: freed pages stay mapped), the setting the issue's whole-run target compares against
+PEER_VARIANTS = {
+    "jemalloc-nodecay": ("jemalloc", {"MALLOC_CONF": "oversize_threshold:1,background_thread:true,metadata_thp:auto,"
+                                                      "dirty_decay_ms:-1,muzzy_decay_ms:-1"}),
+}
 # benchmark name -> (program, args, metric key, unit)
 BENCHES = {
     "large-touch": ("malloc_large", ["40", "10", "1"], "step_us", "us/step"),
     "large-notouch": ("malloc_large", ["200", "20", "0"], "step_us", "us/step"),
     "small": ("small_objects", ["5000000"], "ns_per_pair", "ns/pair"),
+    # whole runs, first step included: what a short job (or any job's profiling window) pays
+    "large-random-whole": ("malloc_large", ["40", "0", "1", "1", "0"], "total_ms", "ms/run"),
+    "recurring20-whole": ("malloc_large", ["100", "0", "1", "0", "1"], "total_ms", "ms/run"),
+}
+# more figures from the same runs: name -> (benchmark it reads, metric key, unit)
+DERIVED = {
+    "large-random-whole-cpu": ("large-random-whole", "cpu_ms", "cpu ms/run (user + system)"),
+    "recurring20-whole-cpu": ("recurring20-whole", "cpu_ms", "cpu ms/run (user + system)"),
 }
 
 
@@ -39,8 +53,12 @@ def build(out):
 
 
 def configs(out):
-    cfg = {name: lib for name, lib in PEERS.items() if not lib or os.path.exists(lib)}
-    cfg["rtkit"] = os.path.join(out, "librtkit_malloc.so")
+    """name -> (library or '', extra environment)"""
+    cfg = {name: (lib, {}) for name, lib in PEERS.items() if not lib or os.path.exists(lib)}
+    for name, (base, env) in PEER_VARIANTS.items():
+        if base in cfg:
+            cfg[name] = (cfg[base][0], env)
+    cfg["rtkit"] = (os.path.join(out, "librtkit_malloc.so"), {})
     return cfg
 
 
@@ -49,10 +67,13 @@ def parse(line):
 
 
 def run_once(out, prog, args, lib, run_dir):
+    lib, extra = lib
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "_RTKIT_MALLOC_ROOT"}
     env.pop("LD_PRELOAD", None)
+    env.pop("MALLOC_CONF", None)
     if lib:
         env["LD_PRELOAD"] = lib
+    env.update(extra)
     env["RTKIT_RUN_DIR"] = run_dir
     proc = subprocess.run([os.path.join(out, "bench", prog), *args], env=env, capture_output=True, text=True,
                           timeout=600)
@@ -100,29 +121,39 @@ def main(argv=None):
                 for c, lib in cfg.items():
                     res = run_once(args.out, prog, bargs, lib, run_dir)
                     results[(b, c)].append(float(res[key]))
-                    if "faults_per_step" in res:
-                        faults[(b, c)].append(float(res["faults_per_step"]))
+                    for d, (src, dkey, _u) in DERIVED.items():
+                        if src == b:
+                            results.setdefault((d, c), []).append(float(res[dkey]))
+                            faults.setdefault((d, c), []).append(float(res["faults_total"]))
+                    fk = "faults_total" if key in ("total_ms", "cpu_ms") else "faults_per_step"
+                    if fk in res:
+                        faults[(b, c)].append(float(res[fk]))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"# PRMalloc micro-benchmarks: {args.rounds} interleaved rounds, medians")
-    for b, (prog, bargs, key, unit) in benches.items():
+    shown = dict(benches)
+    for d, (src, dkey, unit) in DERIVED.items():
+        if src in benches:
+            shown[d] = (benches[src][0], benches[src][1], dkey, unit)
+    for b, (prog, bargs, key, unit) in shown.items():
         med = {c: statistics.median(results[(b, c)]) for c in cfg}
         best_peer = min((c for c in cfg if c != "rtkit"), key=lambda c: med[c])
         print(f"\n## {b} ({prog} {' '.join(bargs)}), {unit}; ratio = config / best peer ({best_peer})")
-        print(f"{'config':10} {'median':>12} {'ratio':>8} {'faults/step':>12}")
+        fcol = "faults/run" if key in ("total_ms", "cpu_ms") else "faults/step"
+        print(f"{'config':16} {'median':>12} {'ratio':>8} {fcol:>12}")
         for c in cfg:
             f = statistics.median(faults[(b, c)]) if faults[(b, c)] else None
             ratio = med[c] / med[best_peer] if med[best_peer] else float("nan")
-            print(f"{c:10} {med[c]:12.4f} {ratio:8.3f} {('%.1f' % f) if f is not None else '-':>12}")
+            print(f"{c:16} {med[c]:12.4f} {ratio:8.3f} {('%.1f' % f) if f is not None else '-':>12}")
         if "rtkit" in cfg:
             print(f"rtkit speed-up over best peer: {med[best_peer] / med['rtkit']:.2f}x" if med["rtkit"] else "")
     if not args.no_callgrind:
         g = callgrind_instructions(args.out, "")
-        r = callgrind_instructions(args.out, cfg["rtkit"])
+        r = callgrind_instructions(args.out, cfg["rtkit"][0])
         if g and r:
             print(f"\n## small_objects instructions per malloc/free pair (callgrind, incl. ~15 of loop body)")
             print(f"glibc {g:.1f}  rtkit {r:.1f}  ratio {r / g:.3f}")
         # the census's share: the same with RTKIT_MALLOC_CENSUS=0 (malloc a tail call; free still routes arenas)
-        off = callgrind_instructions(args.out, cfg["rtkit"], extra_env={"RTKIT_MALLOC_CENSUS": "0"})
+        off = callgrind_instructions(args.out, cfg["rtkit"][0], extra_env={"RTKIT_MALLOC_CENSUS": "0"})
         if g and off:
             print(f"rtkit with RTKIT_MALLOC_CENSUS=0 {off:.1f}  ratio {off / g:.3f}")
     return 0

@@ -183,9 +183,9 @@ long rtk_os_read_file(const char *path, char *buf, size_t cap)
     return (long)off;
 }
 
-void *rtk_os_reserve(size_t size)
+void *rtk_os_reserve(size_t size, uintptr_t hint)
 {
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap((void *)hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 

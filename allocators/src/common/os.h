@@ -19,8 +19,9 @@ RTK_HIDDEN int rtk_os_unmap(void *p, size_t size);
 RTK_HIDDEN int rtk_os_hugepage(void *p, size_t size);
 /* Fault pages in for writing (MADV_POPULATE_WRITE when the kernel has it, else touch one byte per page). */
 RTK_HIDDEN void rtk_os_populate(void *p, size_t size);
-/* Address space only (MAP_NORESERVE): pages cost memory once touched. NULL on failure. */
-RTK_HIDDEN void *rtk_os_reserve(size_t size);
+/* Address space only (MAP_NORESERVE): pages cost memory once touched. hint: a preferred address (0: any);
+ * the kernel places it elsewhere when that range is taken. NULL on failure. */
+RTK_HIDDEN void *rtk_os_reserve(size_t size, uintptr_t hint);
 /* Give pages back (MADV_DONTNEED): the range stays mapped and reads as zero when touched again. */
 RTK_HIDDEN int rtk_os_release(void *p, size_t size);
 /* RLIMIT_AS (SIZE_MAX when unlimited), and MemAvailable from /proc/meminfo (SIZE_MAX when unknown). */

@@ -99,6 +99,9 @@ static void do_init(void)
     rtk_g.plan_source = "none";
     rtk_g.profile_reason = "";
     rtk_log_set_debug(rtk_g.cfg.debug);
+    /* until the allocator is on, every malloc is glibc's: a budget no request overdraws (in practice) */
+    rtk_hot.sample_bytes = SIZE_MAX / 2;
+    rtk_hot.fast_max = SIZE_MAX;
     if (!rtk_g.cfg.enabled) {
         rtk_g.state = RTK_STATE_OFF;
         return;

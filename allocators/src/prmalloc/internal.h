@@ -14,6 +14,7 @@
 #define RTK_MAX_SLOTS 4096      /* per-thread census slots (reused after thread exit) */
 #define RTK_RING_STEPS 2000     /* per-step history kept for the stats file */
 #define RTK_MIN_BLOCK_ALIGN 64
+
 #define RTK_MAX_BLOCK_ALIGN ((size_t)2 << 20)  /* a class may be aligned up to a huge page (posix_memalign(64K, ...)) */
 
 #if defined(__SANITIZE_ADDRESS__) && defined(RTK_NO_INTERPOSE)
@@ -27,12 +28,18 @@
 #define __libc_memalign memalign
 #endif
 
-/* glibc's own allocator, exported by libc.so.6: delegation without dlsym, so nothing recurses. */
-extern void *__libc_malloc(size_t);
-extern void __libc_free(void *);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
+/* glibc's own allocator, exported by libc.so.6: delegation without dlsym, so nothing recurses. noplt: the
+ * entry points tail-call them with one indirect jump through the GOT, not a jump to a PLT stub that jumps. */
+#if defined(__x86_64__) && !defined(__clang__)
+#define RTK_NOPLT __attribute__((noplt))
+#else
+#define RTK_NOPLT
+#endif
+extern void *__libc_malloc(size_t) RTK_NOPLT;
+extern void __libc_free(void *) RTK_NOPLT;
+extern void *__libc_calloc(size_t, size_t) RTK_NOPLT;
+extern void *__libc_realloc(void *, size_t) RTK_NOPLT;
+extern void *__libc_memalign(size_t, size_t) RTK_NOPLT;
 
 #if (defined(__SANITIZE_ADDRESS__) || defined(RTK_CHECKED_LIBC)) && defined(RTK_NO_INTERPOSE)
 /* unit tests under AddressSanitizer or valgrind (build.py --valgrind): their allocator owns __libc_malloc's

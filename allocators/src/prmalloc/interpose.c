@@ -37,40 +37,68 @@
 
 static inline int is_pow2(size_t a) { return a && !(a & (a - 1)); }
 
-/* glibc's chunk size for a request served from its heap (request2size): the small path counts live bytes
- * from the size alone, so it can tail-call glibc. fast_max stays below the mmap threshold, so it is exact. */
-static inline size_t small_chunk_m(size_t m) { return (m + 23) & ~(size_t)15; }  /* m = max(n, 9) */
-
 /* m = max(n, 9) serves both: glibc's 32-byte minimum chunk without a second compare, and a nonzero bucket
  * argument (bsr without the |1). So requests of 0..8 bytes are counted in the 8..15 B class (bytes stay exact):
- * they take the same 32-byte chunk as 9..15 B requests anyway. */
+ * they take the same 32-byte chunk as 9..15 B requests anyway. k: the weight of this record (sampling). */
 static inline void census_small(rtk_tslot_t *s, size_t n)
 {
     size_t m = n < 9 ? 9 : n;
     unsigned b = 63u - (unsigned)__builtin_clzl(m);
     s->count[b]++;
     s->bytes[b] += n;
-    s->live += (int64_t)small_chunk_m(m);
 }
 
-__attribute__((noinline, cold)) static void *malloc_new_thread(size_t n)
+/* The small-object census is sampled by bytes, as heap profilers sample: each thread holds a byte budget;
+ * every malloc spends its size, and the one that overdraws it takes the slow path, which records it with
+ * the weight of the bytes it stands for and refills the budget. The budget never exceeds fast_max, so a
+ * request at or above fast_max always overdraws it and reaches rtk_alloc. The fast path is a thread-local
+ * subtraction and a tail call to glibc. (Counts per size class are estimates; bytes are exact to one budget.) */
+static __thread size_t t_budget __attribute__((tls_model("initial-exec"), used));
+
+/* 1 when n overdraws the thread's budget (unsigned borrow: exact for every n, even SIZE_MAX) */
+static inline int budget_overdrawn(size_t n)
 {
-    census_small(rtk_slot_claim(), n);
-    return __libc_malloc(n);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(RTK_NO_INTERPOSE)
+    /* one memory-destination subtract on %fs (GCC emits load, subtract, store for the C form) */
+    __asm__ goto("movq t_budget@gottpoff(%%rip), %%rax\n\t"
+                 "subq %0, %%fs:(%%rax)\n\t"
+                 "jb %l[over]"
+                 : : "r"(n) : "rax", "cc", "memory" : over);
+    return 0;
+over:
+    return 1;
+#else
+    return __builtin_sub_overflow(t_budget, n, &t_budget);
+#endif
+}
+
+__attribute__((noinline)) static void *malloc_slow(size_t n)
+{
+    size_t refill = rtk_hot.sample_bytes;
+    if (n < rtk_hot.fast_max) {
+        if (rtk_hot.inspect && rtk_g.cfg.census) {
+            /* this malloc overdrew the budget: it stands for `refill` bytes of small requests */
+            rtk_tslot_t *s = rtk_slot();
+            size_t m = n < 9 ? 9 : n;
+            unsigned b = 63u - (unsigned)__builtin_clzl(m);
+            size_t w = n >= refill ? 1 : refill / m;
+            s->count[b] += w;
+            s->bytes[b] += n >= refill ? n : refill;
+        }
+        t_budget = refill;
+        return __libc_malloc(n);
+    }
+    t_budget = refill;  /* a large request spends nothing of the sampling budget */
+    if (n < rtk_hot.pass_max)  /* RTKIT_MALLOC_CENSUS=0 or not initialised yet: nothing counted */
+        return __libc_malloc(n);
+    return rtk_alloc(n, 0, 0);
 }
 
 EXPORT void *API(malloc)(size_t n)
 {
-    if (likely(n < rtk_hot.fast_max)) {
-        rtk_tslot_t *s = rtk_t_slot;
-        if (unlikely(s == NULL))
-            return malloc_new_thread(n);
-        census_small(s, n);
-        return __libc_malloc(n);
-    }
-    if (n < rtk_hot.pass_max)  /* RTKIT_MALLOC_CENSUS=0 (fast_max 0): a tail call, nothing counted */
-        return __libc_malloc(n);
-    return rtk_alloc(n, 0, 0);
+    if (unlikely(budget_overdrawn(n)))
+        return malloc_slow(n);
+    return __libc_malloc(n);
 }
 
 __attribute__((noinline)) static void free_slow(void *p, size_t cs)
@@ -86,9 +114,12 @@ __attribute__((noinline)) static void free_slow(void *p, size_t cs)
     __libc_free(p);
 }
 
-/* p lies in the range covering the arenas and the tier pool: which one, if either */
+/* p lies in the range covering rtkit's memory (or every pointer, while large glibc frees must be watched:
+ * profiling, fallback stash): which one, if any */
 __attribute__((noinline)) static void free_special(void *p)
 {
+    if (p == NULL)
+        return;
     if (rtk_in_tier(p)) {
         rtk_tier_free(p);
         return;
@@ -101,24 +132,18 @@ __attribute__((noinline)) static void free_special(void *p)
         rtk_free_large(p);
         return;
     }
-    size_t cs = rtk_chunk_bytes(p);  /* a glibc chunk between rtkit's ranges */
+    size_t cs = rtk_chunk_bytes(p);  /* a glibc chunk */
     free_slow(p, cs);
 }
 
+/* Small frees are not counted: live bytes come from glibc's own books at each step mark (census.c), so a free
+ * of glibc's memory is one range test and a tail call. */
 EXPORT void API(free)(void *p)
 {
-    /* one test for arenas and tier pool together (span 0 while there is neither) */
-    if (unlikely((uintptr_t)p - rtk_hot.any_lo < rtk_hot.any_span))
+    /* one range covers all of rtkit's memory (empty while there is none; NULL is never inside). Low first: glibc's
+     * main heap lies below every mapping, so most frees leave after one compare */
+    if (unlikely((uintptr_t)p >= rtk_hot.any_lo) && unlikely((uintptr_t)p < rtk_hot.any_hi))
         return free_special(p);
-    if (unlikely(p == NULL))
-        return;
-    /* counted even when disabled (into a shared sink slot): one branch less on every free */
-    size_t cs = rtk_chunk_bytes(p);
-    rtk_tslot_t *s = rtk_t_slot;
-    if (unlikely(cs >= rtk_hot.track_min || s == NULL))
-        return free_slow(p, cs);
-    s->frees++;
-    s->live -= (int64_t)cs;
     __libc_free(p);
 }
 
@@ -130,9 +155,11 @@ EXPORT void *API(calloc)(size_t nmemb, size_t size)
         return NULL;
     }
     if (likely(n < rtk_hot.fast_max)) {
-        rtk_tslot_t *s = rtk_slot();
-        census_small(s, n);
-        s->calloc_calls++;
+        if (rtk_hot.inspect) {
+            rtk_tslot_t *s = rtk_slot();
+            census_small(s, n);
+            s->calloc_calls++;
+        }
         return __libc_calloc(1, n);
     }
     void *p = rtk_alloc(n, 0, 1);
@@ -246,18 +273,6 @@ static void *next_sym(void **cache, const char *name)
     return f;
 }
 
-/* rtkit's memory as mallinfo sees it: live bytes (arena blocks, large blocks) and idle resident bytes */
-static void rtk_usage(size_t *live, size_t *idle)
-{
-    rtk_large_info_t li;
-    size_t alive, afree, aspan;
-    rtk_large_info(&li);
-    rtk_arenas_usage(&alive, &afree, &aspan);
-    /* an arena carved from the large heap counts as one live large block: count its blocks instead */
-    *live = li.in_use - (aspan < li.in_use ? aspan : li.in_use) + alive;
-    *idle = li.idle + afree;
-}
-
 EXPORT struct mallinfo2 API(mallinfo2)(void)
 {
     static void *next;
@@ -267,7 +282,7 @@ EXPORT struct mallinfo2 API(mallinfo2)(void)
     if (f)
         m = f();
     size_t live, idle;
-    rtk_usage(&live, &idle);
+    rtk_rtkit_usage(&live, &idle);
     m.arena += live + idle;
     m.uordblks += live;
     m.fordblks += idle;
@@ -322,7 +337,7 @@ EXPORT int API(malloc_info)(int options, FILE *fp)
         fclose(mem);
     }
     size_t live, idle;
-    rtk_usage(&live, &idle);
+    rtk_rtkit_usage(&live, &idle);
     rtk_large_info_t li;
     rtk_large_info(&li);
     const char *end = buf ? strstr(buf, "</malloc>") : NULL;

@@ -15,6 +15,11 @@
 #define PAGE ((size_t)1 << PAGE_SHIFT)
 #define NBINS 128
 #define NIL UINT32_MAX
+#if UINTPTR_MAX > 0xffffffffu
+#define RTK_LARGE_HINT ((uintptr_t)0x7fe000000000ull)
+#else
+#define RTK_LARGE_HINT 0
+#endif
 
 /* tag of a page: bits 0-1 state, bit 2 released (free starts only), bits 3-31 pages of the extent */
 enum { T_NONE = 0, T_ALLOC = 1, T_FREE = 2, T_FEND = 3 };
@@ -62,11 +67,13 @@ int rtk_large_init(size_t limit, int thp)
     if (limit < ((size_t)64 << 20))
         return -1;
     size_t meta = (limit >> PAGE_SHIFT) * sizeof(pmeta_t);
-    pmeta_t *m = rtk_os_reserve(meta);
+    pmeta_t *m = rtk_os_reserve(meta, 0);
     if (!m)
         return -1;
-    /* over-reserve by 2 MiB so the range starts on a huge-page boundary (THP-friendly, and aligned blocks) */
-    char *raw = rtk_os_reserve(limit + ((size_t)2 << 20));
+    /* over-reserve by 2 MiB so the range starts on a huge-page boundary (THP-friendly, and aligned blocks).
+     * Asked for high in the address space, above where mmap places glibc's heaps and the libraries (below the
+     * stack): then every glibc pointer lies below it, and free's range test leaves after one compare. */
+    char *raw = rtk_os_reserve(limit + ((size_t)2 << 20), RTK_LARGE_HINT);
     if (!raw) {
         rtk_os_unmap(m, meta);
         return -1;

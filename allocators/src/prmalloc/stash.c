@@ -27,6 +27,7 @@ void rtk_stash_enable(const rtk_plan_t *p, size_t min_size)
     g_stash_cap = p->reserved > ((size_t)64 << 20) ? p->reserved : (size_t)64 << 20;
     __atomic_store_n(&g_stash_on, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&rtk_hot.track_min, min_size, __ATOMIC_RELEASE);  /* large frees: ask the stash */
+    rtk_publish_any();
 }
 
 /* empty the stash into glibc (profiling again: the blocks must not hide from the new profile) */

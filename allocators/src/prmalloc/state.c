@@ -4,7 +4,7 @@
 
 rtk_hot_t rtk_hot __attribute__((aligned(64))) = {
     .fast_max = 0, .arena_lo = UINTPTR_MAX, .arena_span = 0, .track_min = SIZE_MAX, .min_size = SIZE_MAX,
-    .any_lo = UINTPTR_MAX, .any_span = 0,
+    .any_lo = 0, .any_hi = 0,
 };
 
 rtk_state_t rtk_g;  /* everything the stats writer reports (stats.c) */
@@ -38,10 +38,20 @@ void rtk_publish_any(void)
         if (tl + ts > hi)
             hi = tl + ts;
     }
-    if (hi) {
-        __atomic_store_n(&rtk_hot.any_span, (uintptr_t)-1 / 2, __ATOMIC_RELEASE);
-        __atomic_store_n(&rtk_hot.any_lo, lo, __ATOMIC_RELEASE);
-        __atomic_store_n(&rtk_hot.any_span, hi - lo, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&rtk_hot.track_min, __ATOMIC_ACQUIRE) != SIZE_MAX) {
+        lo = 0;  /* large glibc frees are watched (profiler, stash): every free takes the careful path */
+        hi = UINTPTR_MAX;
     }
+    if (!hi)
+        lo = 0;  /* nothing of rtkit's to find: the empty range [0, 0) */
+    /* a reader may see any mix of the stores: grow to the union first, then shrink to the new range, so it
+     * never sees a range missing memory that is live in the old or the new one */
+    uintptr_t olo = rtk_hot.any_lo, ohi = rtk_hot.any_hi;
+    if (olo < ohi) {
+        __atomic_store_n(&rtk_hot.any_lo, lo < olo ? lo : olo, __ATOMIC_RELEASE);
+        __atomic_store_n(&rtk_hot.any_hi, hi > ohi ? hi : ohi, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&rtk_hot.any_lo, lo, __ATOMIC_RELEASE);
+    __atomic_store_n(&rtk_hot.any_hi, hi, __ATOMIC_RELEASE);
     rtk_spin_unlock(&g_publish_lock);
 }

@@ -19,14 +19,15 @@ typedef struct rtk_hot {
     int mode;
     uintptr_t tier_lo;      /* [tier_lo, tier_lo + tier_span) is the tier-mode pool (span 0: none), tier.c */
     uintptr_t tier_span;
-    uintptr_t any_lo;       /* [any_lo, any_lo + any_span) covers the arenas, the large heap and the tier pool */
-    uintptr_t any_span;     /* this one range, then sorts out which (rtk_publish_any) */
-    size_t pass_max;        /* RTKIT_MALLOC_CENSUS=0: malloc below this is a plain tail call to glibc */
+    uintptr_t any_lo;       /* [any_lo, any_hi) covers the arenas, the large heap and the tier pool: free tests */
+    uintptr_t any_hi;       /* this one range, then sorts out which (rtk_publish_any); empty: lo = hi = 0 */
+    size_t pass_max;        /* malloc below this that reaches the slow path goes straight to glibc */
+    size_t sample_bytes;    /* the small-malloc census samples one request per this many bytes (< fast_max) */
 } rtk_hot_t;
 
 RTK_HIDDEN extern rtk_hot_t rtk_hot;
 
-/* Recompute any_lo/any_span after arena_*, tier_* or the large heap changed (widened first: never misses a live
+/* Recompute any_lo/any_hi after arena_*, tier_* or the large heap changed (widened first: never misses a live
  * range). Its lock is taken by the fork handlers (rtk_publish_fork_*). */
 RTK_HIDDEN void rtk_publish_any(void);
 RTK_HIDDEN void rtk_publish_fork_prepare(void);

@@ -25,11 +25,12 @@ static void apply_min_size(size_t min_size)
     rtk_g.cfg.min_size = min_size;
     rtk_hot.min_size = min_size;
     rtk_g.large_min = rtk_g.cfg.large && rtk_large_span ? (min_size > (16u << 10) ? min_size : (16u << 10)) : SIZE_MAX;
-    rtk_hot.fast_max = rtk_g.cfg.census ? (min_size < (128u << 10) ? min_size : (128u << 10)) : 0;
-    if (rtk_hot.fast_max > rtk_tier_min)
-        rtk_hot.fast_max = rtk_tier_min;
-    if (!rtk_g.cfg.census)
-        rtk_hot.pass_max = min_size < rtk_tier_min ? min_size : rtk_tier_min;
+    /* below fast_max malloc is glibc's (sampled by the census); at or above it, rtk_alloc: min_size, or the
+     * tier's threshold when lower. The sampling budget stays below fast_max so large requests always overdraw */
+    size_t fast = min_size < rtk_tier_min ? min_size : rtk_tier_min;
+    rtk_hot.pass_max = 0;
+    rtk_hot.sample_bytes = rtk_g.cfg.census ? (fast > (8u << 10) ? (8u << 10) : fast - 1) : fast - 1;
+    rtk_hot.fast_max = fast;
 }
 
 void rtk_step_set_min_size(size_t min_size) { apply_min_size(min_size); }
