@@ -124,6 +124,8 @@ const char *rtk_opt_internal(const char *name) { return raw_value(name); }
 
 const char *rtk_opt_str(rtk_opt_t id) { return raw_value(rtk_settings[id].env); }
 
+int rtk_opt_given(rtk_opt_t id) { return raw_value(rtk_settings[id].env) != NULL; }
+
 static void report_bad(const rtk_setting_t *s, const char *raw, const char *accepted)
 {
     char msg[512];

@@ -42,6 +42,8 @@ RTK_HIDDEN int rtk_parse_int(const char *text, long *out);
 RTK_HIDDEN int rtk_opt_bool(rtk_opt_t id, int *out);
 RTK_HIDDEN int rtk_opt_int(rtk_opt_t id, long *out);
 RTK_HIDDEN int rtk_opt_size(rtk_opt_t id, size_t *out);
+/* 1 when the setting is set (non-empty) in the environment: an explicit choice, whatever its value. */
+RTK_HIDDEN int rtk_opt_given(rtk_opt_t id);
 /* str/path settings: the value, or NULL when unset or empty (every text default in the table is empty). */
 RTK_HIDDEN const char *rtk_opt_str(rtk_opt_t id);
 

@@ -1,9 +1,7 @@
 /* alloc.c -- PRMalloc's allocation paths below the entry points: census, arena serving, the large-object heap,
  * tier placement, the fallback stash and glibc; free of rtkit's memory (aborting on a corrupt free, as glibc
  * does); realloc and usable size across all of them. */
-#include <dlfcn.h>
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,34 +100,6 @@ void *rtk_alloc(size_t n, size_t align, int zero)
             rtk_profile_alloc(p, n, align);
     }
     return p;
-}
-
-void rtk_rtkit_usage(size_t *live, size_t *idle)
-{
-    rtk_large_info_t li;
-    size_t alive, afree, aspan;
-    rtk_large_info(&li);
-    rtk_arenas_usage(&alive, &afree, &aspan);
-    /* an arena carved from the large heap counts as one live large block: count its blocks instead */
-    *live = li.in_use - (aspan < li.in_use ? aspan : li.in_use) + alive;
-    *idle = li.idle + afree;
-}
-
-int64_t rtk_live_bytes(void)
-{
-    static void *next;
-    struct mallinfo2 (*f)(void) = (struct mallinfo2 (*)(void))__atomic_load_n(&next, __ATOMIC_ACQUIRE);
-    if (!f) {
-        f = (struct mallinfo2 (*)(void))dlsym(RTLD_NEXT, "mallinfo2");  /* glibc's own: ours adds rtkit's */
-        __atomic_store_n(&next, (void *)f, __ATOMIC_RELEASE);
-    }
-    size_t glibc = 0, live, idle;
-    if (f) {
-        struct mallinfo2 m = f();
-        glibc = m.uordblks + m.hblkhd;
-    }
-    rtk_rtkit_usage(&live, &idle);
-    return (int64_t)(glibc + live);
 }
 
 void rtk_heap_corrupt(const char *call, const char *what, const void *p)

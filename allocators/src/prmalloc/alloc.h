@@ -14,11 +14,7 @@ RTK_HIDDEN void rtk_free_large(void *p);
 /* A corrupt heap operation by the program on rtkit's memory: one line naming the call and the address, abort. */
 RTK_HIDDEN void rtk_heap_corrupt(const char *call, const char *what, const void *p) __attribute__((noreturn, cold));
 RTK_HIDDEN void *rtk_realloc(void *p, size_t n);
-/* rtkit's own memory: bytes in live blocks and idle resident bytes (arenas and the large heap). */
-RTK_HIDDEN void rtk_rtkit_usage(size_t *live, size_t *idle);
-/* Live bytes of the process's heap: glibc's in-use bytes (its own books, mallinfo2) plus rtkit's live blocks.
- * Small frees are not counted on the fast path, so the census takes live bytes from here. */
-RTK_HIDDEN int64_t rtk_live_bytes(void);
+
 RTK_HIDDEN size_t rtk_usable_size(const void *p);
 
 #endif

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "common/os.h"
-#include "prmalloc/alloc.h"
 #include "prmalloc/internal.h"
 
 __thread rtk_tslot_t *rtk_t_slot __attribute__((tls_model("initial-exec")));
@@ -88,7 +87,8 @@ void rtk_census_sum(rtk_totals_t *t)
         t->bytes += t->bucket_bytes[b];
     uint64_t large = t->arena_hits + t->fallbacks;
     t->small_calls = t->allocs > large ? t->allocs - large : 0;
-    t->live = rtk_live_bytes();  /* the slots' live counts miss the small frees (not counted) */
+    if (t->live < 0)
+        t->live = 0;  /* the slots miss small frees: step.c replaces this with rtk_live_bytes() */
 }
 
 void rtk_census_fork_prepare(void) { rtk_spin_lock(&g_slot_lock); }

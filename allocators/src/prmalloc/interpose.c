@@ -13,6 +13,7 @@
 #include "prmalloc/alloc.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/large.h"
+#include "prmalloc/usage.h"
 #include "prmalloc/init.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stash.h"

@@ -1,13 +1,14 @@
 /* step.c -- the step-mark state machine: warm-up -> profiling -> planned, the loaded plan's check, and plan
  * files (load, install, save); the stats file is written from here when due. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/options.h"
 #include "common/os.h"
+#include "prmalloc/alloc.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/large.h"
+#include "prmalloc/usage.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stash.h"
 #include "prmalloc/stats.h"
@@ -50,8 +51,7 @@ void rtk_step_load_plan(void)
     } else {
         size_t page = rtk_os_page_size();
         /* the plan was made for its min_size: sizes below it were never profiled (an explicit setting wins) */
-        const char *env = getenv(rtk_settings[RTK_OPT_MALLOC_MIN_SIZE].env);
-        if (p->min_size && (!env || !env[0]) && p->min_size != rtk_g.cfg.min_size)
+        if (p->min_size && !rtk_opt_given(RTK_OPT_MALLOC_MIN_SIZE) && p->min_size != rtk_g.cfg.min_size)
             apply_min_size(p->min_size);
         if (rtk_plan_trim(p, rtk_g.cfg.arena_limit, page) < 1 || p->nclasses == 0) {
             snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason,
@@ -200,6 +200,7 @@ void rtk_step_mark(void)
     rtk_spin_lock(&g_step_lock);
     rtk_totals_t t;
     rtk_census_sum(&t);
+    t.live = rtk_live_bytes();  /* the census misses small frees (not counted): glibc's books + rtkit's */
     uint64_t faults = rtk_os_minor_faults();
     uint32_t steps = ++rtk_g.steps;          /* the step that just ended has index steps - 1 */
     rtk_step_t *e = &rtk_g.ring[(steps - 1) % RTK_RING_STEPS];
@@ -258,8 +259,10 @@ void rtk_step_mark(void)
 int rtk_step_write_stats(void)
 {
     rtk_spin_lock(&g_step_lock);
-    if (rtk_g.state != RTK_STATE_DISABLED)
+    if (rtk_g.state != RTK_STATE_DISABLED) {
         rtk_census_sum(&rtk_g.last);
+        rtk_g.last.live = rtk_live_bytes();
+    }
     int r = rtk_stats_write_locked(rtk_os_now_ns());
     rtk_spin_unlock(&g_step_lock);
     return r;

@@ -1,0 +1,16 @@
+/* usage.h -- how much memory is live and idle, from rtkit's own books (arenas, large heap) and glibc's. */
+#ifndef RTK_PRMALLOC_USAGE_H
+#define RTK_PRMALLOC_USAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/log.h"
+
+/* rtkit's own memory: bytes in live blocks and idle resident bytes (arenas and the large heap). */
+RTK_HIDDEN void rtk_rtkit_usage(size_t *live, size_t *idle);
+/* Live bytes of the process's heap: glibc's in-use bytes (its own books, mallinfo2) plus rtkit's live blocks.
+ * Small frees are not counted on the fast path, so the step marks take live bytes from here. */
+RTK_HIDDEN int64_t rtk_live_bytes(void);
+
+#endif
