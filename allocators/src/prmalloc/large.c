@@ -42,7 +42,7 @@ static pmeta_t *g_meta;
 static uint32_t g_pages, g_top;      /* pages reserved; pages ever handed out from the bottom */
 static uint32_t g_head[NBINS];
 static uint64_t g_map[NBINS / 64];   /* non-empty lists */
-static uint32_t g_step;
+static uint32_t g_step, g_decay;
 static size_t g_in_use, g_idle, g_released;  /* pages */
 static uint64_t g_blocks, g_decayed, g_trims;
 
@@ -227,12 +227,26 @@ static int64_t block_index(const void *p)
     return s == T_FREE ? -2 : -1;
 }
 
+/* A neighbour about to merge with a fresh extent takes its age (the merged extent is stamped now): one that
+ * has been idle for half the decay window gives its pages back first, or a large idle extent next to the
+ * step's churn would never age (measured on wdl: 725 MB idle from the input pipeline's start, never decayed). */
+static void age_neighbour(uint32_t x)
+{
+    uint32_t t = g_meta[x].tag;
+    if ((t & T_REL) || !g_decay || g_step - g_meta[x].step < (g_decay + 1) / 2)
+        return;
+    uint32_t n = T_PAGES(t);
+    rtk_os_release(g_base + ((size_t)x << PAGE_SHIFT), (size_t)n << PAGE_SHIFT);
+    g_decayed += (size_t)n << PAGE_SHIFT;
+}
+
 /* put [x, x + n) back, merged with free neighbours (caller holds the lock, the pages carry no tags) */
 static void release_extent(uint32_t x, uint32_t n)
 {
     uint32_t r = x + n;
     if (r < g_top && T_STATE(g_meta[r].tag) == T_FREE) {
         uint32_t m = T_PAGES(g_meta[r].tag);
+        age_neighbour(r);
         list_remove(r);
         clear_free_tags(r, m);
         n += m;
@@ -245,6 +259,7 @@ static void release_extent(uint32_t x, uint32_t n)
             l = x - 1;
         if (l != NIL) {
             uint32_t m = T_PAGES(g_meta[l].tag);
+            age_neighbour(l);
             list_remove(l);
             clear_free_tags(l, m);
             x = l;
@@ -346,6 +361,7 @@ void rtk_large_step(uint32_t step, uint32_t decay_steps)
         return;
     rtk_spin_lock(&g_lock);
     g_step = step;
+    g_decay = decay_steps;
     if (decay_steps)
         g_decayed += release_idle(step, decay_steps) << PAGE_SHIFT;
     rtk_spin_unlock(&g_lock);
