@@ -155,3 +155,13 @@ def test_unit_large_heap(prm):
     proc = run_c(prm, "prmalloc_unit_large", preload=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "prmalloc_unit_large: ok\n"
+
+
+def test_debug_mode_reports_a_write_after_free(prm, tmp_path):
+    # debug mode keeps deeper checks than the always-on ones: freed blocks are poisoned and checked on reuse
+    proc = _defect(prm, "write_after_free", tmp_path, {"RTKIT_MALLOC_DEBUG": "1"})
+    _ok(proc, "write_after_free")
+    assert re.search(r"block 0x[0-9a-f]+ was written after it was freed", proc.stderr), proc.stderr
+    assert stats(tmp_path)["totals"]["debug_errors"] == 1
+    quiet = _defect(prm, "write_after_free", tmp_path / "off") if (tmp_path / "off").mkdir() is None else None
+    assert "written after" not in quiet.stderr

@@ -139,6 +139,18 @@ static void drift(void)
     CHECK(served == 10);
 }
 
+/* RTKIT_MALLOC_DEBUG=1: a write to a freed arena block is reported when the block is handed out again */
+static void write_after_free(void)
+{
+    plan_now();
+    char *p = arena_block();
+    free(p);
+    p[8] = 42;  /* the program's bug: a write after free */
+    char *q = malloc(MiB);
+    CHECK(q == p);  /* LIFO: the same block again */
+    free(q);
+}
+
 /* plan reuse: the job takes blocks of its step sizes before its first step and keeps them (weights, caches);
  * a job's own plan must still be accepted on its next run */
 static void held_before_steps(void)
@@ -251,6 +263,7 @@ int main(int argc, char **argv)
         {"big_align", big_align}, {"retired_rss", retired_rss}, {"drift", drift}, {"cfree", cfree_case},
         {"mallinfo", mallinfo_case}, {"trim", trim_case}, {"free_sized", free_sized_case},
         {"profiler_overflow", profiler_overflow}, {"held_before_steps", held_before_steps},
+        {"write_after_free", write_after_free},
     };
     test_bind();
     for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++)
