@@ -154,7 +154,8 @@ SETTINGS: List[Setting] = [
        minimum=16, c=True),
     _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0,
        c=True),
-    _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on arenas (madvise MADV_HUGEPAGE)", c=True),
+    _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on arenas (madvise MADV_HUGEPAGE) and on glibc's "
+       "heaps (GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless set)", c=True),
     _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)",
        c=True),
     _s("malloc_census", "bool", True, "", "count every allocation per step and size class", c=True),
