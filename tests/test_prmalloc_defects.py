@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from test_prmalloc import FAST, prm, run_c, stats  # noqa: F401 (prm is a fixture)
+from test_prmalloc import FAST, run_c, stats
 
 pytestmark = pytest.mark.timeout(300)
 
