@@ -20,13 +20,15 @@ import socket
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from rtkit.errors import UserError
+
 ROLES = ("chief", "worker", "ps", "evaluator")
 FLAG_HOSTS = {"ps_hosts": "ps", "worker_hosts": "worker", "chief_hosts": "chief"}
 _EXAMPLE = ('{"cluster": {"ps": ["host:2222"], "worker": ["host:2223"]}, '
             '"task": {"type": "worker", "index": 0}}')
 
 
-class ClusterError(ValueError):
+class ClusterError(UserError):
     """A bad cluster spec: the message is the one line shown to the user (exit code 2)."""
 
 
@@ -158,6 +160,14 @@ def detect(env: Mapping[str, str], command: Sequence[str]) -> Optional[Task]:
     if text:
         return from_tf_config(text)
     return from_flags(command)
+
+
+def detect_checked(env: Mapping[str, str], command: Sequence[str]) -> Optional[Task]:
+    """detect(), and this task's own port free when its address is on this machine (ClusterError if not)."""
+    task = detect(env, command)
+    if task is not None:
+        check_port_free(task)
+    return task
 
 
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", "[::1]", "[::]", ""}

@@ -1,0 +1,88 @@
+# taskdir.py -- one run directory per cluster task and restart in a shared folder, and its compact task.json.
+"""Layout of a cluster folder (the ``--out`` every task of one job shares)::
+
+    OUT/ps-0/              first run of ps task 0
+    OUT/worker-1/          first run of worker 1
+    OUT/worker-1.restart1/ worker 1 started again (by rtkit launch, a TFJob restart policy, ...)
+    OUT/cluster.json       written by `rtkit launch` only: the job, its events, examples per step
+
+A directory is claimed with one ``mkdir`` (atomic, also on NFS), so tasks on different machines and a
+task's restarts never collide: the first free ``.restartN`` wins. One folder per job: a second job
+in the same folder would be read as restarts of the first.
+
+Each task directory holds the usual report.json plus ``task.json``: a few kilobytes of the figures
+the cluster report needs, so merging thousands of tasks never parses their full reports.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from rtkit.cluster.spec import Task
+
+TASK_FILE = "task.json"
+TASK_SCHEMA = 1
+TIMELINE_POINTS = 120           # per series in task.json: enough for a plot, small for a merge
+MAX_ATTEMPTS = 10_000
+
+
+def dir_name(task: Task, attempt: int) -> str:
+    return task.name if attempt == 0 else f"{task.name}.restart{attempt}"
+
+
+def make(out: str, task: Task) -> Tuple[str, int]:
+    """Create and return (run directory, attempt) for `task` under `out`; OSError if out is unusable."""
+    os.makedirs(out, exist_ok=True)
+    for attempt in range(MAX_ATTEMPTS):
+        path = os.path.join(out, dir_name(task, attempt))
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return os.path.abspath(path), attempt
+    raise OSError(f"{MAX_ATTEMPTS} run directories of {task.name} already exist in {out}")
+
+
+def _thin(points: Sequence[Sequence[float]], limit: int = TIMELINE_POINTS) -> List[List[float]]:
+    if len(points) <= limit:
+        return [list(p) for p in points]
+    step = (len(points) - 1) / (limit - 1)
+    return [list(points[round(i * step)]) for i in range(limit)]
+
+
+def _allocator_state(report: Dict[str, Any]) -> Optional[str]:
+    try:
+        from rtkit.report.sections import allocator_state
+
+        return allocator_state(report.get("allocator")) if report.get("allocator") else None
+    except Exception:   # a renderer change must not cost the task its summary
+        return None
+
+
+def summary(report: Dict[str, Any], task: Task, attempt: int, start_unix: float) -> Dict[str, Any]:
+    """The compact per-task record the cluster merge reads (see module docstring)."""
+    run, steps, proc = report.get("run", {}), report.get("steps", {}), report.get("process", {})
+    stats = steps.get("summary", {})
+    per_step = steps.get("per_step") or []
+    return {
+        "task_schema": TASK_SCHEMA, **task.as_dict(), "attempt": attempt, "start_unix": round(start_unix, 3),
+        "duration_s": run.get("duration_s"), "status": run.get("status"), "exit_code": run.get("exit_code"),
+        "signal": run.get("signal"), "steps": steps.get("count", 0),
+        "step_ms_median": stats.get("step_ms_median"), "steps_per_s": stats.get("steps_per_s"),
+        "minor_faults_per_step": stats.get("minor_faults_per_step_median"),
+        "peak_rss_bytes": proc.get("peak_rss_bytes"), "allocator_state": _allocator_state(report),
+        # (t_s since start, steps done) and (t_s, rss_bytes): the cluster timeline and the per-role plots
+        "steps_timeline": _thin([(s["t_s"], s["step"]) for s in per_step if s.get("t_s") is not None]),
+        "rss_timeline": _thin([(s["t_s"], s["rss_bytes"]) for s in proc.get("samples") or []]),
+    }
+
+
+def finish(run_dir: str, report: Dict[str, Any], task: Task, attempt: int, start_unix: float) -> None:
+    """Add the cluster section to `report` (in place) and write task.json beside report.json."""
+    from rtkit.report.model import write_json_atomic
+
+    report["cluster"] = {**task.as_dict(), "attempt": attempt}
+    try:
+        write_json_atomic(os.path.join(run_dir, TASK_FILE), summary(report, task, attempt, start_unix))
+    except OSError:
+        pass    # report.json still carries the cluster section; the merge falls back to it
