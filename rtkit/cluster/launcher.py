@@ -200,7 +200,6 @@ class Launch:
         try:
             procs.extend(self._start(t, 0) for t in tasks)
             while True:
-                training = [p for p in procs if p.task.role in TRAINING_ROLES]
                 for p in list(procs):
                     code = p.popen.poll()
                     if code is None or getattr(p, "_seen", False):
@@ -233,6 +232,7 @@ class Launch:
                         self._stop_all(procs, f"{p.task.name} failed")
                 if all(getattr(p, "_seen", False) for p in procs):
                     break
+                training = [p for p in procs if p.task.role in TRAINING_ROLES]   # restarts included
                 if (self._stopping is None and training and not received
                         and all(p.popen.poll() is not None for p in training)
                         and all(getattr(p, "_seen", False) for p in training)):

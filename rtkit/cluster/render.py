@@ -9,7 +9,7 @@ from rtkit.report import fmt, svg
 from rtkit.report.sections import Table
 from rtkit.report.terminal import table_lines
 
-HEADERS = ["task", "run", "status", "steps", "median step", "examples/s", "peak RSS", "faults/step",
+HEADERS = ["task", "run", "status", "steps", "step med", "examples/s", "peak RSS", "flt/step",
            "allocator", "restarts"]
 NUMERIC = [False, False, False, True, True, True, True, True, False, True]
 
@@ -67,7 +67,7 @@ def finding_lines(m: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def render_text(m: Dict[str, Any], width: int = 100) -> str:
+def render_text(m: Dict[str, Any], width: int = 130) -> str:
     out = [f"rtkit cluster report: {m['path']}", ""]
     label_w = max(len(k) for k, _ in headline(m))
     out += [f"  {k:<{label_w}}  {v}" for k, v in headline(m)]

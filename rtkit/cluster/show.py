@@ -25,7 +25,7 @@ def report(args) -> int:
             return 2
         print(path)
     else:
-        sys.stdout.write(render.render_text(m, width=max(args.width, 100)))
+        sys.stdout.write(render.render_text(m, width=max(args.width, 130)))
     sys.stdout.flush()
     return 0
 
