@@ -204,6 +204,8 @@ class Launch:
                     code = p.popen.poll()
                     if code is None or getattr(p, "_seen", False):
                         continue
+                    if code < 0:      # the `rtkit run` wrapper itself died of a signal: report it as a shell does
+                        code = 128 - code
                     p._seen = True   # type: ignore[attr-defined]
                     if p.reader:
                         p.reader.join(timeout=5)

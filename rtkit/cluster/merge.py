@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 from typing import Any, Dict, List, Optional
 
@@ -57,6 +58,19 @@ def _from_report(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
             "start_unix": None, "steps_timeline": [], "rss_timeline": []}
 
 
+_DIR_RE = re.compile(r"^(chief|worker|ps|evaluator)-(\d+)(?:\.restart(\d+))?$")
+
+
+def _unreported(name: str) -> Optional[Dict[str, Any]]:
+    m = _DIR_RE.match(name)
+    if not m:
+        return None
+    return {"role": m.group(1), "index": int(m.group(2)), "attempt": int(m.group(3) or 0), "status": "no report",
+            "exit_code": None, "signal": None, "steps": 0, "step_ms_median": None, "steps_per_s": None,
+            "peak_rss_bytes": None, "minor_faults_per_step": None, "allocator_state": None, "start_unix": None,
+            "steps_timeline": [], "rss_timeline": []}
+
+
 def load_tasks(path: str) -> List[Dict[str, Any]]:
     tasks = []
     with os.scandir(path) as it:
@@ -66,6 +80,8 @@ def load_tasks(path: str) -> List[Dict[str, Any]]:
         if not isinstance(rec, dict):
             report = _read_json(os.path.join(e.path, "report.json"))
             rec = _from_report(report) if isinstance(report, dict) else None
+        if not isinstance(rec, dict):
+            rec = _unreported(e.name)   # its `rtkit run` died before writing anything: still a row
         if not isinstance(rec, dict) or "role" not in rec:
             continue
         rec["dir"] = e.name

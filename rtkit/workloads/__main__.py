@@ -62,7 +62,8 @@ def build_parser():
     for flag in ("--job_name", "--task_index", "--ps_hosts", "--worker_hosts", "--chief_hosts"):
         g.add_argument(flag, default=None)
     g.add_argument("--checkpoint-dir", default=None, help="the chief writes checkpoints here (and resumes from them)")
-    g.add_argument("--checkpoint-steps", type=_positive, default=None, help="checkpoint every N global steps")
+    g.add_argument("--checkpoint-secs", type=_positive, default=600,
+                   help="the chief checkpoints every N seconds and when it ends (default 600)")
     return p
 
 
@@ -111,7 +112,7 @@ def main(argv=None):
                                  capacity=args.capacity, learning_rate=args.learning_rate,
                                  threads_inter=args.threads_inter, threads_intra=args.threads_intra,
                                  print_losses=args.print_losses, checkpoint_dir=args.checkpoint_dir,
-                                 checkpoint_steps=args.checkpoint_steps, progress=not args.no_progress)
+                                 checkpoint_secs=args.checkpoint_secs, progress=not args.no_progress)
         sys.stdout.write(distributed.summary_line(result) + "\n")
         sys.stdout.flush()
         return 0
