@@ -91,26 +91,30 @@ def load_tasks(path: str) -> List[Dict[str, Any]]:
 
 
 def _timeline(tasks: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Cluster steps/s over time: every training task's step completions, binned on one clock."""
-    stamps: List[float] = []
+    """Cluster steps/s over time: every training task's step completions, binned on one clock. The
+    timelines are thinned, so each gap's steps count at its end time (exact for the totals)."""
+    series = []
     for t in tasks:
-        if t["role"] not in TRAINING or t.get("start_unix") is None:
-            continue
-        prev = 0
-        for ts, n in t.get("steps_timeline") or []:
-            # the timeline is thinned: spread each gap's steps at its end time (exact for the totals)
-            stamps.extend([t["start_unix"] + ts] * max(int(n) - prev, 0))
-            prev = int(n)
-    if len(stamps) < 2:
+        pts = t.get("steps_timeline") or []
+        if t["role"] in TRAINING and t.get("start_unix") is not None and pts:
+            series.append((t["start_unix"], pts))
+    if not series:
         return {"t0_unix": None, "bin_s": None, "points": []}
-    t0, t1 = min(stamps), max(stamps)
+    t0 = min(start + pts[0][0] for start, pts in series)
+    t1 = max(start + pts[-1][0] for start, pts in series)
     bin_s = max((t1 - t0) / TIMELINE_BINS, 1.0)
     bins = [0] * (int((t1 - t0) / bin_s) + 1)
-    for s in stamps:
-        bins[int((s - t0) / bin_s)] += 1
+    total = 0
+    for start, pts in series:
+        prev = 0
+        for ts, n in pts:
+            if n > prev:
+                bins[int((start + ts - t0) / bin_s)] += int(n) - prev
+                prev = int(n)
+        total += prev
     return {"t0_unix": round(t0, 3), "bin_s": round(bin_s, 3),
             "points": [[round((i + 0.5) * bin_s, 3), round(c / bin_s, 3)] for i, c in enumerate(bins)],
-            "first_step_unix": t0, "last_step_unix": t1, "steps": len(stamps)}
+            "first_step_unix": t0, "last_step_unix": t1, "steps": total}
 
 
 def merge(path: str, margin: float = STRAGGLER_MARGIN) -> Dict[str, Any]:

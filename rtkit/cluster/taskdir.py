@@ -22,7 +22,7 @@ from rtkit.cluster.spec import Task
 
 TASK_FILE = "task.json"
 TASK_SCHEMA = 1
-TIMELINE_POINTS = 120           # per series in task.json: enough for a plot, small for a merge
+TIMELINE_POINTS = 60            # per series in task.json: enough for a plot, small for a merge
 MAX_ATTEMPTS = 10_000
 
 
