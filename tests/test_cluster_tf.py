@@ -45,6 +45,10 @@ def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
     assert merged == {"worker-0": 30, "worker-1": 30}
     ps = [r for r in m["tasks"] if r["role"] == "ps"]
     assert ps[0]["status"] == "stopped" and ps[0]["peak_rss_bytes"] > 0
+    # the PS's step signal: advances of the global step (60 worker updates), seen from the PS process
+    assert 0 < ps[0]["steps"] <= 60 and ps[0]["examples_per_s"] is None
+    ps_steps = json.loads(next((folder / "ps-0").glob("steps-*.json")).read_text())
+    assert ps_steps["signature"] == "ps: global_step advanced"
     assert m["cluster_examples_per_s"] and m["cluster_examples_per_s"] > 0
     assert any(n.startswith("model.ckpt-") for n in os.listdir(tmp_path / "ckpt"))   # the chief saved
     rep = json.loads((folder / "worker-1" / "report.json").read_text())

@@ -140,7 +140,7 @@ def merge(path: str, margin: float = STRAGGLER_MARGIN) -> Dict[str, Any]:
             "task": name, "dir": t["dir"], "role": t["role"], "index": t.get("index", 0),
             "attempt": t.get("attempt", 0), "status": status, "exit_code": t.get("exit_code"),
             "signal": t.get("signal"), "steps": t.get("steps", 0), "step_ms_median": t.get("step_ms_median"),
-            "steps_per_s": sps, "examples_per_s": round(sps * eps, 1) if sps and eps else None,
+            "steps_per_s": sps, "examples_per_s": round(sps * eps, 1) if sps and eps and t["role"] in TRAINING else None,
             "peak_rss_bytes": t.get("peak_rss_bytes"), "minor_faults_per_step": t.get("minor_faults_per_step"),
             "allocator_state": t.get("allocator_state"),
             "restarts": latest[name].get("attempt", 0) if t is latest[name] else None,
