@@ -26,6 +26,9 @@ if role == "ps":
 if mode == "psdie":
     while True:
         time.sleep(0.05)
+if mode == "hang":
+    while True:
+        time.sleep(0.05)
 if mode == "fail" and role == "worker" and i == 1:
     sys.exit(3)
 if mode == "flaky" and role == "worker" and i == 1 and not os.path.exists(sys.argv[2]):
@@ -172,6 +175,31 @@ def test_launch_restarts_a_killed_worker(tmp_path):
     assert m["restarts"] == {"worker-1": 1}
     text = run_rtkit(["report", str(folder)], check_rc=0).stdout
     assert "restart 1" in text and "failure: worker-1 (worker-1) killed, killed by SIGKILL" in text
+
+
+def test_launch_forwards_sigterm_to_every_task(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "task.py"
+    script.write_text(FAKE_TASK)
+    folder = tmp_path / "c"
+    proc = subprocess.Popen([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(folder), "--",
+                             PY, str(script), "hang"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = set()
+    deadline = time.time() + 120
+    for line in proc.stdout:
+        if "hello from" in line:
+            seen.add(line.split("]")[0])
+        if len(seen) == 3 or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.stdout.read()
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    m = merge.merge(str(folder))
+    assert {r["task"]: r["signal"] for r in m["tasks"]} == {"ps-0": "SIGTERM", "worker-0": "SIGTERM",
+                                                             "worker-1": "SIGTERM"}
 
 
 def test_launch_dead_ps_ends_job_naming_it(tmp_path):
