@@ -16,7 +16,7 @@ CLUSTER = {"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:222
 FAKE_TASK = r"""
 import json, os, sys, time
 c = json.loads(os.environ["TF_CONFIG"]); role, i = c["task"]["type"], c["task"]["index"]
-print(f"hello from {role} {i}", flush=True)
+print(f"hello from {role} {i} pmem_path={os.environ.get('RTKIT_PMEM_PATH', '')}", flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else ""
 if role == "ps":
     if mode == "psdie":
@@ -153,6 +153,14 @@ def test_launch_prefixes_output_stops_ps_and_merges(tmp_path):
     assert html.endswith("cluster-report.html") and "<svg" in open(html).read()
     cmp = run_rtkit(["compare", str(folder), str(folder)], check_rc=0).stdout
     assert "ps_peak_rss_bytes_max" in cmp
+
+
+def test_launch_ps_set_only_reaches_ps_tasks_expanded(tmp_path):
+    pool = tmp_path / "pool-{task}"
+    proc, folder = _launch(tmp_path, "--ps", "2", "--workers", "1", "--ps-set", f"pmem_path={pool}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"[ps:1] hello from ps 1 pmem_path={tmp_path / 'pool-ps-1'}\n" in proc.stdout
+    assert "[worker:0] hello from worker 0 pmem_path=\n" in proc.stdout
 
 
 def test_launch_exits_with_failing_worker_code(tmp_path):

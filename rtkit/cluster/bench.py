@@ -5,7 +5,8 @@
     python -m rtkit.cluster.bench launch --ps 2 --workers 2 --rounds 3 -- wdl --steps 200 --batch 1024
 
 ``launch`` runs the same cluster of the bundled workload A B A B...: A = bare (each task a plain
-``python -m rtkit.workloads`` process with its TF_CONFIG, started by this script), B = ``rtkit launch``.
+``python -m rtkit.workloads`` process with its TF_CONFIG, started by this script), B = ``rtkit launch``,
+optionally C = ``rtkit launch --ps-set pmem_path=/dev/shm/...-{task}`` (tier mode on the PS tasks).
 Per round: cluster examples/s = the sum of the workers' own printed examples_per_s, and each PS's
 peak RSS = its ru_maxrss (wait4 on the bare PS; the PS report's peak for rtkit, which includes wait4's
 ru_maxrss of the same process). Medians over the rounds.
@@ -111,16 +112,27 @@ def _bare_round(cluster: Dict[str, List[str]], command: List[str]) -> dict:
     return {"examples_per_s": sum(eps), "ps_peak_rss_bytes": rss}
 
 
-def _rtkit_round(args, command: List[str], folder: str) -> dict:
+TIER_POOL = "/dev/shm/rtkit-cluster-bench-{task}"
+
+
+def _rtkit_round(args, command: List[str], folder: str, tier: bool = False) -> dict:
     argv = [sys.executable, "-m", "rtkit", "launch", "--ps", str(args.ps), "--workers", str(args.workers),
-            "--cluster-dir", folder, *sum((["--set", s] for s in args.set), []), "--", *command]
+            "--cluster-dir", folder, *sum((["--set", s] for s in args.set), []),
+            *(["--ps-set", f"pmem_path={TIER_POOL}"] if tier else []), "--", *command]
     proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise RuntimeError(f"rtkit launch failed with exit code {proc.returncode}: {proc.stderr[-2000:]}")
     eps = [float(x) for x in _EPS.findall(proc.stdout)]
     m = merge.merge(folder)
-    return {"examples_per_s": sum(eps),
-            "ps_peak_rss_bytes": {r["task"]: r["peak_rss_bytes"] for r in m["tasks"] if r["role"] == "ps"}}
+    for i in range(args.ps):
+        try:
+            os.unlink(TIER_POOL.format(task=f"ps-{i}"))
+        except OSError:
+            pass
+    ps = [r for r in m["tasks"] if r["role"] == "ps"]
+    return {"examples_per_s": sum(eps), "ps_peak_rss_bytes": {r["task"]: r["peak_rss_bytes"] for r in ps},
+            "ps_anon": {r["task"]: r["rss_anon_peak_bytes"] for r in ps},
+            "ps_pool": {r["task"]: r["tier_peak_bytes"] for r in ps}}
 
 
 def bench_launch(args) -> None:
@@ -129,18 +141,22 @@ def bench_launch(args) -> None:
                           env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
     if warm.returncode != 0:
         raise SystemExit(f"the workload does not run: {warm.stderr[-2000:]}")
-    results = {"bare": [], "rtkit": []}
+    modes = args.modes.split(",")
+    results = {m: [] for m in modes}
     root = tempfile.mkdtemp(prefix="rtkit-launch-bench-")
     try:
         for r in range(args.rounds):
-            for mode in ("bare", "rtkit"):
+            for mode in modes:
                 cluster = build_cluster(args.ps, args.workers, False)
                 t = time.perf_counter()
                 res = (_bare_round(cluster, command) if mode == "bare"
-                       else _rtkit_round(args, command, os.path.join(root, f"r{r}")))
+                       else _rtkit_round(args, command, os.path.join(root, f"r{r}-{mode}"), mode == "rtkit-tier"))
                 res["wall_s"] = time.perf_counter() - t
                 results[mode].append(res)
                 rss = ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sorted(res["ps_peak_rss_bytes"].items()))
+                if res.get("ps_anon"):
+                    rss += "; anon " + ", ".join(f"{k} {(v or 0) / 2**20:.0f} MiB" for k, v in sorted(res["ps_anon"].items()))
+                    rss += "; pool " + ", ".join(f"{k} {(v or 0) / 2**20:.0f} MiB" for k, v in sorted(res["ps_pool"].items()))
                 print(f"round {r + 1} {mode:5}: {res['examples_per_s']:9.1f} examples/s  PS peak RSS: {rss}  "
                       f"({res['wall_s']:.1f} s)", flush=True)
         print("medians:")
@@ -149,6 +165,9 @@ def bench_launch(args) -> None:
             names = sorted(rows[0]["ps_peak_rss_bytes"])
             rss = ", ".join(f"{n} {statistics.median(x['ps_peak_rss_bytes'][n] for x in rows) / 2**20:.0f} MiB"
                             for n in names)
+            if rows[0].get("ps_anon"):
+                rss += "; anon " + ", ".join(
+                    f"{n} {statistics.median((x['ps_anon'][n] or 0) for x in rows) / 2**20:.0f} MiB" for n in names)
             print(f"  {mode:5}: {eps:9.1f} examples/s  PS peak RSS: {rss}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -166,6 +185,8 @@ def main(argv=None) -> int:
     la.add_argument("--workers", type=int, default=2)
     la.add_argument("--rounds", type=int, default=3)
     la.add_argument("--set", action="append", default=[], help="rtkit setting for the rtkit rounds")
+    la.add_argument("--modes", default="bare,rtkit",
+                    help="interleaved per round, from bare, rtkit, rtkit-tier (PS tier pools in /dev/shm)")
     la.add_argument("workload", nargs=argparse.REMAINDER, help="after --: MODEL [workload options]")
     args = p.parse_args(argv)
     if args.what == "merge":

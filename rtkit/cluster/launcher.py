@@ -91,6 +91,7 @@ class Launch:
     cluster: Dict[str, List[str]]
     out_dir: str
     run_args: List[str] = field(default_factory=list)   # passed to every `rtkit run`
+    ps_sets: List[str] = field(default_factory=list)    # KEY=VALUE for PS tasks only; {task}, {index} expanded
     restart_failed: int = 0
     examples_per_step: Optional[int] = None
     python: str = sys.executable
@@ -143,7 +144,11 @@ class Launch:
         env["TF_CONFIG"] = task.tf_config()
         for var in ("RTKIT_RUN_DIR", "RTKIT_ACTIVE"):
             env.pop(var, None)
-        argv = [self.python, "-m", "rtkit", "run", "--out", self.out_dir, "--quiet", *self.run_args,
+        role_args = []
+        if task.role == "ps":
+            for item in self.ps_sets:   # per-task values, e.g. a tier pool file of its own per PS
+                role_args += ["--set", item.replace("{task}", task.name).replace("{index}", str(task.index))]
+        argv = [self.python, "-m", "rtkit", "run", "--out", self.out_dir, "--quiet", *self.run_args, *role_args,
                 "--", *self.command]
         popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)

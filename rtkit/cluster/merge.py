@@ -142,6 +142,7 @@ def merge(path: str, margin: float = STRAGGLER_MARGIN) -> Dict[str, Any]:
             "signal": t.get("signal"), "steps": t.get("steps", 0), "step_ms_median": t.get("step_ms_median"),
             "steps_per_s": sps, "examples_per_s": round(sps * eps, 1) if sps and eps and t["role"] in TRAINING else None,
             "peak_rss_bytes": t.get("peak_rss_bytes"), "minor_faults_per_step": t.get("minor_faults_per_step"),
+            "rss_anon_peak_bytes": t.get("rss_anon_peak_bytes"), "tier_peak_bytes": t.get("tier_peak_bytes"),
             "allocator_state": t.get("allocator_state"),
             "restarts": latest[name].get("attempt", 0) if t is latest[name] else None,
             "duration_s": t.get("duration_s"),

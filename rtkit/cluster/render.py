@@ -44,6 +44,10 @@ def headline(m: Dict[str, Any]) -> List[tuple]:
     ps = [r for r in m["tasks"] if r["role"] == "ps" and r["restarts"] is not None]
     if ps:
         rows.append(("peak RSS per PS", ", ".join(f"ps:{r['index']} {fmt.nbytes(r['peak_rss_bytes'])}" for r in ps)))
+        if any(r.get("tier_peak_bytes") for r in ps):
+            rows.append(("PS tier (DRAM peak, pool)", ", ".join(
+                f"ps:{r['index']} {fmt.nbytes(r.get('rss_anon_peak_bytes'))}, {fmt.nbytes(r.get('tier_peak_bytes'))}"
+                for r in ps)))
     if m.get("exit_code") is not None:
         rows.append(("launcher exit code", str(m["exit_code"])))
     return rows
@@ -144,6 +148,7 @@ def _role_figures(m: Dict[str, Any]) -> Dict[str, Optional[float]]:
             "step_ms_median_of_workers": m["step_ms_median_of_workers"],
             "worker_peak_rss_bytes_max": mx(train, "peak_rss_bytes"), "ps_peak_rss_bytes_max": mx(ps, "peak_rss_bytes"),
             "ps_peak_rss_bytes_total": sum(r["peak_rss_bytes"] or 0 for r in ps) or None,
+            "ps_rss_anon_peak_bytes_max": mx(ps, "rss_anon_peak_bytes"), "ps_tier_peak_bytes_max": mx(ps, "tier_peak_bytes"),
             "training_steps": m["training_steps"], "failures": len(m["failures"]),
             "restarts": sum(m["restarts"].values())}
 

@@ -59,6 +59,15 @@ def _allocator_state(report: Dict[str, Any]) -> Optional[str]:
         return None
 
 
+def _tier(report: Dict[str, Any]) -> Dict[str, Any]:
+    """DRAM (anonymous) peak and bytes in the tier pool: what tier mode on a PS changes."""
+    pm = (report.get("allocator") or {}).get("pmem") or {}
+    if not isinstance(pm, dict):
+        return {}
+    return {"rss_anon_peak_bytes": pm.get("process_rss_anon_peak_sampled_bytes"),
+            "tier_peak_bytes": pm.get("tier_peak_bytes") or None}
+
+
 def summary(report: Dict[str, Any], task: Task, attempt: int, start_unix: float) -> Dict[str, Any]:
     """The compact per-task record the cluster merge reads (see module docstring)."""
     run, steps, proc = report.get("run", {}), report.get("steps", {}), report.get("process", {})
@@ -71,6 +80,7 @@ def summary(report: Dict[str, Any], task: Task, attempt: int, start_unix: float)
         "step_ms_median": stats.get("step_ms_median"), "steps_per_s": stats.get("steps_per_s"),
         "minor_faults_per_step": stats.get("minor_faults_per_step_median"),
         "peak_rss_bytes": proc.get("peak_rss_bytes"), "allocator_state": _allocator_state(report),
+        **_tier(report),
         # (t_s since start, steps done) and (t_s, rss_bytes): the cluster timeline and the per-role plots
         "steps_timeline": _thin([(s["t_s"], s["step"]) for s in per_step if s.get("t_s") is not None]),
         "rss_timeline": _thin([(s["t_s"], s["rss_bytes"]) for s in proc.get("samples") or []]),

@@ -38,6 +38,9 @@ def register(subparsers) -> None:
     p.add_argument("--profile", help="tuning profile for every task (as `rtkit run --profile`)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="rtkit setting for every task (repeatable, as `rtkit run --set`)")
+    p.add_argument("--ps-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="rtkit setting for the PS tasks only; {task} and {index} expand per task, e.g. "
+                        "--ps-set pmem_path=/dev/shm/pool-{task} (tier mode on the parameter servers)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command every task runs, after --")
     p.set_defaults(func=main)
 
@@ -77,5 +80,6 @@ def main(args) -> int:
               f"writable folder", file=sys.stderr)
         return 2
     job = launcher.Launch(command=command, cluster=cluster, out_dir=os.path.abspath(out_dir), run_args=run_args,
-                          restart_failed=args.restart_failed, examples_per_step=args.examples_per_step)
+                          restart_failed=args.restart_failed, examples_per_step=args.examples_per_step,
+                          ps_sets=list(args.ps_set))
     return job.run()
