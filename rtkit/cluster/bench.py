@@ -57,7 +57,7 @@ def make_synthetic(folder: str, tasks: int, ps: int, steps: int = 1000, seed: in
                                       for i in range(TIMELINE_POINTS)] if n_steps else [],
                    "rss_timeline": [[i * 0.5, 1 << 30] for i in range(TIMELINE_POINTS)]}
             with open(os.path.join(d, "task.json"), "w") as fh:
-                json.dump(rec, fh, indent=1)      # as rtkit run writes it (report.model.write_json_atomic)
+                json.dump(rec, fh, indent=1)      # as rtkit run writes it (rtkit.atomic.write_json)
             with open(os.path.join(d, "report.json"), "w") as fh:
                 json.dump({"schema_version": 1, "run": {"status": rec["status"]}, "cluster": {"role": role}}, fh)
 

@@ -109,7 +109,7 @@ class Launch:
         self._write_cluster_file()
 
     def _write_cluster_file(self, final: Optional[dict] = None) -> None:
-        from rtkit.report.model import write_json_atomic
+        from rtkit import atomic
 
         doc = {"cluster_schema": 1, "cluster": self.cluster, "command": self.command,
                "restart_failed": self.restart_failed, "examples_per_step": self.examples_per_step,
@@ -117,7 +117,7 @@ class Launch:
         if final:
             doc.update(final)
         try:
-            write_json_atomic(os.path.join(self.out_dir, CLUSTER_FILE), doc)
+            atomic.write_json(os.path.join(self.out_dir, CLUSTER_FILE), doc)
         except OSError:
             pass    # the task directories still make a cluster report
 

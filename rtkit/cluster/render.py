@@ -124,9 +124,9 @@ def render_html(m: Dict[str, Any]) -> str:
 
 
 def write_html(m: Dict[str, Any], path: str) -> str:
-    from rtkit.report.model import write_text_atomic
+    from rtkit import atomic
 
-    write_text_atomic(path, render_html(m))
+    atomic.write_text(path, render_html(m))
     return path
 
 

@@ -5,14 +5,14 @@ import json
 import sys
 
 from rtkit.cluster import merge, render
+from rtkit.errors import UserError
 
 
 def report(args) -> int:
     m = merge.merge(args.run_dir)
     if not m["tasks"]:
-        print(f"rtkit: '{args.run_dir}' has no task run directories yet (task.json or report.json with a "
-              f"cluster section)", file=sys.stderr)
-        return 2
+        raise UserError(f"rtkit: '{args.run_dir}' has no task run directories yet (task.json or report.json with a "
+                        f"cluster section)")
     if args.json:
         json.dump(m, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -21,12 +21,10 @@ def report(args) -> int:
         try:
             render.write_html(m, path)
         except OSError as exc:
-            print(f"rtkit: cannot write '{path}': {exc.strerror or exc}", file=sys.stderr)
-            return 2
+            raise UserError(f"rtkit: cannot write '{path}': {exc.strerror or exc}") from None
         print(path)
     else:
         sys.stdout.write(render.render_text(m, width=max(args.width, 130)))
-    sys.stdout.flush()
     return 0
 
 
@@ -37,5 +35,4 @@ def compare(args) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render.render_compare(c))
-    sys.stdout.flush()
     return 0

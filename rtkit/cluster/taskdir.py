@@ -6,8 +6,8 @@
     OUT/worker-1.restart1/ worker 1 started again (by rtkit launch, a TFJob restart policy, ...)
     OUT/cluster.json       written by `rtkit launch` only: the job, its events, examples per step
 
-A directory is claimed with one ``mkdir`` (atomic, also on NFS), so tasks on different machines and a
-task's restarts never collide: the first free ``.restartN`` wins. One folder per job: a second job
+A directory is claimed with one ``mkdir`` (atomic, also on NFS; ``rtkit.rundir.make_task_dir``), so tasks
+on different machines and a task's restarts never collide: the first free ``.restartN`` wins. One folder per job: a second job
 in the same folder would be read as restarts of the first.
 
 Each task directory holds the usual report.json plus ``task.json``: a few kilobytes of the figures
@@ -23,24 +23,6 @@ from rtkit.cluster.spec import Task
 TASK_FILE = "task.json"
 TASK_SCHEMA = 1
 TIMELINE_POINTS = 60            # per series in task.json: enough for a plot, small for a merge
-MAX_ATTEMPTS = 10_000
-
-
-def dir_name(task: Task, attempt: int) -> str:
-    return task.name if attempt == 0 else f"{task.name}.restart{attempt}"
-
-
-def make(out: str, task: Task) -> Tuple[str, int]:
-    """Create and return (run directory, attempt) for `task` under `out`; OSError if out is unusable."""
-    os.makedirs(out, exist_ok=True)
-    for attempt in range(MAX_ATTEMPTS):
-        path = os.path.join(out, dir_name(task, attempt))
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        return os.path.abspath(path), attempt
-    raise OSError(f"{MAX_ATTEMPTS} run directories of {task.name} already exist in {out}")
 
 
 def _thin(points: Sequence[Sequence[float]], limit: int = TIMELINE_POINTS) -> List[List[float]]:
@@ -51,21 +33,23 @@ def _thin(points: Sequence[Sequence[float]], limit: int = TIMELINE_POINTS) -> Li
 
 
 def _allocator_state(report: Dict[str, Any]) -> Optional[str]:
-    try:
-        from rtkit.report.sections import allocator_state
+    from rtkit.report.contract import Allocator
+    from rtkit.report.fmt import get
 
-        return allocator_state(report.get("allocator")) if report.get("allocator") else None
-    except Exception:   # a renderer change must not cost the task its summary
-        return None
+    state = get(report.get("allocator"), Allocator.STATE) if isinstance(report.get("allocator"), dict) else None
+    return None if state is None else str(state)
 
 
 def _tier(report: Dict[str, Any]) -> Dict[str, Any]:
     """DRAM (anonymous) peak and bytes in the tier pool: what tier mode on a PS changes."""
-    pm = (report.get("allocator") or {}).get("pmem") or {}
+    from rtkit.report.contract import Pmem
+
+    pm = report.get("pmem")
     if not isinstance(pm, dict):
         return {}
+    # the anonymous-RSS peak is written by prmalloc/tier.c beside the contract's keys (not declared there)
     return {"rss_anon_peak_bytes": pm.get("process_rss_anon_peak_sampled_bytes"),
-            "tier_peak_bytes": pm.get("tier_peak_bytes") or None}
+            "tier_peak_bytes": pm.get(Pmem.TIER_PEAK_BYTES) or None}
 
 
 def summary(report: Dict[str, Any], task: Task, attempt: int, start_unix: float) -> Dict[str, Any]:
@@ -89,10 +73,10 @@ def summary(report: Dict[str, Any], task: Task, attempt: int, start_unix: float)
 
 def finish(run_dir: str, report: Dict[str, Any], task: Task, attempt: int, start_unix: float) -> None:
     """Add the cluster section to `report` (in place) and write task.json beside report.json."""
-    from rtkit.report.model import write_json_atomic
+    from rtkit import atomic
 
     report["cluster"] = {**task.as_dict(), "attempt": attempt}
     try:
-        write_json_atomic(os.path.join(run_dir, TASK_FILE), summary(report, task, attempt, start_unix))
+        atomic.write_json(os.path.join(run_dir, TASK_FILE), summary(report, task, attempt, start_unix))
     except OSError:
         pass    # report.json still carries the cluster section; the merge falls back to it

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
+
+from rtkit.errors import UserError
 
 
 def _count(text: str) -> int:
@@ -46,39 +47,35 @@ def register(subparsers) -> None:
 
 
 def main(args) -> int:
+    from rtkit import rundir
     from rtkit.cluster import launcher
     from rtkit.cluster.spec import ClusterError
-    from rtkit.commands.run import _slug, default_name
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        print("rtkit launch: error: no command given: use `rtkit launch --ps N --workers M -- CMD [ARGS...]`",
-              file=sys.stderr)
-        return 2
+        raise UserError("rtkit launch: error: no command given: use `rtkit launch --ps N --workers M -- CMD [ARGS...]`")
+    ports = None
+    if args.ports:
+        try:
+            ports = [int(p) for p in args.ports.split(",")]
+        except ValueError:
+            raise UserError(f"rtkit launch: --ports {args.ports!r}: expected comma-separated port numbers") from None
     try:
-        ports = None
-        if args.ports:
-            try:
-                ports = [int(p) for p in args.ports.split(",")]
-            except ValueError:
-                raise ClusterError(f"rtkit launch: --ports {args.ports!r}: expected comma-separated port numbers")
         cluster = launcher.build_cluster(args.ps, args.workers, args.chief, ports)
         launcher.check_ports_free(cluster)
-    except ClusterError as exc:
-        print(str(exc).replace("rtkit: ", "rtkit launch: ", 1), file=sys.stderr)
-        return 2
+    except ClusterError as exc:   # the spec's own words, said by launch
+        raise UserError(str(exc).replace("rtkit: ", "rtkit launch: ", 1)) from None
     run_args = [a for s in args.set for a in ("--set", s)]
     if args.profile:
         run_args += ["--profile", args.profile]
-    out_dir = args.cluster_dir or launcher.default_out_dir(args.out, _slug(args.name or default_name(command)))
+    out_dir = args.cluster_dir or launcher.default_out_dir(args.out, rundir.slug(args.name or rundir.default_name(command)))
     try:
-        os.makedirs(out_dir, exist_ok=True)
+        rundir.make_writable(out_dir)
     except OSError as exc:
-        print(f"rtkit launch: cannot create the cluster folder {out_dir} ({exc.strerror}): pass --out DIR with a "
-              f"writable folder", file=sys.stderr)
-        return 2
+        raise UserError(f"rtkit launch: cannot create the cluster folder {out_dir} ({exc.strerror}): pass --out DIR "
+                        f"with a writable folder") from None
     job = launcher.Launch(command=command, cluster=cluster, out_dir=os.path.abspath(out_dir), run_args=run_args,
                           restart_failed=args.restart_failed, examples_per_step=args.examples_per_step,
                           ps_sets=list(args.ps_set))

@@ -48,7 +48,7 @@ def on_tensorflow(tf) -> None:
         rec.hook = {"status": "failed", "detail": f"session hooks not installed: {exc!r}",
                     "tensorflow_version": version}
     try:   # a parameter server has no Session.run of its own: give it the cluster's global step
-        from rtkit.cluster import ps_steps
+        from rtkit.hooks import ps_steps
 
         ps_steps.install(tf)
     except Exception as exc:
