@@ -34,7 +34,7 @@ def _printed_steps(output):
 def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
     folder = tmp_path / "c"
     proc = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(folder),
-                           "--examples-per-step", "256", "--", PY, "-m", "rtkit.workloads", "wdl", "--steps", "30",
+                           "--examples-per-step", "256", "--ps-set", f"pmem_path={tmp_path}/pool-{{task}}", "--", PY, "-m", "rtkit.workloads", "wdl", "--steps", "30",
                            "--data-dir", data_dir, "--checkpoint-dir", str(tmp_path / "ckpt"), *SMALL],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -47,6 +47,9 @@ def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
     assert ps[0]["status"] == "stopped" and ps[0]["peak_rss_bytes"] > 0
     # the PS's step signal: advances of the global step (60 worker updates), seen from the PS process
     assert 0 < ps[0]["steps"] <= 60 and ps[0]["examples_per_s"] is None
+    # tier mode on the PS only: the tables made at the chief's initialisation went to the PS's own pool
+    assert ps[0]["tier_peak_bytes"] > 1 << 20 and os.path.exists(tmp_path / "pool-ps-0")
+    assert all(r["tier_peak_bytes"] is None for r in m["tasks"] if r["role"] == "worker")
     ps_steps = json.loads(next((folder / "ps-0").glob("steps-*.json")).read_text())
     assert ps_steps["signature"] == "ps: global_step advanced"
     assert m["cluster_examples_per_s"] and m["cluster_examples_per_s"] > 0
