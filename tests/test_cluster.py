@@ -82,6 +82,7 @@ def test_classic_flags_both_spellings():
 
 # ---------------------------------------------------------------------------------- rtkit run
 
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
 def test_run_dirs_carry_role_index_and_restarts(tmp_path):
     out = tmp_path / "shared"
     env = {"TF_CONFIG": _tf_config("worker", 1)}
@@ -135,6 +136,7 @@ def _launch(tmp_path, *args, mode="", extra=(), timeout=180):
     return proc, folder
 
 
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
 def test_launch_prefixes_output_stops_ps_and_merges(tmp_path):
     proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "2", "--chief")
     assert proc.returncode == 0, proc.stderr
@@ -155,6 +157,7 @@ def test_launch_prefixes_output_stops_ps_and_merges(tmp_path):
     assert "ps_peak_rss_bytes_max" in cmp
 
 
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
 def test_launch_ps_set_only_reaches_ps_tasks_expanded(tmp_path):
     pool = tmp_path / "pool-{task}"
     proc, folder = _launch(tmp_path, "--ps", "2", "--workers", "1", "--ps-set", f"pmem_path={pool}")
@@ -163,6 +166,7 @@ def test_launch_ps_set_only_reaches_ps_tasks_expanded(tmp_path):
     assert "[worker:0] hello from worker 0 pmem_path=\n" in proc.stdout
 
 
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
 def test_launch_exits_with_failing_worker_code(tmp_path):
     proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "2", mode="fail")
     assert proc.returncode == 3, proc.stderr
@@ -171,6 +175,7 @@ def test_launch_exits_with_failing_worker_code(tmp_path):
     assert [f["task"] for f in m["failures"]] == ["worker-1"]
 
 
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
 def test_launch_restarts_a_killed_worker(tmp_path):
     proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "2", "--restart-failed", "1", mode="flaky",
                            extra=[str(tmp_path / "killed-once")])
@@ -185,6 +190,7 @@ def test_launch_restarts_a_killed_worker(tmp_path):
     assert "restart 1" in text and "failure: worker-1 (worker-1) killed, killed by SIGKILL" in text
 
 
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
 def test_launch_forwards_sigterm_to_every_task(tmp_path):
     import signal
     import subprocess
@@ -210,6 +216,7 @@ def test_launch_forwards_sigterm_to_every_task(tmp_path):
                                                              "worker-1": "SIGTERM"}
 
 
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
 def test_launch_dead_ps_ends_job_naming_it(tmp_path):
     proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "1", mode="psdie")
     assert proc.returncode == 5, proc.stderr
