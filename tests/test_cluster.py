@@ -276,3 +276,15 @@ def test_merge_names_stragglers_and_restarts(tmp_path):
     assert m["restarts"] == {"worker-4": 1}
     assert m["training_steps"] == 4 * 10 + 3 + 10
     assert m["roles"] == {"worker": 5, "ps": 1}
+
+
+def test_merge_tasks_the_launcher_stopped_are_not_failures(tmp_path):
+    _fake_task_dir(tmp_path, "worker", 0, status="failed")
+    _fake_task_dir(tmp_path, "ps", 0, steps=0, step_ms=None, status="interrupted")
+    (tmp_path / "worker-1").mkdir()          # its `rtkit run` was stopped before it wrote anything
+    events = [{"event": "stop", "task": "ps-0"}, {"event": "stop", "task": "worker-1"}]
+    (tmp_path / "cluster.json").write_text(json.dumps({"events": events, "exit_code": 137}))
+    m = merge.merge(str(tmp_path))
+    assert {r["task"]: r["status"] for r in m["tasks"]} == {"worker-0": "failed", "worker-1": "stopped",
+                                                           "ps-0": "stopped"}
+    assert [f["task"] for f in m["failures"]] == ["worker-0"]

@@ -133,8 +133,10 @@ def merge(path: str, margin: float = STRAGGLER_MARGIN) -> Dict[str, Any]:
     for t in tasks:
         name = f"{t['role']}-{t.get('index', 0)}"
         status = t.get("status")
-        if name in stopped and t is latest[name] and status in ("interrupted", "killed"):
-            status = "stopped"          # the launcher ended it on purpose (a PS once the workers were done)
+        if name in stopped and t is latest[name] and status in ("interrupted", "killed", "no report"):
+            # the launcher ended it on purpose (a PS once the workers were done, the others after a failure);
+            # "no report": the stop came while its `rtkit run` was still starting
+            status = "stopped"
         sps = t.get("steps_per_s")
         rows.append({
             "task": name, "dir": t["dir"], "role": t["role"], "index": t.get("index", 0),
