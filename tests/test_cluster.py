@@ -18,6 +18,13 @@ import json, os, sys, time
 c = json.loads(os.environ["TF_CONFIG"]); role, i = c["task"]["type"], c["task"]["index"]
 print(f"hello from {role} {i} pmem_path={os.environ.get('RTKIT_PMEM_PATH', '')}", flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else ""
+up = os.environ.get("FAKE_PS_UP")   # as a TF worker waits for its PS: a worker goes on once every PS is up
+if up and role == "ps":
+    open(os.path.join(up, f"ps-{i}"), "w").close()
+elif up:
+    deadline = time.time() + 120
+    while len(os.listdir(up)) < len(c["cluster"]["ps"]) and time.time() < deadline:
+        time.sleep(0.02)
 if role == "ps":
     if mode == "psdie":
         time.sleep(0.5); sys.exit(5)
@@ -131,8 +138,10 @@ def _launch(tmp_path, *args, mode="", extra=(), timeout=180):
     script = tmp_path / "task.py"
     script.write_text(FAKE_TASK)
     folder = tmp_path / "c"
+    up = tmp_path / "ps-up"
+    up.mkdir()
     proc = run_rtkit(["launch", *args, "--cluster-dir", str(folder), "--", PY, str(script), mode, *extra],
-                     timeout=timeout)
+                     env={"FAKE_PS_UP": str(up)}, timeout=timeout)
     return proc, folder
 
 
