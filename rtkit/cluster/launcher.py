@@ -160,8 +160,13 @@ class Launch:
 
     @staticmethod
     def _signal(proc: _Proc, sig: int) -> None:
+        """SIGKILL reaches the task's whole process group; other signals go to its `rtkit run`, which
+        forwards them to the command and still records how it ended."""
         try:
-            os.killpg(proc.popen.pid, sig)
+            if sig == signal.SIGKILL:
+                os.killpg(proc.popen.pid, sig)
+            else:
+                os.kill(proc.popen.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
