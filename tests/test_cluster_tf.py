@@ -48,7 +48,7 @@ def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
     # the PS's step signal: advances of the global step (60 worker updates), seen from the PS process
     assert 0 < ps[0]["steps"] <= 60 and ps[0]["examples_per_s"] is None
     # tier mode on the PS only: the tables made at the chief's initialisation went to the PS's own pool
-    assert ps[0]["tier_peak_bytes"] > 1 << 20 and os.path.exists(tmp_path / "pool-ps-0")
+    assert ps[0]["tier_peak_bytes"] > 1 << 20   # (the pool file itself is unlinked once created)
     assert all(r["tier_peak_bytes"] is None for r in m["tasks"] if r["role"] == "worker")
     ps_steps = json.loads(next((folder / "ps-0").glob("steps-*.json")).read_text())
     assert ps_steps["signature"] == "ps: global_step advanced"
