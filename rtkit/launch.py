@@ -180,7 +180,9 @@ class _Forwarder:
         if signum == signal.SIGINT and self._terminal_delivers_sigint():
             return
         try:
-            self.proc.send_signal(signum)
+            # os.kill, not Popen.send_signal: that polls first and may reap an exited child, whose exit
+            # status wait4 then never sees (a signalled job reported as exit 0)
+            os.kill(self.proc.pid, signum)
         except OSError:
             pass
 

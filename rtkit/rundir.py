@@ -62,3 +62,25 @@ def make_run_dir(out: str, name: str, exact: Optional[str]) -> Tuple[str, Option
         fallback = tempfile.mkdtemp(prefix=f"rtkit-{stamp}-{name}-")
         return fallback, (f"rtkit: cannot write the run directory {wanted} ({exc.strerror}): "
                           f"using {fallback} instead; pass --out DIR with a writable folder")
+
+
+MAX_TASK_ATTEMPTS = 10_000
+
+
+def task_dir_name(task_name: str, attempt: int) -> str:
+    """A cluster task's run directory: `worker-1`, then `worker-1.restart1`, `.restart2`, ... for its restarts."""
+    return task_name if attempt == 0 else f"{task_name}.restart{attempt}"
+
+
+def make_task_dir(out: str, task_name: str) -> Tuple[str, int]:
+    """Claim OUT/<task>[.restartN] with one mkdir (atomic, also on NFS), so the tasks of a job sharing `out`
+    and a task's restarts never collide; returns (path, attempt). OSError when `out` is unusable."""
+    os.makedirs(out, exist_ok=True)
+    for attempt in range(MAX_TASK_ATTEMPTS):
+        path = os.path.join(out, task_dir_name(task_name, attempt))
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return os.path.abspath(path), attempt
+    raise OSError(f"{MAX_TASK_ATTEMPTS} run directories of {task_name} already exist in {out}")

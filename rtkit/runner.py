@@ -49,8 +49,9 @@ def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optio
 
 
 def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] = None, html: bool = False,
-            quiet: bool = False) -> Tuple[int, str]:
-    """Run the command under rtkit; returns (exit code, run directory)."""
+            quiet: bool = False, task=None) -> Tuple[int, str]:
+    """Run the command under rtkit; returns (exit code, run directory). `task`: the cluster task
+    (rtkit.cluster.spec.Task) the command is, which names the run directory and joins the report."""
     from rtkit import launch
     from rtkit.report import model
 
@@ -58,6 +59,12 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
         _eprint(line)
     notes: List[str] = [e.replace("rtkit: ", "", 1) for e in resolved.errors]
     name = resolved["name"] or rundir.default_name(command)
+    attempt = 0
+    if task is not None and not run_dir:   # OUT/<role>-<index>[.restartN], claimed atomically
+        try:
+            run_dir, attempt = rundir.make_task_dir(resolved["out"], task.name)
+        except OSError as exc:
+            _eprint(f"rtkit: cannot create a run directory for {task.name} in {resolved['out']}: {exc}")
     run_dir, dir_note = rundir.make_run_dir(resolved["out"], rundir.slug(name), run_dir)
     if dir_note:
         _eprint(dir_note)
@@ -73,6 +80,10 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
         _eprint(f"rtkit: {result.error}")
         notes.append(result.error)
     report = assemble(command, resolved, run_dir, child_env, base_env, result, notes)
+    if task is not None:
+        from rtkit.cluster import taskdir
+
+        taskdir.finish(run_dir, report, task, attempt, result.start)
     report_path = os.path.join(run_dir, model.REPORT_FILE)
     try:
         from rtkit import atomic

@@ -23,6 +23,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 def main(args: argparse.Namespace) -> int:
     from rtkit.report.load import load
     from rtkit.report import compare
+    from rtkit.cluster import merge
+    if merge.is_cluster_dir(args.run_a) and merge.is_cluster_dir(args.run_b):   # two cluster folders
+        from rtkit.cluster import show
+        return show.compare(args)
     a, _ = load(args.run_a)
     b, _ = load(args.run_b)
     if args.json:

@@ -30,6 +30,10 @@ def main(args: argparse.Namespace) -> int:
         if not args.html:
             raise UserError("rtkit report: error: RUN_DIR is required (see `rtkit report --help`)")
         args.run_dir, args.html = args.html, ""   # `--html RUN_DIR`: argparse gave the run directory to --html
+    from rtkit.cluster import merge
+    if merge.is_cluster_dir(args.run_dir):   # a folder of cluster task runs: one merged report
+        from rtkit.cluster import show
+        return show.report(args)
     report, run_dir = load(args.run_dir)
     if args.json:
         json.dump(report, sys.stdout, indent=2, sort_keys=False)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import List
 
 from rtkit.errors import UserError
@@ -34,4 +35,7 @@ def main(args) -> int:
         raise UserError("rtkit run: error: no command given: use `rtkit run [options] -- CMD [ARGS...]`")
     resolved = runner.resolve(args.set, profile=args.profile, plan=args.plan,
                               options={"out": args.out, "name": args.name})
-    return runner.execute(command, resolved, run_dir=args.run_dir, html=args.html, quiet=args.quiet)[0]
+    from rtkit.cluster import spec   # a task of a TF parameter-server cluster? (bad spec: UserError, exit 2)
+
+    task = spec.detect_checked(os.environ, command)
+    return runner.execute(command, resolved, run_dir=args.run_dir, html=args.html, quiet=args.quiet, task=task)[0]

@@ -47,6 +47,12 @@ def on_tensorflow(tf) -> None:
     except Exception as exc:
         rec.hook = {"status": "failed", "detail": f"session hooks not installed: {exc!r}",
                     "tensorflow_version": version}
+    try:   # a parameter server has no Session.run of its own: give it the cluster's global step
+        from rtkit.hooks import ps_steps
+
+        ps_steps.install(tf)
+    except Exception as exc:
+        rec.notes.append(f"parameter-server step signal not installed: {exc!r}")
     values = settings()
     if values["sched"]:
         try:

@@ -57,7 +57,27 @@ def build_parser():
     p.add_argument("--threads-inter", type=_positive, default=None, help="ConfigProto inter-op threads")
     p.add_argument("--threads-intra", type=_positive, default=None, help="ConfigProto intra-op threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while generating data")
+    g = p.add_argument_group("cluster mode", "a task of a TF parameter-server cluster, from TF_CONFIG or these "
+                             "classic flags (see rtkit.workloads.distributed)")
+    for flag in ("--job_name", "--task_index", "--ps_hosts", "--worker_hosts", "--chief_hosts"):
+        g.add_argument(flag, default=None)
+    g.add_argument("--checkpoint-dir", default=None, help="the chief writes checkpoints here (and resumes from them)")
+    g.add_argument("--checkpoint-secs", type=_positive, default=600,
+                   help="the chief checkpoints every N seconds and when it ends (default 600)")
     return p
+
+
+def _cluster_task(argv):
+    """The cluster task this process is (TF_CONFIG or the flags), None outside a cluster."""
+    import os
+
+    from rtkit.cluster import spec
+
+    try:
+        return spec.detect(os.environ, sys.argv[1:] if argv is None else argv)
+    except spec.ClusterError as exc:
+        sys.stderr.write(f"{exc}\n")
+        raise SystemExit(2)
 
 
 def main(argv=None):
@@ -73,15 +93,30 @@ def main(argv=None):
         parser.error("--input-latency-ms: a non-negative latency, with --input legacy only")
     from rtkit.workloads import data
 
+    task = _cluster_task(argv)
     try:   # before TensorFlow is imported: a bad --data-dir is one line, not a traceback
-        data.ensure_dataset(args.data_dir, args.rows, args.seed, progress=not args.no_progress)
+        if task is None or task.role != "ps":
+            data.ensure_dataset(args.data_dir, args.rows, args.seed, progress=not args.no_progress)
     except OSError as exc:
         sys.stderr.write(f"rtkit.workloads: cannot create the data set in "
                          f"{args.data_dir or data.default_data_dir()}: {exc}\n")
         return 2
-    from rtkit.workloads import ev, train  # imports TensorFlow
+    from rtkit.workloads import ev  # imports TensorFlow
 
     ev.set_row_assign(args.row_assign)
+    if task is not None:
+        from rtkit.workloads import distributed  # imports TensorFlow
+
+        result = distributed.run(task, model=args.model, steps=args.steps, batch=args.batch, rows=args.rows,
+                                 data_dir=args.data_dir, seed=args.seed, emb_dim=args.emb_dim,
+                                 capacity=args.capacity, learning_rate=args.learning_rate,
+                                 threads_inter=args.threads_inter, threads_intra=args.threads_intra,
+                                 print_losses=args.print_losses, checkpoint_dir=args.checkpoint_dir,
+                                 checkpoint_secs=args.checkpoint_secs, progress=not args.no_progress)
+        sys.stdout.write(distributed.summary_line(result) + "\n")
+        sys.stdout.flush()
+        return 0
+    from rtkit.workloads import train  # imports TensorFlow
 
     result = train.run(model=args.model, api=args.api, steps=args.steps, batch=args.batch,
                        rows=args.rows, data_dir=args.data_dir, seed=args.seed, emb_dim=args.emb_dim,

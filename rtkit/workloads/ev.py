@@ -90,6 +90,9 @@ class EmbeddingVariable:
     def lookup(self, rows_and_idx, ids_shape):
         """Embeddings of the ids (shape ids_shape + [dim]) from the rows given by IdRowMap.rows."""
         phys, idx = rows_and_idx
-        uniq_emb = tf.gather(self.var, phys)                  # gradient: IndexedSlices on `phys` only
+        # Colocated with the variable, as tf.nn.embedding_lookup does: on a parameter-server cluster the
+        # rows are read where the table lives and only they cross the network (no effect in one process).
+        with tf.compat.v1.colocate_with(self.var):
+            uniq_emb = tf.gather(self.var, phys)              # gradient: IndexedSlices on `phys` only
         emb = tf.gather(uniq_emb, idx)
         return tf.reshape(emb, tf.concat([ids_shape, [self.dim]], axis=0))

@@ -36,11 +36,14 @@ def parse(lines):
     return {"dense": dense, "cat": cat, "label": label}
 
 
-def make_dataset(path, batch_size, epochs=None, parallel_calls=None):
+def make_dataset(path, batch_size, epochs=None, parallel_calls=None, shard=None):
     """tf.data.Dataset of parsed batches; epochs=None repeats forever, else stops after `epochs` passes.
 
-    The repeat comes before the batch, so every batch but the very last of a finite run is full."""
+    The repeat comes before the batch, so every batch but the very last of a finite run is full.
+    shard=(count, index): every count-th line from line `index` (a cluster worker's own part)."""
     ds = tf.data.TextLineDataset(path)
+    if shard:
+        ds = ds.shard(*shard)
     ds = ds.repeat(epochs) if epochs else ds.repeat()
     ds = ds.batch(batch_size)
     # num_parallel_calls keeps the output order (deterministic=True is tf.data's default).

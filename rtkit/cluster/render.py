@@ -1,0 +1,167 @@
+# render.py -- the merged cluster report as terminal tables, one HTML page (a plot per role), and a two-folder compare.
+from __future__ import annotations
+
+import os
+from html import escape
+from typing import Any, Dict, List, Optional
+
+from rtkit.report import fmt, svg
+from rtkit.report.sections import Table
+from rtkit.report.terminal import table_lines
+
+HEADERS = ["task", "run", "status", "steps", "step med", "examples/s", "peak RSS", "flt/step",
+           "allocator", "restarts"]
+NUMERIC = [False, False, False, True, True, True, True, True, False, True]
+
+
+def _status(r: Dict[str, Any]) -> str:
+    s = str(r.get("status") or "-")
+    if r.get("signal") and s != "stopped":
+        s += f" ({r['signal']})"
+    elif r.get("exit_code") not in (0, None) and s != "stopped":
+        s += f" (exit {r['exit_code']})"
+    return s
+
+
+def task_table(m: Dict[str, Any]) -> Table:
+    rows = []
+    for r in m["tasks"]:
+        rows.append([f"{r['role']}:{r['index']}", "first" if not r["attempt"] else f"restart {r['attempt']}",
+                     _status(r), str(r["steps"]), fmt.ms(r["step_ms_median"]), fmt.num(r["examples_per_s"], 1),
+                     fmt.nbytes(r["peak_rss_bytes"]), fmt.num(r["minor_faults_per_step"]),
+                     str(r["allocator_state"] or "-"), "" if r["restarts"] is None else str(r["restarts"])])
+    return Table("tasks (one row per run of a task)", HEADERS, rows, NUMERIC)
+
+
+def headline(m: Dict[str, Any]) -> List[tuple]:
+    roles = ", ".join(f"{n} {role}" for role, n in m["roles"].items())
+    rows = [("tasks", roles or "-"),
+            ("training steps", str(m["training_steps"])),
+            ("cluster steps/s", fmt.num(m["cluster_steps_per_s"])),
+            ("cluster examples/s", fmt.num(m["cluster_examples_per_s"], 1) if m["cluster_examples_per_s"]
+             else "- (launch with --examples-per-step N)"),
+            ("median step (workers)", fmt.ms(m["step_ms_median_of_workers"]))]
+    ps = [r for r in m["tasks"] if r["role"] == "ps" and r["restarts"] is not None]
+    if ps:
+        rows.append(("peak RSS per PS", ", ".join(f"ps:{r['index']} {fmt.nbytes(r['peak_rss_bytes'])}" for r in ps)))
+        if any(r.get("tier_peak_bytes") for r in ps):
+            rows.append(("PS tier (DRAM peak, pool)", ", ".join(
+                f"ps:{r['index']} {fmt.nbytes(r.get('rss_anon_peak_bytes'))}, {fmt.nbytes(r.get('tier_peak_bytes'))}"
+                for r in ps)))
+    if m.get("exit_code") is not None:
+        rows.append(("launcher exit code", str(m["exit_code"])))
+    return rows
+
+
+def finding_lines(m: Dict[str, Any]) -> List[str]:
+    pct = round(m["straggler_margin"] * 100)
+    lines = []
+    if m["stragglers"]:
+        for s in m["stragglers"]:
+            lines.append(f"straggler: {s['task']} median step {fmt.ms(s['step_ms_median'])}, "
+                         f"{s['slower_by'] * 100:.0f}% slower than the workers' median "
+                         f"{fmt.ms(m['step_ms_median_of_workers'])} (margin {pct}%)")
+    else:
+        lines.append(f"stragglers: none (no worker's median step is more than {pct}% above the workers' median)")
+    for f in m["failures"]:
+        how = f"killed by {f['signal']}" if f.get("signal") else f"exit code {f['exit_code']}"
+        lines.append(f"failure: {f['task']} ({f['dir']}) {f['status']}, {how}")
+    for name, n in sorted(m["restarts"].items()):
+        lines.append(f"restart: {name} was started {n} more time(s)")
+    return lines
+
+
+def render_text(m: Dict[str, Any], width: int = 130) -> str:
+    out = [f"rtkit cluster report: {m['path']}", ""]
+    label_w = max(len(k) for k, _ in headline(m))
+    out += [f"  {k:<{label_w}}  {v}" for k, v in headline(m)]
+    out += [""] + table_lines(task_table(m), width=width) + [""]
+    out += [f"  {line}" for line in finding_lines(m)]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- html
+
+def _plots(m: Dict[str, Any]) -> List[str]:
+    figs = []
+    pts = m["timeline"]["points"]
+    if pts:
+        eps = m.get("examples_per_step")
+        scale = (lambda y: y * eps) if eps else (lambda y: y)
+        figs.append(svg.line_chart([("cluster", [(x, scale(y)) for x, y in pts])], "cluster throughput over time",
+                                   "time (s)", "examples/s" if eps else "steps/s"))
+    by_role: Dict[str, List[Dict[str, Any]]] = {}
+    for r in m["tasks"]:
+        by_role.setdefault(r["role"], []).append(r)
+    for role, rows in by_role.items():
+        if role in ("chief", "worker"):
+            series = [(r["dir"], m["steps_by_task"].get(r["dir"]) or []) for r in rows]
+            if any(s for _, s in series):
+                figs.append(svg.line_chart(series, f"{role}: steps done over time", "time since the task started (s)",
+                                           "steps"))
+        series = [(r["dir"], m["rss_by_task"].get(r["dir"]) or []) for r in rows]
+        if any(s for _, s in series):
+            figs.append(svg.line_chart(series, f"{role}: RSS over time", "time since the task started (s)", "MiB",
+                                       yscale=2 ** 20))
+    return figs
+
+
+def render_html(m: Dict[str, Any]) -> str:
+    from rtkit.report.html import CSS
+
+    t = task_table(m)
+    head = "".join(f"<th>{escape(h)}</th>" for h in t.headers)
+    body = "".join("<tr>" + "".join(f'<td{" class=n" if NUMERIC[i] else ""}>{escape(c)}</td>'
+                                    for i, c in enumerate(r)) + "</tr>" for r in t.rows)
+    kv = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in headline(m))
+    findings = "".join(f"<li>{escape(line)}</li>" for line in finding_lines(m))
+    plots = "".join(f'<div class="plot">{p}</div>' for p in _plots(m))
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>rtkit cluster report</title><style>{CSS}</style></head><body>"
+            f"<h1>rtkit cluster report</h1><div class=\"sub\">{escape(m['path'])}</div>"
+            f"<h2>cluster</h2><table class=\"kv\">{kv}</table><ul class=\"notes\">{findings}</ul>"
+            f"<h2>tasks</h2><table><tr>{head}</tr>{body}</table><h2>plots</h2>{plots}</body></html>\n")
+
+
+def write_html(m: Dict[str, Any], path: str) -> str:
+    from rtkit import atomic
+
+    atomic.write_text(path, render_html(m))
+    return path
+
+
+def default_html_path(folder: str) -> str:
+    return os.path.join(folder, "cluster-report.html")
+
+
+# ---------------------------------------------------------------------------------------------- compare
+
+def _role_figures(m: Dict[str, Any]) -> Dict[str, Optional[float]]:
+    latest = [r for r in m["tasks"] if r["restarts"] is not None]
+    train = [r for r in latest if r["role"] in ("chief", "worker")]
+    ps = [r for r in latest if r["role"] == "ps"]
+
+    def mx(rows, key):
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return max(vals) if vals else None
+    return {"cluster_steps_per_s": m["cluster_steps_per_s"], "cluster_examples_per_s": m["cluster_examples_per_s"],
+            "step_ms_median_of_workers": m["step_ms_median_of_workers"],
+            "worker_peak_rss_bytes_max": mx(train, "peak_rss_bytes"), "ps_peak_rss_bytes_max": mx(ps, "peak_rss_bytes"),
+            "ps_peak_rss_bytes_total": sum(r["peak_rss_bytes"] or 0 for r in ps) or None,
+            "ps_rss_anon_peak_bytes_max": mx(ps, "rss_anon_peak_bytes"), "ps_tier_peak_bytes_max": mx(ps, "tier_peak_bytes"),
+            "training_steps": m["training_steps"], "failures": len(m["failures"]),
+            "restarts": sum(m["restarts"].values())}
+
+
+def compare(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    fa, fb = _role_figures(a), _role_figures(b)
+    return {"kind": "cluster-compare", "a": a["path"], "b": b["path"],
+            "rows": [{"figure": k, "a": fa[k], "b": fb[k], "ratio_b_over_a": fmt.safe_ratio(fb[k], fa[k])}
+                     for k in fa]}
+
+
+def render_compare(c: Dict[str, Any]) -> str:
+    rows = [[r["figure"], fmt.by_key(r["figure"], r["a"]), fmt.by_key(r["figure"], r["b"]), fmt.ratio(r["ratio_b_over_a"])]
+            for r in c["rows"]]
+    t = Table("cluster A vs B", ["figure", "A", "B", "B/A"], rows, [False, True, True, True])
+    return "\n".join([f"A: {c['a']}", f"B: {c['b']}", ""] + table_lines(t)) + "\n"

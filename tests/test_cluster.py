@@ -1,0 +1,299 @@
+# test_cluster.py -- cluster mode without TensorFlow: task specs, task run directories, rtkit launch, merged reports.
+import json
+import os
+import socket
+import sys
+
+import pytest
+
+from conftest import RTKIT, load_report, run_rtkit
+from rtkit.cluster import merge, spec
+
+PY = sys.executable
+CLUSTER = {"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:2224"]}
+
+# A stand-in for a TF task: says who it is; a PS blocks forever (as TF's server.join() does).
+FAKE_TASK = r"""
+import json, os, sys, time
+c = json.loads(os.environ["TF_CONFIG"]); role, i = c["task"]["type"], c["task"]["index"]
+print(f"hello from {role} {i} pmem_path={os.environ.get('RTKIT_PMEM_PATH', '')}", flush=True)
+mode = sys.argv[1] if len(sys.argv) > 1 else ""
+up = os.environ.get("FAKE_PS_UP")   # as a TF worker waits for its PS: a worker goes on once every PS is up
+if up and role == "ps":
+    open(os.path.join(up, f"ps-{i}"), "w").close()
+elif up:
+    deadline = time.time() + 120
+    while len(os.listdir(up)) < len(c["cluster"]["ps"]) and time.time() < deadline:
+        time.sleep(0.02)
+if role == "ps":
+    if mode == "psdie":
+        time.sleep(0.5); sys.exit(5)
+    while True:
+        time.sleep(0.05)
+if mode == "psdie":
+    while True:
+        time.sleep(0.05)
+if mode == "hang":
+    while True:
+        time.sleep(0.05)
+if mode == "fail" and role == "worker" and i == 1:
+    sys.exit(3)
+if mode == "flaky" and role == "worker" and i == 1 and not os.path.exists(sys.argv[2]):
+    open(sys.argv[2], "w").close()
+    os.kill(os.getpid(), 9)
+print(f"done {role} {i}", flush=True)
+"""
+
+
+def _tf_config(role, index, cluster=CLUSTER):
+    return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+
+
+# ------------------------------------------------------------------------------------------ spec
+
+def test_tf_config_parsed():
+    t = spec.from_tf_config(_tf_config("worker", 1))
+    assert (t.role, t.index, t.address, t.is_chief, t.name) == ("worker", 1, "localhost:2224", False, "worker-1")
+    assert spec.from_tf_config(_tf_config("worker", 0)).is_chief
+    with_chief = dict(CLUSTER, chief=["localhost:2225"])
+    assert not spec.from_tf_config(_tf_config("worker", 0, with_chief)).is_chief
+    assert spec.from_tf_config(_tf_config("chief", 0, with_chief)).is_chief
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"cluster": {"ps": ["h:1"]}}', "no 'task' field"),
+    ('{"task": {"type": "ps", "index": 0}}', "no 'cluster' field"),
+    ('{"cluster": {"ps": ["h:1"]}, "task": {"type": "ps"}}', "no 'index' field"),
+    ('{"cluster": {"ps": ["h:1"]}, "task": {"type": "boss", "index": 0}}', "unknown task type 'boss'"),
+    ('{"cluster": {"ps": ["h:1"], "boss": ["h:2"]}, "task": {"type": "ps", "index": 0}}', "unknown role 'boss'"),
+    ('{"cluster": {"ps": ["h:1"]}, "task": {"type": "ps", "index": 3}}', "ps:3 is not in the cluster"),
+    ('{"cluster": {"ps": ["nohostport"]}, "task": {"type": "ps", "index": 0}}', "is not host:port"),
+    ("{not json", "not valid JSON"),
+])
+def test_bad_tf_config_is_one_clear_error(text, words):
+    with pytest.raises(spec.ClusterError) as exc:
+        spec.from_tf_config(text)
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_classic_flags_both_spellings():
+    t = spec.detect({}, ["python", "train.py", "--job_name=worker", "--task_index", "1",
+                         "-ps_hosts=h:1", "--worker_hosts", "h:2,h:3"])
+    assert (t.role, t.index, t.cluster, t.source) == ("worker", 1, {"ps": ["h:1"], "worker": ["h:2", "h:3"]}, "flags")
+    assert spec.detect({}, ["python", "train.py", "--steps", "3"]) is None
+    with pytest.raises(spec.ClusterError, match="--worker_hosts is missing"):
+        spec.detect({}, ["train.py", "--job_name=ps", "--ps_hosts=h:1"])
+    # TF_CONFIG wins over flags
+    assert spec.detect({"TF_CONFIG": _tf_config("ps", 0)}, ["--job_name=worker"]).role == "ps"
+
+
+# ---------------------------------------------------------------------------------- rtkit run
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_run_dirs_carry_role_index_and_restarts(tmp_path):
+    out = tmp_path / "shared"
+    env = {"TF_CONFIG": _tf_config("worker", 1)}
+    for _ in range(2):
+        run_rtkit(["run", "--out", str(out), "--", PY, "-c", "print('x')"], env=env, check_rc=0)
+    run_rtkit(["run", "--out", str(out), "--", PY, "-c", "pass"], env={"TF_CONFIG": _tf_config("ps", 0)},
+              check_rc=0)
+    assert sorted(os.listdir(out)) == ["ps-0", "worker-1", "worker-1.restart1"]
+    rep = load_report(out / "worker-1.restart1")
+    assert (rep["cluster"]["role"], rep["cluster"]["index"], rep["cluster"]["attempt"]) == ("worker", 1, 1)
+    task = json.loads((out / "worker-1.restart1" / "task.json").read_text())
+    assert task["role"] == "worker" and task["attempt"] == 1 and task["status"] == "ok"
+
+
+def test_run_with_classic_flags(tmp_path):
+    run_rtkit(["run", "--out", str(tmp_path), "--", PY, "-c", "pass", "--job_name=ps", "--task_index=0",
+               "--ps_hosts=localhost:2222", "--worker_hosts=localhost:2223"], check_rc=0)
+    assert os.listdir(tmp_path) == ["ps-0"]
+    assert load_report(tmp_path / "ps-0")["cluster"]["source"] == "flags"
+
+
+def test_run_bad_tf_config_exit_2_one_line_job_not_started(tmp_path):
+    marker = tmp_path / "ran"
+    proc = run_rtkit(["run", "--out", str(tmp_path / "o"), "--", PY, "-c", f"open({str(marker)!r}, 'w')"],
+                     env={"TF_CONFIG": '{"cluster": {"ps": ["h:1"]}, "task": {"type": "boss", "index": 0}}'})
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "unknown task type 'boss'" in proc.stderr
+    assert not marker.exists()
+
+
+def test_run_port_taken_exit_2(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cluster = {"ps": [f"localhost:{port}"], "worker": ["localhost:1"]}
+        proc = run_rtkit(["run", "--out", str(tmp_path), "--", PY, "-c", "pass"],
+                         env={"TF_CONFIG": _tf_config("ps", 0, cluster)})
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and f"port {port} is taken" in proc.stderr
+
+
+# ------------------------------------------------------------------------------- rtkit launch
+
+def _launch(tmp_path, *args, mode="", extra=(), timeout=180):
+    script = tmp_path / "task.py"
+    script.write_text(FAKE_TASK)
+    folder = tmp_path / "c"
+    up = tmp_path / "ps-up"
+    up.mkdir()
+    proc = run_rtkit(["launch", *args, "--cluster-dir", str(folder), "--", PY, str(script), mode, *extra],
+                     env={"FAKE_PS_UP": str(up)}, timeout=timeout)
+    return proc, folder
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_prefixes_output_stops_ps_and_merges(tmp_path):
+    proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "2", "--chief")
+    assert proc.returncode == 0, proc.stderr
+    for who in ("ps 0", "chief 0", "worker 0", "worker 1"):
+        role, i = who.split()
+        assert f"[{role}:{i}] hello from {who}" in proc.stdout
+    assert "stopping the parameter servers" in proc.stderr
+    assert sorted(os.listdir(folder)) == ["chief-0", "cluster.json", "ps-0", "worker-0", "worker-1"]
+    m = merge.merge(str(folder))
+    status = {r["task"]: r["status"] for r in m["tasks"]}
+    assert status == {"chief-0": "ok", "worker-0": "ok", "worker-1": "ok", "ps-0": "stopped"}
+    assert m["failures"] == [] and m["exit_code"] == 0
+    text = run_rtkit(["report", str(folder)], check_rc=0).stdout
+    assert "ps:0" in text and "stopped" in text and "worker:1" in text
+    html = run_rtkit(["report", "--html", str(folder)], check_rc=0).stdout.strip()
+    assert html.endswith("cluster-report.html") and "<svg" in open(html).read()
+    cmp = run_rtkit(["compare", str(folder), str(folder)], check_rc=0).stdout
+    assert "ps_peak_rss_bytes_max" in cmp
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_ps_set_only_reaches_ps_tasks_expanded(tmp_path):
+    pool = tmp_path / "pool-{task}"
+    proc, folder = _launch(tmp_path, "--ps", "2", "--workers", "1", "--ps-set", f"pmem_path={pool}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"[ps:1] hello from ps 1 pmem_path={tmp_path / 'pool-ps-1'}\n" in proc.stdout
+    assert "[worker:0] hello from worker 0 pmem_path=\n" in proc.stdout
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_exits_with_failing_worker_code(tmp_path):
+    proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "2", mode="fail")
+    assert proc.returncode == 3, proc.stderr
+    assert "worker:1 failed with exit code 3" in proc.stderr
+    m = merge.merge(str(folder))
+    assert [f["task"] for f in m["failures"]] == ["worker-1"]
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_restarts_a_killed_worker(tmp_path):
+    proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "2", "--restart-failed", "1", mode="flaky",
+                           extra=[str(tmp_path / "killed-once")])
+    assert proc.returncode == 0, proc.stderr
+    assert "worker:1 exited with code 137: restarting it (1 of 1)" in proc.stderr
+    assert "[worker:1] done worker 1" in proc.stdout
+    m = merge.merge(str(folder))
+    runs = [(r["dir"], r["status"], r["signal"]) for r in m["tasks"] if r["task"] == "worker-1"]
+    assert runs == [("worker-1", "killed", "SIGKILL"), ("worker-1.restart1", "ok", None)]
+    assert m["restarts"] == {"worker-1": 1}
+    text = run_rtkit(["report", str(folder)], check_rc=0).stdout
+    assert "restart 1" in text and "failure: worker-1 (worker-1) killed, killed by SIGKILL" in text
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_forwards_sigterm_to_every_task(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "task.py"
+    script.write_text(FAKE_TASK)
+    folder = tmp_path / "c"
+    proc = subprocess.Popen([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(folder), "--",
+                             PY, str(script), "hang"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = set()
+    deadline = time.time() + 120
+    for line in proc.stdout:
+        if "hello from" in line:
+            seen.add(line.split("]")[0])
+        if len(seen) == 3 or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.stdout.read()
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    m = merge.merge(str(folder))
+    assert {r["task"]: r["signal"] for r in m["tasks"]} == {"ps-0": "SIGTERM", "worker-0": "SIGTERM",
+                                                             "worker-1": "SIGTERM"}
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_dead_ps_ends_job_naming_it(tmp_path):
+    proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "1", mode="psdie")
+    assert proc.returncode == 5, proc.stderr
+    assert "parameter server ps:0" in proc.stderr and "exited with code 5" in proc.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--ps", "0", "--workers", "2"], "--ps must be at least 1"),
+    (["--ps", "1", "--workers", "0"], "--workers must be at least 1"),
+    (["--ps", "1", "--workers", "1", "--ports", "1,x"], "expected comma-separated port numbers"),
+    (["--ps", "1", "--workers", "1", "--ports", "40001"], "--ports lists 1 port(s), the cluster has 2"),
+])
+def test_launch_bad_spec_exit_2_one_line(tmp_path, args, words):
+    proc = run_rtkit(["launch", *args, "--out", str(tmp_path), "--", PY, "-c", "pass"])
+    assert proc.returncode == 2 and words in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not os.listdir(tmp_path)
+
+
+def test_launch_port_taken_exit_2(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = run_rtkit(["launch", "--ps", "1", "--workers", "1", "--ports", f"{port + 1 if port < 65000 else 1024},{port}",
+                          "--out", str(tmp_path), "--", PY, "-c", "pass"])
+    assert proc.returncode == 2 and f"port {port} is taken" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------- merge
+
+def _fake_task_dir(folder, role, index, attempt=0, steps=10, step_ms=10.0, status="ok"):
+    name = f"{role}-{index}" + (f".restart{attempt}" if attempt else "")
+    d = folder / name
+    d.mkdir(parents=True)
+    rec = {"task_schema": 1, "role": role, "index": index, "attempt": attempt, "status": status,
+           "exit_code": 0 if status == "ok" else 137, "signal": None if status == "ok" else "SIGKILL",
+           "start_unix": 1000.0, "steps": steps, "step_ms_median": step_ms,
+           "steps_per_s": 1000.0 / step_ms if step_ms else None, "peak_rss_bytes": 1 << 20,
+           "minor_faults_per_step": 3, "allocator_state": "planned",
+           "steps_timeline": [[i * step_ms / 1000.0, i] for i in range(1, steps + 1)] if role != "ps" else [],
+           "rss_timeline": [[0.0, 1 << 20]]}
+    (d / "task.json").write_text(json.dumps(rec))
+
+
+def test_merge_names_stragglers_and_restarts(tmp_path):
+    for i, ms in enumerate([10.0, 10.5, 9.5, 20.0]):
+        _fake_task_dir(tmp_path, "worker", i, step_ms=ms)
+    _fake_task_dir(tmp_path, "worker", 4, step_ms=10.0, status="killed", steps=3)
+    _fake_task_dir(tmp_path, "worker", 4, attempt=1, step_ms=10.0)
+    _fake_task_dir(tmp_path, "ps", 0, steps=0, step_ms=None)
+    assert merge.is_cluster_dir(str(tmp_path))
+    m = merge.merge(str(tmp_path))
+    assert [s["task"] for s in m["stragglers"]] == ["worker-3"]
+    assert m["straggler_margin"] == 0.25
+    assert m["restarts"] == {"worker-4": 1}
+    assert m["training_steps"] == 4 * 10 + 3 + 10
+    assert m["roles"] == {"worker": 5, "ps": 1}
+
+
+def test_merge_tasks_the_launcher_stopped_are_not_failures(tmp_path):
+    _fake_task_dir(tmp_path, "worker", 0, status="failed")
+    _fake_task_dir(tmp_path, "ps", 0, steps=0, step_ms=None, status="interrupted")
+    (tmp_path / "worker-1").mkdir()          # its `rtkit run` was stopped before it wrote anything
+    events = [{"event": "stop", "task": "ps-0"}, {"event": "stop", "task": "worker-1"}]
+    (tmp_path / "cluster.json").write_text(json.dumps({"events": events, "exit_code": 137}))
+    m = merge.merge(str(tmp_path))
+    assert {r["task"]: r["status"] for r in m["tasks"]} == {"worker-0": "failed", "worker-1": "stopped",
+                                                           "ps-0": "stopped"}
+    assert [f["task"] for f in m["failures"]] == ["worker-0"]

@@ -1,0 +1,95 @@
+# test_cluster_tf.py -- real TF parameter-server clusters on localhost: wdl under `rtkit launch`, a worker killed and restarted.
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from conftest import RTKIT, requires_tf
+from rtkit.cluster import merge
+
+pytestmark = requires_tf
+PY = sys.executable
+SMALL = ["--batch", "256", "--rows", "20000", "--emb-dim", "8", "--capacity", "16384", "--no-progress",
+         "--threads-inter", "2", "--threads-intra", "1"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("criteo"))
+
+
+def _printed_steps(output):
+    """{(role, index): [steps printed by each run of that task]} from the workers' summary lines."""
+    found = {}
+    for m in re.finditer(r"^\[(\w+):(\d+)\] rtkit-workload: .* steps=(\d+) ", output, re.M):
+        found.setdefault(f"{m.group(1)}-{m.group(2)}", []).append(int(m.group(3)))
+    return found
+
+
+def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
+    folder = tmp_path / "c"
+    proc = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(folder),
+                           "--examples-per-step", "256", "--ps-set", f"pmem_path={tmp_path}/pool-{{task}}", "--", PY, "-m", "rtkit.workloads", "wdl", "--steps", "30",
+                           "--data-dir", data_dir, "--checkpoint-dir", str(tmp_path / "ckpt"), *SMALL],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    printed = _printed_steps(proc.stdout)
+    assert printed == {"worker-0": [30], "worker-1": [30]}, proc.stdout[-3000:]
+    m = merge.merge(str(folder))
+    merged = {r["task"]: r["steps"] for r in m["tasks"] if r["role"] == "worker"}
+    assert merged == {"worker-0": 30, "worker-1": 30}
+    ps = [r for r in m["tasks"] if r["role"] == "ps"]
+    assert ps[0]["status"] == "stopped" and ps[0]["peak_rss_bytes"] > 0
+    # the PS's step signal: advances of the global step (60 worker updates), seen from the PS process
+    assert 0 < ps[0]["steps"] <= 60 and ps[0]["examples_per_s"] is None
+    # tier mode on the PS only: the tables made at the chief's initialisation went to the PS's own pool
+    assert ps[0]["tier_peak_bytes"] > 1 << 20   # (the pool file itself is unlinked once created)
+    assert all(r["tier_peak_bytes"] is None for r in m["tasks"] if r["role"] == "worker")
+    ps_steps = json.loads(next((folder / "ps-0").glob("steps-*.json")).read_text())
+    assert ps_steps["signature"] == "ps: global_step advanced"
+    assert m["cluster_examples_per_s"] and m["cluster_examples_per_s"] > 0
+    assert any(n.startswith("model.ckpt-") for n in os.listdir(tmp_path / "ckpt"))   # the chief saved
+    rep = json.loads((folder / "worker-1" / "report.json").read_text())
+    assert rep["cluster"]["role"] == "worker" and rep["cluster"]["index"] == 1
+
+
+def test_killed_worker_is_restarted_rejoins_and_report_shows_it(tmp_path, data_dir):
+    folder = tmp_path / "c"
+    launcher = subprocess.Popen(
+        [RTKIT, "launch", "--ps", "1", "--workers", "2", "--restart-failed", "1", "--cluster-dir", str(folder),
+         "--", PY, "-m", "rtkit.workloads", "wdl", "--steps", "40", "--print-losses", "--data-dir", data_dir,
+         *SMALL], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, killed = [], None
+    try:
+        for line in launcher.stdout:
+            lines.append(line)
+            if killed is None and line.startswith("[worker:1] loss 3 "):
+                for child in psutil.Process(launcher.pid).children(recursive=True):
+                    try:
+                        if (child.cmdline()[1:3] == ["-m", "rtkit.workloads"]   # the task, not its `rtkit run`
+                                and '"type":"worker","index":1' in child.environ().get("TF_CONFIG", "")):
+                            killed = child.pid
+                            os.kill(child.pid, signal.SIGKILL)
+                    except psutil.Error:
+                        continue
+        rc = launcher.wait(timeout=600)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    out = "".join(lines)
+    assert killed, out[-3000:]
+    assert rc == 0, out[-3000:]
+    assert "worker:1 exited with code 137: restarting it (1 of 1)" in out
+    printed = _printed_steps(out)
+    assert printed == {"worker-0": [40], "worker-1": [40]}, out[-3000:]   # the killed run printed no summary
+    m = merge.merge(str(folder))
+    # the killed run keeps only the steps its recorder had flushed (every few seconds), so no count for it
+    runs = [(r["dir"], r["status"], r["signal"], r["steps"]) for r in m["tasks"] if r["task"] == "worker-1"]
+    assert runs[0][:3] == ("worker-1", "killed", "SIGKILL")
+    assert runs[1] == ("worker-1.restart1", "ok", None, 40)
+    assert m["restarts"] == {"worker-1": 1}
