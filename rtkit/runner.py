@@ -65,7 +65,10 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
             run_dir, attempt = rundir.make_task_dir(resolved["out"], task.name)
         except OSError as exc:
             _eprint(f"rtkit: cannot create a run directory for {task.name} in {resolved['out']}: {exc}")
-    run_dir, dir_note = rundir.make_run_dir(resolved["out"], rundir.slug(name), run_dir)
+    try:
+        run_dir, dir_note = rundir.make_run_dir(resolved["out"], rundir.slug(name), run_dir)
+    except rundir.RunDirRefused as exc:
+        raise UserError(f"rtkit run: error: {exc}") from None
     if dir_note:
         _eprint(dir_note)
         notes.append(dir_note.replace("rtkit: ", "", 1))
@@ -79,6 +82,9 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
     if result.error:
         _eprint(f"rtkit: {result.error}")
         notes.append(result.error)
+    if getattr(result, "leftovers", None):
+        _eprint(f"rtkit: {result.leftovers}")
+        notes.append(result.leftovers)
     report = assemble(command, resolved, run_dir, child_env, base_env, result, notes)
     if task is not None:
         from rtkit.cluster import taskdir
