@@ -24,7 +24,7 @@ static void note(rtkit_pmem_check_report *r, const char *fmt, ...) {
 static int inspect(const char *path, rtkit_pmem_check_report *r, int lock) {
     memset(r, 0, sizeof *r);
     if (!path || !*path) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, path, "path is required");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* never blocks on a FIFO */
     if (fd < 0) return rtk_fail(RTKIT_PMEM_ESYS, errno, path, "cannot open: %s", strerror(errno));
     if (lock && flock(fd, LOCK_SH | LOCK_NB)) {
         close(fd);
