@@ -125,7 +125,7 @@ static void do_init(void)
         if (rtk_g.cfg.run_dir[0]) {
             char marker[sizeof rtk_g.cfg.run_dir + 40];
             snprintf(marker, sizeof marker, "%s/.malloc-settings-reported", rtk_g.cfg.run_dir);
-            int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
             say = fd >= 0 || errno != EEXIST;
             if (fd >= 0)
                 close(fd);

@@ -165,7 +165,7 @@ static void say(const char *msg)
     if (dir) {
         char marker[1200];
         snprintf(marker, sizeof marker, "%s/.pmem-path-reported", dir);
-        int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
         if (fd < 0 && errno == EEXIST)
             return;
         if (fd >= 0)
