@@ -36,7 +36,9 @@ C_LONG_MIN, C_LONG_MAX = -(1 << 63), (1 << 63) - 1
 # ---------------------------------------------------------------------------------------------
 # value parsing (the C side implements the same grammar; tests keep the two in step)
 
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+# ASCII only, as C's isdigit/isspace: a Unicode digit or space is not valid on either side
+_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([kKmMgGtT]?)(i?[bB])?\s*$", re.ASCII)
+_INT_RE = re.compile(r"^\s*[+-]?[0-9]+\s*$", re.ASCII)
 _SIZE_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _TRUE = {"1", "true", "on", "yes"}
 _FALSE = {"0", "false", "off", "no"}
@@ -63,10 +65,11 @@ def parse_bool(text: Any) -> bool:
 def parse_int(text: Any) -> int:
     if isinstance(text, bool):
         raise ValueError("a whole number")
-    try:
-        return int(str(text).strip())
-    except ValueError:
-        raise ValueError("a whole number") from None
+    if isinstance(text, int):
+        return text
+    if not _INT_RE.match(str(text)):
+        raise ValueError("a whole number")
+    return int(str(text))
 
 
 def format_size(n: int) -> str:

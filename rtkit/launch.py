@@ -159,6 +159,14 @@ class ChildResult:
     leftovers: Optional[str] = None  # a note: descendants still running when the command exited
 
 
+def _in_terminal_foreground() -> bool:
+    """Whether rtkit runs in its terminal's foreground group (Ctrl-C then reaches the child directly)."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 class _Forwarder:
     """Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the child. A terminal's Ctrl-C already reaches the child
     (same foreground process group), so SIGINT is forwarded only when the signal did not come from there."""
@@ -172,10 +180,7 @@ class _Forwarder:
         self.previous = {}
 
     def _terminal_delivers_sigint(self) -> bool:
-        try:
-            return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-        except (OSError, ValueError, AttributeError):
-            return False
+        return _in_terminal_foreground()
 
     def handler(self, signum, frame):
         self.received = signum
@@ -214,10 +219,13 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> Chi
     # terminal it stays in the foreground group (Ctrl-C and terminal reads keep working) and signals are sent
     # to its descendants one by one. rtkit becomes the subreaper of the tree, so descendants the child leaves
     # behind are found (and noted in the report) when it exits.
-    own_group = not _Forwarder(None)._terminal_delivers_sigint()
+    own_group = not _in_terminal_foreground()
     _become_subreaper()
     try:
-        proc = subprocess.Popen(command, env=env, process_group=0 if own_group else None)
+        group: Dict[str, object] = {}
+        if own_group:  # Popen's process_group is Python 3.11+
+            group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+        proc = subprocess.Popen(command, env=env, **group)
     except FileNotFoundError:
         return ChildResult(127, None, "not_started", f"command not found: {command[0]}", None, [], start, time.time())
     except PermissionError:
