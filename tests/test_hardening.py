@@ -50,7 +50,7 @@ def _plan_text(classes):
 
 # ---- 1. writes never follow a planted link; modes honour the umask; run directories
 
-def test_c_writes_never_follow_planted_links(native_dir, tmp_path):
+def test_c_writes_never_follow_planted_links(prm, tmp_path):
     run_dir, victim = tmp_path / "shared", tmp_path / "victim.txt"
     run_dir.mkdir()
     victim.write_text("precious\n")
@@ -59,7 +59,7 @@ def test_c_writes_never_follow_planted_links(native_dir, tmp_path):
         for name in (f"allocator-{pid}.json.tmp.{pid}", f"allocator-{pid}.json.tmp.{pid}.1",
                      f"malloc-plan.txt.tmp.{pid}", f"malloc-plan.txt.tmp.{pid}.1"):
             os.symlink(victim, run_dir / name)
-    proc = _steps(native_dir, run_dir, {"RTKIT_MALLOC_PROFILE_START": "0", "RTKIT_MALLOC_PROFILE_STABLE": "2"},
+    proc = _steps(prm, run_dir, {"RTKIT_MALLOC_PROFILE_START": "0", "RTKIT_MALLOC_PROFILE_STABLE": "2"},
                   args=("6", "1M"))
     assert proc.returncode == 0, proc.stderr
     assert victim.read_text() == "precious\n"
@@ -67,8 +67,8 @@ def test_c_writes_never_follow_planted_links(native_dir, tmp_path):
     assert docs and docs[0]["steps"] == 6
 
 
-def test_c_files_honour_the_umask(native_dir, tmp_path):
-    proc = _steps(native_dir, tmp_path, umask=0o077)
+def test_c_files_honour_the_umask(prm, tmp_path):
+    proc = _steps(prm, tmp_path, umask=0o077)
     assert proc.returncode == 0
     for f in glob.glob(str(tmp_path / "allocator-*.json")):
         assert stat.S_IMODE(os.stat(f).st_mode) == 0o600
@@ -103,21 +103,21 @@ def test_run_dir_rules_and_report_mode(tmp_path):
 
 # ---- 2. plans: bounded, regular files only, never blocking; the cost checked once
 
-def test_fifo_plan_never_blocks(native_dir, tmp_path):
+def test_fifo_plan_never_blocks(prm, tmp_path):
     fifo = tmp_path / "plan.fifo"
     os.mkfifo(fifo)
-    proc = _steps(native_dir, tmp_path, {"RTKIT_MALLOC_PLAN": str(fifo)}, timeout=20)
+    proc = _steps(prm, tmp_path, {"RTKIT_MALLOC_PLAN": str(fifo)}, timeout=20)
     assert proc.returncode == 0
     (doc,) = _alloc_docs(tmp_path)
     assert "not a regular file" in doc["plan"]["rejected_reason"]
     assert proc.stderr.decode().count("\n") == 1 and "RTKIT_MALLOC_PLAN" in proc.stderr.decode()
 
 
-def test_crafted_huge_plan_is_rejected_at_once(native_dir, tmp_path):
+def test_crafted_huge_plan_is_rejected_at_once(prm, tmp_path):
     plan = tmp_path / "huge.txt"
     plan.write_text(_plan_text([(256, 4294967295, 64)]))
     t0 = time.monotonic()
-    proc = _steps(native_dir, tmp_path, {"RTKIT_MALLOC_PLAN": str(plan)}, timeout=20)
+    proc = _steps(prm, tmp_path, {"RTKIT_MALLOC_PLAN": str(plan)}, timeout=20)
     assert proc.returncode == 0 and time.monotonic() - t0 < 10
     (doc,) = _alloc_docs(tmp_path)
     assert "more than RTKIT_MALLOC_ARENA_LIMIT" in doc["plan"]["rejected_reason"]
@@ -145,10 +145,10 @@ def _rss_kib(pid):
     return 0
 
 
-def test_helpers_never_reserve_the_plan(native_dir, tmp_path):
+def test_helpers_never_reserve_the_plan(prm, tmp_path):
     plan = tmp_path / "plan.txt"
     plan.write_text(_plan_text([(256 << 20, 1, 4096)]))  # 256 MiB, pre-faulted where it is reserved
-    env = _env(native_dir, {"RTKIT_MALLOC_PLAN": str(plan)})
+    env = _env(prm, {"RTKIT_MALLOC_PLAN": str(plan)})
     proc = subprocess.Popen(["sh", "-c", "sleep 2.5 & sleep 2.5 & sleep 2.5 & wait"], env=env)
     try:
         time.sleep(1.2)
@@ -162,8 +162,9 @@ def test_helpers_never_reserve_the_plan(native_dir, tmp_path):
 
 # ---- 4. an existing pool at the tier path is never deleted
 
-def test_tier_keeps_an_existing_durable_pool(native_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("RTKIT_LIB_DIR", native_dir)
+def test_tier_keeps_an_existing_durable_pool(prm, pmem_build, tmp_path, monkeypatch):
+    native_dir = prm
+    monkeypatch.setenv("RTKIT_LIB_DIR", pmem_build)
     from rtkit.allocators import pmem
     pmem._load()
     path = str(tmp_path / "durable.pool")
@@ -173,8 +174,8 @@ def test_tier_keeps_an_existing_durable_pool(native_dir, tmp_path, monkeypatch):
     before = open(path, "rb").read()
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    proc = subprocess.run([os.path.join(native_dir, "tests", "prmalloc_tier"), "plain"],
-                          env=_env(native_dir, {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": path}),
+    proc = subprocess.run([os.path.join(prm, "tests", "prmalloc_tier"), "plain"],
+                          env=_env(prm, {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": path}),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert open(path, "rb").read() == before
@@ -185,14 +186,14 @@ def test_tier_keeps_an_existing_durable_pool(native_dir, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", ["99999999999G", "18446744073709551616", "18446744073709551615", "16", "15", "64K",
                                    "\u0661\u0662K", "64\u2003K"])
-def test_python_and_c_agree_on_size_limits(native_dir, tmp_path, value):
+def test_python_and_c_agree_on_size_limits(prm, tmp_path, value):
     from rtkit import config as cfg
     try:
         cfg.BY_KEY["malloc_min_size"].parse(value)
         python_ok = True
     except ValueError:
         python_ok = False
-    proc = _steps(native_dir, tmp_path, {"RTKIT_MALLOC_MIN_SIZE": value})
+    proc = _steps(prm, tmp_path, {"RTKIT_MALLOC_MIN_SIZE": value})
     assert proc.returncode == 0
     (doc,) = _alloc_docs(tmp_path)
     c_ok = not any("RTKIT_MALLOC_MIN_SIZE" in e for e in doc["errors"])
@@ -311,14 +312,14 @@ def test_cli_fuzz(bad_inputs):
 
 # ---- 8. bad plan input still gives a valid allocator file
 
-def test_binary_plan_and_non_utf8_path_give_valid_json(native_dir, tmp_path):
+def test_binary_plan_and_non_utf8_path_give_valid_json(prm, tmp_path):
     plan = os.path.join(os.fsencode(str(tmp_path)), b"plan-\xff.txt")
     with open(plan, "wb") as fh:
         fh.write(b"rtkit-malloc-plan 1\n\xff\xfe\x80 binary \x00\x01" + bytes(range(256)))
-    env = _env(native_dir, {"RTKIT_RUN_DIR": str(tmp_path)})
+    env = _env(prm, {"RTKIT_RUN_DIR": str(tmp_path)})
     env_b = {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
     env_b[b"RTKIT_MALLOC_PLAN"] = plan
-    proc = subprocess.run([os.path.join(native_dir, "tests", "prmalloc_steps"), "3", "1M"], env=env_b,
+    proc = subprocess.run([os.path.join(prm, "tests", "prmalloc_steps"), "3", "1M"], env=env_b,
                           capture_output=True, timeout=30)
     assert proc.returncode == 0
     (doc,) = _alloc_docs(tmp_path)  # json.load succeeds
@@ -373,7 +374,8 @@ def test_leftover_descendants_are_noted(tmp_path):
 
 # ---- 10. small things
 
-def test_pmem_small_things(native_dir, tmp_path, monkeypatch):
+def test_pmem_small_things(pmem_build, tmp_path, monkeypatch):
+    native_dir = pmem_build
     monkeypatch.setenv("RTKIT_LIB_DIR", native_dir)
     from rtkit.allocators import pmem
     pmem._load()

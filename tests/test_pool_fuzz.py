@@ -13,12 +13,9 @@ SHM = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def pmem_lib(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("pmem-fuzz-native"))
-    subprocess.run([sys.executable, os.path.join(REPO, "allocators", "build.py"), "--only", "pmem", "--out", out],
-                   check=True, stdout=subprocess.DEVNULL)
-    return out
+@pytest.fixture
+def pmem_lib(pmem_build):
+    return pmem_build
 
 
 @pytest.fixture
