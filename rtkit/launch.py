@@ -184,6 +184,16 @@ class _Forwarder:
 
     def handler(self, signum, frame):
         self.received = signum
+        if self.proc is None:  # installed before the child starts: forwarded once it exists (started())
+            return
+        self.forward(signum)
+
+    def started(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        if self.received is not None:
+            self.forward(self.received)
+
+    def forward(self, signum):
         if signum == signal.SIGINT and self._terminal_delivers_sigint():
             return
         # Safety rule (docs/safety.md): a signal reaches the child's whole process group (its `sleep`s and
@@ -221,22 +231,26 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> Chi
     # behind are found (and noted in the report) when it exits.
     own_group = not _in_terminal_foreground()
     _become_subreaper()
-    try:
-        group: Dict[str, object] = {}
-        if own_group:  # Popen's process_group is Python 3.11+
-            group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-        proc = subprocess.Popen(command, env=env, **group)
-    except FileNotFoundError:
-        return ChildResult(127, None, "not_started", f"command not found: {command[0]}", None, [], start, time.time())
-    except PermissionError:
-        return ChildResult(126, None, "not_started", f"permission denied: {command[0]}", None, [], start, time.time())
-    except OSError as exc:
-        return ChildResult(126, None, "not_started", f"cannot start {command[0]}: {exc.strerror}", None, [],
-                           start, time.time())
-    sampler = Sampler(proc.pid, start, interval_s)
-    sampler.start_thread()
-    io = None
-    with _Forwarder(proc, own_group) as fwd:
+    fwd = _Forwarder(None, own_group)  # before the child exists: a signal from then on is never lost
+    with fwd:
+        try:
+            group: Dict[str, object] = {}
+            if own_group:  # Popen's process_group is Python 3.11+
+                group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+            proc = subprocess.Popen(command, env=env, **group)
+        except FileNotFoundError:
+            return ChildResult(127, None, "not_started", f"command not found: {command[0]}", None, [], start,
+                               time.time())
+        except PermissionError:
+            return ChildResult(126, None, "not_started", f"permission denied: {command[0]}", None, [], start,
+                               time.time())
+        except OSError as exc:
+            return ChildResult(126, None, "not_started", f"cannot start {command[0]}: {exc.strerror}", None, [],
+                               start, time.time())
+        fwd.started(proc)
+        sampler = Sampler(proc.pid, start, interval_s)
+        sampler.start_thread()
+        io = None
         # wait for the exit without reaping: the zombie's /proc/PID/io holds its final disk figures
         # (dirty pages of an unlinked pool file are cancelled during the exit itself)
         while True:
