@@ -27,7 +27,8 @@ def replacing(path: str, binary: bool = False, fsync: bool = False) -> Iterator[
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
                  0o666)
     try:
-        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as fh:
+        # text: a lone surrogate (a non-UTF-8 byte of a path or argv) is written escaped, never raises
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")) as fh:
             yield fh
             if fsync:  # for large files another process may read right after a crash
                 fh.flush()

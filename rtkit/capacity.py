@@ -36,11 +36,10 @@ def pool_room_problem(path: str, size: int) -> Optional[str]:
     total, free = total_bytes(path), free_bytes(path)
     if total is None or free is None:
         return None
-    # an old pool at the path is replaced: its blocks come back
-    try:
-        old = os.stat(path).st_blocks * 512 if os.path.isfile(path) else 0
-    except OSError:
-        old = 0
+    # a file already at the path is never replaced (docs/safety.md): the allocator refuses it with one line
+    if os.path.lexists(path):
+        return None
+    old = 0
     if size > total:
         return (f"pmem_size={size / GIB:.1f}G is larger than the file system of pmem_path={path} "
                 f"({total / GIB:.1f}G in all); lower pmem_size or put the pool on a larger disk")

@@ -42,6 +42,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     from rtkit.config import ConfigError
     from rtkit.errors import UserError
 
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 byte in a path or argv prints escaped, never raises
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at interpreter exit
@@ -49,6 +54,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (UserError, ConfigError) as exc:  # bad input: the one line the error carries
         print(str(exc), file=sys.stderr, flush=True)
         return getattr(exc, "exit_code", 2)
+    except (RecursionError, OverflowError, UnicodeError) as exc:
+        # Safety net (docs/safety.md): input that is too deep, too large or not text is bad input: one
+        # line and exit 2, never a traceback; the commands catch the cases they know first
+        print(f"rtkit {args.command}: error: bad input ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})",
+              file=sys.stderr, flush=True)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `rtkit report X | head` is normal use: stop quietly, as a shell tool does

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -21,10 +22,23 @@ class ConfigError(ValueError):
     """A bad setting: the message is the one clear line shown to the user."""
 
 
+class OutOfRange(ValueError):
+    """A value of the right form outside the table's limits: it falls back to the default wherever it came
+    from (environment, --set or a profile), with one line naming the source, as the C libraries do."""
+
+
+# The C libraries keep sizes in size_t and whole numbers in long: a value beyond them is out of range on
+# both sides (docs/safety.md: Python and C enforce the same limits).
+C_SIZE_MAX = (1 << 64) - 1
+C_LONG_MIN, C_LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
 # ---------------------------------------------------------------------------------------------
 # value parsing (the C side implements the same grammar; tests keep the two in step)
 
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+# ASCII only, as C's isdigit/isspace: a Unicode digit or space is not valid on either side
+_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([kKmMgGtT]?)(i?[bB])?\s*$", re.ASCII)
+_INT_RE = re.compile(r"^\s*[+-]?[0-9]+\s*$", re.ASCII)
 _SIZE_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _TRUE = {"1", "true", "on", "yes"}
 _FALSE = {"0", "false", "off", "no"}
@@ -51,10 +65,11 @@ def parse_bool(text: Any) -> bool:
 def parse_int(text: Any) -> int:
     if isinstance(text, bool):
         raise ValueError("a whole number")
-    try:
-        return int(str(text).strip())
-    except ValueError:
-        raise ValueError("a whole number") from None
+    if isinstance(text, int):
+        return text
+    if not _INT_RE.match(str(text)):
+        raise ValueError("a whole number")
+    return int(str(text))
 
 
 def format_size(n: int) -> str:
@@ -104,9 +119,10 @@ class Setting:
             return parse_bool(raw)
         if self.kind in ("int", "size"):
             value = parse_size(raw) if self.kind == "size" else parse_int(raw)
+            lo, hi = (0, C_SIZE_MAX) if self.kind == "size" else (C_LONG_MIN, C_LONG_MAX)
             if (self.minimum is not None and value < self.minimum) or (
-                    self.maximum is not None and value > self.maximum):
-                raise ValueError(self.accepted())
+                    self.maximum is not None and value > self.maximum) or not lo <= value <= hi:
+                raise OutOfRange(self.accepted())
             return value
         if self.kind == "choice":
             low = str(raw).strip().lower()
@@ -158,6 +174,8 @@ SETTINGS: List[Setting] = [
        "heaps (GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless set)", c=True),
     _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)",
        c=True),
+    _s("malloc_plan_process", "str", "", "", "program name (e.g. python3) that reserves the plan's arenas as it starts; "
+       "by default only the process that marks a step reserves them, at its first step", c=True),
     _s("malloc_census", "bool", True, "", "count every allocation per step and size class", c=True),
     _s("malloc_debug", "bool", False, "", "debug lines from the allocator (double and foreign frees of rtkit's memory abort in every mode)",
        c=True),
@@ -259,6 +277,7 @@ class Profile:
     description: str
     values: Dict[str, Any]           # parsed values, includes resolved first
     origin: Dict[str, str]           # key -> profile name that set it
+    errors: List[str] = field(default_factory=list)  # out-of-range values that fell back to the default
 
 
 def load_profile(name_or_path: str, _chain: tuple = ()) -> Profile:
@@ -266,22 +285,27 @@ def load_profile(name_or_path: str, _chain: tuple = ()) -> Profile:
     name = os.path.splitext(os.path.basename(path))[0]
     if path in _chain:
         raise ConfigError(f"profile '{path}': include cycle through {' -> '.join(_chain + (path,))}")
+    # Safety rule (docs/safety.md): a profile is bounded before it is trusted: a regular file, at most
+    # PROFILE_MAX_BYTES, UTF-8 TOML; anything else is one line naming the file.
     try:
-        with open(path, "rb") as fh:
-            data = _toml.load(fh)
-    except (OSError, _toml.TOMLDecodeError) as exc:
-        raise ConfigError(f"profile '{path}': cannot be read: {exc}") from None
+        data = _toml.loads(_read_profile_text(path))
+    except (OSError, UnicodeDecodeError, _toml.TOMLDecodeError, RecursionError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else \
+            ("not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc) or type(exc).__name__)
+        raise ConfigError(f"profile '{path}': cannot be read: {reason}") from None
     unknown_top = set(data) - {"description", "include", "settings"}
     if unknown_top:
         raise ConfigError(f"profile '{path}': unknown top-level key(s) {', '.join(sorted(unknown_top))}; "
                           "accepted: description, include, settings")
     values: Dict[str, Any] = {}
     origin: Dict[str, str] = {}
+    errors: List[str] = []
     include = data.get("include")
     if include:
         base = load_profile(str(include), _chain + (path,))
         values.update(base.values)
         origin.update(base.origin)
+        errors.extend(base.errors)
     settings = data.get("settings", {})
     if not isinstance(settings, dict):
         raise ConfigError(f"profile '{path}': [settings] must be a table of key = value")
@@ -291,10 +315,32 @@ def load_profile(name_or_path: str, _chain: tuple = ()) -> Profile:
         setting = BY_KEY[key]
         try:
             values[key] = setting.parse(raw)
+        except OutOfRange:
+            errors.append(bad_value_message(setting, raw, f"profile '{path}':"))
+            values.pop(key, None)
+            continue
         except ValueError as exc:
             raise ConfigError(f"profile '{path}': {key} = {raw!r} is not valid: expected {exc}") from None
         origin[key] = name
-    return Profile(name=name, path=path, description=str(data.get("description", "")), values=values, origin=origin)
+    return Profile(name=name, path=path, description=str(data.get("description", "")), values=values, origin=origin,
+                   errors=errors)
+
+
+PROFILE_MAX_BYTES = 1 << 20
+
+
+def _read_profile_text(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, "not a regular file")
+        if st.st_size > PROFILE_MAX_BYTES:
+            raise OSError(0, f"larger than {PROFILE_MAX_BYTES} bytes")
+        data = os.read(fd, PROFILE_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    return data.decode("utf-8")
 
 
 def _toml_string(text: str) -> str:
@@ -356,6 +402,7 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
     profile_name = profile or env.get("RTKIT_PROFILE") or None
     if profile_name:
         prof = load_profile(profile_name)
+        errors.extend(prof.errors)
         for key, value in prof.values.items():
             values[key] = value
             sources[key] = f"profile:{prof.origin[key]}"
@@ -379,6 +426,11 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
         setting = lookup(key)
         try:
             values[setting.key] = setting.parse(raw)
+        except OutOfRange:
+            errors.append(bad_value_message(setting, raw, "--set"))
+            values[setting.key] = setting.default
+            sources[setting.key] = "default"
+            continue
         except ValueError:
             raise ConfigError(f"rtkit: --set {setting.key}={raw!r} is not valid: expected {setting.accepted()}") from None
         sources[setting.key] = "cli"

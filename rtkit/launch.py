@@ -156,6 +156,15 @@ class ChildResult:
     samples: List[dict]
     start: float
     end: float
+    leftovers: Optional[str] = None  # a note: descendants still running when the command exited
+
+
+def _in_terminal_foreground() -> bool:
+    """Whether rtkit runs in its terminal's foreground group (Ctrl-C then reaches the child directly)."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 class _Forwarder:
@@ -164,27 +173,44 @@ class _Forwarder:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: subprocess.Popen, own_group: bool = False):
         self.proc = proc
+        self.own_group = own_group
         self.received: Optional[int] = None
         self.previous = {}
 
     def _terminal_delivers_sigint(self) -> bool:
-        try:
-            return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-        except (OSError, ValueError, AttributeError):
-            return False
+        return _in_terminal_foreground()
 
     def handler(self, signum, frame):
         self.received = signum
+        if self.proc is None:  # installed before the child starts: forwarded once it exists (started())
+            return
+        self.forward(signum)
+
+    def started(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        if self.received is not None:
+            self.forward(self.received)
+
+    def forward(self, signum):
         if signum == signal.SIGINT and self._terminal_delivers_sigint():
             return
+        # Safety rule (docs/safety.md): a signal reaches the child's whole process group (its `sleep`s and
+        # workers too), or, when the child shares rtkit's terminal group, every descendant of the child
         try:
+            if self.own_group:
+                os.killpg(self.proc.pid, signum)
+            else:
+                for pid in reversed(_descendants(self.proc.pid)):
+                    os.kill(pid, signum)
+        except OSError:
             # os.kill, not Popen.send_signal: that polls first and may reap an exited child, whose exit
             # status wait4 then never sees (a signalled job reported as exit 0)
-            os.kill(self.proc.pid, signum)
-        except OSError:
-            pass
+            try:
+                os.kill(self.proc.pid, signum)
+            except OSError:
+                pass
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -199,19 +225,32 @@ class _Forwarder:
 
 def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> ChildResult:
     start = time.time()
-    try:
-        proc = subprocess.Popen(command, env=env)
-    except FileNotFoundError:
-        return ChildResult(127, None, "not_started", f"command not found: {command[0]}", None, [], start, time.time())
-    except PermissionError:
-        return ChildResult(126, None, "not_started", f"permission denied: {command[0]}", None, [], start, time.time())
-    except OSError as exc:
-        return ChildResult(126, None, "not_started", f"cannot start {command[0]}: {exc.strerror}", None, [],
-                           start, time.time())
-    sampler = Sampler(proc.pid, start, interval_s)
-    sampler.start_thread()
-    io = None
-    with _Forwarder(proc) as fwd:
+    # Without a terminal the child leads its own process group, so that a signal reaches all of it; at a
+    # terminal it stays in the foreground group (Ctrl-C and terminal reads keep working) and signals are sent
+    # to its descendants one by one. rtkit becomes the subreaper of the tree, so descendants the child leaves
+    # behind are found (and noted in the report) when it exits.
+    own_group = not _in_terminal_foreground()
+    _become_subreaper()
+    fwd = _Forwarder(None, own_group)  # before the child exists: a signal from then on is never lost
+    with fwd:
+        try:
+            group: Dict[str, object] = {}
+            if own_group:  # Popen's process_group is Python 3.11+
+                group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+            proc = subprocess.Popen(command, env=env, **group)
+        except FileNotFoundError:
+            return ChildResult(127, None, "not_started", f"command not found: {command[0]}", None, [], start,
+                               time.time())
+        except PermissionError:
+            return ChildResult(126, None, "not_started", f"permission denied: {command[0]}", None, [], start,
+                               time.time())
+        except OSError as exc:
+            return ChildResult(126, None, "not_started", f"cannot start {command[0]}: {exc.strerror}", None, [],
+                               start, time.time())
+        fwd.started(proc)
+        sampler = Sampler(proc.pid, start, interval_s)
+        sampler.start_thread()
+        io = None
         # wait for the exit without reaping: the zombie's /proc/PID/io holds its final disk figures
         # (dirty pages of an unlinked pool file are cancelled during the exit itself)
         while True:
@@ -241,11 +280,46 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> Chi
                   "cpu_user_s": round(ru.ru_utime, 3), "cpu_system_s": round(ru.ru_stime, 3)}
         if io:
             rusage["io"] = io
+    leftovers = leftover_note()
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"SIG{sig}"
         state = "interrupted" if fwd.received is not None or sig == signal.SIGINT else "killed"
-        return ChildResult(128 + sig, name, state, None, rusage, sampler.samples, start, end)
+        return ChildResult(128 + sig, name, state, None, rusage, sampler.samples, start, end, leftovers)
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
     state = "ok" if code == 0 else ("interrupted" if fwd.received is not None else "failed")
-    return ChildResult(code, None, state, None, rusage, sampler.samples, start, end)
+    return ChildResult(code, None, state, None, rusage, sampler.samples, start, end, leftovers)
+
+
+def _become_subreaper() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def leftover_note() -> Optional[str]:
+    """The processes the command left running (reparented to rtkit, its subreaper), as one report note."""
+    me, found = os.getpid(), []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                raw = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        comm, rest = raw[raw.find("(") + 1:raw.rfind(")")], raw[raw.rfind(")") + 2:].split()
+        if len(rest) > 1 and rest[0] != "Z" and int(rest[1]) == me:
+            found.append(f"{name} ({comm})")
+    if not found:
+        return None
+    shown = ", ".join(found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
+    return (f"the command exited while {len(found)} process(es) it started were still running: {shown}; "
+            "rtkit left them running (they are not part of this report's figures)")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from datetime import datetime
 from typing import List, Optional, Tuple
@@ -36,28 +37,63 @@ def bench_run_dir(out: str, config: str, round_no: int) -> str:
     return os.path.join(out, "runs", bench_tag(config, round_no))
 
 
-def make_writable(folder: str) -> None:
-    """Create `folder` (and its parents) and prove it takes a file: OSError when it does not."""
-    os.makedirs(folder, exist_ok=True)
+class RunDirRefused(Exception):
+    """A --run-dir that rtkit must not write into: the message is the one line for the user."""
+
+
+def check_given(folder: str) -> None:
+    """Safety rule (docs/safety.md): a run directory the user names is used only if it is new, or an empty
+    directory the user owns. A shared or reused folder could hold links planted for rtkit's files, or a
+    previous run's files that the new report would take as its own."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise RunDirRefused(f"--run-dir {folder}: exists and is not a directory; pass a new folder")
+    if st.st_uid != os.getuid():
+        raise RunDirRefused(f"--run-dir {folder}: owned by another user; pass a new folder of your own")
+    if os.listdir(folder):
+        raise RunDirRefused(f"--run-dir {folder}: exists and is not empty; pass a new or empty folder "
+                            "(a run never merges another run's files)")
+
+
+def make_writable(folder: str, fresh: bool = False) -> None:
+    """Create `folder` (its parents as needed; the folder itself 0700: it holds the command line and the
+    environment) and prove it takes a file: OSError when it does not. fresh: the folder must not exist."""
+    parent = os.path.dirname(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        if fresh:
+            raise
     probe = os.path.join(folder, f".rtkit-write-test-{os.getpid()}")
-    with open(probe, "x"):
-        pass
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.close(fd)
     os.unlink(probe)
 
 
 def make_run_dir(out: str, name: str, exact: Optional[str]) -> Tuple[str, Optional[str]]:
-    """Create OUT/<time>-<name> (or `exact`). An unwritable place is not fatal: the run goes on with a
-    temporary directory and the returned note says where the report went."""
+    """Create OUT/<time>-<name> (or `exact`, refused with RunDirRefused when it exists and is not an empty
+    folder of the user's). An unwritable place is not fatal: the run goes on with a temporary directory and
+    the returned note says where the report went."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     wanted = exact or os.path.join(out, f"{stamp}-{name}")
+    if exact:
+        check_given(exact)
     try:
-        if not exact:
-            base, n = wanted, 1
-            while os.path.exists(wanted):
+        if exact:
+            make_writable(wanted)
+            return os.path.abspath(wanted), None
+        base, n = wanted, 1
+        while True:  # a fresh folder of our own: mkdir, not a test then a create
+            try:
+                make_writable(wanted, fresh=True)
+                return os.path.abspath(wanted), None
+            except FileExistsError:
                 n += 1
                 wanted = f"{base}-{n}"
-        make_writable(wanted)
-        return os.path.abspath(wanted), None
     except OSError as exc:
         fallback = tempfile.mkdtemp(prefix=f"rtkit-{stamp}-{name}-")
         return fallback, (f"rtkit: cannot write the run directory {wanted} ({exc.strerror}): "

@@ -6,6 +6,7 @@ process per run, so every bench run goes through this same pipeline."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from datetime import datetime
@@ -32,10 +33,7 @@ def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optio
         for key, value in (defaults or {}).items():
             cli_values.setdefault(key, value)
         if plan:
-            if not os.path.isfile(plan):
-                raise UserError(f"{who}: error: --plan {plan}: no such file "
-                                "(use RUN_DIR/malloc-plan.txt of an earlier run)")
-            cli_values["malloc_plan"] = os.path.abspath(plan)
+            cli_values["malloc_plan"] = _plan_file(plan, who)
         resolved = cfg.resolve(cli=cli_values, profile=profile)
     except cfg.ConfigError as exc:
         msg = str(exc)
@@ -46,6 +44,21 @@ def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optio
     if room:  # tier mode without room would fail inside the job (or fill the disk): say so before it starts
         raise UserError(f"{who}: error: {room}")
     return resolved
+
+
+def _plan_file(plan: str, who: str) -> str:
+    """--plan's file, checked as the allocator reads it (docs/safety.md): a regular file; the link resolved here,
+    since the allocator does not follow links."""
+    hint = "(use RUN_DIR/malloc-plan.txt of an earlier run)"
+    try:
+        st = os.stat(plan)
+    except OSError as exc:
+        raise UserError(f"{who}: error: --plan {plan}: {(exc.strerror or 'cannot be read').lower()} {hint}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{who}: error: --plan {plan}: is a directory; give the plan file in it {hint}")
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{who}: error: --plan {plan}: not a regular file (a FIFO or device is never read) {hint}")
+    return os.path.realpath(plan)
 
 
 def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] = None, html: bool = False,
@@ -65,7 +78,10 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
             run_dir, attempt = rundir.make_task_dir(resolved["out"], task.name)
         except OSError as exc:
             _eprint(f"rtkit: cannot create a run directory for {task.name} in {resolved['out']}: {exc}")
-    run_dir, dir_note = rundir.make_run_dir(resolved["out"], rundir.slug(name), run_dir)
+    try:
+        run_dir, dir_note = rundir.make_run_dir(resolved["out"], rundir.slug(name), run_dir)
+    except rundir.RunDirRefused as exc:
+        raise UserError(f"rtkit run: error: {exc}") from None
     if dir_note:
         _eprint(dir_note)
         notes.append(dir_note.replace("rtkit: ", "", 1))
@@ -79,6 +95,9 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
     if result.error:
         _eprint(f"rtkit: {result.error}")
         notes.append(result.error)
+    if getattr(result, "leftovers", None):
+        _eprint(f"rtkit: {result.leftovers}")
+        notes.append(result.leftovers)
     report = assemble(command, resolved, run_dir, child_env, base_env, result, notes)
     if task is not None:
         from rtkit.cluster import taskdir

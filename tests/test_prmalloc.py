@@ -199,14 +199,25 @@ def test_plan_save_load_and_reject(prm, tmp_path):
     text = plan.read_text()
     assert text.startswith("rtkit-malloc-plan 1\n") and "fingerprint" in text and text.endswith("end\n")
 
-    # the same job with the plan: arenas from step 0, no profiling
+    # the same job with the plan, its process named: arenas from step 0, no profiling
     proc = run_c(prm, "prmalloc_steps", args=["8", sizes],
-                 extra={"RTKIT_RUN_DIR": str(second), "RTKIT_MALLOC_PLAN": str(plan)})
+                 extra={"RTKIT_RUN_DIR": str(second), "RTKIT_MALLOC_PLAN": str(plan),
+                        "RTKIT_MALLOC_PLAN_PROCESS": "prmalloc_steps"})
     assert proc.returncode == 0 and proc.stderr == ""
     doc = stats(second)
     assert doc["plan"]["source"] == "loaded" and doc["plan"]["rejected_reason"] is None
     assert doc["profile"]["reason"] == "loaded" and doc["per_step"][0]["arena_hits"] == 3
     assert doc["hit_rate"] == 1.0
+
+    # unnamed: the arenas come with the process's first step mark (a helper that never marks reserves nothing)
+    later = tmp_path / "e"
+    later.mkdir()
+    proc = run_c(prm, "prmalloc_steps", args=["8", sizes],
+                 extra={"RTKIT_RUN_DIR": str(later), "RTKIT_MALLOC_PLAN": str(plan)})
+    assert proc.returncode == 0 and proc.stderr == ""
+    doc = stats(later)
+    assert doc["plan"]["source"] == "loaded" and doc["per_step"][0]["arena_hits"] == 0
+    assert all(s["arena_hits"] == 3 for s in doc["per_step"][1:])
 
     # another job's sizes: the plan is detected as not matching, retired, and the job is profiled afresh
     proc = run_c(prm, "prmalloc_steps", args=["16", "5M,7M"],

@@ -104,18 +104,19 @@ def test_pool_held_by_another_process_stays_in_dram(prm, tmp_path):
     assert pool.read_bytes()[:8] == b"RTKPMEM1"
 
 
-def test_stale_pool_is_replaced_and_bad_size_reported(prm, tmp_path):
+def test_existing_file_at_pool_path_is_left_alone_and_bad_size_reported(prm, tmp_path):
     pool = tmp_path / "pool"
-    pool.write_bytes(b"RTKPMEM1" + bytes(4088))  # left by a job that died: not locked, replaced
+    pool.write_bytes(b"RTKPMEM1" + bytes(4088))  # left by a job that died: not created by this run, kept
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    proc = run_tier(prm, "full", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool),
+    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool),
                                   "RTKIT_PMEM_SIZE": "4M", "RTKIT_PMEM_MIN_SIZE": "lots"})
     assert proc.returncode == 0, proc.stderr
     bad = [line for line in proc.stderr.splitlines() if "RTKIT_PMEM_MIN_SIZE" in line]
     assert len(bad) == 1 and "lots" in bad[0]
     doc = pmem_doc(run_dir)
-    assert doc["state"] == "on" and doc["pmem_min_size"] == 64 << 10 and doc["tier_allocs"] >= 2
+    assert doc["state"] == "failed" and doc["pmem_min_size"] == 64 << 10 and "exists" in " ".join(doc["notes"]), doc
+    assert pool.read_bytes() == b"RTKPMEM1" + bytes(4088)
 
 
 def test_off_writes_no_pmem_file(prm, tmp_path):

@@ -167,7 +167,13 @@ def run_one(spec: BenchSpec, peer: Peer, round_no: int, position: int, progress:
     t0 = time.monotonic()
     interrupted = False
     timed_out = False
-    with open(log_path, "wb") as log:
+    # a new file only (docs/safety.md): never written through a link, never another run's log truncated
+    try:
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        record.update(status="failed", error=f"cannot create the log {log_path}: {exc.strerror}")
+        return record
+    with os.fdopen(log_fd, "wb") as log:
         try:
             proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)

@@ -30,7 +30,8 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     return p
 
 
-def _size(text):
+def _size(text, limit=(1 << 64) - 1):
+    """A size from the command line, bounded as the C library's type holds it (uint64, or uint32)."""
     units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
     t = str(text).strip().upper().rstrip("B")
     unit = t[-1:] if t[-1:] in units and t[-1:] else ""
@@ -41,6 +42,8 @@ def _size(text):
         raise ValueError(f"'{text}' is not a size (like 4096, 64K, 1M, 2G)") from None
     if value <= 0:
         raise ValueError(f"'{text}' is not a positive size")
+    if value > limit:
+        raise ValueError(f"'{text}' is larger than {limit} bytes")
     return value
 
 
@@ -76,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
             opts = {}
             for key in ("segment_size", "block_size", "max_record"):
                 if getattr(args, key):
-                    opts[key] = _size(getattr(args, key))
+                    opts[key] = _size(getattr(args, key), limit=(1 << 32) - 1 if key != "segment_size" else (1 << 64) - 1)
             with pmem.Pool.create(args.path, _size(args.size), rebalance_ms=0, **opts) as pool:
                 st = pool.stats()
             print(f"created {args.path}: {st['nsegments']} segments of {_human(st['segment_size'])}")
@@ -84,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
         report = pmem.check(args.path) if action == "check" else pmem.info(args.path)
     except pmem.PmemError as exc:
         raise UserError(f"rtkit pmem {action}: {exc}", 1 if isinstance(exc, pmem.CorruptPoolError) else 2) from None
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise UserError(f"rtkit pmem {action}: {exc}") from None
     if args.json:
         json.dump(report, sys.stdout, indent=2)

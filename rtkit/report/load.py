@@ -8,6 +8,9 @@ from typing import Any, Dict, Tuple
 from rtkit.errors import UserError
 
 
+MAX_REPORT_BYTES = 64 << 20
+
+
 class ReportError(UserError):
     """The one line shown to the user (exit code 2)."""
 
@@ -26,12 +29,21 @@ def load(path: str) -> Tuple[Dict[str, Any], str]:
     file = report_path(path)
     if not os.path.isfile(file):
         raise ReportError(f"rtkit: '{path}' has no report.json (not a run directory, or the run has not finished)")
+    # Safety rule (docs/safety.md): a report is bounded before it is trusted: a regular file of at most
+    # MAX_REPORT_BYTES, nesting and numbers that json can hold; anything else is one line.
     try:
-        with open(file, encoding="utf-8") as fh:
-            data = json.load(fh)
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > MAX_REPORT_BYTES:
+                raise ReportError(f"rtkit: '{file}' is larger than {MAX_REPORT_BYTES >> 20} MiB: not an rtkit report")
+            data = json.loads(fh.read(MAX_REPORT_BYTES + 1).decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise ReportError(f"rtkit: '{file}' is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise ReportError(f"rtkit: '{file}' is nested too deeply: not an rtkit report") from None
+    except ValueError as exc:  # UnicodeDecodeError, an integer beyond Python's digit limit
+        raise ReportError(f"rtkit: '{file}' cannot be read: {str(exc).splitlines()[0][:120]}") from None
+    except OSError as exc:
         raise ReportError(f"rtkit: cannot read '{file}': {getattr(exc, 'strerror', None) or exc}") from None
     if not isinstance(data, dict) or "run" not in data:
         raise ReportError(f"rtkit: '{file}' is not an rtkit report (no 'run' section)")

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define RTKIT_PMEM_FORMAT_VERSION 1
+#define RTKIT_PMEM_FORMAT_VERSION 2  /* 2: record headers commit-ordered (version 1 pools still open) */
 #define RTKIT_PMEM_RECORD_HEADER 16 /* bytes of persistent header in front of every payload */
 
 enum {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -109,14 +110,24 @@ uint64_t rtk_os_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Safety rule (docs/safety.md): every file the C libraries write is created fresh with O_EXCL|O_NOFOLLOW under a
+ * name no one else uses, then renamed over the target. A link planted at the temporary's name (a shared run
+ * directory) makes the create fail instead of writing through it; mode 0666 leaves the permissions to the umask. */
 int rtk_os_write_file_atomic(const char *path, const void *buf, size_t len)
 {
-    char tmp[4096 + 32];
+    static unsigned counter;
+    char tmp[4096 + 64];
     int saved = errno;
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return -ENAMETOOLONG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = -1;
+    for (int attempt = 0; attempt < 8 && fd < 0; attempt++) {
+        unsigned k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+        int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), k);
+        if (n < 0 || (size_t)n >= sizeof tmp)
+            return -ENAMETOOLONG;
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
     if (fd < 0) {
         int e = errno;
         errno = saved;
@@ -148,14 +159,29 @@ int rtk_os_write_file_atomic(const char *path, const void *buf, size_t len)
     return 0;
 }
 
-long rtk_os_read_file(const char *path, char *buf, size_t cap)
+/* Safety rule: an input file is read only if it is a regular file, without blocking (O_NONBLOCK: a FIFO or a
+ * device never stalls the job) and at most cap - 1 bytes (its size is checked before a byte is read). */
+long rtk_os_read_file_flags(const char *path, char *buf, size_t cap, int flags)
 {
     int saved = errno;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | ((flags & RTK_READ_NOFOLLOW) ? O_NOFOLLOW : 0));
     if (fd < 0) {
         int e = errno;
         errno = saved;
-        return -e;
+        return e == ELOOP ? -RTK_READ_ELINK : -e;
+    }
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int dir = S_ISDIR(st.st_mode);
+        close(fd);
+        errno = saved;
+        return dir ? -EISDIR : -RTK_READ_ENOTREG;
+    }
+    if (st.st_size >= 0 && (size_t)st.st_size >= cap) {
+        close(fd);
+        errno = saved;
+        return -EFBIG;
     }
     size_t off = 0;
     for (;;) {
@@ -220,4 +246,17 @@ size_t rtk_os_mem_available(void)
     for (; *s >= '0' && *s <= '9'; s++)
         kib = kib * 10 + (unsigned long long)(*s - '0');
     return (size_t)kib << 10;
+}
+
+long rtk_os_read_file(const char *path, char *buf, size_t cap) { return rtk_os_read_file_flags(path, buf, cap, 0); }
+
+const char *rtk_os_read_error(long err)
+{
+    switch ((int)-err) {
+    case RTK_READ_ENOTREG: return "not a regular file (a FIFO, device or socket is never read)";
+    case RTK_READ_ELINK: return "is a symbolic link (give the file itself)";
+    case EISDIR: return "is a directory, not a plan file";
+    case EFBIG: return "too large for a plan file";
+    default: return strerror((int)-err);
+    }
 }

@@ -32,9 +32,17 @@ RTK_HIDDEN uint64_t rtk_os_minor_faults(void);
 RTK_HIDDEN uint64_t rtk_os_major_faults(void);
 /* Monotonic clock in nanoseconds. */
 RTK_HIDDEN uint64_t rtk_os_now_ns(void);
-/* Write `len` bytes to `path` atomically: write "<path>.tmp.<pid>", fsync-free, then rename. 0 or -errno. */
+/* Write `len` bytes to `path` atomically: a fresh "<path>.tmp.<pid>.<n>" (O_EXCL|O_NOFOLLOW, mode 0666 & ~umask),
+ * fsync-free, then rename. 0 or -errno. */
 RTK_HIDDEN int rtk_os_write_file_atomic(const char *path, const void *buf, size_t len);
-/* Read a whole small file into buf (NUL-terminated). Returns bytes read or -errno; -EFBIG when it does not fit. */
+/* Read a whole small regular file into buf (NUL-terminated), never blocking. Returns bytes read or -errno:
+ * -EFBIG when it does not fit, -EISDIR, -RTK_READ_ENOTREG (FIFO, device...), -RTK_READ_ELINK (a symbolic link
+ * with RTK_READ_NOFOLLOW). rtk_os_read_error() words any of them. */
+#define RTK_READ_NOFOLLOW 1
+#define RTK_READ_ENOTREG 4001
+#define RTK_READ_ELINK 4002
 RTK_HIDDEN long rtk_os_read_file(const char *path, char *buf, size_t cap);
+RTK_HIDDEN long rtk_os_read_file_flags(const char *path, char *buf, size_t cap, int flags);
+RTK_HIDDEN const char *rtk_os_read_error(long err);
 
 #endif

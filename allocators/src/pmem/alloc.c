@@ -45,6 +45,13 @@ static int64_t seg_new_class(struct rtkit_pmem_pool *p, unsigned c) {
     p->vseg[s] = e;
     p->segs_free--;
     pthread_mutex_unlock(&p->seg_lock);
+    /* the old bytes of a reused segment are no headers of this layout: zero them before the entry says
+     * "class", so recovery reads only headers this incarnation wrote (pmem_internal.h) */
+    char *sb = p->base + rtk_seg_off(&p->g, (uint64_t)s);
+    uint32_t rs = rtk_rs(&p->g, c);
+    uint64_t ns = rtk_nslots(&p->g, c);
+    for (uint64_t i = 0; i < ns; i++) memset(sb + i * rs, 0, RTK_HDR);
+    if (p->durable) rtk_persist(p, sb, p->g.seg_size);
     atomic_store(&p->segtab[s], e);
     if (p->durable) rtk_persist(p, (void *)&p->segtab[s], 8);
     __atomic_fetch_add(&p->cp[c].segments, 1, __ATOMIC_RELAXED);
@@ -159,8 +166,9 @@ done:
 static inline void write_header(struct rtkit_pmem_pool *p, char *rec, uint64_t word, uint32_t gen) {
     struct rtk_rec *h = (struct rtk_rec *)rec;
     uint64_t off = (uint64_t)(rec - p->base) + RTK_HDR;
-    atomic_store_explicit(&h->word, word, memory_order_relaxed);
-    atomic_store_explicit(&h->check, rtk_rec_check(word, off, gen, p->g.uuid), memory_order_release);
+    /* commit order (pmem_internal.h): the check first, the ALLOC word last */
+    atomic_store_explicit(&h->check, rtk_rec_check(word, off, gen, p->g.uuid), memory_order_relaxed);
+    atomic_store_explicit(&h->word, word, memory_order_release);
     if (p->durable) rtk_persist(p, rec, RTK_HDR);
 }
 
@@ -189,10 +197,11 @@ static int extent_alloc(struct rtkit_pmem_pool *p, uint64_t nbytes, uint64_t *ha
     p->ext_bytes += n * p->g.seg_size;
     p->ext_req += nbytes;
     pthread_mutex_unlock(&p->seg_lock);
-    atomic_store(&p->segtab[s], e);
-    if (p->durable) rtk_persist(p, (void *)&p->segtab[s], 8);
+    /* the header is complete before the table entry says "extent": a crash in between leaves a free segment */
     char *rec = p->base + rtk_seg_off(&p->g, (uint64_t)s);
     write_header(p, rec, REC_WORD(0, RTK_REC_ALLOC, nbytes), SEG_GEN(e));
+    atomic_store(&p->segtab[s], e);
+    if (p->durable) rtk_persist(p, (void *)&p->segtab[s], 8);
     *handle = (uint64_t)(rec - p->base) + RTK_HDR;
     return 0;
 }

@@ -174,11 +174,14 @@ int rtk_read_header(int fd, const char *path, struct rtk_hdr *h, struct rtk_geom
         return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "file too small to be an rtkit pool");
     if (memcmp(h->magic, RTK_MAGIC, 8))
         return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "not an rtkit pool (bad magic)");
-    if (h->version != RTKIT_PMEM_FORMAT_VERSION)
+    if (h->version != RTKIT_PMEM_FORMAT_VERSION && h->version != 1)
         return rtk_fail(RTKIT_PMEM_EVERSION, EINVAL, path, "pool format version %u, this library reads version %d",
                         h->version, RTKIT_PMEM_FORMAT_VERSION);
     if (h->csum != rtk_hdr_csum(h))
         return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "pool header checksum mismatch (header corrupt)");
+    if (h->hdr_size != sizeof *h)
+        return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "pool header size %u, expected %zu (header corrupt)",
+                        h->hdr_size, sizeof *h);
     char why[200];
     if (rtk_geom_compute(g, h->pool_size, h->seg_size, h->block_size, h->max_record, why, sizeof why) ||
         g->nsegs != h->nsegs || g->data_off != h->data_off)
@@ -187,5 +190,6 @@ int rtk_read_header(int fd, const char *path, struct rtk_hdr *h, struct rtk_geom
         return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "file is %lld bytes, header says %llu",
                         (long long)st.st_size, (unsigned long long)h->pool_size);
     g->uuid = h->uuid;
+    g->strict = h->version >= 2;
     return 0;
 }

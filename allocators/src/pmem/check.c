@@ -20,12 +20,13 @@ static void note(rtkit_pmem_check_report *r, const char *fmt, ...) {
     }
 }
 
-static int inspect(const char *path, rtkit_pmem_check_report *r, int scan_records) {
+/* check and info count the same records; only check needs the pool closed (info may race a writer) */
+static int inspect(const char *path, rtkit_pmem_check_report *r, int lock) {
     memset(r, 0, sizeof *r);
     if (!path || !*path) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, path, "path is required");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* never blocks on a FIFO */
     if (fd < 0) return rtk_fail(RTKIT_PMEM_ESYS, errno, path, "cannot open: %s", strerror(errno));
-    if (scan_records && flock(fd, LOCK_SH | LOCK_NB)) {
+    if (lock && flock(fd, LOCK_SH | LOCK_NB)) {
         close(fd);
         return rtk_fail(RTKIT_PMEM_EBUSY, EBUSY, path, "pool is open in another process; close it before checking");
     }
@@ -33,7 +34,11 @@ static int inspect(const char *path, rtkit_pmem_check_report *r, int scan_record
     struct rtk_geom g;
     int rc = rtk_read_header(fd, path, &h, &g);
     if (rc) {
-        snprintf(r->first_error, sizeof r->first_error, "%s", rtkit_pmem_last_error());
+        /* the message without its "PATH: " prefix: the caller names the path once */
+        const char *msg = rtkit_pmem_last_error();
+        size_t pl = strlen(path);
+        if (!strncmp(msg, path, pl) && !strncmp(msg + pl, ": ", 2)) msg += pl + 2;
+        snprintf(r->first_error, sizeof r->first_error, "%s", msg);
         r->errors = rc == RTKIT_PMEM_ECORRUPT;
         close(fd);
         return rc;
@@ -86,8 +91,10 @@ static int inspect(const char *path, rtkit_pmem_check_report *r, int scan_record
                 r->records_allocated++;
                 r->bytes_allocated += n * g.seg_size;
                 r->requested_bytes += REC_SIZE(w);
+            } else if (g.strict && (w != 0 || rec->check != 0) && REC_STATE(w) != RTK_REC_FREE) {
+                note(r, "segment %llu: extent record header corrupt", (unsigned long long)s);
             } else {
-                r->segments_free++; /* an extent whose allocation never returned: free on open */
+                r->segments_free++; /* an extent whose free was cut short: free on open */
                 r->records_torn += w != 0;
             }
         } else if (k == RTK_SEG_CLASS) {
@@ -97,7 +104,6 @@ static int inspect(const char *path, rtkit_pmem_check_report *r, int scan_record
                 continue;
             }
             r->segments_class++;
-            if (!scan_records) continue;
             uint32_t rs = rtk_rs(&g, c);
             uint64_t ns = rtk_nslots(&g, c);
             for (uint64_t i = 0; i < ns; i++) {
@@ -108,6 +114,12 @@ static int inspect(const char *path, rtkit_pmem_check_report *r, int scan_record
                     continue;
                 }
                 if (rec->check != rtk_rec_check(w, soff + i * rs + RTK_HDR, SEG_GEN(e), g.uuid)) {
+                    /* format 2 writes an ALLOC word last: a failing check beside it is a changed header */
+                    if (g.strict && REC_STATE(w) != RTK_REC_FREE) {
+                        note(r, "segment %llu slot %llu: record header corrupt (checksum mismatch, state 0x%x)",
+                             (unsigned long long)s, (unsigned long long)i, REC_STATE(w));
+                        continue;
+                    }
                     r->records_torn++;
                     r->records_free++;
                     continue;

@@ -34,8 +34,13 @@ enum { RTK_SEG_FREE = 0, RTK_SEG_CLASS = 1, RTK_SEG_EXTENT = 2, RTK_SEG_TAIL = 3
 #define SEG_GEN(e) ((uint32_t)(((e) >> 24) & 0xffffff))
 
 /* record header: word = cls 0..15 | state 16..23 | requested size 24..63; check = hash(word, offset, gen, uuid).
- * cls 0 marks an extent. A header whose check does not match is free (a torn write of an alloc or free
- * that had not returned). */
+ * cls 0 marks an extent.
+ * Safety rule (docs/safety.md), format 2: the check is the commit marker. An alloc writes the check first and
+ * the word (state ALLOC) last; a free writes the word (state FREE) first; a fresh class segment's headers are
+ * zeroed before its table entry says "class"; an extent's header is complete before its table entry says
+ * "extent". So a crash can leave only a FREE or zero word beside a stale check (a torn write: free), and an
+ * ALLOC word whose check does not match, or a word in no known state, is corruption: check reports it and
+ * open refuses the pool instead of freeing the record. (Version 1 pools keep the old lenient reading.) */
 enum { RTK_REC_ALLOC = 0xA1, RTK_REC_FREE = 0xF3 };
 struct rtk_rec {
     _Atomic uint64_t word;
@@ -115,6 +120,7 @@ struct rtk_geom {
     uint64_t size, seg_size, nsegs, data_off, uuid;
     uint32_t block, shift, max_record, ncls, cmin;
     uint32_t seg_shift; /* log2(seg_size) when a power of two, else 0 */
+    uint32_t strict;    /* format >= 2: an allocated record whose check fails is corruption, never a torn write */
 };
 static inline uint64_t rtk_seg_index(const struct rtk_geom *g, uint64_t off) {
     return g->seg_shift ? (off - g->data_off) >> g->seg_shift : (off - g->data_off) / g->seg_size;

@@ -53,6 +53,46 @@ static void resolve_runtime(struct rtkit_pmem_pool *p, const rtkit_pmem_options 
     p->recovery_threads = o->recovery_threads > 0 ? o->recovery_threads : (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
 }
 
+/* ---- pools open in this process: a second open of the same file says so (flock alone cannot tell a lock
+ * held by this process from one held by another) ---- */
+
+#define RTK_OPEN_MAX 256
+static struct { uint64_t dev, ino; } g_open[RTK_OPEN_MAX];
+static pthread_mutex_t g_open_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void open_note(struct rtkit_pmem_pool *p, int add) {
+    struct stat st;
+    if (add) {
+        if (fstat(p->fd, &st) != 0) return;
+        p->file_dev = (uint64_t)st.st_dev;
+        p->file_ino = (uint64_t)st.st_ino;
+    }
+    pthread_mutex_lock(&g_open_mu);
+    for (int i = 0; i < RTK_OPEN_MAX; i++) {
+        if (add && !g_open[i].ino) {
+            g_open[i].dev = p->file_dev;
+            g_open[i].ino = p->file_ino;
+            break;
+        }
+        if (!add && g_open[i].ino == p->file_ino && g_open[i].dev == p->file_dev && p->file_ino) {
+            g_open[i].ino = g_open[i].dev = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_open_mu);
+}
+
+static int open_here(int fd) {
+    struct stat st;
+    int here = 0;
+    if (fstat(fd, &st) != 0) return 0;
+    pthread_mutex_lock(&g_open_mu);
+    for (int i = 0; i < RTK_OPEN_MAX && !here; i++)
+        here = g_open[i].ino == (uint64_t)st.st_ino && g_open[i].dev == (uint64_t)st.st_dev;
+    pthread_mutex_unlock(&g_open_mu);
+    return here;
+}
+
 /* ---- pool object ---- */
 
 static struct rtkit_pmem_pool *pool_alloc(const struct rtk_geom *g, const char *path) {
@@ -246,7 +286,8 @@ RTK_EXPORT int rtkit_pmem_create(const char *path, uint64_t size, const rtkit_pm
     struct rtk_geom g;
     int grc = geom_from_opts(opts, size, path, &g);
     if (grc) return grc;
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* O_EXCL: a pool is only ever a new file (never through a planted link); 0666 leaves the mode to the umask */
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0) {
         int e = errno;
         if (e == EEXIST) return rtk_fail(RTKIT_PMEM_EEXIST, e, path, "file exists; open it or remove it first");
@@ -293,6 +334,7 @@ RTK_EXPORT int rtkit_pmem_create(const char *path, uint64_t size, const rtkit_pm
         unlink(path);
         return rc;
     }
+    open_note(p, 1);
     *out = p;
     return 0;
 }
@@ -302,12 +344,17 @@ RTK_EXPORT int rtkit_pmem_open(const char *path, const rtkit_pmem_options *opts,
     if (!opts) rtkit_pmem_options_init(&d), opts = &d;
     if (!path || !*path || !out) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, path, "path and out are required");
     *out = NULL;
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC); /* a FIFO or device never blocks: refused below */
     if (fd < 0) return rtk_fail(RTKIT_PMEM_ESYS, errno, path, "cannot open the pool: %s", strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB)) {
         int e = errno;
+        if (e == EWOULDBLOCK) {
+            int here = open_here(fd);
+            close(fd);
+            return rtk_fail(RTKIT_PMEM_EBUSY, EBUSY, path, here ? "pool is already open in this process (close it first)"
+                                                             : "pool is open in another process");
+        }
         close(fd);
-        if (e == EWOULDBLOCK) return rtk_fail(RTKIT_PMEM_EBUSY, EBUSY, path, "pool is open in another process");
         return rtk_fail(RTKIT_PMEM_ESYS, e, path, "cannot lock the pool: %s", strerror(e));
     }
     struct rtk_hdr h;
@@ -340,6 +387,7 @@ RTK_EXPORT int rtkit_pmem_open(const char *path, const rtkit_pmem_options *opts,
         abort_open(p);
         return rc;
     }
+    open_note(p, 1);
     *out = p;
     return 0;
 }
@@ -372,6 +420,7 @@ RTK_EXPORT int rtkit_pmem_close(rtkit_pmem_pool *p) {
         if (p->pkind != RTKIT_PMEM_PERSIST_NONE) rc = rtkit_pmem_sync(p);
         write_mutable(p, 1);
     }
+    if (p->file_ino) open_note(p, 0);
     unmap_data(p);
     if (p->fd >= 0) close(p->fd);
     pool_release_mem(p);

@@ -34,6 +34,7 @@ struct rtkit_pmem_pool {
     char *base;
     struct rtk_geom g;
     int fd, anonymous, by_libpmem, is_pmem, pkind, durable, have_key, was_clean, asym;
+    uint64_t file_dev, file_ino; /* the pool file, for the "already open in this process" check (pool.c) */
     uint64_t page;
     size_t self_len;
     _Atomic uint64_t *segtab; /* persistent */

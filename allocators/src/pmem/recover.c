@@ -10,7 +10,7 @@ struct rtk_worker {
     struct rtkit_pmem_pool *p;
     uint64_t s0, s1;
     uint64_t (*lists)[3]; /* per class: head, tail, count */
-    uint64_t allocated, req, scanned, changed, errors;
+    uint64_t allocated, req, scanned, changed, errors, corrupt, corrupt_off;
     int64_t *cls_alloc;   /* per class live records */
     int64_t *cls_req;
     uint64_t lists_len;
@@ -33,10 +33,23 @@ static void *recover_worker(void *arg) {
         for (uint64_t i = 0; i < ns; i++) {
             struct rtk_rec *r = (struct rtk_rec *)(sb + i * rs);
             uint64_t word = atomic_load_explicit(&r->word, memory_order_relaxed);
-            if (REC_STATE(word) != RTK_REC_ALLOC) continue;
             uint64_t off = soff + i * rs + RTK_HDR;
-            if (atomic_load_explicit(&r->check, memory_order_relaxed) != rtk_rec_check(word, off, gen, g->uuid))
-                continue; /* torn: its alloc never returned */
+            if (REC_STATE(word) != RTK_REC_ALLOC) {
+                /* free, a torn write (pmem_internal.h), or, in no known state, corruption */
+                if (g->strict && word != 0 && REC_STATE(word) != RTK_REC_FREE) {
+                    if (!w->corrupt++) w->corrupt_off = off;
+                    next_unlinked = i + 1; /* never linked: its bytes stay as they are */
+                }
+                continue;
+            }
+            if (atomic_load_explicit(&r->check, memory_order_relaxed) != rtk_rec_check(word, off, gen, g->uuid)) {
+                if (g->strict) { /* an ALLOC word is written last: a failing check is a changed header */
+                    if (!w->corrupt++) w->corrupt_off = off;
+                    live++;      /* the segment is not freed, the record never linked */
+                    next_unlinked = i + 1;
+                }
+                continue; /* version 1: torn, its alloc never returned */
+            }
             if (REC_CLS(word) != c) {
                 w->errors++;
                 continue;
@@ -55,9 +68,8 @@ static void *recover_worker(void *arg) {
         w->scanned += g->seg_size;
         if (live == 0) {
             /* nothing lives here: the segment goes back to the free set (gen kept, bumped on reuse) */
-            uint64_t e = rtk_seg_entry(RTK_SEG_FREE, 0, gen, s, g->uuid);
-            atomic_store(&p->segtab[s], e);
-            p->vseg[s] = e;
+            /* (written to the table after the whole pool passed its checks: rtk_recover) */
+            p->vseg[s] = rtk_seg_entry(RTK_SEG_FREE, 0, gen, s, g->uuid);
             w->changed++;
             continue;
         }
@@ -106,6 +118,12 @@ int rtk_recover(struct rtkit_pmem_pool *p) {
                 return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
                                 "extent at segment %llu overlaps segment %llu in use", (unsigned long long)s,
                                 (unsigned long long)t);
+        if (!live && g->strict && (word != 0 || atomic_load(&r->check) != 0) && REC_STATE(word) != RTK_REC_FREE)
+            /* the header is complete before the entry says "extent", and a free writes FREE first: anything
+             * else in an extent's header is a changed header, and its data must not be given away */
+            return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
+                            "extent at segment %llu: record header corrupt (offset %llu); the pool was not changed: "
+                            "run `rtkit pmem check`", (unsigned long long)s, (unsigned long long)(off + RTK_HDR));
         if (!live) {
             ext_changed++;
             continue;
@@ -115,21 +133,6 @@ int rtk_recover(struct rtkit_pmem_pool *p) {
         p->ext_bytes += n * g->seg_size;
         p->ext_req += REC_SIZE(word);
         s += n - 1;
-    }
-    /* pass 2 (writes): extents whose allocation never returned are freed */
-    if (ext_changed) {
-        for (uint64_t s = 0; s < g->nsegs; s++) {
-            uint64_t e = p->vseg[s];
-            if (SEG_KIND(e) != RTK_SEG_EXTENT) continue;
-            struct rtk_rec *r = (struct rtk_rec *)(p->base + rtk_seg_off(g, s));
-            uint64_t word = atomic_load(&r->word);
-            if (REC_STATE(word) == RTK_REC_ALLOC && REC_CLS(word) == 0 &&
-                atomic_load(&r->check) == rtk_rec_check(word, rtk_seg_off(g, s) + RTK_HDR, SEG_GEN(e), g->uuid))
-                continue;
-            e = rtk_seg_entry(RTK_SEG_FREE, 0, SEG_GEN(e), s, g->uuid);
-            atomic_store(&p->segtab[s], e);
-            p->vseg[s] = e;
-        }
     }
     /* pass 3: class segments in parallel */
     int nt = p->recovery_threads;
@@ -178,11 +181,39 @@ int rtk_recover(struct rtkit_pmem_pool *p) {
             }
         }
     }
+    uint64_t corrupt = 0, corrupt_off = 0;
+    for (int i = 0; i < nt; i++)
+        if (ws[i].corrupt) {
+            if (!corrupt) corrupt_off = ws[i].corrupt_off;
+            corrupt += ws[i].corrupt;
+        }
     munmap(scratch, scratch_len);
+    if (corrupt)
+        return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
+                        "%llu record header(s) corrupt (first at offset %llu); the pool was not changed: "
+                        "run `rtkit pmem check`", (unsigned long long)corrupt, (unsigned long long)corrupt_off);
     if (errors)
         return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
                         "%llu records carry a valid checksum but the wrong class for their segment",
                         (unsigned long long)errors);
+    /* writes, now that every check passed: extents whose allocation never returned are freed */
+    if (ext_changed) {
+        for (uint64_t s = 0; s < g->nsegs; s++) {
+            uint64_t e = p->vseg[s];
+            if (SEG_KIND(e) != RTK_SEG_EXTENT) continue;
+            struct rtk_rec *r = (struct rtk_rec *)(p->base + rtk_seg_off(g, s));
+            uint64_t word = atomic_load(&r->word);
+            if (REC_STATE(word) == RTK_REC_ALLOC && REC_CLS(word) == 0 &&
+                atomic_load(&r->check) == rtk_rec_check(word, rtk_seg_off(g, s) + RTK_HDR, SEG_GEN(e), g->uuid))
+                continue;
+            e = rtk_seg_entry(RTK_SEG_FREE, 0, SEG_GEN(e), s, g->uuid);
+            atomic_store(&p->segtab[s], e);
+            p->vseg[s] = e;
+        }
+    }
+    for (uint64_t s = 0; s < g->nsegs; s++) /* class segments with no live record go back to the free set */
+        if (SEG_KIND(p->vseg[s]) == RTK_SEG_FREE && atomic_load(&p->segtab[s]) != p->vseg[s])
+            atomic_store(&p->segtab[s], p->vseg[s]);
     for (uint64_t s = 0; s < g->nsegs; s++) {
         uint64_t v = p->vseg[s];
         if (SEG_KIND(v) == RTK_SEG_FREE)

@@ -13,6 +13,7 @@
 #include "prmalloc/arenas.h"
 #include "prmalloc/init.h"
 #include "prmalloc/large.h"
+#include "prmalloc/planfile.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stash.h"
 #include "prmalloc/step.h"
@@ -63,6 +64,42 @@ static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
 
+/* Safety rule (docs/safety.md): RTKIT_MALLOC_PLAN is inherited by every descendant, but only the process that
+ * marks steps (or the one RTKIT_MALLOC_PLAN_PROCESS names) reserves the plan's arenas; a shell and its `sleep`s
+ * never do. 0: no plan, 1: deferred, 3: being loaded, 2: done. */
+static int g_plan_pending;
+
+/* At init: load the plan now in the named process; elsewhere defer it to the first step mark. Returns 1 when
+ * the plan was deferred (profiling, too, then waits for that mark). */
+static int plan_gate_at_init(void)
+{
+    if (!rtk_g.cfg.plan_path[0])
+        return 0;
+    if (rtk_planfile_reserve_at_start()) {
+        rtk_step_load_plan();
+        return 0;
+    }
+    g_plan_pending = 1;
+    return 1;
+}
+
+/* At a step mark: the first one loads a deferred plan (other marking threads wait for it). */
+static void plan_gate_at_mark(void)
+{
+    int expect = 1;
+    if (__atomic_load_n(&g_plan_pending, __ATOMIC_ACQUIRE) == 2)
+        return;
+    if (__atomic_compare_exchange_n(&g_plan_pending, &expect, 3, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        rtk_step_load_plan();
+        if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
+            rtk_step_start_profiling(rtk_g.steps);
+        __atomic_store_n(&g_plan_pending, 2, __ATOMIC_RELEASE);
+        return;
+    }
+    while (__atomic_load_n(&g_plan_pending, __ATOMIC_ACQUIRE) == 3)
+        rtk_cpu_relax();
+}
+
 static void do_init(void)
 {
     /* The first preloaded process of a tree marks itself in the environment its children inherit: only it
@@ -88,7 +125,7 @@ static void do_init(void)
         if (rtk_g.cfg.run_dir[0]) {
             char marker[sizeof rtk_g.cfg.run_dir + 40];
             snprintf(marker, sizeof marker, "%s/.malloc-settings-reported", rtk_g.cfg.run_dir);
-            int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
             say = fd >= 0 || errno != EEXIST;
             if (fd >= 0)
                 close(fd);
@@ -124,8 +161,8 @@ static void do_init(void)
     /* the inline small path assumes heap chunks: it stays under glibc's smallest mmap threshold (128 KiB) and
      * never reaches the tier; without the census, requests below min_size are a plain tail call to glibc */
     rtk_step_set_min_size(rtk_g.cfg.min_size);
-    if (rtk_g.cfg.plan_path[0])
-        rtk_step_load_plan();
+    if (plan_gate_at_init())
+        return;
     if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
         rtk_step_start_profiling(0);
 }
@@ -163,6 +200,8 @@ EXPORT void rtkit_step_mark(void)
             __atomic_add_fetch(&rtk_g.steps, 1, __ATOMIC_RELAXED);
         return;
     }
+    if (g_plan_pending)
+        plan_gate_at_mark();
     rtk_step_mark();
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/jsonbuf.h"
+#include "common/options.h"
 #include "common/os.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/large.h"
@@ -54,6 +55,8 @@ long rtk_stats_format(char *buf, size_t cap)
         c->arena_limit, c->thp ? "true" : "false", c->census ? "true" : "false", c->debug ? "true" : "false",
         c->large ? "true" : "false", c->decay_steps);
     rtk_out_str(&o, c->plan_path);
+    rtk_out_put(&o, ", \"malloc_plan_process\": ");
+    rtk_out_str(&o, rtk_opt_str(RTK_OPT_MALLOC_PLAN_PROCESS));
     rtk_out_put(&o, ", \"run_dir\": ");
     rtk_out_str(&o, c->run_dir);
     rtk_out_put(&o, "},\n  \"steps\": %u,\n", rtk_g.steps);

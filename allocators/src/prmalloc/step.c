@@ -9,6 +9,7 @@
 #include "prmalloc/arenas.h"
 #include "prmalloc/large.h"
 #include "prmalloc/usage.h"
+#include "prmalloc/planfile.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stash.h"
 #include "prmalloc/stats.h"
@@ -41,13 +42,20 @@ void rtk_step_load_plan(void)
     char why[200] = "";
     const char *arena_why = "";
     snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", rtk_g.cfg.plan_path);
-    long n = rtk_os_read_file(rtk_g.cfg.plan_path, g_plan_text, sizeof g_plan_text);
+    long n = rtk_planfile_read(rtk_g.cfg.plan_path, g_plan_text, sizeof g_plan_text, why, sizeof why);
     rtk_plan_t *p = &rtk_g.plan;
     if (n < 0) {
-        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "cannot read plan file: %s", strerror((int)-n));
+        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
+        rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, why);
+        return;
     } else if (rtk_plan_parse(g_plan_text, p, why, sizeof why) != 0) {
         snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
         p->nclasses = 0;
+    } else if (rtk_planfile_fits(p, rtk_g.cfg.arena_limit, rtk_os_page_size(), why, sizeof why) != 0) {
+        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
+        rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, why);
+        p->nclasses = 0;
+        return;
     } else {
         size_t page = rtk_os_page_size();
         /* the plan was made for its min_size: sizes below it were never profiled (an explicit setting wins) */

@@ -165,7 +165,7 @@ static void say(const char *msg)
     if (dir) {
         char marker[1200];
         snprintf(marker, sizeof marker, "%s/.pmem-path-reported", dir);
-        int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
         if (fd < 0 && errno == EEXIST)
             return;
         if (fd >= 0)
@@ -174,32 +174,26 @@ static void say(const char *msg)
     rtk_log_line("%s", msg);
 }
 
-/* The tier pool is volatile scratch: an old pool (or an empty file) at the path is replaced, unless a live
- * process holds it; anything else is left alone. 0: go ahead; 1: busy; -1: refuse (reason set). */
+/* Safety rule (docs/safety.md): rtkit never deletes or truncates a file it did not create in this run. The tier
+ * pool is scratch that this process creates (O_EXCL) and removes at exit; any file already at the path (a durable
+ * pool made with the Python API, a stale pool, /proc/self/mem) is left alone and tier mode stays off with one
+ * line. 0: go ahead; 1: busy (a live process holds a pool there); -1: refuse (reason set). */
 static int clear_old(void)
 {
-    int fd = open(T.path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return 0;  /* absent (or unreadable: create says why) */
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    struct stat st;
+    if (lstat(T.path, &st) != 0)
+        return 0;  /* absent (or unreachable: create says why) */
+    int fd = S_ISREG(st.st_mode) ? open(T.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
+    if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0) {
         close(fd);
         return 1;
     }
-    struct stat st;
-    char magic[8] = {0};
-    int pool = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-               (st.st_size == 0 || (pread(fd, magic, 8, 0) == 8 && memcmp(magic, "RTKPMEM1", 8) == 0));
-    flock(fd, LOCK_UN);
-    close(fd);
-    if (!pool) {
-        snprintf(T.reason, sizeof T.reason, "%s exists and is not an rtkit pool; refusing to overwrite it", T.path);
-        return -1;
-    }
-    if (unlink(T.path) != 0) {
-        snprintf(T.reason, sizeof T.reason, "%s: cannot replace the old pool: %s", T.path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    if (fd >= 0)
+        close(fd);
+    snprintf(T.reason, sizeof T.reason,
+             "%s exists; tier mode never reuses or deletes a file it did not create: remove it or choose a new "
+             "path", T.path);
+    return -1;
 }
 
 static void tier_open(void)

@@ -1,0 +1,194 @@
+# test_pool_fuzz.py -- pool files under corruption: a flipped header byte is reported, never taken as a torn write and freed.
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO, run_rtkit
+
+SHM = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture
+def pmem_lib(pmem_build):
+    return pmem_build
+
+
+@pytest.fixture
+def folder(tmp_path):
+    if SHM:
+        d = os.path.join(SHM, f"rtkit-fuzz-{os.getpid()}-{os.urandom(4).hex()}")
+        os.makedirs(d)
+        yield d
+        subprocess.run(["rm", "-rf", d])
+    else:
+        yield str(tmp_path)
+
+
+# A pool with class records and extents, some freed; then TRIALS corruptions of one copy each, every copy
+# given to check() and Pool.open(). Runs in a child so that a crash is counted rather than fatal to pytest.
+FUZZ = textwrap.dedent(r"""
+    import json, os, random, shutil, sys
+    from rtkit.allocators import pmem
+    folder, trials, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    rng = random.Random(seed)
+    base = os.path.join(folder, "base.pool")
+    expect = {}
+    with pmem.Pool.create(base, 4 << 20, segment_size=64 << 10, rebalance_ms=0) as pool:
+        made = []
+        for i in range(90):
+            n = rng.choice([24, 100, 300, 1000, 3000]) if i % 30 else 150_000
+            h = pool.alloc(n)
+            pool.buffer(h, n)[:] = bytes([(h + k) % 251 for k in range(n)]) if n < 5000 else bytes([h % 251]) * n
+            made.append((h, n))
+        for h, n in made[::4]:
+            pool.free(h)
+        expect = {h: n for h, n in made[3::4] + made[1::4] + made[2::4]}
+    layout = pmem.info(base)
+    data_off, seg = layout["data_offset"], layout["segment_size"]
+    pristine = open(base, "rb").read()
+    freed = [h for h, n in made[::4]]
+    kinds = ["record_bit", "record_byte", "free_record_byte", "pool_header_bit", "pool_header_byte", "segment_table_bit"]
+    counts = {"trials": 0, "detected": 0, "harmless": 0, "crashes": 0, "silent_header_accepts": 0,
+              "records_lost_or_changed_silently": 0, "changed_by_refused_open": 0, "by_kind": {}}
+
+    def records_intact(pool):
+        found = dict(pool.records())
+        if found != expect:
+            return False
+        for h, n in expect.items():
+            b = bytes(pool.buffer(h, n))
+            want = bytes([(h + k) % 251 for k in range(n)]) if n < 5000 else bytes([h % 251]) * n
+            if b != want:
+                return False
+        return True
+
+    for t in range(trials):
+        kind = kinds[t % len(kinds)]
+        raw = bytearray(pristine)
+        if kind in ("record_bit", "record_byte", "free_record_byte"):
+            h = rng.choice(freed if kind == "free_record_byte" else list(expect))
+            off = h - 16 + rng.randrange(16)
+        elif kind.startswith("pool_header"):
+            off = rng.randrange(80)  # the immutable part (magic .. csum)
+        else:
+            used = sorted({(h - 16 - data_off) // seg for h in expect})
+            off = 4096 + 8 * rng.choice(used) + rng.randrange(8)
+        if kind.endswith("bit"):
+            raw[off] ^= 1 << rng.randrange(8)
+        else:
+            raw[off] = (raw[off] + rng.randrange(1, 256)) % 256
+        path = os.path.join(folder, "t.pool")
+        with open(path, "wb") as fh:
+            fh.write(raw)
+        try:
+            report = pmem.check(path)
+        except pmem.PmemError as exc:  # not a pool any more, or an unreadable header: refused with a message
+            report = {"ok": False, "first_error": str(exc)}
+        before = bytes(raw)
+        try:
+            with pmem.Pool.open(path, rebalance_ms=0) as pool:
+                intact = records_intact(pool)
+            opened = True
+        except pmem.PmemError:
+            opened = False
+            intact = None
+            after = open(path, "rb").read()
+            # a refused open frees nothing: the table and every allocated record (header and data) are as
+            # they were (free slots may hold the free list's links)
+            spans = [(0, data_off)] + [(h - 16, h + n) for h, n in expect.items()]
+            if any(after[a:b] != before[a:b] for a, b in spans):
+                counts["changed_by_refused_open"] += 1
+        counts["trials"] += 1
+        k = counts["by_kind"].setdefault(kind, {"detected": 0, "harmless": 0, "bad": 0})
+        if not report["ok"] or not opened:
+            counts["detected"] += 1
+            k["detected"] += 1
+        elif intact:
+            counts["harmless"] += 1
+            k["harmless"] += 1
+        if opened and not intact:
+            counts["records_lost_or_changed_silently"] += 1
+            k["bad"] += 1
+        if kind.startswith("pool_header") and report["ok"] and opened:
+            counts["silent_header_accepts"] += 1
+            k["bad"] += 1
+    print(json.dumps(counts))
+""")
+
+
+def test_pool_fuzz_counts(pmem_lib, folder):
+    env = dict(os.environ, RTKIT_LIB_DIR=pmem_lib)
+    proc = subprocess.run([sys.executable, "-c", FUZZ, folder, "300", "20261130"], env=env, capture_output=True,
+                          text=True, timeout=500)
+    assert proc.returncode == 0, f"the fuzz child crashed or failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    print("pool fuzz:", json.dumps(counts))
+    assert counts["trials"] == 300
+    assert counts["silent_header_accepts"] == 0, counts
+    assert counts["records_lost_or_changed_silently"] == 0, counts
+    assert counts["changed_by_refused_open"] == 0, counts
+    for kind in ("record_bit", "record_byte", "pool_header_bit", "pool_header_byte", "segment_table_bit"):
+        assert counts["by_kind"][kind]["detected"] == 50, counts  # every change to live metadata is reported
+
+
+def _one_pool(pm, path):
+    with pm.Pool.create(path, 4 << 20, segment_size=64 << 10, rebalance_ms=0) as pool:
+        keep = pool.alloc(300)
+        pool.buffer(keep, 300)[:] = b"k" * 300
+        big = pool.alloc(150_000)
+    return keep, big
+
+
+@pytest.mark.parametrize("which", ["class", "extent"])
+def test_flipped_record_header_is_corruption_not_a_torn_write(pmem_lib, folder, monkeypatch, which):
+    monkeypatch.setenv("RTKIT_LIB_DIR", pmem_lib)
+    from rtkit.allocators import pmem
+    pmem._load()
+    path = os.path.join(folder, "c.pool")
+    keep, big = _one_pool(pmem, path)
+    target = keep if which == "class" else big
+    with open(path, "r+b") as fh:  # one byte of the record's requested size
+        fh.seek(target - 16 + 4)
+        b = fh.read(1)
+        fh.seek(target - 16 + 4)
+        fh.write(bytes([b[0] ^ 0x01]))
+    before = open(path, "rb").read()
+    report = pmem.check(path)
+    assert not report["ok"] and "corrupt" in report["first_error"]
+    proc = run_rtkit(["pmem", "check", path], env={"RTKIT_LIB_DIR": pmem_lib})
+    assert proc.returncode == 1 and "CORRUPT" in proc.stdout
+    assert proc.stderr.count(path) == 1, proc.stderr  # the path once, not "c.pool: c.pool: ..."
+    with pytest.raises(pmem.CorruptPoolError) as err:
+        pmem.Pool.open(path)
+    assert str(err.value).count(path) == 1 and "was not changed" in str(err.value)
+    assert open(path, "rb").read() == before  # refused, nothing freed
+
+
+def test_header_size_validated(pmem_lib, folder, monkeypatch):
+    monkeypatch.setenv("RTKIT_LIB_DIR", pmem_lib)
+    from rtkit.allocators import pmem
+    from rtkit.allocators import _pmem_cdef  # noqa: F401  (the bindings' layout)
+    pmem._load()
+    path = os.path.join(folder, "h.pool")
+    _one_pool(pmem, path)
+    raw = bytearray(open(path, "rb").read())
+    raw[12:16] = (4096).to_bytes(4, "little")  # hdr_size, with the header checksum made to match
+    ffi, lib = pmem._load()
+    h = 0xcbf29ce484222325
+    for b in raw[:72]:
+        h = ((h ^ b) * 0x100000001b3) & (2**64 - 1)
+
+    def mix(x):
+        x ^= x >> 30; x = (x * 0xbf58476d1ce4e5b9) & (2**64 - 1)
+        x ^= x >> 27; x = (x * 0x94d049bb133111eb) & (2**64 - 1)
+        return x ^ (x >> 31)
+    raw[72:80] = mix(h).to_bytes(8, "little")
+    open(path, "wb").write(raw)
+    with pytest.raises(pmem.CorruptPoolError) as err:
+        pmem.Pool.open(path)
+    assert "header size" in str(err.value)
