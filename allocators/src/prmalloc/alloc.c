@@ -232,6 +232,19 @@ static void *tier_realloc(void *p, size_t n)
     return q;
 }
 
+/* realloc that cannot keep the block: a new one from rtk_alloc, the bytes copied, the old one released */
+static void *move_block(void *p, size_t old, size_t n, void (*release)(void *))
+{
+    void *q = rtk_alloc(n, 0, 0);
+    if (!q) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    memcpy(q, p, old < n ? old : n);
+    release(p);
+    return q;
+}
+
 /* a large-heap block: resized in place when the heap can (its following pages are free), else moved */
 static void *large_realloc(void *p, size_t n)
 {
@@ -243,14 +256,7 @@ static void *large_realloc(void *p, size_t n)
             rtk_slot()->live += (int64_t)u - (int64_t)old;
         return p;
     }
-    void *q = rtk_alloc(n, 0, 0);
-    if (!q) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    memcpy(q, p, old < n ? old : n);
-    rtk_free_large(p);
-    return q;
+    return move_block(p, old, n, rtk_free_large);
 }
 
 void *rtk_realloc(void *p, size_t n)
@@ -269,14 +275,7 @@ void *rtk_realloc(void *p, size_t n)
             rtk_heap_corrupt("realloc()", "invalid pointer", p);
         if (n <= old && n >= rtk_hot.min_size && !a->retired)
             return p;
-        void *q = rtk_alloc(n, 0, 0);
-        if (!q) {
-            errno = ENOMEM;
-            return NULL;
-        }
-        memcpy(q, p, old < n ? old : n);
-        rtk_free_range(p);
-        return q;
+        return move_block(p, old, n, rtk_free_range);
     }
     if (rtk_in_large(p))
         return large_realloc(p, n);
