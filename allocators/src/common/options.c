@@ -160,6 +160,15 @@ static void accepted_text(const rtk_setting_t *s, char *buf, size_t cap)
         snprintf(buf, cap, "%s", what);
 }
 
+/* a size or whole number that did not parse or is out of the table's range: one line, the default stays */
+static int reject_number(const rtk_setting_t *s, const char *raw)
+{
+    char acc[160];
+    accepted_text(s, acc, sizeof acc);
+    report_bad(s, raw, acc);
+    return -1;
+}
+
 int rtk_opt_size(rtk_opt_t id, size_t *out)
 {
     const rtk_setting_t *s = &rtk_settings[id];
@@ -172,10 +181,7 @@ int rtk_opt_size(rtk_opt_t id, size_t *out)
         *out = v;
         return 0;
     }
-    char acc[160];
-    accepted_text(s, acc, sizeof acc);
-    report_bad(s, raw, acc);
-    return -1;
+    return reject_number(s, raw);
 }
 
 int rtk_opt_int(rtk_opt_t id, long *out)
@@ -190,10 +196,7 @@ int rtk_opt_int(rtk_opt_t id, long *out)
         *out = v;
         return 0;
     }
-    char acc[160];
-    accepted_text(s, acc, sizeof acc);
-    report_bad(s, raw, acc);
-    return -1;
+    return reject_number(s, raw);
 }
 
 int rtk_opt_bool(rtk_opt_t id, int *out)
