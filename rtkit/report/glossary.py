@@ -176,8 +176,9 @@ _F: List[Figure] = [
            "bytes tier mode held in the pool file when the report was written", _tier(PM.TIER_BYTES)),
     Figure("tier_peak_bytes", "tier bytes held (peak)", "bytes", None, "most bytes held in the pool file at once",
            _tier(PM.TIER_PEAK_BYTES)),
-    Figure("dram_saved_bytes", "DRAM saved (estimate)", "bytes", False,
-           "bytes held in the pool file at the last step (steady state): anonymous memory not used",
+    Figure("dram_saved_bytes", "anonymous memory saved (estimate)", "bytes", False,
+           "bytes held in the pool file at the last step (steady state): anonymous memory not used; the pool's "
+           "pages may still sit in DRAM as page cache (see pool resident)",
            _tier(PM.DRAM_SAVED_BYTES)),
     Figure("tier_fallbacks", "tier fallbacks to DRAM", "count", True,
            "allocations tier mode meant for the pool that went to DRAM (pool full)", _tier(PM.TIER_FALLBACKS)),
