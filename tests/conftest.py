@@ -109,3 +109,19 @@ def load_report(run_dir):
 @pytest.fixture
 def rtkit_run():
     return run_rtkit
+
+
+# tmpfs when there is one: pool tests then measure the allocator, not the disk
+SHM = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+@pytest.fixture
+def pool_dir(tmp_path):
+    """A fresh folder for pool files, on /dev/shm when writable (removed afterwards), else tmp_path."""
+    if SHM:
+        d = os.path.join(SHM, f"rtkit-test-pool-{os.getpid()}-{os.urandom(4).hex()}")
+        os.makedirs(d)
+        yield d
+        subprocess.run(["rm", "-rf", d])
+    else:
+        yield str(tmp_path)

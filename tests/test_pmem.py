@@ -10,9 +10,8 @@ import time
 
 import pytest
 
-from conftest import REPO, run_rtkit
+from conftest import REPO, SHM, run_rtkit
 
-SHM = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 @pytest.fixture
@@ -25,15 +24,6 @@ def pm(pmem_build, monkeypatch):
     return pmem
 
 
-@pytest.fixture
-def pool_dir(tmp_path):
-    if SHM:
-        d = os.path.join(SHM, f"rtkit-test-pmem-{os.getpid()}-{time.monotonic_ns()}")
-        os.makedirs(d)
-        yield d
-        subprocess.run(["rm", "-rf", d])
-    else:
-        yield str(tmp_path)
 
 
 @pytest.mark.parametrize("program,args", [("pmem_basic", []), ("pmem_stress", []), ("pmem_crash", ["120"])])

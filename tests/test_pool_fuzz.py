@@ -9,7 +9,6 @@ import pytest
 
 from conftest import REPO, run_rtkit
 
-SHM = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -18,15 +17,6 @@ def pmem_lib(pmem_build):
     return pmem_build
 
 
-@pytest.fixture
-def folder(tmp_path):
-    if SHM:
-        d = os.path.join(SHM, f"rtkit-fuzz-{os.getpid()}-{os.urandom(4).hex()}")
-        os.makedirs(d)
-        yield d
-        subprocess.run(["rm", "-rf", d])
-    else:
-        yield str(tmp_path)
 
 
 # A pool with class records and extents, some freed; then TRIALS corruptions of one copy each, every copy
@@ -121,9 +111,9 @@ FUZZ = textwrap.dedent(r"""
 """)
 
 
-def test_pool_fuzz_counts(pmem_lib, folder):
+def test_pool_fuzz_counts(pmem_lib, pool_dir):
     env = dict(os.environ, RTKIT_LIB_DIR=pmem_lib)
-    proc = subprocess.run([sys.executable, "-c", FUZZ, folder, "300", "20261130"], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", FUZZ, pool_dir, "300", "20261130"], env=env, capture_output=True,
                           text=True, timeout=500)
     assert proc.returncode == 0, f"the fuzz child crashed or failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -145,11 +135,11 @@ def _one_pool(pm, path):
 
 
 @pytest.mark.parametrize("which", ["class", "extent"])
-def test_flipped_record_header_is_corruption_not_a_torn_write(pmem_lib, folder, monkeypatch, which):
+def test_flipped_record_header_is_corruption_not_a_torn_write(pmem_lib, pool_dir, monkeypatch, which):
     monkeypatch.setenv("RTKIT_LIB_DIR", pmem_lib)
     from rtkit.allocators import pmem
     pmem._load()
-    path = os.path.join(folder, "c.pool")
+    path = os.path.join(pool_dir, "c.pool")
     keep, big = _one_pool(pmem, path)
     target = keep if which == "class" else big
     with open(path, "r+b") as fh:  # one byte of the record's requested size
@@ -169,12 +159,12 @@ def test_flipped_record_header_is_corruption_not_a_torn_write(pmem_lib, folder, 
     assert open(path, "rb").read() == before  # refused, nothing freed
 
 
-def test_header_size_validated(pmem_lib, folder, monkeypatch):
+def test_header_size_validated(pmem_lib, pool_dir, monkeypatch):
     monkeypatch.setenv("RTKIT_LIB_DIR", pmem_lib)
     from rtkit.allocators import pmem
     from rtkit.allocators import _pmem_cdef  # noqa: F401  (the bindings' layout)
     pmem._load()
-    path = os.path.join(folder, "h.pool")
+    path = os.path.join(pool_dir, "h.pool")
     _one_pool(pmem, path)
     raw = bytearray(open(path, "rb").read())
     raw[12:16] = (4096).to_bytes(4, "little")  # hdr_size, with the header checksum made to match
