@@ -95,9 +95,13 @@ class _SessionState:
 
 class Scheduler:
     def __init__(self, tf, settings: Dict[str, Any], run_dir: Optional[str],
-                 internal: Callable[[], ContextManager] = contextlib.nullcontext):
+                 internal: Callable[[], ContextManager] = contextlib.nullcontext,
+                 before_run: Optional[Callable[[float], None]] = None):
         self.tf = tf
         self._internal = internal  # the hooks' "not a step" context for rtkit's own session runs
+        # tells the hooks' step timing how long a run spent here before TF (the wait for a staged batch, an inline
+        # put): the script waited for it, so it is part of the step
+        self._before_run = before_run
         self.settings = dict(settings)
         self.run_dir = run_dir
         self.stage = bool(settings.get("sched_stage"))
@@ -330,13 +334,14 @@ class Scheduler:
             fetches = _substitute(fetches, session.graph, staged.mapping)
             if feed_dict:
                 feed_dict = {staged.mapping.get(getattr(k, "name", k), k): v for k, v in feed_dict.items()}
+        t_begin = time.time()
         self._before(session, st, mode, is_step, tracing)
-
         t0 = time.time()
+        self._report_before_run(mode, t0 - t_begin)
         result = run_next(fetches, feed_dict, opts, md)
         t1 = time.time()
         if is_step:
-            self._after_step(st, mode, t0, t1, tracing, md)
+            self._after_step(st, mode, t_begin, t0, t1, tracing, md)
         return result
 
     def wrap_callable(self, session, make_next, fetches, feed_list=None, accept_options=False):
@@ -360,11 +365,13 @@ class Scheduler:
             if getattr(sched._local, "bypass", False):
                 return fn(*args, **kwargs)
             is_step = sched._count_signature(sig)
+            t_begin = time.time()
             sched._before(session, st, mode, is_step, False)
             t0 = time.time()
+            sched._report_before_run(mode, t0 - t_begin)
             out = fn(*args, **kwargs)
             if is_step:
-                sched._after_step(st, mode, t0, time.time(), False, None)
+                sched._after_step(st, mode, t_begin, t0, time.time(), False, None)
             return out
 
         call.__wrapped__ = fn
@@ -430,8 +437,18 @@ class Scheduler:
         if len(runner.depth_samples) > 64:
             del runner.depth_samples[:-1]
 
-    def _after_step(self, st: _SessionState, mode: str, t0: float, t1: float, tracing: bool, md) -> None:
-        ms = (t1 - t0) * 1000.0
+    def _report_before_run(self, mode: str, seconds: float) -> None:
+        if mode == "staged" and self._before_run is not None and seconds > 0:
+            try:
+                self._before_run(seconds * 1000.0)
+            except Exception as exc:  # only the step's timing is affected
+                self._error(f"step timing not told of the staging wait ({type(exc).__name__}: {exc})")
+
+    def _after_step(self, st: _SessionState, mode: str, t_begin: float, t0: float, t1: float, tracing: bool,
+                    md) -> None:
+        """t_begin: the script's run began (before the wait for a staged batch or an inline put); t0..t1: TF's run.
+        The step's time, which the tuner compares, is t_begin..t1: what the script waited for."""
+        ms = (t1 - t_begin) * 1000.0
         kind = getattr(self._local, "step_kind", None) if mode == "staged" else mode
         self.trace.add("steps", "step", t0 * 1e6, (t1 - t0) * 1e6, {"mode": kind or mode})
         if tracing:
@@ -604,9 +621,12 @@ class Scheduler:
                          "share_pct": (100.0 * self.stage_cost_ms[s] / total_ms) if total_ms else None}
         tuning = self.tuner.report() if self.tuner else None
         med = statistics.median(self.step_ms) if self.step_ms else None
-        if tuning is not None and self.step_ms:
-            # what the slower trials cost, as a share of the job's step time so far
-            tuning["cost_pct_of_job"] = round(100.0 * tuning["overhead_vs_chosen_ms"] / sum(self.step_ms), 2)
+        if tuning is not None:
+            # what the slower trials cost, as a share of this job's step time (the report's steps, traced ones
+            # left out, as the tuner never sees them)
+            extra = tuning["overhead_vs_chosen_ms"]
+            tuning["cost_pct_of_job"] = (round(100.0 * extra / sum(self.step_ms), 2)
+                                         if self.step_ms and extra is not None else None)
         staged = self.last_staged
         depths = [d for _, d in self._depth]
         hidden = [o[3] for o in self._overlap]

@@ -58,7 +58,8 @@ def on_tensorflow(tf) -> None:
         try:
             from rtkit import scheduler
 
-            sched = scheduler.activate(tf, values, os.environ.get("RTKIT_RUN_DIR") or None, internal=registry.internal)
+            sched = scheduler.activate(tf, values, os.environ.get("RTKIT_RUN_DIR") or None, internal=registry.internal,
+                                        before_run=registry.before_run)
             if sched.on_close not in registry.close_callbacks:  # once per process, however often TF is hooked
                 registry.register(sched)
         except Exception as exc:  # the job runs on TF's defaults

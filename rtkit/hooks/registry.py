@@ -2,7 +2,9 @@
 """The hooks own these lists; a component never imports this module, it only offers the callables:
 config_filters (each session's ConfigProto), run_wrappers (around each Session.run), close_callbacks
 (before a session closes) and exit_callbacks (at interpreter exit, before the step file's last flush).
-`internal()` marks rtkit's own session runs, which are not training steps."""
+`internal()` marks rtkit's own session runs, which are not training steps; `before_run(ms)` adds time a
+component spent on a run's behalf before it reached TensorFlow (waiting for a staged batch, putting one inline) to
+the step that follows on the same thread, so a step's time is what the script waited for, not TF's part alone."""
 import contextlib
 import threading
 from typing import Callable, List
@@ -26,6 +28,18 @@ def internal():
         yield
     finally:
         _local.internal = previous
+
+
+def before_run(ms: float) -> None:
+    """A component spent `ms` before this thread's next session run, on that run's behalf."""
+    _local.pre_ms = getattr(_local, "pre_ms", 0.0) + float(ms)
+
+
+def take_before_run_ms() -> float:
+    """The time components spent before this run (consumed: the next run starts from zero)."""
+    ms = getattr(_local, "pre_ms", 0.0)
+    _local.pre_ms = 0.0
+    return ms
 
 
 def register(component) -> None:

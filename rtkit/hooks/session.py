@@ -117,6 +117,9 @@ def install(session_module, pywrap) -> None:
         start_unix, t0, f0 = time.time(), time.perf_counter(), minor_faults()
         result = orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata)
         elapsed_ms = (time.perf_counter() - t0) * 1000.0
+        pre_ms = registry.take_before_run_ms()  # e.g. the scheduler's wait for a staged batch: part of the step
+        start_unix -= pre_ms / 1000.0
+        elapsed_ms += pre_ms
         try:
             rec.record("session", signature_of(fetch_list, target_list, name_of), start_unix, elapsed_ms,
                        minor_faults() - f0, api_now())
