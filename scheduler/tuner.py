@@ -20,6 +20,7 @@ Config = Tuple[int, int, bool]  # (compute pool threads, input pool threads, inp
 MIN_GAIN = 0.03
 MIN_ROUNDS = 3      # a candidate must win every round: with 3, chance alone picks one of 3 others ~1 time in 3
 MAX_ROUNDS = 6
+JOB_STEPS = 1000    # the job length the tuning cost is stated for (issue 11: <= 5% of a 1000-step job)
 
 
 class Tuner:
@@ -53,6 +54,7 @@ class Tuner:
         self.done = not self.schedule
         self.chosen: Config = cands[0]
         self.steps_used = 0
+        self.trial_ms: List[float] = []   # every step run under a trial, measured or not (the tuning's cost)
         self.verdict = "nothing to compare" if self.done else "not finished"
         self.gain: Optional[float] = None
         self.confidence: Optional[str] = None
@@ -75,6 +77,7 @@ class Tuner:
             self.blocks[cfg][-1].append(step_ms)
         self._n += 1
         self.steps_used += 1
+        self.trial_ms.append(float(step_ms))
         if self._n >= self.block:
             self._b += 1
             self._n = 0
@@ -131,12 +134,7 @@ class Tuner:
                            "steps": sum(len(b) for b in self.blocks[(c, i, st)]),
                            "step_ms_median": self._median((c, i, st)),
                            "ratio_to_script_per_round": [round(x, 4) for x in r]})
-        overhead = 0.0
-        if best:
-            for c in self.candidates:
-                m = self._median(c)
-                if m is not None:
-                    overhead += max(0.0, m - best) * self.block * self.rounds
+        cost = self.cost(best)
         return {"done": self.done, "budget_steps": self.budget_steps, "steps_used": self.steps_used,
                 "schedule": "interleaved blocks", "steps_per_block": self.block, "rounds": self.rounds,
                 "trials": trials,
@@ -146,4 +144,19 @@ class Tuner:
                 "confidence": self.confidence,
                 "first_step_ms_median": first, "chosen_step_ms_median": best,
                 "speedup_over_first_x": (first / best) if first and best else None,
-                "overhead_vs_chosen_ms": overhead}
+                "overhead_vs_chosen_ms": cost["extra_ms"],
+                "trial_steps_ms": cost["trial_ms"],
+                "cost_pct_of_1000_step_job": cost["pct_of_1000_steps"]}
+
+    def cost(self, chosen_ms: Optional[float]) -> Dict[str, Optional[float]]:
+        """What tuning cost: every step run under a trial (the unmeasured first steps of blocks and the
+        drained ones included) against the same number of steps at the chosen configuration's median, 0 when
+        the trials were no slower; and that extra time as a share of a 1000-step job run at the chosen
+        configuration (the trials are a fixed number of steps, so a longer job pays a smaller share)."""
+        total = sum(self.trial_ms)
+        if not chosen_ms or not self.trial_ms:
+            return {"trial_ms": round(total, 3), "extra_ms": 0.0 if not self.trial_ms else None,
+                    "pct_of_1000_steps": 0.0 if not self.trial_ms else None}
+        extra = max(0.0, total - len(self.trial_ms) * chosen_ms)
+        return {"trial_ms": round(total, 3), "extra_ms": round(extra, 3),
+                "pct_of_1000_steps": round(100.0 * extra / (JOB_STEPS * chosen_ms), 3)}

@@ -508,3 +508,28 @@ def test_keras_dataset_gets_stage_options_unless_the_script_set_them():
     assert kept.options().threading.private_threadpool_size == 3
     assert sched.keras["datasets"][-1] == {"private_threadpool_size": "the script's own", "prefetch": "the script's own"}
     assert sched.filter_dataset([1, 2]) == [1, 2]  # not a dataset: untouched
+
+
+def test_tuning_cost_counts_every_trial_step_against_the_chosen_median():
+    """The cost is every step run under a trial (unmeasured block starts and drained steps too) over the
+    chosen configuration's median, stated for a 1000-step job; never negative."""
+    from rtkit.scheduler.tuner import JOB_STEPS, Tuner
+
+    t = Tuner([2, 1, 4], [1, 2], 60, stage_options=(False, True), block_steps=4, drain_steps=2)
+    times = {(2, 1, False): 30.0, (1, 1, False): 40.0, (2, 1, True): 20.0, (2, 2, True): 25.0}
+    seen = []
+    while not t.done:
+        ms = times[t.current()]
+        seen.append(ms)
+        t.record(ms)
+    rep = t.report()
+    assert t.chosen == (2, 1, True) and rep["chosen_step_ms_median"] == 20.0
+    extra = sum(seen) - len(seen) * 20.0
+    assert rep["trial_steps_ms"] == pytest.approx(sum(seen))
+    assert rep["overhead_vs_chosen_ms"] == pytest.approx(extra)
+    assert rep["cost_pct_of_1000_step_job"] == pytest.approx(100.0 * extra / (JOB_STEPS * 20.0), abs=1e-3)
+    # trials no slower than the chosen configuration cost nothing (not a negative cost)
+    flat = Tuner([2, 1], [1], 20, block_steps=2)
+    while not flat.done:
+        flat.record(10.0)
+    assert flat.report()["overhead_vs_chosen_ms"] == 0.0 and flat.report()["cost_pct_of_1000_step_job"] == 0.0

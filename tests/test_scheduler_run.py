@@ -79,6 +79,17 @@ def test_monitored_training_session_with_pipeline_and_tuning(tmp_path, data_dir)
     assert sched["tuning"]["done"], sched["tuning"]
     assert os.path.isfile(prof)
     assert sched["pipeline"]["pipelines_started"] >= 1
+    # the tuning cost: present, consistent with the trials' time and the chosen median, and in the summary
+    t = sched["tuning"]
+    extra = max(0.0, t["trial_steps_ms"] - t["steps_used"] * t["chosen_step_ms_median"])
+    assert t["overhead_vs_chosen_ms"] == pytest.approx(extra, abs=0.01)
+    assert t["cost_pct_of_1000_step_job"] == pytest.approx(100.0 * extra / (1000 * t["chosen_step_ms_median"]),
+                                                           abs=0.01)
+    assert t["cost_pct_of_job"] is not None and t["cost_pct_of_job"] >= t["cost_pct_of_1000_step_job"] * 0.9
+    from rtkit.report import fmt
+    from rtkit.report.terminal import summary_lines
+    line = [x for x in summary_lines(rep) if "scheduler:" in x][0]
+    assert f"tuning cost (share of a 1000-step job) {fmt.num(t['cost_pct_of_1000_step_job'])}%" in line, line
     # the saved profile is reusable as-is
     proc = run_rtkit(["run", "--run-dir", str(tmp_path / "again"), "--quiet", "--profile", str(prof),
                       "--set", "malloc=0", "--", PY, "-c", "print('ok')"], timeout=120)

@@ -99,6 +99,8 @@ class Scheduler:
     STATE = "state"                       # one line in words
     STAGED_STEPS, NOT_STAGED_REASON = "pipeline.staged_steps", "pipeline.not_staged_reason"
     TUNING_VERDICT, TUNING_GAIN_PCT = "tuning.verdict", "tuning.gain_pct"
+    # what tuning cost: the trials' extra time over the chosen configuration, for a 1000-step job and for this one
+    TUNING_COST_1000, TUNING_COST_JOB = "tuning.cost_pct_of_1000_step_job", "tuning.cost_pct_of_job"
     ERRORS = "errors"
     INPUT_SHARE = "input_share_pct"       # the input stage's share of op time: what staging can hide at most
     HIDDEN_PCT = "pipeline.input_hidden_pct_median"

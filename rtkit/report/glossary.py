@@ -190,6 +190,10 @@ _F: List[Figure] = [
     Figure("tuning_gain_pct", "tuning gain", "percent", False,
            "how much faster the tuner's choice was than the first configuration, in percent of step time",
            tuning_gain_pct),
+    Figure("tuning_cost_pct", "tuning cost (share of a 1000-step job)", "percent", True,
+           "the tuning trials' extra time (every trial step against the chosen configuration's median step time) "
+           "as a share of 1000 steps at the chosen configuration",
+           _num(_sec("scheduler", S.TUNING_COST_1000))),
     Figure("occupancy_mean", "mean pipeline occupancy", "count", False,
            "mean number of input batches ready when a step asked for one", _num(_sec("scheduler", S.OCCUPANCY_MEAN))),
 ]
@@ -269,7 +273,8 @@ _NOISE_FROM = {
 }
 # below these absolute differences a ratio says nothing, whatever the spread (a 0.05 vs 1.9 faults/step ratio)
 _ABS_FLOOR = {"faults_per_step_median": 1.0, "faults_after_plan": 1.0, "faults_before_plan": 1.0,
-              "tier_fallbacks": 1.0, "pipelined_steps": 1.0, "tuning_gain_pct": 2.0}
+              "tier_fallbacks": 1.0, "pipelined_steps": 1.0, "tuning_gain_pct": 2.0,
+              "tuning_cost_pct": 1.0}
 SAME_BAND = 0.02      # ratios closer to 1.0 than this are the same whatever the spread
 
 

@@ -527,14 +527,14 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
         if get(sc, S.TRIALS_STEPS_USED) is not None:
             text += f" ({fmt.num(get(sc, S.TRIALS_STEPS_USED))} steps used)"
         _add(s.rows, "tuning trials", None, text=text)
-    for fid in ("pipelined_steps", "tuning_gain_pct", "occupancy_mean"):
+    for fid in ("pipelined_steps", "tuning_gain_pct", "tuning_cost_pct", "occupancy_mean"):
         _fig(s.rows, report, fid)
     if fmt.is_num(get(sc, S.HIDDEN_PCT)):
         _add(s.rows, "input stage hidden behind compute", None, text=f"{fmt.num(get(sc, S.HIDDEN_PCT))}% (median step)")
     if fmt.is_num(get(sc, S.INPUT_SHARE)):
         _add(s.rows, "input stage share of op time", None, text=f"{fmt.num(get(sc, S.INPUT_SHARE))}% (bounds the gain)")
     shown = {S.NOTES, S.STAGES, S.CHOSEN, S.SPEEDUP, S.TRIALS, S.OCCUPANCY_MEAN, S.OCCUPANCY_SAMPLES, S.STAGED_STEPS,
-             S.TUNING_GAIN_PCT, S.ERRORS, S.HIDDEN_PCT, S.INPUT_SHARE, S.QUEUE_DEPTH_SAMPLES, S.OVERLAP_SAMPLES,
+             S.TUNING_GAIN_PCT, S.TUNING_COST_1000, S.ERRORS, S.HIDDEN_PCT, S.INPUT_SHARE, S.QUEUE_DEPTH_SAMPLES, S.OVERLAP_SAMPLES,
              *S.HIDDEN}
     s.rows.extend(generic_rows(sc, skip=shown))
     t = table_from_records("stages", get(sc, S.STAGES), key_name="stage")

@@ -70,4 +70,10 @@ def tuning(r: Dict[str, Any], tuning: Dict[str, Any]) -> str:
         text += f", {G.name('tuning_gain_pct')} {G.text(r, 'tuning_gain_pct')}"
     if tuning.get("verdict"):
         text += f" ({tuning['verdict']})"
+    cost = G.value(r, "tuning_cost_pct")
+    if cost is not None:
+        text += f", {G.name('tuning_cost_pct')} {G.text(r, 'tuning_cost_pct')}"
+        job = tuning.get("cost_pct_of_job")
+        if fmt.is_num(job):
+            text += f" ({fmt.num(job)}% of this job)"
     return text
