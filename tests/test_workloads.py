@@ -12,7 +12,7 @@ from conftest import REPO, requires_tf
 from rtkit.workloads import data
 
 SUMMARY = re.compile(r"^rtkit-workload: model=(\w+) api=(\w+) steps=(\d+) loss_first=(\S+) "
-                     r"loss_last=(\S+) examples_per_s=(\S+)$")
+                     r"loss_last=(\S+) examples_per_s=(\S+) wall_step_ms_median=(\S+)$")
 HEX8 = re.compile(r"^[0-9a-f]{8}$")
 DIGITS = re.compile(r"^[0-9]+$")
 

@@ -9,7 +9,7 @@ run is a deterministic function of the seed.
 
 ``--input legacy`` (make_legacy_dataset + parse) is the TF1 script many DeepRec users still run: the
 dataset yields raw CSV lines (``TextLineDataset -> repeat -> batch``, no prefetch, optionally a
-per-batch read latency standing in for remote storage), and decode_csv and the string hashing run in
+per-batch read latency standing in for remote storage; tf.data's injected prefetch turned off), and decode_csv and the string hashing run in
 the training graph after ``get_next``, so they sit on the step's critical path unless something
 stages them.
 
@@ -61,14 +61,24 @@ def make_legacy_dataset(path, batch_size, epochs=None, latency_ms=0.0):
         from tensorflow.python.data.experimental.ops import testing
 
         ds = ds.apply(testing.sleep(int(latency_ms * 1000)))
-    return ds
+    return without_injected_prefetch(ds)
+
+
+def without_injected_prefetch(ds):
+    """TF 2.x injects a prefetch after a synchronous last transformation (tf.data's inject_prefetch, on by
+    default), which runs the read ahead on its own and hides a per-batch latency: a TF1 runtime, which
+    DeepRec's legacy scripts were written for, had no such thing. Off, so that legacy input really has no
+    prefetch and the read sits on the step's critical path (the case staging is for)."""
+    opts = tf.data.Options()
+    opts.experimental_optimization.inject_prefetch = False
+    return ds.with_options(opts)
 
 
 def keras_dataset(path, batch_size, epochs=None, input_mode="prefetch", latency_ms=0.0):
     """(features, label) pairs for Keras' fit: features = {'dense', 'cat'}. Legacy input parses in a
     sequential map with no prefetch (Keras has no graph to parse in after get_next)."""
     if input_mode == "legacy":
-        ds = make_legacy_dataset(path, batch_size, epochs, latency_ms).map(parse)
+        ds = without_injected_prefetch(make_legacy_dataset(path, batch_size, epochs, latency_ms).map(parse))
     else:
         ds = make_dataset(path, batch_size, epochs)
     return ds.map(lambda b: ({"dense": b["dense"], "cat": b["cat"]}, b["label"]))

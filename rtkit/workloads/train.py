@@ -175,11 +175,25 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
         "loss_last": log.losses[-1] if n else float("nan"),
         "examples": examples, "train_s": elapsed, "total_s": time.perf_counter() - t_start,
         "examples_per_s": examples / elapsed if elapsed > 0 else 0.0,
+        "wall_step_ms_median": _wall_step_ms_median(log.step_s),
     }
+
+
+WALL_WARMUP_STEPS = 3   # as the report's step figures: the first steps (graph optimisation, caches) are left out
+
+
+def _wall_step_ms_median(step_s):
+    """Median time between the ends of consecutive steps, as the script sees it (everything between them: a
+    wait for input, rtkit's own work), after the warm-up steps; a figure rtkit's hooks do not produce."""
+    tail = sorted(step_s[WALL_WARMUP_STEPS:] or step_s)
+    if not tail:
+        return float("nan")
+    mid = len(tail) // 2
+    return 1000.0 * (tail[mid] if len(tail) % 2 else (tail[mid - 1] + tail[mid]) / 2.0)
 
 
 def summary_line(result):
     """The one line the CLI prints when a run ends."""
     return (f"rtkit-workload: model={result['model']} api={result['api']} steps={result['steps']} "
             f"loss_first={result['loss_first']:.6f} loss_last={result['loss_last']:.6f} "
-            f"examples_per_s={result['examples_per_s']:.1f}")
+            f"examples_per_s={result['examples_per_s']:.1f} wall_step_ms_median={result['wall_step_ms_median']:.2f}")
