@@ -44,6 +44,11 @@ def _leaves(fetches, out: List) -> List:
     return out
 
 
+def _has_op(sig) -> bool:
+    """A run signature (sorted element names) that fetches an operation (a name without ':<index>')."""
+    return bool(sig) and any(":" not in name for name in sig)
+
+
 def _substitute(fetches, graph, mapping: Dict[str, Any]):
     """The fetch structure with original boundary tensors replaced by their staged tensors."""
     if isinstance(fetches, dict):
@@ -110,9 +115,7 @@ class Scheduler:
         self.tune = bool(settings.get("sched_tune"))
         self.plan = _pools.make_plan(settings, self.tune)
         # the first candidate is the job as the script made it (TF-sized pool, the input stage run inline)
-        self.tuner = Tuner(self.plan.compute_sizes, self.plan.input_sizes,
-                           int(settings.get("sched_tune_steps") or 0),
-                           stage_options=(False, True) if self.stage else (False,)) if self.tune else None
+        self.tuner = self._new_tuner()
         self.active = {"compute": self.plan.compute_sizes[0], "input": self.plan.input_sizes[0],
                        "stage": self.stage and self.tuner is None}
         self.notes: List[str] = []
@@ -126,6 +129,7 @@ class Scheduler:
         self._lock = threading.Lock()
         self._sig_counts: Dict[tuple, int] = {}
         self.step_signature: Optional[tuple] = None
+        self._signature_switched = False
         self.step_runs = 0
         self.step_ms: List[float] = []
         self._traced_steps = 0
@@ -147,6 +151,12 @@ class Scheduler:
         self._finished = False
 
     # ------------------------------------------------------------------ helpers
+    def _new_tuner(self) -> Optional[Tuner]:
+        if not self.tune:
+            return None
+        return Tuner(self.plan.compute_sizes, self.plan.input_sizes, int(self.settings.get("sched_tune_steps") or 0),
+                     stage_options=(False, True) if self.stage else (False,))
+
     def note(self, text: str) -> None:
         with self._lock:
             if text not in self.notes and len(self.notes) < MAX_NOTES:
@@ -469,15 +479,35 @@ class Scheduler:
                 "input": self.plan.index("input", self.active["input"])}, share)
 
     def _count_signature(self, sig) -> bool:
+        """Whether this run is the training step: the first signature to recur WARM_RUNS times, except that one
+        with an operation among its fetches (a train op) replaces a tensor-only one, once: MonitoredTrainingSession's
+        hooks read global_step several times at session creation, before the first step."""
+        switched_from = None
         with self._lock:
             n = self._sig_counts.get(sig, 0) + 1
             self._sig_counts[sig] = n
             if self.step_signature is None and n >= WARM_RUNS:
                 self.step_signature = sig
-            if sig == self.step_signature:
+            elif n >= WARM_RUNS and sig != self.step_signature and _has_op(sig) and \
+                    not _has_op(self.step_signature) and not self._signature_switched:
+                self._signature_switched = True
+                switched_from = self.step_signature
+                self.step_signature = sig
+                # what was measured on the other signature is not the step's: start over
+                self.step_runs = 0
+                self.step_ms = []
+                self._traced_steps = 0
+                self.stage_cost_ms = {k: 0.0 for k in self.stage_cost_ms}
+                self.tuner = self._new_tuner()
+                self.active.update(compute=self.plan.compute_sizes[0], input=self.plan.input_sizes[0],
+                                   stage=self.stage and self.tuner is None)
+            is_step = sig == self.step_signature
+            if is_step:
                 self.step_runs += 1
-                return True
-            return False
+        if switched_from is not None:  # self.note takes the lock
+            self.note(f"the step is the run of {', '.join(sig)[:120]}, not the earlier "
+                      f"{', '.join(switched_from)[:80]} (a hook's read)")
+        return is_step
 
     def _take_stats(self, md, st: _SessionState, label: str, input_run: bool = False, stage_of=None) -> None:
         if md is None or self.last_analysis is None:
