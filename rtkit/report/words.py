@@ -7,7 +7,7 @@ from typing import Any, Dict
 
 from rtkit.report import fmt
 from rtkit.report import glossary as G
-from rtkit.report.contract import Scheduler as S
+from rtkit.report.contract import Scheduler as S, Steps as ST
 from rtkit.report.fmt import get
 
 
@@ -32,6 +32,10 @@ def applied(sc: Dict[str, Any], keras_steps: bool = False) -> str:
     if isinstance(keras, dict) and keras.get("applied"):
         ks = ", ".join(f"{k}={v}" for k, v in keras.items() if k != "applied" and not isinstance(v, (dict, list)))
         out.append(f"applied to Keras: {ks}" if ks else "applied to Keras")
+        ds = [d for d in (keras.get("datasets") or []) if isinstance(d, dict)]
+        if ds:   # fit's tf.data input: what the scheduler set, or that the script's own option was kept
+            opts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in ds[0].items())
+            out.append(f"fit's tf.data input: {opts}")
     elif isinstance(keras, dict) and keras.get("detail"):
         out.append(f"not applied to Keras ({keras['detail']})")
     if not out:
@@ -46,7 +50,16 @@ def pipeline(sc: Dict[str, Any]) -> str:
     reason = get(sc, S.NOT_STAGED_REASON)
     if fmt.is_num(staged):
         if staged > 0:
-            return f"{G.name('pipelined_steps')} {fmt.num(staged)}"
+            text = f"{G.name('pipelined_steps')} {fmt.num(staged)}"
+            tuning = get(sc, S.TUNING)
+            if isinstance(tuning, dict) and tuning.get("done") and \
+                    (tuning.get("chosen") or {}).get("stage_pipelined") is False:
+                text += " (in tuning trials; the chosen configuration does not pipeline)"
+            return text
+        keras = get(sc, S.KERAS)
+        ds = [d for d in ((keras or {}).get("datasets") or []) if isinstance(d, dict)] if isinstance(keras, dict) else []
+        if not reason and any(fmt.is_num(d.get("prefetch")) for d in ds):
+            return "no session step staged (Keras fit: its tf.data input prefetches instead)"
         return "no step pipelined" + (f" ({reason})" if reason else "")
     # scheduler schema 1: it counts pipelines started, not steps
     started = get(sc, "pipeline.pipelines_started")
@@ -59,6 +72,8 @@ def tuning(r: Dict[str, Any], tuning: Dict[str, Any]) -> str:
     if not tuning.get("done", True):
         used = tuning.get("steps_used")
         if used == 0:
+            if get(r, "steps." + ST.SOURCE) == "keras":
+                return "no tuning (the tuner times session steps; Keras fit runs none)"
             return "tuning saw no step (the tuner times session steps only)"
         return f"tuning not finished ({fmt.num(used)} of {fmt.num(tuning.get('budget_steps'))} steps used)"
     chosen = tuning.get("chosen")
