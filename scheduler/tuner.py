@@ -4,7 +4,8 @@ staging runner is halted (staged items are served first) or started), so a trial
 steps. The first candidate is the job as the script made it (TF-sized pool, input stage run inline, no
 staging ahead). The candidates run interleaved in blocks (A B C C B A A B C ...), not one after another: early
 steps drift (hash tables grow, caches warm) and the machine's load changes, and a sequential schedule would
-favour whichever ran last. The first step of each block is not measured (and `drain_steps` more after
+favour whichever ran last. The first step of each block is not measured (the first two when it switches staging
+on: the queue fills), and `drain_steps` more after
 staging is switched off, while staged items are served).
 
 Do no harm: each round gives every candidate's block median as a ratio to the baseline's block median of
@@ -65,7 +66,11 @@ class Tuner:
     def _skip(self) -> int:
         cfg = self.schedule[self._b]
         prev = self.schedule[self._b - 1] if self._b else None
-        return 1 + (self.drain_steps if prev is not None and prev[2] and not cfg[2] else 0)
+        if prev is not None and prev[2] and not cfg[2]:
+            return 1 + self.drain_steps
+        # staging switched on: the first step waits for the first put and the next one for the queue to fill, a
+        # one-off of the switch that a job staged throughout never pays
+        return 2 if cfg[2] and (prev is None or not prev[2]) else 1
 
     def record(self, step_ms: float) -> None:
         if self.done:

@@ -149,7 +149,9 @@ class Peek(tf1.train.SessionRunHook):
 
 peek = Peek()
 # default hooks: StepCounterHook, summary and checkpoint savers, NanTensor... all from MTS itself
-with tf1.train.MonitoredTrainingSession(checkpoint_dir=ckpt, hooks=[peek], log_step_count_steps=5) as sess:
+# StopAtStepHook and the checkpoint saver read global_step at session creation: 3 runs before the first step
+with tf1.train.MonitoredTrainingSession(checkpoint_dir=ckpt, hooks=[peek, tf1.train.StopAtStepHook(last_step=10**6)],
+                                        log_step_count_steps=5) as sess:
     while not sess.should_stop():
         _, v = sess.run([train, loss])
         print(f"loss {float(v)!r}")
@@ -178,3 +180,6 @@ def test_monitored_session_with_default_and_custom_hooks_is_staged(tmp_path):
     assert not sched["errors"], sched["errors"]
     assert sched["pipeline"]["staged"] and sched["pipeline"]["staged_steps"] >= 20, sched["pipeline"]
     assert "in-graph staging" in sched["state"]
+    # the step is the train op's run, not the hooks' global_step reads at session creation
+    assert any(":" not in name for name in sched["step_signature"]), sched["step_signature"]
+    assert sched["steps_seen"] >= 20, sched["steps_seen"]
