@@ -533,3 +533,39 @@ def test_tuning_cost_counts_every_trial_step_against_the_chosen_median():
     while not flat.done:
         flat.record(10.0)
     assert flat.report()["overhead_vs_chosen_ms"] == 0.0 and flat.report()["cost_pct_of_1000_step_job"] == 0.0
+
+
+def test_a_staged_step_counts_its_wait_for_the_batch(tmp_path):
+    """The scheduler's work before a run (here: waiting for a put slower than the step) is reported to the hooks'
+    step timing through before_run, once per staged-mode run, and is part of the step times the tuner sees."""
+    import time as _time
+
+    def slow(x):
+        _time.sleep(0.03)  # a put slower than the step: every staged step waits for its batch
+        return x
+
+    calls = []
+    path = write_data(str(tmp_path / "data.csv"), 32 * 12)
+    m = Model(path, probe=slow)
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path), before_run=calls.append)
+    h = Hooked(sched, m.graph)
+    h.run(m.init)
+    h.run(m.iterator.initializer)
+    losses = []
+    try:
+        while True:
+            losses.append(float(h.run([m.train, m.loss])[1]))
+    except tf.errors.OutOfRangeError:
+        pass
+    h.close()
+    rep = sched.report()
+    assert len(losses) == 12 and rep["pipeline"]["staged_steps"] == 12
+    assert len(calls) == 12, calls  # one per staged run; the run that raised the end of data reported nothing
+    waits = [o[2] for o in rep["pipeline"]["overlap_samples"]]
+    assert len(waits) == 12
+    for told, waited in zip(calls, waits):
+        assert told >= waited  # the wait is inside what the hooks were told
+    assert sum(waits) > 30 * 6  # the put (30 ms sleep) was slower than the step: steps waited
+    # the step times the scheduler keeps (the tuner's and the report's) include the wait
+    import statistics
+    assert statistics.median(sched.step_ms) >= 20, sched.step_ms  # (a step after a slow traced one finds one ready)
