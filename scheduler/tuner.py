@@ -119,7 +119,7 @@ class Tuner:
             self.chosen = self.candidates[0]
             r0 = [x for c in self.candidates[1:] for x in self.ratios(c)]
             spread = f"; per-round ratios of the others {min(r0):.3f}..{max(r0):.3f}" if r0 else ""
-            self.verdict = "kept the script's configuration (no candidate faster beyond the noise)"
+            self.verdict = "kept the script's configuration: no candidate faster beyond the noise"
             self.confidence = f"{self.rounds} interleaved rounds{spread}"
             self.gain = 0.0
         else:
