@@ -36,6 +36,7 @@ static char *arena_memory(rtk_arena_t *a, size_t span, int thp)
         char *m = rtk_large_alloc(span, HUGE, &got);
         if (m) {
             a->from_large = 1;
+            rtk_large_epoch();  /* the large heap's footprint is judged from here on without the planned sizes */
             if (thp)
                 rtk_os_hugepage(m, span);
             return m;
@@ -121,11 +122,12 @@ void rtk_arena_destroy(rtk_arena_t *a)
     a->span = 0;  /* nothing lies in it any more: lookups miss it */
     if (a->from_large) {
         size_t bytes;
+        /* given back now: the large heap's decay keeps idle pages within its high-water mark, which the arena is in */
+        rtk_os_release(a->base, span);
         rtk_large_free(a->base, &bytes);
     } else {
         rtk_os_unmap(a->map, a->map_size);
     }
-    (void)span;
 }
 
 static void *pop(rtk_arena_t *a, rtk_aclass_t *c)
