@@ -181,6 +181,9 @@ SETTINGS: List[Setting] = [
        c=True),
     _s("malloc_large", "bool", True, "", "serve allocations >= min_size that no planned class takes from rtkit's retained "
        "large-object heap (from the first step), not glibc", c=True),
+    _s("malloc_plan_release", "bool", False, "", "when a profiled plan is installed, give back as many of the large "
+       "heap's idle pages (those freed in the last two steps) as its arena takes fresh: lower peak RSS, but sizes no "
+       "plan covers may fault them in again", c=True),
     _s("malloc_decay_steps", "int", 16, "steps", "idle pages of the large-object heap beyond its high-water mark since "
        "the plan, and planned classes unused, are given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c=True),
     # -- PMEM segment allocator and tiering

@@ -312,6 +312,34 @@ static void glibc_thp(void)
         free(keep[i]);
 }
 
+/* RTKIT_MALLOC_PLAN_RELEASE: steps of 1 MiB + 2 MiB blocks with a block of a new size kept live between them
+ * (fragmenting the large heap, so the arena takes fresh pages); run two steps past the plan. The stats file tells
+ * whether idle pages were given back at install. */
+static void plan_release(void)
+{
+    for (int i = 0; i < 24 && t_state() != 3; i++) {
+        void *a = malloc(MiB);
+        void *keep = malloc((size_t)(40 + 4 * i) << 10);
+        void *b = malloc(2 * MiB);
+        memset(a, 1, MiB);
+        memset(b, 1, 2 * MiB);
+        memset(keep, 1, 4096);
+        free(a);
+        free(b);
+        t_mark();
+    }
+    if (t_state() != 3)
+        printf("no plan\n");
+    for (int i = 0; i < 2; i++) {
+        void *a = malloc(MiB), *b = malloc(2 * MiB);
+        memset(a, 2, MiB);
+        memset(b, 2, 2 * MiB);
+        free(a);
+        free(b);
+        t_mark();
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
@@ -320,6 +348,7 @@ int main(int argc, char **argv)
         {"mallinfo", mallinfo_case}, {"trim", trim_case}, {"free_sized", free_sized_case},
         {"profiler_overflow", profiler_overflow}, {"held_before_steps", held_before_steps},
         {"write_after_free", write_after_free}, {"glibc_thp", glibc_thp},
+        {"plan_release", plan_release},
     };
     test_bind();
     for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++)

@@ -393,6 +393,40 @@ void rtk_large_epoch(void)
     rtk_spin_unlock(&g_lock);
 }
 
+/* give back resident free extents freed at most `max_age` steps ago until `keep` idle pages remain */
+static size_t release_young(uint32_t now, uint32_t max_age, size_t keep)
+{
+    size_t pages = 0;
+    for (unsigned b = 0; b < NBINS && g_idle > keep; b++)
+        for (uint32_t x = g_head[b]; x != NIL && g_idle > keep; x = g_meta[x].next) {
+            uint32_t t = g_meta[x].tag;
+            if ((t & T_REL) || now - g_meta[x].step > max_age)
+                continue;
+            uint32_t n = T_PAGES(t);
+            rtk_os_release(g_base + ((size_t)x << PAGE_SHIFT), (size_t)n << PAGE_SHIFT);
+            g_meta[x].tag = t | T_REL;
+            g_idle -= n;
+            g_released += n;
+            pages += n;
+        }
+    return pages;
+}
+
+/* The youngest first: extents freed in the last step or the one before held the recurring blocks that the new
+ * arena serves from now on. */
+size_t rtk_large_shed(size_t bytes)
+{
+    if (!g_base || !bytes)
+        return 0;
+    size_t want = (bytes + PAGE - 1) >> PAGE_SHIFT;
+    rtk_spin_lock(&g_lock);
+    size_t keep = g_idle > want ? g_idle - want : 0;
+    size_t pages = release_young(g_step, 1, keep);
+    g_decayed += pages << PAGE_SHIFT;
+    rtk_spin_unlock(&g_lock);
+    return pages << PAGE_SHIFT;
+}
+
 size_t rtk_large_trim(void)
 {
     if (!g_base)
