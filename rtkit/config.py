@@ -171,7 +171,7 @@ SETTINGS: List[Setting] = [
     _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0,
        c=True),
     _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on arenas (madvise MADV_HUGEPAGE) and on glibc's "
-       "heaps (GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless set)", c=True),
+       "heaps (GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless set; with malloc_large, glibc's thread heaps too)", c=True),
     _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)",
        c=True),
     _s("malloc_plan_process", "str", "", "", "program name (e.g. python3) that reserves the plan's arenas as it starts; "
@@ -181,8 +181,11 @@ SETTINGS: List[Setting] = [
        c=True),
     _s("malloc_large", "bool", True, "", "serve allocations >= min_size that no planned class takes from rtkit's retained "
        "large-object heap (from the first step), not glibc", c=True),
-    _s("malloc_decay_steps", "int", 16, "steps", "idle pages of the large-object heap, and planned classes unused, are "
-       "given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c=True),
+    _s("malloc_plan_release", "bool", False, "", "when a profiled plan is installed, give back as many of the large "
+       "heap's idle pages (those freed in the last two steps) as its arena takes fresh: lower peak RSS, but sizes no "
+       "plan covers may fault them in again", c=True),
+    _s("malloc_decay_steps", "int", 16, "steps", "idle pages of the large-object heap beyond its high-water mark since "
+       "the plan, and planned classes unused, are given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c=True),
     # -- PMEM segment allocator and tiering
     _s("pmem_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM", c=True),
     _s("pmem_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20,

@@ -167,6 +167,28 @@ def test_debug_mode_reports_a_write_after_free(prm, tmp_path):
     assert "written after" not in quiet.stderr
 
 
+def test_glibc_thread_heaps_get_huge_pages(prm, tmp_path):
+    # with the large heap on, glibc keeps only small objects; their thread heaps grew into fresh 4 KiB pages
+    # every step (~40 faults/step on wdl 2048 after the plan): each is now advised for huge pages, writable whole
+    _ok(_defect(prm, "glibc_thp", tmp_path), "glibc_thp")
+    # huge pages off, or the user's own glibc.malloc.hugetlb choice: glibc's heaps are left alone
+    off = _defect(prm, "glibc_thp", tmp_path / "a", {"RTKIT_MALLOC_THP": "0"})
+    assert "not advised for huge pages" in off.stdout and "not writable whole" in off.stdout
+    mine = _defect(prm, "glibc_thp", tmp_path / "b", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})
+    assert "not advised for huge pages" in mine.stdout
+
+
+def test_plan_release_gives_idle_pages_back_at_install(prm, tmp_path):
+    # opt-in: the arena's fresh pages replace as many idle large-heap pages (wdl 16384: peak RSS 1715 -> 1584 MiB)
+    on, off = tmp_path / "on", tmp_path / "off"
+    on.mkdir()
+    off.mkdir()
+    _ok(_defect(prm, "plan_release", on, {"RTKIT_MALLOC_PLAN_RELEASE": "1"}), "plan_release")
+    _ok(_defect(prm, "plan_release", off), "plan_release")
+    assert stats(on)["large_heap"]["decayed_bytes"] >= 1 << 20, stats(on)["large_heap"]
+    assert stats(off)["large_heap"]["decayed_bytes"] == 0, stats(off)["large_heap"]
+
+
 def test_launcher_asks_glibc_for_huge_pages():
     # the small objects that stay with glibc grow its heap every step (new ids): huge pages fault 512x less
     from rtkit import config as cfg

@@ -3,6 +3,7 @@
  * when they survive; the others print "prmalloc_defects CASE: ok". */
 #define _GNU_SOURCE
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -256,6 +257,89 @@ static void profiler_overflow(void)
     }
 }
 
+/* The small objects left to glibc grow its thread heaps every step: each heap glibc grows is advised for huge
+ * pages (VmFlags "hg"), and is writable whole from its creation (M_TOP_PAD), so a 2 MiB page can back its growth. */
+static void *glibc_thp_worker(void *arg)
+{
+    void **keep = arg;
+    for (int i = 0; i < 4096; i++)
+        keep[i] = malloc(200);  /* 800 KiB of small blocks: dozens of sampled mallocs */
+    return NULL;
+}
+
+static void glibc_thp(void)
+{
+    static void *keep[4096];
+    pthread_t t;
+    pthread_create(&t, NULL, glibc_thp_worker, keep);
+    pthread_join(t, NULL);
+    uintptr_t p = (uintptr_t)keep[4095];
+    if ((((size_t *)p)[-1] & 4) == 0) {
+        printf("the thread's blocks are in glibc's main heap\n");
+        return;
+    }
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int in = 0, hg = -1;
+    unsigned long lo, hi;
+    char perms[8] = "";
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && strchr(line, ' ')) {
+            in = p >= lo && p < hi;
+            if (in && perms[0] != 'r')
+                in = 0;
+        } else if (in && !strncmp(line, "VmFlags:", 8)) {
+            hg = strstr(line, " hg") != NULL;
+            in = 0;
+        }
+    }
+    if (f)
+        fclose(f);
+    if (hg != 1)
+        printf("thread heap at %#lx not advised for huge pages (hg=%d)\n", (unsigned long)p, hg);
+    /* writable whole: the mapping holding the heap runs to its 64 MiB end (2 * glibc's largest mmap threshold) */
+    uintptr_t heap = p & ~(uintptr_t)((64 << 20) - 1);
+    f = fopen("/proc/self/maps", "r");
+    int whole = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && p >= lo && p < hi)
+            whole = lo == heap && hi == heap + (64 << 20) && perms[1] == 'w';
+    if (f)
+        fclose(f);
+    if (!whole)
+        printf("thread heap at %#lx not writable whole\n", (unsigned long)heap);
+    for (int i = 0; i < 4096; i++)
+        free(keep[i]);
+}
+
+/* RTKIT_MALLOC_PLAN_RELEASE: steps of 1 MiB + 2 MiB blocks with a block of a new size kept live between them
+ * (fragmenting the large heap, so the arena takes fresh pages); run two steps past the plan. The stats file tells
+ * whether idle pages were given back at install. */
+static void plan_release(void)
+{
+    for (int i = 0; i < 24 && t_state() != 3; i++) {
+        void *a = malloc(MiB);
+        void *keep = malloc((size_t)(40 + 4 * i) << 10);
+        void *b = malloc(2 * MiB);
+        memset(a, 1, MiB);
+        memset(b, 1, 2 * MiB);
+        memset(keep, 1, 4096);
+        free(a);
+        free(b);
+        t_mark();
+    }
+    if (t_state() != 3)
+        printf("no plan\n");
+    for (int i = 0; i < 2; i++) {
+        void *a = malloc(MiB), *b = malloc(2 * MiB);
+        memset(a, 2, MiB);
+        memset(b, 2, 2 * MiB);
+        free(a);
+        free(b);
+        t_mark();
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
@@ -263,7 +347,8 @@ int main(int argc, char **argv)
         {"big_align", big_align}, {"retired_rss", retired_rss}, {"drift", drift}, {"cfree", cfree_case},
         {"mallinfo", mallinfo_case}, {"trim", trim_case}, {"free_sized", free_sized_case},
         {"profiler_overflow", profiler_overflow}, {"held_before_steps", held_before_steps},
-        {"write_after_free", write_after_free},
+        {"write_after_free", write_after_free}, {"glibc_thp", glibc_thp},
+        {"plan_release", plan_release},
     };
     test_bind();
     for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++)

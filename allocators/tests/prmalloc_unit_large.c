@@ -1,11 +1,13 @@
 /* prmalloc_unit_large.c -- the large-object heap on its own (linked against the sources): extents never overlap
  * under threads, frees coalesce back to one extent, double and interior frees are refused, resize in place,
- * step decay and trim give idle pages back, aligned blocks. */
+ * step decay (idle N steps beyond the high-water mark: released; used within N, or within the mark: kept) and trim
+ * give idle pages back, aligned blocks. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "prmalloc/large.h"
 
@@ -17,6 +19,18 @@ static int g_failures;
 #define MiB ((size_t)1 << 20)
 #define THREADS 4
 #define SLOTS 64
+
+/* bytes of [p, p + n) resident in memory */
+static size_t resident(void *p, size_t n)
+{
+    static unsigned char vec[(64 << 20) >> 12];
+    if (n > sizeof vec << 12 || mincore(p, n, vec) != 0)
+        return (size_t)-1;
+    size_t r = 0;
+    for (size_t i = 0; i < n >> 12; i++)
+        r += vec[i] & 1;
+    return r << 12;
+}
 
 static uint64_t rnd(uint64_t *s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return *s; }
 
@@ -96,27 +110,53 @@ int main(void)
     CHECK(all && (uintptr_t)all == rtk_large_lo);
     CHECK(rtk_large_free(all, &b) == 0 && b == big);
 
-    /* decay: idle pages go back after N steps, not before; trim gives back everything idle */
+    /* decay (N = 3), judged by what is resident (mincore), not by the heap's own books */
     rtk_large_trim();
+    rtk_large_epoch();
     rtk_large_step(1, 3);
-    void *d = rtk_large_alloc(8 * MiB, 4096, &u);
+    char *d = rtk_large_alloc(8 * MiB, 4096, &u);
+    void *guard = rtk_large_alloc(4096, 4096, &u);  /* no free neighbour to merge with */
     memset(d, 1, 8 * MiB);
     rtk_large_free(d, &b);  /* freed in step 1 */
-    rtk_large_info(&info);
-    size_t idle0 = info.idle;
-    CHECK(idle0 >= 8 * MiB);
-    rtk_large_step(2, 3);
-    rtk_large_step(3, 3);
-    rtk_large_info(&info);
-    CHECK(info.idle == idle0);
-    rtk_large_step(4, 3);
-    rtk_large_info(&info);
-    CHECK(info.idle == 0 && info.released == info.used && info.decayed_bytes >= 8 * MiB);
-    d = rtk_large_alloc(8 * MiB, 4096, &u);
-    CHECK(((char *)d)[4096] == 0);  /* released pages read back as zero */
+    /* within the heap's high-water mark since the epoch (8 MiB): kept however long it stays idle */
+    for (uint32_t s = 2; s <= 10; s++)
+        rtk_large_step(s, 3);
+    CHECK(resident(d, 8 * MiB) == 8 * MiB);
+    /* beyond it (a new epoch: a plan took the recurring sizes): kept for N - 1 steps, given back at N */
+    CHECK(rtk_large_alloc(8 * MiB, 4096, &u) == d);
     memset(d, 2, 8 * MiB);
+    rtk_large_step(20, 3);
+    rtk_large_free(d, &b);  /* freed in step 20 */
+    rtk_large_epoch();
+    rtk_large_step(21, 3);
+    rtk_large_step(22, 3);
+    CHECK(resident(d, 8 * MiB) == 8 * MiB);
+    rtk_large_step(23, 3);
+    CHECK(resident(d, 8 * MiB) == 0);
+    rtk_large_info(&info);
+    CHECK(info.decayed_bytes >= 8 * MiB);
+    /* used in every step: kept past N steps */
+    rtk_large_epoch();
+    for (uint32_t s = 30; s <= 40; s++) {
+        char *k = rtk_large_alloc(2 * MiB, 4096, &u);
+        CHECK(k == d);
+        memset(k, 3, 2 * MiB);
+        rtk_large_free(k, &b);
+        rtk_large_step(s, 3);
+    }
+    CHECK(resident(d, 2 * MiB) == 2 * MiB);
+    CHECK(d[4096] == 3 && d[6 * MiB] == 0);  /* kept pages hold their data; given-back pages read as zero */
+    /* RTKIT_MALLOC_DECAY_STEPS=0: never */
+    CHECK(rtk_large_alloc(8 * MiB, 4096, &u) == d);
+    memset(d, 4, 8 * MiB);
     rtk_large_free(d, &b);
+    rtk_large_epoch();
+    for (uint32_t s = 50; s <= 80; s++)
+        rtk_large_step(s, 0);
+    CHECK(resident(d, 8 * MiB) == 8 * MiB);
     CHECK(rtk_large_trim() >= 8 * MiB);
+    CHECK(resident(d, 8 * MiB) == 0);
+    CHECK(rtk_large_free(guard, &b) == 0);
 
     /* beyond the range: NULL, never a wrap */
     CHECK(rtk_large_alloc((size_t)1 << 42, 4096, &u) == NULL);

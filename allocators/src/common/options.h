@@ -51,6 +51,8 @@ RTK_HIDDEN const char *rtk_opt_str(rtk_opt_t id);
  * own process-tree marker. Read raw: no grammar, no default. */
 #define RTK_ENV_RUN_DIR "RTKIT_RUN_DIR"
 #define RTK_ENV_MALLOC_ROOT "_RTKIT_MALLOC_ROOT"
+/* glibc's own tunables (the launcher adds glibc.malloc.hugetlb=1): the allocator defers to the user's choices there */
+#define RTK_ENV_GLIBC_TUNABLES "GLIBC_TUNABLES"
 RTK_HIDDEN const char *rtk_opt_internal(const char *name);
 
 /* What the caller does on a bad value, appended to the message, e.g. "the allocator runs as a plain

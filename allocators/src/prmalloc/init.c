@@ -11,6 +11,7 @@
 #include "common/options.h"
 #include "common/os.h"
 #include "prmalloc/arenas.h"
+#include "prmalloc/glibc_heap.h"
 #include "prmalloc/init.h"
 #include "prmalloc/large.h"
 #include "prmalloc/planfile.h"
@@ -50,6 +51,8 @@ static int read_settings(void)
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_DEBUG, &c->debug));
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_LARGE, &c->large));
     RECORD(rtk_opt_int(RTK_OPT_MALLOC_DECAY_STEPS, &v)); c->decay_steps = v;
+    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_PLAN_RELEASE, &c->plan_release));
+    rtk_arena_plan_release = c->plan_release;
     rtk_opt_set_error_sink(NULL, 0);
     const char *plan = rtk_opt_str(RTK_OPT_MALLOC_PLAN);
     if (plan)
@@ -155,8 +158,10 @@ static void do_init(void)
     rtk_g.state = RTK_STATE_PASSTHROUGH;
     rtk_g.faults_mark = rtk_os_minor_faults();
     /* the large-object heap: address space only until used (its size bounds what it can ever hold) */
-    if (rtk_g.cfg.large && rtk_large_init((size_t)64 << 30, 0) == 0)
+    if (rtk_g.cfg.large && rtk_large_init((size_t)64 << 30, 0) == 0) {
         rtk_publish_any();
+        rtk_glibc_heap_setup(rtk_g.cfg.thp);  /* the small objects left to glibc: huge pages for its thread heaps */
+    }
     rtk_hot.inspect = 1;
     /* the inline small path assumes heap chunks: it stays under glibc's smallest mmap threshold (128 KiB) and
      * never reaches the tier; without the census, requests below min_size are a plain tail call to glibc */

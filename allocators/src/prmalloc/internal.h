@@ -169,6 +169,7 @@ typedef struct rtk_arena {
     char *map;                  /* own mapping (may start below base: huge-page alignment) */
     size_t map_size;
     size_t meta_size;
+    size_t fresh;               /* bytes of its span not taken from the large heap's resident idle pages */
     uint64_t live_blocks;
     rtk_aclass_t cls[RTK_MAX_CLASSES];
 } rtk_arena_t;
@@ -178,6 +179,8 @@ enum { RTK_ARENA_OK = 0, RTK_ARENA_MISS = 1, RTK_ARENA_EXHAUSTED = 2 };
 /* Reserve and pre-fault an arena for p: from the large-object heap when it exists (its idle pages are reused),
  * else a mapping of its own. Pre-faulting is skipped (NULL, *why says so) when the machine has less memory
  * available than twice the arena: the job falls back instead of meeting the OOM killer. */
+/* RTKIT_MALLOC_PLAN_RELEASE: a new arena from the large heap gives back as many idle pages as it takes fresh */
+RTK_HIDDEN extern int rtk_arena_plan_release;
 RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int thp, int debug, const char **why);
 /* Give back the arena's memory (only once no block is live). The metadata stays: a late reader may hold it. */
 RTK_HIDDEN void rtk_arena_destroy(rtk_arena_t *a);

@@ -12,6 +12,7 @@
 
 #include "prmalloc/alloc.h"
 #include "prmalloc/arenas.h"
+#include "prmalloc/glibc_heap.h"
 #include "prmalloc/large.h"
 #include "prmalloc/usage.h"
 #include "prmalloc/init.h"
@@ -87,7 +88,9 @@ __attribute__((noinline)) static void *malloc_slow(size_t n)
             s->bytes[b] += n >= refill ? n : refill;
         }
         t_budget = refill;
-        return __libc_malloc(n);
+        void *p = __libc_malloc(n);
+        rtk_glibc_heap_seen(p);  /* a sample of the heaps glibc grows: each gets huge pages once */
+        return p;
     }
     t_budget = refill;  /* a large request spends nothing of the sampling budget */
     if (n < rtk_hot.pass_max)  /* RTKIT_MALLOC_CENSUS=0 or not initialised yet: nothing counted */

@@ -35,8 +35,14 @@ RTK_HIDDEN size_t rtk_large_usable(const void *p);
 /* Grow or shrink the live block at p in place to at least n bytes (taking or returning following free pages).
  * 1 done (*usable = new size), 0 not possible here. */
 RTK_HIDDEN int rtk_large_resize(void *p, size_t n, size_t *usable);
-/* Step mark: free blocks unused for `decay_steps` steps give their pages back (0: never). */
+/* Step mark: free blocks unused for `decay_steps` steps give their pages back (0: never), oldest first, as far
+ * as the idle pages exceed the heap's high-water mark since the last epoch (plus 1/8). */
 RTK_HIDDEN void rtk_large_step(uint32_t step, uint32_t decay_steps);
+/* RTKIT_MALLOC_PLAN_RELEASE: give back up to `bytes` of resident idle pages freed in the last two steps (the
+ * blocks a new arena now serves). Returns the bytes released. */
+RTK_HIDDEN size_t rtk_large_shed(size_t bytes);
+/* A plan was installed: the high-water mark the decay keeps restarts from the bytes in use now. */
+RTK_HIDDEN void rtk_large_epoch(void);
 /* malloc_trim: give back every idle page now. Returns the bytes released. */
 RTK_HIDDEN size_t rtk_large_trim(void);
 RTK_HIDDEN void rtk_large_info(rtk_large_info_t *out);
