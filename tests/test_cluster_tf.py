@@ -31,6 +31,46 @@ def _printed_steps(output):
     return found
 
 
+# the checkpoint's own record of every variable (read by TF in a child: the test process never imports
+# TensorFlow): {name: bytes} for variables and slots, {table: entries} for hash tables it holds
+_CKPT_SIZES = """
+import json, sys, tensorflow as tf
+path = tf.train.latest_checkpoint(sys.argv[1])
+out = {"variables": {}, "tables": {}, "global_step": int(tf.train.load_variable(path, "global_step"))}
+for name, shape in tf.train.list_variables(path):
+    if name.endswith("-keys"):
+        out["tables"][name[:-len("-keys")]] = int(shape[0])
+    elif not name.endswith("-values"):
+        out["variables"][name] = int(tf.train.load_variable(path, name).nbytes)
+print(json.dumps(out))
+"""
+
+
+def _checkpoint_sizes(ckpt_dir):
+    proc = subprocess.run([PY, "-c", _CKPT_SIZES, str(ckpt_dir)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _check_ps_tables(m, expected):
+    """The merged report's ps:0 breakdown against the checkpoint the chief wrote at its end."""
+    ps0 = m["ps_memory"]["by_ps"]["ps-0"]
+    objs = {o["name"]: o for o in ps0["tables"]}
+    variables = {n: o["bytes"] for n, o in objs.items() if o["kind"] in ("variable", "slot")}
+    assert variables == expected["variables"]   # every variable and slot (one PS holds them all), exact bytes
+    assert objs["C1/embedding/Adagrad"]["kind"] == "slot" and objs["C1/embedding/Adagrad"]["of"] == "C1/embedding"
+    # a hash table per feature, beside its row counter (the checkpoint does not hold the tables themselves)
+    tables = {n: o for n, o in objs.items() if o["kind"] == "hash table"}
+    counters = [n for n in expected["variables"] if n.endswith("/ev/rows_used")]
+    assert set(tables) == {n.replace("/rows_used", "/id_to_row") for n in counters} and len(tables) == 26
+    for name, o in tables.items():   # int64 -> int64, entries read at the chief's close
+        assert o["estimate"] and o["entry_bytes"] == 16 and o["bytes"] == o["entries"] * 16
+    assert sum(o["entries"] for o in tables.values()) > 0
+    assert ps0["tables_bytes"] == sum(o["bytes"] for o in objs.values())
+    assert ps0["estimated_bytes"] == sum(o["bytes"] for o in tables.values())
+    assert ps0["share_of_peak_rss"] == round(ps0["tables_bytes"] / ps0["peak_rss_bytes"], 4)
+
+
 def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
     folder = tmp_path / "c"
     proc = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(folder),
@@ -56,6 +96,13 @@ def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
     assert any(n.startswith("model.ckpt-") for n in os.listdir(tmp_path / "ckpt"))   # the chief saved
     rep = json.loads((folder / "worker-1" / "report.json").read_text())
     assert rep["cluster"]["role"] == "worker" and rep["cluster"]["index"] == 1
+    # each PS's memory by table, from the chief's graph, against the checkpoint's own sizes
+    _check_ps_tables(m, _checkpoint_sizes(tmp_path / "ckpt"))
+    text = subprocess.run([RTKIT, "report", str(folder)], capture_output=True, text=True, timeout=120).stdout
+    assert "ps:0 memory by table" in text and "estimated (hash tables)" in text and "of its peak RSS" in text
+    html = subprocess.run([RTKIT, "report", "--html", str(folder / "r.html"), str(folder)], capture_output=True,
+                          text=True, timeout=120)
+    assert html.returncode == 0 and "C9/ev/id_to_row" in (folder / "r.html").read_text()
 
 
 def test_killed_worker_is_restarted_rejoins_and_report_shows_it(tmp_path, data_dir):
