@@ -140,3 +140,61 @@ def test_killed_worker_is_restarted_rejoins_and_report_shows_it(tmp_path, data_d
     assert runs[0][:3] == ("worker-1", "killed", "SIGKILL")
     assert runs[1] == ("worker-1.restart1", "ok", None, 40)
     assert m["restarts"] == {"worker-1": 1}
+
+
+def _kill_task(launcher_pid, role, index):
+    """SIGKILL the training script of task role:index (not its `rtkit run`); its pid, or None."""
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            if (child.cmdline()[1:3] == ["-m", "rtkit.workloads"]
+                    and f'"type":"{role}","index":{index}' in child.environ().get("TF_CONFIG", "")):
+                os.kill(child.pid, signal.SIGKILL)
+                return child.pid
+        except psutil.Error:
+            continue
+    return None
+
+
+def _saved_step(ckpt_dir):
+    """The global step of the newest checkpoint named in the `checkpoint` state file, 0 when none."""
+    try:
+        text = (ckpt_dir / "checkpoint").read_text()
+    except OSError:
+        return 0
+    m = re.search(r'^model_checkpoint_path: ".*model\.ckpt-(\d+)"', text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def test_killed_ps_ends_job_with_its_name_and_restart_resumes_from_checkpoint(tmp_path, data_dir):
+    ckpt = tmp_path / "ckpt"
+    job = ["--", PY, "-m", "rtkit.workloads", "wdl", "--data-dir", data_dir, "--checkpoint-dir", str(ckpt),
+           "--checkpoint-steps", "3", *SMALL]
+    launcher = subprocess.Popen([RTKIT, "launch", "--ps", "1", "--workers", "1", "--cluster-dir", str(tmp_path / "a"),
+                                 *job, "--steps", "100000", "--print-losses"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, killed = [], None
+    try:
+        for line in launcher.stdout:
+            lines.append(line)
+            # a few steps after the first checkpoint past step 0 (the one the saver writes at start)
+            if killed is None and line.startswith("[worker:0] loss ") and _saved_step(ckpt) >= 3:
+                killed = _kill_task(launcher.pid, "ps", 0)
+                saved = _saved_step(ckpt)
+        rc = launcher.wait(timeout=300)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    out = "".join(lines)
+    assert killed, out[-3000:]
+    assert rc == 137, out[-3000:]
+    named = [ln for ln in lines if ln.startswith("rtkit launch: parameter server ps:0 (localhost:")]
+    assert len(named) == 1 and "exited with code 137" in named[0] and "checkpoint" in named[0], out[-3000:]
+    saved = max(saved, _saved_step(ckpt))   # the saver may have finished one more while the kill landed
+    assert saved >= 3
+    # the same job again with the same checkpoint folder: the chief restores it and trains 5 more steps
+    again = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "1", "--cluster-dir", str(tmp_path / "b"),
+                            *job, "--steps", "5"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    m = re.search(r"^\[worker:0\] rtkit-workload: .* steps=(\d+) global_step=(\d+) ", again.stdout, re.M)
+    assert m, again.stdout[-3000:]
+    assert (int(m.group(1)), int(m.group(2))) == (5, saved + 5)   # resumed from the saved step, not from 0
