@@ -221,6 +221,8 @@ def _role_figures(m: Dict[str, Any]) -> Dict[str, Optional[float]]:
             "worker_peak_rss_bytes_max": mx(train, "peak_rss_bytes"), "ps_peak_rss_bytes_max": mx(ps, "peak_rss_bytes"),
             "ps_peak_rss_bytes_total": sum(r["peak_rss_bytes"] or 0 for r in ps) or None,
             "ps_rss_anon_peak_bytes_max": mx(ps, "rss_anon_peak_bytes"), "ps_tier_peak_bytes_max": mx(ps, "tier_peak_bytes"),
+            "ps_tables_bytes_total": sum(p["tables_bytes"] or 0 for p in
+                                         ((m.get("ps_memory") or {}).get("by_ps") or {}).values()) or None,
             "training_steps": m["training_steps"], "failures": len(m["failures"]),
             "restarts": sum(m["restarts"].values())}
 
