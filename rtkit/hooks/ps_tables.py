@@ -25,6 +25,7 @@ _VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
 _HASH_OPS = ("MutableHashTableV2", "MutableHashTableOfTensorsV2", "MutableDenseHashTableV2", "HashTableV2",
              "MutableHashTable", "MutableHashTableOfTensors", "MutableDenseHashTable", "HashTable")
 _PS_RE = re.compile(r"/job:ps(?:/replica:\d+)?(?:/task:(\d+))?")
+SIZE_TIMEOUT_MS = 10_000
 _installed = False
 
 
@@ -100,8 +101,8 @@ def measure(tf, session, objs: List[Dict[str, Any]]) -> None:
             graph.finalize()
     from rtkit.hooks import registry
 
-    with registry.internal():
-        values = session.run(sizes)
+    with registry.internal():   # bounded: a PS that is gone must not hold the user's close up
+        values = session.run(sizes, options=tf.compat.v1.RunOptions(timeout_in_ms=SIZE_TIMEOUT_MS))
     for o, n in zip(tables, values):
         o["entries"] = int(n)
         o["bytes"] = int(n) * o["entry_bytes"] if o["entry_bytes"] is not None else None
