@@ -258,18 +258,69 @@ def test_launch_port_taken_exit_2(tmp_path):
 
 # ------------------------------------------------------------------------------------- merge
 
-def _fake_task_dir(folder, role, index, attempt=0, steps=10, step_ms=10.0, status="ok"):
+def _fake_task_dir(folder, role, index, attempt=0, steps=10, step_ms=10.0, status="ok", peak_rss=1 << 20,
+                   ps_tables=None):
     name = f"{role}-{index}" + (f".restart{attempt}" if attempt else "")
     d = folder / name
     d.mkdir(parents=True)
     rec = {"task_schema": 1, "role": role, "index": index, "attempt": attempt, "status": status,
            "exit_code": 0 if status == "ok" else 137, "signal": None if status == "ok" else "SIGKILL",
            "start_unix": 1000.0, "steps": steps, "step_ms_median": step_ms,
-           "steps_per_s": 1000.0 / step_ms if step_ms else None, "peak_rss_bytes": 1 << 20,
+           "steps_per_s": 1000.0 / step_ms if step_ms else None, "peak_rss_bytes": peak_rss,
            "minor_faults_per_step": 3, "allocator_state": "planned",
            "steps_timeline": [[i * step_ms / 1000.0, i] for i in range(1, steps + 1)] if role != "ps" else [],
            "rss_timeline": [[0.0, 1 << 20]]}
+    if ps_tables is not None:
+        rec["ps_tables"] = ps_tables
     (d / "task.json").write_text(json.dumps(rec))
+
+
+def _tables(**by_ps):
+    """A chief's ps_tables record: ps index -> [(name, kind, bytes, estimate)]."""
+    return {"ps_tables_schema": 1, "written_unix": 5.0, "source": "test", "note": None,
+            "ps": {k[2:]: [{"name": n, "kind": kind, "bytes": b, "estimate": est} for n, kind, b, est in objs]
+                   for k, objs in by_ps.items()}}
+
+
+def test_merge_ps_memory_by_table_sums_and_share_of_rss(tmp_path):
+    mib = 1 << 20
+    old = _tables(ps0=[("emb", "variable", 1, False)])
+    old["written_unix"] = 1.0     # an earlier chief run's record loses to the newer one
+    _fake_task_dir(tmp_path, "worker", 0, status="killed", ps_tables=old)
+    _fake_task_dir(tmp_path, "worker", 0, attempt=1, ps_tables=_tables(
+        ps0=[("emb", "variable", 6 * mib, False), ("emb/Adagrad", "slot", 6 * mib, False),
+             ("ids", "hash table", 4 * mib, True)],
+        ps1=[("w", "variable", 2 * mib, False), ("shape_unknown", "variable", None, False)]))
+    _fake_task_dir(tmp_path, "ps", 0, steps=0, step_ms=None, peak_rss=64 * mib)
+    _fake_task_dir(tmp_path, "ps", 1, steps=0, step_ms=None, peak_rss=32 * mib)
+    pm = merge.merge(str(tmp_path))["ps_memory"]["by_ps"]
+    assert (pm["ps-0"]["tables_bytes"], pm["ps-0"]["estimated_bytes"], pm["ps-0"]["share_of_peak_rss"]) == \
+        (16 * mib, 4 * mib, 0.25)
+    assert (pm["ps-1"]["tables_bytes"], pm["ps-1"]["unknown"], pm["ps-1"]["share_of_peak_rss"]) == (2 * mib, 1, 0.0625)
+    text = run_rtkit(["report", str(tmp_path)], check_rc=0).stdout
+    assert "ps:0: 3 objects, 16.0 MiB in tables = 25.0% of its peak RSS 64.0 MiB, of which 4.00 MiB estimated" in text
+    assert "1 object(s) of unknown size" in text and "hash table (estimate)" in text
+
+
+def test_compare_two_cluster_folders(tmp_path):
+    mib = 1 << 20
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, ms, rss in ((a, 10.0, 100 * mib), (b, 20.0, 150 * mib)):
+        _fake_task_dir(folder, "worker", 0, step_ms=ms, ps_tables=_tables(ps0=[("emb", "variable", 8 * mib, False)]))
+        _fake_task_dir(folder, "worker", 1, step_ms=ms)
+        _fake_task_dir(folder, "ps", 0, steps=0, step_ms=None, peak_rss=rss)
+    _fake_task_dir(b, "worker", 1, attempt=1, step_ms=20.0)   # B's worker 1 ran twice
+    rows = {r["figure"]: r for r in json.loads(run_rtkit(["compare", "--json", str(a), str(b)], check_rc=0).stdout)["rows"]}
+    assert rows["step_ms_median_of_workers"]["ratio_b_over_a"] == 2.0
+    assert rows["ps_peak_rss_bytes_max"]["ratio_b_over_a"] == 1.5
+    assert rows["ps_tables_bytes_total"]["a"] == rows["ps_tables_bytes_total"]["b"] == 8 * mib
+    assert (rows["training_steps"]["a"], rows["training_steps"]["b"]) == (20, 30)
+    assert (rows["restarts"]["a"], rows["restarts"]["b"]) == (0, 1)
+    text = run_rtkit(["compare", str(a), str(b)], check_rc=0).stdout
+    assert "cluster A vs B" in text and "150 MiB" in text.replace(".0 MiB", " MiB")
+    mixed = run_rtkit(["compare", str(a), str(a / "worker-0")])
+    assert mixed.returncode == 2 and len(mixed.stderr.strip().splitlines()) == 1
+    assert "is a cluster folder" in mixed.stderr
 
 
 def test_merge_names_stragglers_and_restarts(tmp_path):

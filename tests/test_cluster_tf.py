@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from conftest import RTKIT, requires_tf
-from rtkit.cluster import merge
+from rtkit.cluster import merge, render
 
 pytestmark = requires_tf
 PY = sys.executable
@@ -29,6 +29,46 @@ def _printed_steps(output):
     for m in re.finditer(r"^\[(\w+):(\d+)\] rtkit-workload: .* steps=(\d+) ", output, re.M):
         found.setdefault(f"{m.group(1)}-{m.group(2)}", []).append(int(m.group(3)))
     return found
+
+
+# the checkpoint's own record of every variable and hash table (read by TF in a child: the test process
+# never imports TensorFlow): {name: bytes} for variables and slots, {table: entries} for hash tables
+_CKPT_SIZES = """
+import json, sys, tensorflow as tf
+path = tf.train.latest_checkpoint(sys.argv[1])
+out = {"variables": {}, "tables": {}, "global_step": int(tf.train.load_variable(path, "global_step"))}
+for name, shape in tf.train.list_variables(path):
+    if name.endswith("-keys"):
+        out["tables"][name[:-len("-keys")]] = int(shape[0])
+    elif not name.endswith("-values"):
+        out["variables"][name] = int(tf.train.load_variable(path, name).nbytes)
+print(json.dumps(out))
+"""
+
+
+def _checkpoint_sizes(ckpt_dir):
+    proc = subprocess.run([PY, "-c", _CKPT_SIZES, str(ckpt_dir)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _check_ps_tables(m, expected):
+    """The merged report's ps:0 breakdown against the checkpoint the chief wrote at its end."""
+    ps0 = m["ps_memory"]["by_ps"]["ps-0"]
+    objs = {o["name"]: o for o in ps0["tables"]}
+    variables = {n: o["bytes"] for n, o in objs.items() if o["kind"] in ("variable", "slot")}
+    assert variables == expected["variables"]   # every variable and slot (one PS holds them all), exact bytes
+    assert objs["C1/embedding/Adagrad"]["kind"] == "slot" and objs["C1/embedding/Adagrad"]["of"] == "C1/embedding"
+    tables = {n: o for n, o in objs.items() if o["kind"] == "hash table"}
+    assert set(tables) == set(expected["tables"]) and len(tables) == 26   # one id -> row map per feature
+    for name, o in tables.items():
+        # int64 -> int64; the other worker may still add ids between the chief's last save and its close
+        assert o["estimate"] and o["entry_bytes"] == 16 and o["bytes"] == o["entries"] * 16
+        assert o["entries"] >= expected["tables"][name]
+    assert sum(o["entries"] for o in tables.values()) > 0
+    assert ps0["tables_bytes"] == sum(o["bytes"] for o in objs.values())
+    assert ps0["estimated_bytes"] == sum(o["bytes"] for o in tables.values())
+    assert ps0["share_of_peak_rss"] == round(ps0["tables_bytes"] / ps0["peak_rss_bytes"], 4)
 
 
 def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
@@ -56,6 +96,11 @@ def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
     assert any(n.startswith("model.ckpt-") for n in os.listdir(tmp_path / "ckpt"))   # the chief saved
     rep = json.loads((folder / "worker-1" / "report.json").read_text())
     assert rep["cluster"]["role"] == "worker" and rep["cluster"]["index"] == 1
+    # each PS's memory by table, from the chief's graph, against the checkpoint's own sizes
+    _check_ps_tables(m, _checkpoint_sizes(tmp_path / "ckpt"))
+    text = render.render_text(m)   # (`rtkit report` on a cluster folder prints this; tests/test_cluster.py runs it)
+    assert "ps:0 memory by table" in text and "estimated (hash tables)" in text and "of its peak RSS" in text
+    assert "C9/ev/id_to_row" in render.render_html(m)   # the HTML lists every object
 
 
 def test_killed_worker_is_restarted_rejoins_and_report_shows_it(tmp_path, data_dir):
@@ -93,3 +138,61 @@ def test_killed_worker_is_restarted_rejoins_and_report_shows_it(tmp_path, data_d
     assert runs[0][:3] == ("worker-1", "killed", "SIGKILL")
     assert runs[1] == ("worker-1.restart1", "ok", None, 40)
     assert m["restarts"] == {"worker-1": 1}
+
+
+def _kill_task(launcher_pid, role, index):
+    """SIGKILL the training script of task role:index (not its `rtkit run`); its pid, or None."""
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            if (child.cmdline()[1:3] == ["-m", "rtkit.workloads"]
+                    and f'"type":"{role}","index":{index}' in child.environ().get("TF_CONFIG", "")):
+                os.kill(child.pid, signal.SIGKILL)
+                return child.pid
+        except psutil.Error:
+            continue
+    return None
+
+
+def _saved_step(ckpt_dir):
+    """The global step of the newest checkpoint named in the `checkpoint` state file, 0 when none."""
+    try:
+        text = (ckpt_dir / "checkpoint").read_text()
+    except OSError:
+        return 0
+    m = re.search(r'^model_checkpoint_path: ".*model\.ckpt-(\d+)"', text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def test_killed_ps_ends_job_with_its_name_and_restart_resumes_from_checkpoint(tmp_path, data_dir):
+    ckpt = tmp_path / "ckpt"
+    job = ["--", PY, "-m", "rtkit.workloads", "wdl", "--data-dir", data_dir, "--checkpoint-dir", str(ckpt),
+           "--checkpoint-steps", "3", *SMALL]
+    launcher = subprocess.Popen([RTKIT, "launch", "--ps", "1", "--workers", "1", "--cluster-dir", str(tmp_path / "a"),
+                                 *job, "--steps", "100000", "--print-losses"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, killed = [], None
+    try:
+        for line in launcher.stdout:
+            lines.append(line)
+            # a few steps after the first checkpoint past step 0 (the one the saver writes at start)
+            if killed is None and line.startswith("[worker:0] loss ") and _saved_step(ckpt) >= 3:
+                killed = _kill_task(launcher.pid, "ps", 0)
+                saved = _saved_step(ckpt)
+        rc = launcher.wait(timeout=300)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    out = "".join(lines)
+    assert killed, out[-3000:]
+    assert rc == 137, out[-3000:]
+    named = [ln for ln in lines if ln.startswith("rtkit launch: parameter server ps:0 (localhost:")]
+    assert len(named) == 1 and "exited with code 137" in named[0] and "checkpoint" in named[0], out[-3000:]
+    saved = max(saved, _saved_step(ckpt))   # the saver may have finished one more while the kill landed
+    assert saved >= 3
+    # the same job again with the same checkpoint folder: the chief restores it and trains 5 more steps
+    again = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "1", "--cluster-dir", str(tmp_path / "b"),
+                            *job, "--steps", "5"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    m = re.search(r"^\[worker:0\] rtkit-workload: .* steps=(\d+) global_step=(\d+) ", again.stdout, re.M)
+    assert m, again.stdout[-3000:]
+    assert (int(m.group(1)), int(m.group(2))) == (5, saved + 5)   # resumed from the saved step, not from 0

@@ -66,6 +66,41 @@ def test_monitored_training_session_steps_counted(tmp_path):
     assert report["steps"]["count"] == 23
 
 
+def test_monitored_session_hooks_own_runs_are_not_steps(tmp_path):
+    """A step-based CheckpointSaverHook reads the global step and saves with runs of its own, StopAtStepHook
+    reads it too, and a user hook runs an op twice per step: none of them outvotes the train op."""
+    report, proc = _run_script(tmp_path, f"""
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        train = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss, global_step=gs)
+        ctr = tf.compat.v1.get_variable("ctr", [], tf.int64, initializer=tf.compat.v1.zeros_initializer(),
+                                        trainable=False)
+        bump = tf.compat.v1.assign_add(ctr, 1).op
+
+        class OwnRuns(tf.compat.v1.train.SessionRunHook):
+            def after_run(self, run_context, run_values):
+                run_context.session.run(bump)
+                run_context.session.run(bump)
+
+        trained = 0
+        with tf.compat.v1.train.MonitoredTrainingSession(
+                checkpoint_dir={str(tmp_path / "ckpt")!r}, save_checkpoint_steps=5, save_checkpoint_secs=None,
+                save_summaries_steps=None, save_summaries_secs=None, log_step_count_steps=None,
+                hooks=[OwnRuns(), tf.compat.v1.train.StopAtStepHook(last_step=STEPS)]) as s:
+            while not s.should_stop():
+                s.run(train)
+                trained += 1
+        last = tf.train.latest_checkpoint({str(tmp_path / "ckpt")!r})
+        print("trained", trained, "global_step", tf.train.load_variable(last, "global_step"))
+    """)
+    assert "trained 23 global_step 23" in proc.stdout
+    steps = report["steps"]
+    assert steps["count"] == 23, steps["signature"]
+    assert "GradientDescent" in steps["signature"]
+    others = {o["signature"]: o["count"] for o in steps["other_signatures"]}
+    assert others["hook run: targets=AssignAddVariableOp"] == 46   # recorded, named as the hook's, not counted
+    assert any(n.startswith("hook run: fetches=save/") for n in others)
+
+
 def test_keras_fit_steps_counted(tmp_path):
     script = tmp_path / "fit.py"
     script.write_text(textwrap.dedent("""

@@ -132,7 +132,9 @@ def _rtkit_round(args, command: List[str], folder: str, tier: bool = False) -> d
     ps = [r for r in m["tasks"] if r["role"] == "ps"]
     return {"examples_per_s": sum(eps), "ps_peak_rss_bytes": {r["task"]: r["peak_rss_bytes"] for r in ps},
             "ps_anon": {r["task"]: r["rss_anon_peak_bytes"] for r in ps},
-            "ps_pool": {r["task"]: r["tier_peak_bytes"] for r in ps}}
+            "ps_pool": {r["task"]: r["tier_peak_bytes"] for r in ps},
+            # what the chief's graph puts on each PS (variables, slots, hash tables; see docs/cluster.md)
+            "ps_tables": {n: p["tables_bytes"] for n, p in ((m.get("ps_memory") or {}).get("by_ps") or {}).items()}}
 
 
 def bench_launch(args) -> None:
@@ -157,6 +159,8 @@ def bench_launch(args) -> None:
                 if res.get("ps_anon"):
                     rss += "; anon " + ", ".join(f"{k} {(v or 0) / 2**20:.0f} MiB" for k, v in sorted(res["ps_anon"].items()))
                     rss += "; pool " + ", ".join(f"{k} {(v or 0) / 2**20:.0f} MiB" for k, v in sorted(res["ps_pool"].items()))
+                if res.get("ps_tables"):
+                    rss += "; tables " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sorted(res["ps_tables"].items()))
                 print(f"round {r + 1} {mode:5}: {res['examples_per_s']:9.1f} examples/s  PS peak RSS: {rss}  "
                       f"({res['wall_s']:.1f} s)", flush=True)
         print("medians:")

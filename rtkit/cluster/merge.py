@@ -117,6 +117,28 @@ def _timeline(tasks: List[Dict[str, Any]]) -> Dict[str, Any]:
             "first_step_unix": t0, "last_step_unix": t1, "steps": total}
 
 
+def _ps_memory(tasks: List[Dict[str, Any]], latest: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """Each PS's memory by table: the chief's latest record of the PS tables (rtkit/hooks/ps_tables.py) set
+    against the PS's own peak RSS (its latest run)."""
+    docs = [t["ps_tables"] for t in tasks if t["role"] in TRAINING and isinstance(t.get("ps_tables"), dict)]
+    if not docs:
+        return {}
+    doc = max(docs, key=lambda d: d.get("written_unix") or 0)
+    out = {}
+    for idx, objs in sorted(doc.get("ps", {}).items(), key=lambda kv: int(kv[0])):
+        objs = [o for o in objs if isinstance(o, dict)]
+        total = sum(o.get("bytes") or 0 for o in objs)
+        rss = (latest.get(f"ps-{idx}") or {}).get("peak_rss_bytes")
+        out[f"ps-{idx}"] = {
+            "tables_bytes": total,
+            "estimated_bytes": sum(o.get("bytes") or 0 for o in objs if o.get("estimate")),
+            "unknown": sum(1 for o in objs if o.get("bytes") is None),
+            "peak_rss_bytes": rss, "share_of_peak_rss": round(total / rss, 4) if rss else None,
+            "tables": objs}
+    return {"by_ps": out, "written_unix": doc.get("written_unix"), "source": doc.get("source"),
+            "method": doc.get("method"), "note": doc.get("note")}
+
+
 def merge(path: str, margin: float = STRAGGLER_MARGIN) -> Dict[str, Any]:
     """The merged cluster report of folder `path` (a dict; see docs/cluster.md)."""
     launch = _read_json(os.path.join(path, CLUSTER_FILE))
@@ -173,6 +195,7 @@ def merge(path: str, margin: float = STRAGGLER_MARGIN) -> Dict[str, Any]:
                       "signal": r["signal"]} for r in failures],
         "restarts": {n: t.get("attempt", 0) for n, t in latest.items() if t.get("attempt", 0)},
         "events": launch.get("events", []), "exit_code": launch.get("exit_code"),
+        "ps_memory": _ps_memory(tasks, latest),
         "timeline": {k: timeline.get(k) for k in ("t0_unix", "bin_s", "points")},
         "rss_by_task": {r["dir"]: t.get("rss_timeline") or [] for r, t in zip(rows, tasks)},
         "steps_by_task": {r["dir"]: t.get("steps_timeline") or [] for r, t in zip(rows, tasks)

@@ -71,11 +71,74 @@ def finding_lines(m: Dict[str, Any]) -> List[str]:
     return lines
 
 
+PS_TABLE_ROWS = 10      # per PS in the terminal; the HTML and --json list every object
+PS_HEADERS = ["table", "kind", "dtype", "shape / entries", "bytes", "share"]
+PS_NUMERIC = [False, False, False, True, True, True]
+
+
+def _shape_or_entries(o: Dict[str, Any]) -> str:
+    if o.get("kind") == "hash table":
+        n = o.get("entries")
+        return "-" if n is None else f"{n:,} entries"
+    shape = o.get("shape")
+    return "-" if shape is None else ("scalar" if not shape else "x".join("?" if d is None else str(d) for d in shape))
+
+
+def _kind(o: Dict[str, Any]) -> str:
+    k = str(o.get("kind") or "-")
+    if k == "slot" and o.get("of"):
+        k = f"slot of {o['of']}"
+    return k + (" (estimate)" if o.get("estimate") else "")
+
+
+def ps_memory_lines(m: Dict[str, Any]) -> List[str]:
+    """One line per PS (peak RSS, what its tables add up to, the share of the RSS they explain)."""
+    pm = m.get("ps_memory") or {}
+    lines = []
+    for name, p in (pm.get("by_ps") or {}).items():
+        share = f" = {p['share_of_peak_rss'] * 100:.1f}% of its peak RSS {fmt.nbytes(p['peak_rss_bytes'])}" \
+            if p.get("share_of_peak_rss") is not None else " (no peak RSS: the PS left no report)"
+        est = f", of which {fmt.nbytes(p['estimated_bytes'])} estimated (hash tables)" if p.get("estimated_bytes") else ""
+        unknown = f"; {p['unknown']} object(s) of unknown size" if p.get("unknown") else ""
+        lines.append(f"{name.replace('-', ':')}: {len(p['tables'])} objects, {fmt.nbytes(p['tables_bytes'])} in tables"
+                     f"{share}{est}{unknown}")
+    if pm.get("note"):
+        lines.append(f"note: {pm['note']}")
+    return lines
+
+
+def ps_tables(m: Dict[str, Any], limit: Optional[int] = PS_TABLE_ROWS) -> List[Table]:
+    out = []
+    for name, p in ((m.get("ps_memory") or {}).get("by_ps") or {}).items():
+        objs = p["tables"]
+        shown = objs if limit is None else objs[:limit]
+        total = p["tables_bytes"] or 0
+        rows = [[str(o.get("name")), _kind(o), str(o.get("dtype") or "-"), _shape_or_entries(o),
+                 fmt.nbytes(o.get("bytes")), fmt.pct(o["bytes"] / total) if total and o.get("bytes") is not None else "-"]
+                for o in shown]
+        rest = objs[len(shown):]
+        if rest:
+            b = sum(o.get("bytes") or 0 for o in rest)
+            rows.append([f"({len(rest)} more)", "", "", "", fmt.nbytes(b), fmt.pct(b / total) if total else "-"])
+        rows.append(["total", "", "", "", fmt.nbytes(total), ""])
+        out.append(Table(f"{name.replace('-', ':')} memory by table", PS_HEADERS, rows, PS_NUMERIC))
+    return out
+
+
+PS_MEMORY_TITLE = ("PS memory by table (from the chief's graph at its session's close; variables and optimizer "
+                   "slots: shape x dtype, exact; hash tables: entries x (key + value) bytes, an estimate that "
+                   "leaves out the map's own overhead)")
+
+
 def render_text(m: Dict[str, Any], width: int = 130) -> str:
     out = [f"rtkit cluster report: {m['path']}", ""]
     label_w = max(len(k) for k, _ in headline(m))
     out += [f"  {k:<{label_w}}  {v}" for k, v in headline(m)]
     out += [""] + table_lines(task_table(m), width=width) + [""]
+    if (m.get("ps_memory") or {}).get("by_ps"):
+        out += [PS_MEMORY_TITLE] + [f"  {line}" for line in ps_memory_lines(m)] + [""]
+        for t in ps_tables(m):
+            out += table_lines(t, width=width) + [""]
     out += [f"  {line}" for line in finding_lines(m)]
     return "\n".join(out) + "\n"
 
@@ -116,11 +179,20 @@ def render_html(m: Dict[str, Any]) -> str:
     kv = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in headline(m))
     findings = "".join(f"<li>{escape(line)}</li>" for line in finding_lines(m))
     plots = "".join(f'<div class="plot">{p}</div>' for p in _plots(m))
+    ps_mem = ""
+    if (m.get("ps_memory") or {}).get("by_ps"):
+        ps_mem = (f"<h2>PS memory by table</h2><p>{escape(PS_MEMORY_TITLE)}</p><ul class=\"notes\">"
+                  + "".join(f"<li>{escape(line)}</li>" for line in ps_memory_lines(m)) + "</ul>")
+        for pt in ps_tables(m, limit=None):
+            ps_mem += (f"<h3>{escape(pt.title)}</h3><table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in pt.headers)
+                       + "</tr>" + "".join("<tr>" + "".join(f'<td{" class=n" if PS_NUMERIC[i] else ""}>{escape(c)}</td>'
+                                                            for i, c in enumerate(r)) + "</tr>" for r in pt.rows)
+                       + "</table>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>rtkit cluster report</title><style>{CSS}</style></head><body>"
             f"<h1>rtkit cluster report</h1><div class=\"sub\">{escape(m['path'])}</div>"
             f"<h2>cluster</h2><table class=\"kv\">{kv}</table><ul class=\"notes\">{findings}</ul>"
-            f"<h2>tasks</h2><table><tr>{head}</tr>{body}</table><h2>plots</h2>{plots}</body></html>\n")
+            f"<h2>tasks</h2><table><tr>{head}</tr>{body}</table>{ps_mem}<h2>plots</h2>{plots}</body></html>\n")
 
 
 def write_html(m: Dict[str, Any], path: str) -> str:
@@ -149,6 +221,8 @@ def _role_figures(m: Dict[str, Any]) -> Dict[str, Optional[float]]:
             "worker_peak_rss_bytes_max": mx(train, "peak_rss_bytes"), "ps_peak_rss_bytes_max": mx(ps, "peak_rss_bytes"),
             "ps_peak_rss_bytes_total": sum(r["peak_rss_bytes"] or 0 for r in ps) or None,
             "ps_rss_anon_peak_bytes_max": mx(ps, "rss_anon_peak_bytes"), "ps_tier_peak_bytes_max": mx(ps, "tier_peak_bytes"),
+            "ps_tables_bytes_total": sum(p["tables_bytes"] or 0 for p in
+                                         ((m.get("ps_memory") or {}).get("by_ps") or {}).values()) or None,
             "training_steps": m["training_steps"], "failures": len(m["failures"]),
             "restarts": sum(m["restarts"].values())}
 

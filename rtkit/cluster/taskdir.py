@@ -5,6 +5,7 @@
     OUT/worker-1/          first run of worker 1
     OUT/worker-1.restart1/ worker 1 started again (by rtkit launch, a TFJob restart policy, ...)
     OUT/cluster.json       written by `rtkit launch` only: the job, its events, examples per step
+    OUT/worker-0/ps-tables.json   the chief's record of each PS's tables (also copied into its task.json)
 
 A directory is claimed with one ``mkdir`` (atomic, also on NFS; ``rtkit.rundir.make_task_dir``), so tasks
 on different machines and a task's restarts never collide: the first free ``.restartN`` wins. One folder per job: a second job
@@ -21,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from rtkit.cluster.spec import Task
 
 TASK_FILE = "task.json"
+TABLES_FILE = "ps-tables.json"  # written in the chief's run dir by rtkit/hooks/ps_tables.py
 TASK_SCHEMA = 1
 TIMELINE_POINTS = 60            # per series in task.json: enough for a plot, small for a merge
 
@@ -71,12 +73,28 @@ def summary(report: Dict[str, Any], task: Task, attempt: int, start_unix: float)
     }
 
 
+def _ps_tables(run_dir: str) -> Optional[Dict[str, Any]]:
+    """What the chief recorded about each PS's tables (rtkit/hooks/ps_tables.py), None in other tasks."""
+    import json
+
+    try:
+        with open(os.path.join(run_dir, TABLES_FILE), encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("ps"), dict) else None
+
+
 def finish(run_dir: str, report: Dict[str, Any], task: Task, attempt: int, start_unix: float) -> None:
     """Add the cluster section to `report` (in place) and write task.json beside report.json."""
     from rtkit import atomic
 
     report["cluster"] = {**task.as_dict(), "attempt": attempt}
+    rec = summary(report, task, attempt, start_unix)
+    tables = _ps_tables(run_dir)
+    if tables is not None:
+        rec["ps_tables"] = tables
     try:
-        atomic.write_json(os.path.join(run_dir, TASK_FILE), summary(report, task, attempt, start_unix))
+        atomic.write_json(os.path.join(run_dir, TASK_FILE), rec)
     except OSError:
         pass    # report.json still carries the cluster section; the merge falls back to it

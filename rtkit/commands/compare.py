@@ -24,9 +24,15 @@ def main(args: argparse.Namespace) -> int:
     from rtkit.report.load import load
     from rtkit.report import compare
     from rtkit.cluster import merge
-    if merge.is_cluster_dir(args.run_a) and merge.is_cluster_dir(args.run_b):   # two cluster folders
+    clusters = [merge.is_cluster_dir(args.run_a), merge.is_cluster_dir(args.run_b)]
+    if all(clusters):   # two cluster folders
         from rtkit.cluster import show
         return show.compare(args)
+    if any(clusters):
+        from rtkit.errors import UserError
+        folder, other = (args.run_a, args.run_b) if clusters[0] else (args.run_b, args.run_a)
+        raise UserError(f"rtkit compare: '{folder}' is a cluster folder and '{other}' is not: compare two cluster "
+                        f"folders or two run directories (a task's own run is '{folder}/<role>-<index>')")
     a, _ = load(args.run_a)
     b, _ = load(args.run_b)
     if args.json:

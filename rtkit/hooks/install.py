@@ -53,6 +53,12 @@ def on_tensorflow(tf) -> None:
         ps_steps.install(tf)
     except Exception as exc:
         rec.notes.append(f"parameter-server step signal not installed: {exc!r}")
+    try:   # the chief knows the graph: what each parameter server holds, table by table
+        from rtkit.hooks import ps_tables
+
+        ps_tables.install(tf)
+    except Exception as exc:
+        rec.notes.append(f"parameter-server tables not recorded: {exc!r}")
     values = settings()
     if values["sched"]:
         try:

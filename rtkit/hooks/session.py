@@ -1,7 +1,12 @@
 # session.py -- patches tf.compat.v1 BaseSession: config filters at creation, run wrappers, step timing, close.
 """Timing sits in BaseSession._call_tf_sessionrun, the one path under run(), make_callable() and
 MonitoredTrainingSession; the signature is the target ops when there are any (a train op stays the same when
-hooks add fetches), else the fetched tensors."""
+hooks add fetches), else the fetched tensors.
+
+Inside a MonitoredSession.run call, only the one run that carries the caller's fetches (with the hooks'
+before_run requests merged in) can be a training step; runs a SessionRunHook makes itself through
+``run_context.session`` (a step-based CheckpointSaverHook's global-step read and save, StopAtStepHook's read,
+a user hook's own ops) are recorded as hook runs, so however often they recur they never outvote the train op."""
 from __future__ import annotations
 
 import threading
@@ -120,9 +125,11 @@ def install(session_module, pywrap) -> None:
         pre_ms = registry.take_before_run_ms()  # e.g. the scheduler's wait for a staged batch: part of the step
         start_unix -= pre_ms / 1000.0
         elapsed_ms += pre_ms
+        # in a MonitoredSession.run, a run outside the hooked session's own is a hook's: never a step
+        candidate = not getattr(_where, "monitored", 0) or getattr(_where, "hooked", 0) > 0
         try:
             rec.record("session", signature_of(fetch_list, target_list, name_of), start_unix, elapsed_ms,
-                       minor_faults() - f0, api_now())
+                       minor_faults() - f0, api_now(), candidate)
         except Exception as exc:
             rec.notes.append(f"step recording failed: {exc!r}")
         return result
@@ -165,3 +172,32 @@ def install(session_module, pywrap) -> None:
             ms.run._rtkit_counting = True
     except Exception as exc:  # only the API's name in the report is lost
         rec.notes.append(f"MonitoredTrainingSession not told apart from Session.run: {exc!r}")
+        return
+    _mark_hooked_run(monitored_session, rec)
+
+
+def _mark_hooked_run(monitored_session, rec) -> None:
+    """_HookedSession.run makes the step's run as ``_WrappedSession.run(self, ...)`` (the base class's method,
+    looked up at call time) and lets hooks run through the raw session: set `hooked` around that one call."""
+    try:
+        wrapped_cls, hooked_cls = monitored_session._WrappedSession, monitored_session._HookedSession
+        orig = wrapped_cls.run
+        if getattr(orig, "_rtkit_hooked", False):
+            return
+
+        def run(self, *args, **kwargs):
+            if not isinstance(self, hooked_cls):
+                return orig(self, *args, **kwargs)
+            depth = getattr(_where, "hooked", 0)
+            _where.hooked = depth + 1
+            try:
+                return orig(self, *args, **kwargs)
+            finally:
+                _where.hooked = depth
+
+        run.__wrapped__ = orig
+        run.__doc__ = orig.__doc__
+        run._rtkit_hooked = True
+        wrapped_cls.run = run
+    except Exception as exc:  # hooks' own runs then count as candidates, as plain Session.run calls do
+        rec.notes.append(f"MonitoredSession hook runs not told apart from its steps: {exc!r}")

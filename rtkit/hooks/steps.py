@@ -16,6 +16,7 @@ from rtkit import atomic
 FLUSH_INTERVAL_S = 5.0
 FLUSH_BUDGET = 0.02  # a periodic flush may take at most this share of the time between flushes
 MAX_RECORDS = 200_000  # per signature; beyond it steps are counted but their records dropped
+HOOK_RUN_PREFIX = "hook run: "
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -43,11 +44,12 @@ def _find_step_mark():
 
 
 class _Signature:
-    __slots__ = ("name", "count", "total_ms", "records", "api")
+    __slots__ = ("name", "count", "total_ms", "records", "api", "candidate")
 
-    def __init__(self, name: str, api: Optional[str] = None):
+    def __init__(self, name: str, api: Optional[str] = None, candidate: bool = True):
         self.name = name
         self.api = api
+        self.candidate = candidate   # False: runs known not to be training steps (a hook's own runs)
         self.count = 0
         self.total_ms = 0.0
         self.records: List[tuple] = []
@@ -89,13 +91,18 @@ class StepRecorder:
             self.keras_epochs.append((round(seconds, 4), batches, validation))
 
     def record(self, source: str, signature: str, start_unix: float, step_ms: float, faults: int,
-               api: Optional[str] = None) -> None:
+               api: Optional[str] = None, candidate: bool = True) -> None:
+        """One run of `signature`. candidate=False: a run that can never be the training step, however often it
+        recurs (a SessionRunHook's own session.run inside a MonitoredSession step); it is kept apart from the
+        same fetches run as steps, and listed among the other signatures."""
         rss = _rss_bytes()
+        if not candidate:
+            signature = HOOK_RUN_PREFIX + signature
         with self.lock:
             table = self.sources[source]
             sig = table.get(signature)
             if sig is None:
-                sig = table[signature] = _Signature(signature, api)
+                sig = table[signature] = _Signature(signature, api, candidate)
             sig.count += 1
             sig.total_ms += step_ms
             if len(sig.records) < MAX_RECORDS:
@@ -103,7 +110,7 @@ class StepRecorder:
             if api is not None:
                 sig.api = api   # the latest: a signature first seen while a session was being set up keeps no stale name
             best = self.best[source]
-            if best is None or _beats(sig, best):
+            if sig.candidate and (best is None or _beats(sig, best)):
                 self.best[source] = best = sig
             is_step = best is sig
         if is_step and self.step_mark is not None:

@@ -64,6 +64,8 @@ def build_parser():
     g.add_argument("--checkpoint-dir", default=None, help="the chief writes checkpoints here (and resumes from them)")
     g.add_argument("--checkpoint-secs", type=_positive, default=600,
                    help="the chief checkpoints every N seconds and when it ends (default 600)")
+    g.add_argument("--checkpoint-steps", type=_positive, default=None,
+                   help="the chief checkpoints every N global steps instead of by time")
     return p
 
 
@@ -112,7 +114,8 @@ def main(argv=None):
                                  capacity=args.capacity, learning_rate=args.learning_rate,
                                  threads_inter=args.threads_inter, threads_intra=args.threads_intra,
                                  print_losses=args.print_losses, checkpoint_dir=args.checkpoint_dir,
-                                 checkpoint_secs=args.checkpoint_secs, progress=not args.no_progress)
+                                 checkpoint_secs=args.checkpoint_secs,
+                                 checkpoint_steps=args.checkpoint_steps, progress=not args.no_progress)
         sys.stdout.write(distributed.summary_line(result) + "\n")
         sys.stdout.flush()
         return 0

@@ -65,7 +65,7 @@ def serve_ps(task, threads_inter=None, threads_intra=None):
 
 def run(task, model="wdl", steps=200, batch=2048, rows=200_000, data_dir=None, seed=0, emb_dim=16,
         capacity=None, learning_rate=0.05, threads_inter=None, threads_intra=None, print_losses=False,
-        checkpoint_dir=None, checkpoint_secs=600, progress=True):
+        checkpoint_dir=None, checkpoint_secs=600, checkpoint_steps=None, progress=True):
     """Run `task` (an rtkit.cluster.spec.Task); a ps task never returns. Returns train.run's dict."""
     if task.role == "ps":
         serve_ps(task, threads_inter, threads_intra)
@@ -95,10 +95,9 @@ def run(task, model="wdl", steps=200, batch=2048, rows=200_000, data_dir=None, s
         if task.is_chief:
             sess = tf.compat.v1.train.MonitoredTrainingSession(
                 master=server.target, is_chief=True, config=config, checkpoint_dir=checkpoint_dir,
-                # Time-based, not step-based: a step-based CheckpointSaverHook runs an extra global-step
-                # fetch after most steps, which outnumbers the train op among the recurring runs that
-                # rtkit counts as steps. The hook always saves once more when the session ends.
-                save_checkpoint_secs=checkpoint_secs if checkpoint_dir else None, save_checkpoint_steps=None,
+                # by time unless steps are asked for; the hook always saves once more when the session ends
+                save_checkpoint_secs=checkpoint_secs if checkpoint_dir and not checkpoint_steps else None,
+                save_checkpoint_steps=checkpoint_steps if checkpoint_dir else None,
                 save_summaries_steps=None, save_summaries_secs=None,
                 log_step_count_steps=None)
         else:

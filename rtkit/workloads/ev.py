@@ -47,8 +47,14 @@ class IdRowMap:
         self.name = name
         self.capacity = int(capacity)
         with tf.compat.v1.variable_scope(name):
+            # checkpointed under its full name: TF's own saveable takes the bare `name`, so every feature's
+            # table would be saved as one "id_to_row" and a restored job would lose its id -> row maps
             self.table = tf.lookup.experimental.MutableHashTable(
-                key_dtype=tf.int64, value_dtype=tf.int64, default_value=-1, name="id_to_row")
+                key_dtype=tf.int64, value_dtype=tf.int64, default_value=-1, name="id_to_row", checkpoint=False)
+            if not tf.executing_eagerly():
+                full = self.table.resource_handle.op.name
+                tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS,
+                                               type(self.table)._Saveable(self.table, full))
             self.counter = tf.compat.v1.get_variable(
                 "rows_used", shape=[], dtype=tf.int64, initializer=tf.compat.v1.zeros_initializer(),
                 trainable=False, use_resource=True)
