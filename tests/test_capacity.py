@@ -91,3 +91,17 @@ def test_capacity_bench_refuses_what_cannot_fit(tmp_path):
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and word in lines[0], (args, proc.stderr)
     assert not (tmp_path / "o").exists()
+
+
+def test_workload_refuses_tables_that_fit_neither_memory_nor_pool(tmp_path):
+    """--table-gb past memory plus tier mode's pool: one line naming the knob, exit 2, before any data or TF work."""
+    base = [sys.executable, "-m", "rtkit.workloads", "wdl", "--steps", "2", "--data-dir", str(tmp_path / "data")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_PMEM")}
+    proc = subprocess.run(base + ["--table-gb", "100000"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "--table-gb 100000" in proc.stderr and "tier mode" in proc.stderr
+    env.update(RTKIT_PMEM_PATH=str(tmp_path / "pool"), RTKIT_PMEM_SIZE="4G")
+    proc = subprocess.run(base + ["--table-gb", "4000"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "4.0G pool (pmem_size)" in proc.stderr
+    assert not (tmp_path / "data").exists()
