@@ -19,9 +19,9 @@ embeddings use the same rows).
 Lazy initialisation (as DeepRec's EmbeddingVariable): a table and its Adagrad accumulator are allocated
 without being filled (``Empty(init=False)`` assigned to the resource variable, which takes the buffer as
 it is), so initialising a 36 GiB table costs neither time nor memory nor, in tier mode, disk writes.
-A row gets its value in the step that first uses it, before it is read: a truncated normal (within 2
-stddev) drawn from a hash of (seed, row, column), so it depends on the row only, not on the table size or
-on which step came first; the accumulator row gets the constant ``ACCUMULATOR_INIT``. Rows no id has used
+A row gets its value in the step that first uses it, before it is read: approximately normal, clipped at
+2 stddev, from a hash of (seed, row, column) (:func:`row_values`), so it depends on the row only, not on
+the table size or on which step came first; the accumulator row gets the constant ``ACCUMULATOR_INIT``. Rows no id has used
 are never read (their bytes are whatever the allocator gave: zero pages). The accumulator is the slot
 :class:`AdagradOptimizer` uses; stock ``tf.compat.v1.train.AdagradOptimizer`` would make (and fill) its
 own, which trains the same.
@@ -42,7 +42,6 @@ import tensorflow as tf
 ROW_ASSIGNS = ("first-seen", "hashed")
 ACCUMULATOR_INIT = 0.1          # tf.compat.v1.train.AdagradOptimizer's initial_accumulator_value
 _row_assign = "first-seen"
-_PHI_MINUS_2 = 0.022750131948179195   # standard normal CDF at -2: truncation of the initial values
 _GAMMA = 0x9E3779B97F4A7C15             # splitmix64 constants
 _MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
@@ -69,15 +68,22 @@ def _mix(z):
 
 
 def row_values(rows, dim, seed, stddev):
-    """[len(rows), dim] float32 initial values: truncated normal(0, stddev) within 2 stddev, a function of
-    (seed, row, column) only (inverse CDF of a hashed uniform, so no draw is ever rejected)."""
+    """[len(rows), dim] float32 initial values, a function of (seed, row, column) only: approximately
+    normal(0, stddev) (the sum of 4 hashed uniforms, Irwin-Hall, scaled to unit variance), clipped at 2
+    stddev as a truncated normal is. Only integer ops and IEEE add/mul/convert, so the bits are the same
+    whatever the kernels' vectorisation or thread split; `ndtri` (an inverse-CDF draw) differed in the last
+    bit between runs whose ops were split differently (the scheduler's staged graph)."""
     r = tf.cast(tf.reshape(rows, [-1, 1]), tf.uint64)
-    c = tf.reshape(tf.range(dim, dtype=tf.int64), [1, -1])
-    key = _mix(tf.constant((int(seed) * _GAMMA) & (2**64 - 1), tf.uint64) + tf.constant(_GAMMA, tf.uint64) * (r + 1))
-    z = _mix(key + tf.cast(c, tf.uint64) * tf.constant(_GAMMA, tf.uint64))
-    uniform = tf.cast(tf.bitwise.right_shift(z, tf.constant(11, tf.uint64)), tf.float64) * (2.0 ** -53)
-    p = _PHI_MINUS_2 + uniform * (1.0 - 2 * _PHI_MINUS_2)
-    return tf.cast(tf.math.ndtri(p) * stddev, tf.float32)
+    c = tf.cast(tf.reshape(tf.range(dim, dtype=tf.int64), [1, -1]), tf.uint64)
+    gamma = tf.constant(_GAMMA, tf.uint64)
+    key = _mix(tf.constant((int(seed) * _GAMMA) & (2**64 - 1), tf.uint64) + gamma * (r + 1))
+    total = None
+    for k in range(4):   # 53-bit uniforms in [0, 1): exact conversions, then plain sums
+        z = _mix(key + (c * 4 + (k + 1)) * gamma)
+        u = tf.cast(tf.bitwise.right_shift(z, tf.constant(11, tf.uint64)), tf.float64) * (2.0 ** -53)
+        total = u if total is None else total + u
+    x = tf.clip_by_value((total - 2.0) * (3.0 ** 0.5), -2.0, 2.0)
+    return tf.cast(x * stddev, tf.float32)
 
 
 class RowBatch:
