@@ -69,21 +69,21 @@ def _mix(z):
 
 def row_values(rows, dim, seed, stddev):
     """[len(rows), dim] float32 initial values, a function of (seed, row, column) only: approximately
-    normal(0, stddev) (the sum of 4 hashed uniforms, Irwin-Hall, scaled to unit variance), clipped at 2
-    stddev as a truncated normal is. Only integer ops and IEEE add/mul/convert, so the bits are the same
-    whatever the kernels' vectorisation or thread split; `ndtri` (an inverse-CDF draw) differed in the last
-    bit between runs whose ops were split differently (the scheduler's staged graph)."""
+    normal(0, stddev) (the sum of 4 hashed 32-bit uniforms, Irwin-Hall), clipped at 2 stddev as a truncated
+    normal is. The sum, centring and clipping are integer ops and the float part is one conversion and one
+    multiply, so no vectorisation, thread split or Grappler rewrite can change a bit: float formulas
+    (`ndtri`, chains of adds) came out different in the last bit in the scheduler's staged graph. One hash
+    over [rows, 4 * dim]: this runs every step that meets new ids, so it is kept to few ops."""
+    n4 = 4 * int(dim)
+    u64 = lambda x: tf.constant(x, tf.uint64)  # noqa: E731
     r = tf.cast(tf.reshape(rows, [-1, 1]), tf.uint64)
-    c = tf.cast(tf.reshape(tf.range(dim, dtype=tf.int64), [1, -1]), tf.uint64)
-    gamma = tf.constant(_GAMMA, tf.uint64)
-    key = _mix(tf.constant((int(seed) * _GAMMA) & (2**64 - 1), tf.uint64) + gamma * (r + 1))
-    total = None
-    for k in range(4):   # 53-bit uniforms in [0, 1): exact conversions, then plain sums
-        z = _mix(key + (c * 4 + (k + 1)) * gamma)
-        u = tf.cast(tf.bitwise.right_shift(z, tf.constant(11, tf.uint64)), tf.float64) * (2.0 ** -53)
-        total = u if total is None else total + u
-    x = tf.clip_by_value((total - 2.0) * (3.0 ** 0.5), -2.0, 2.0)
-    return tf.cast(x * stddev, tf.float32)
+    lanes = tf.constant([(int(seed) * _GAMMA + (j + 1) * _MIX2) & (2**64 - 1) for j in range(n4)], tf.uint64)
+    z = tf.bitwise.right_shift(_mix((r + 1) * u64(_GAMMA) + tf.reshape(lanes, [1, n4])), u64(32))
+    a, b, c, d = tf.unstack(tf.reshape(z, [-1, int(dim), 4]), axis=2)
+    centred = tf.cast(a + b + c + d, tf.int64) - (1 << 33)          # sum of 4 U[0, 2^32): sd 2^32/sqrt(3)
+    limit = int(round(2 * (1 << 32) / 3 ** 0.5))                     # 2 sd
+    clipped = tf.clip_by_value(centred, -limit, limit)
+    return tf.cast(tf.cast(clipped, tf.float64) * (stddev * 3 ** 0.5 / (1 << 32)), tf.float32)
 
 
 class RowBatch:
