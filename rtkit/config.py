@@ -195,6 +195,9 @@ SETTINGS: List[Setting] = [
     _s("pmem_resident_max", "size", 0, "bytes", "tier mode: pool pages kept in DRAM at most (checked at most once a "
        "second; older records are written out and dropped with MADV_PAGEOUT); 0 leaves it to the kernel",
        minimum=0, c=True),
+    _s("pmem_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
+       "written so far is cold (MADV_COLD), so pages only initialisers touched are reclaimed before the ones steps use",
+       c=True),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
        maximum=1 << 40, c=True),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",

@@ -23,6 +23,21 @@ def _table_rows(table_gb, widths, features):
     return max(1, int(float(table_gb) * (1 << 30) // (4 * sum(widths) * 2 * features)))
 
 
+def _table_room_problem(table_gb):
+    """The one line saying tables of `table_gb` GiB cannot be held here (memory plus tier mode's pool, when
+    `rtkit run` set one up), or None. Rows are filled on first use, but hashed rows may touch every page."""
+    from rtkit import capacity, config
+
+    need = float(table_gb) * (1 << 30)
+    mem = capacity.mem_total() or 0
+    pool = config.from_child_env("pmem_size") if config.from_child_env("pmem_path") else 0
+    if not mem or need <= mem + pool:
+        return None
+    where = f"{mem / (1 << 30):.1f}G of memory" + (f" and a {pool / (1 << 30):.1f}G pool (pmem_size)" if pool else "")
+    return (f"rtkit.workloads: --table-gb {table_gb:g} does not fit: this machine has {where}; lower --table-gb"
+            + (" or raise pmem_size" if pool else " or train under tier mode (rtkit run --profile capacity)"))
+
+
 def build_parser():
     p = argparse.ArgumentParser(
         prog="python -m rtkit.workloads",
@@ -91,6 +106,10 @@ def main(argv=None):
         from rtkit.workloads.data import NUM_CAT
         widths = (args.emb_dim, 1) if args.model == "wdl" else (args.emb_dim,)
         args.capacity = _table_rows(args.table_gb, widths, NUM_CAT)
+        problem = _table_room_problem(args.table_gb)
+        if problem:
+            sys.stderr.write(problem + "\n")
+            return 2
     if args.input_latency_ms < 0 or (args.input_latency_ms and args.input != "legacy"):
         parser.error("--input-latency-ms: a non-negative latency, with --input legacy only")
     from rtkit.workloads import data

@@ -20,7 +20,7 @@ import time
 import tensorflow as tf
 
 from rtkit.workloads import data as data_mod
-from rtkit.workloads import inputs, models
+from rtkit.workloads import ev, inputs, models
 from rtkit.workloads.train import GRAPH_CAPACITY, _LossLog
 
 
@@ -90,7 +90,7 @@ def run(task, model="wdl", steps=200, batch=2048, rows=200_000, data_dir=None, s
             per_example = tf.nn.sigmoid_cross_entropy_with_logits(labels=batch_t["label"], logits=logits)
             loss = tf.cast(tf.reduce_mean(tf.cast(per_example, tf.float64)), tf.float32)
             global_step = tf.compat.v1.train.get_or_create_global_step()
-            train_op = tf.compat.v1.train.AdagradOptimizer(learning_rate).minimize(loss, global_step=global_step)
+            train_op = ev.AdagradOptimizer(learning_rate).minimize(loss, global_step=global_step)
         fetches = [train_op, loss]
         if task.is_chief:
             sess = tf.compat.v1.train.MonitoredTrainingSession(

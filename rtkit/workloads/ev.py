@@ -7,29 +7,43 @@ Per categorical feature, an :class:`IdRowMap` holds a ``tf.lookup.experimental.M
 1. takes the unique ids of the batch (``tf.unique``: first-occurrence order, deterministic),
 2. looks them up with default -1,
 3. gives the ids not seen before the next rows: ``counter.assign_add(n_new) - n_new + [0..n_new)``,
-4. inserts (new id -> row) into the table, and only then
-5. gathers the rows ``row % capacity`` of the embedding variables of that feature.
+4. inserts (new id -> row) into the table,
+5. gives the physical rows used for the first time their initial values (below), and only then
+6. gathers the rows ``row % capacity`` of the embedding variables of that feature.
 
 The embedding variables (``[capacity, dim]``) are ordinary trainable variables read with
-``tf.gather``, so their gradients are ``IndexedSlices`` over the batch's unique rows and
-``tf.compat.v1.train.AdagradOptimizer`` applies sparse updates (its ``accumulator`` slot has the same
-``[capacity, dim]`` shape). Several variables may share one map (Wide&Deep's wide weights and deep
+``tf.gather``, so their gradients are ``IndexedSlices`` over the batch's unique rows and Adagrad
+applies sparse updates. Several variables may share one map (Wide&Deep's wide weights and deep
 embeddings use the same rows).
+
+Lazy initialisation (as DeepRec's EmbeddingVariable): a table and its Adagrad accumulator are allocated
+without being filled (``Empty(init=False)`` assigned to the resource variable, which takes the buffer as
+it is), so initialising a 36 GiB table costs neither time nor memory nor, in tier mode, disk writes.
+A row gets its value in the step that first uses it, before it is read: approximately normal, clipped at
+2 stddev, from a hash of (seed, row, column) (:func:`row_values`), so it depends on the row only, not on
+the table size or on which step came first; the accumulator row gets the constant ``ACCUMULATOR_INIT``. Rows no id has used
+are never read (their bytes are whatever the allocator gave: zero pages). The accumulator is the slot
+:class:`AdagradOptimizer` uses; stock ``tf.compat.v1.train.AdagradOptimizer`` would make (and fill) its
+own, which trains the same.
 
 Capacity: rows are assigned without bound, but the variables have ``capacity`` rows; row ``r`` lives
 at ``r % capacity``. Once a feature has seen more than ``capacity`` distinct ids, later ids share
-(wrap onto) rows of earlier ones, like hash-bucket collisions. ``rows_used`` tells how far a feature got.
+(wrap onto) rows of earlier ones, like hash-bucket collisions, and keep the trained values they find.
+``rows_used`` tells how far a feature got.
 
 Row heat: rows are handed out in first-seen order, so the ids a run meets (frequent ids early) sit packed
-at the front of each table and share pages; the rest of a large table is touched once, by its
-initializer. ``set_row_assign("hashed")`` is the counterfactual (a hash bucket per id, as stock TF's
-hashing does): the same ids scattered over the whole table, one page each. ``--table-gb`` sizes
-the tables from a byte budget (``python -m rtkit.workloads``).
+at the front of each table and share pages; the rest of a large table is never touched.
+``set_row_assign("hashed")`` is the counterfactual (a hash bucket per id, as stock TF's hashing does):
+the same ids scattered over the whole table, one page each (the map then remembers which physical
+rows have been initialised). ``--table-gb`` sizes the tables from a byte budget (``python -m rtkit.workloads``).
 """
 import tensorflow as tf
 
 ROW_ASSIGNS = ("first-seen", "hashed")
+ACCUMULATOR_INIT = 0.1          # tf.compat.v1.train.AdagradOptimizer's initial_accumulator_value
 _row_assign = "first-seen"
+_GAMMA = 0x9E3779B97F4A7C15             # splitmix64 constants
+_MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 def set_row_assign(mode):
@@ -40,14 +54,56 @@ def set_row_assign(mode):
     _row_assign = mode
 
 
+def _unfilled(shape, dtype=tf.float32, partition_info=None):
+    """Initializer that allocates and does not write: no page of the buffer is touched."""
+    return tf.raw_ops.Empty(shape=tf.constant(tf.TensorShape(shape).as_list(), tf.int32), dtype=dtype, init=False)
+
+
+def _mix(z):
+    """splitmix64's finaliser on uint64 (wrapping arithmetic)."""
+    u = lambda x: tf.constant(x, tf.uint64)  # noqa: E731
+    z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u(30))) * u(_MIX1)
+    z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u(27))) * u(_MIX2)
+    return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u(31)))
+
+
+def row_values(rows, dim, seed, stddev):
+    """[len(rows), dim] float32 initial values, a function of (seed, row, column) only: approximately
+    normal(0, stddev) (the sum of 4 hashed 32-bit uniforms, Irwin-Hall), clipped at 2 stddev as a truncated
+    normal is. The sum, centring and clipping are integer ops and the float part is one conversion and one
+    multiply, so no vectorisation, thread split or Grappler rewrite can change a bit: float formulas
+    (`ndtri`, chains of adds) came out different in the last bit in the scheduler's staged graph. One hash
+    over [rows, 4 * dim]: this runs every step that meets new ids, so it is kept to few ops."""
+    n4 = 4 * int(dim)
+    u64 = lambda x: tf.constant(x, tf.uint64)  # noqa: E731
+    r = tf.cast(tf.reshape(rows, [-1, 1]), tf.uint64)
+    lanes = tf.constant([(int(seed) * _GAMMA + (j + 1) * _MIX2) & (2**64 - 1) for j in range(n4)], tf.uint64)
+    z = tf.bitwise.right_shift(_mix((r + 1) * u64(_GAMMA) + tf.reshape(lanes, [1, n4])), u64(32))
+    a, b, c, d = tf.unstack(tf.reshape(z, [-1, int(dim), 4]), axis=2)
+    centred = tf.cast(a + b + c + d, tf.int64) - (1 << 33)          # sum of 4 U[0, 2^32): sd 2^32/sqrt(3)
+    limit = int(round(2 * (1 << 32) / 3 ** 0.5))                     # 2 sd
+    clipped = tf.clip_by_value(centred, -limit, limit)
+    return tf.cast(tf.cast(clipped, tf.float64) * (stddev * 3 ** 0.5 / (1 << 32)), tf.float32)
+
+
+class RowBatch:
+    """What IdRowMap.rows gives its variables: `phys` (unique rows of the batch), `idx` (position of each
+    element of the flattened ids in phys) and `fresh` (physical rows used for the first time: to initialise)."""
+
+    def __init__(self, phys, idx, fresh):
+        self.phys, self.idx, self.fresh = phys, idx, fresh
+
+
 class IdRowMap:
     """id -> row assignment for one feature (hash table + counter)."""
 
     def __init__(self, name, capacity):
         self.name = name
         self.capacity = int(capacity)
+        self.assign = _row_assign
         with tf.compat.v1.variable_scope(name):
-            # checkpointed under its full name: TF's own saveable takes the bare `name`, so every feature's
+            # first-seen: id -> row; hashed: physical row -> itself (which rows have been initialised).
+            # Checkpointed under its full name: TF's own saveable takes the bare `name`, so every feature's
             # table would be saved as one "id_to_row" and a restored job would lose its id -> row maps
             self.table = tf.lookup.experimental.MutableHashTable(
                 key_dtype=tf.int64, value_dtype=tf.int64, default_value=-1, name="id_to_row", checkpoint=False)
@@ -64,13 +120,17 @@ class IdRowMap:
         return self.counter.read_value()
 
     def rows(self, ids):
-        """(unique_rows, index): physical rows of the unique ids of `ids` and, for each element of the
-        flattened `ids`, its position in unique_rows. New ids get new rows (inserted in-graph)."""
+        """A RowBatch for `ids`: new ids get new rows (inserted in-graph); `phys` and `fresh` are ready
+        only once the insert ran (control dependency)."""
         with tf.name_scope(self.name + "/assign_rows"):
             flat = tf.reshape(ids, [-1])
             uniq, idx = tf.unique(flat, out_idx=tf.int64)
-            if _row_assign == "hashed":   # Fibonacci hashing of the id: neighbours in id space land far apart
-                return tf.math.floormod(uniq * 2654435761, self.capacity), idx
+            if self.assign == "hashed":   # Fibonacci hashing of the id: neighbours in id space land far apart
+                phys = tf.math.floormod(uniq * 2654435761, self.capacity)
+                fresh = tf.boolean_mask(phys, self.table.lookup(phys) < 0)   # may repeat: same row, same values
+                insert = self.table.insert(fresh, fresh)
+                with tf.control_dependencies([insert]):
+                    return RowBatch(tf.identity(phys), idx, tf.identity(fresh))
             found = self.table.lookup(uniq)
             is_new = found < 0
             n_new = tf.reduce_sum(tf.cast(is_new, tf.int64))
@@ -80,25 +140,62 @@ class IdRowMap:
             insert = self.table.insert(tf.boolean_mask(uniq, is_new), tf.boolean_mask(rows, is_new))
             with tf.control_dependencies([insert]):
                 phys = tf.math.floormod(rows, self.capacity)
-            return phys, idx
+                # a new id past capacity wraps onto a row an earlier id initialised and trained: keep it
+                fresh = tf.boolean_mask(rows, tf.logical_and(is_new, rows < self.capacity))
+            return RowBatch(phys, idx, fresh)
 
 
 class EmbeddingVariable:
-    """A [capacity, dim] trainable variable addressed through an IdRowMap."""
+    """A [capacity, dim] trainable variable addressed through an IdRowMap, with its Adagrad accumulator;
+    both are filled row by row as rows are first used."""
 
     def __init__(self, name, id_map, dim, stddev=0.05, seed=None):
         self.id_map = id_map
         self.dim = int(dim)
-        self.var = tf.compat.v1.get_variable(
-            name, shape=[id_map.capacity, self.dim], dtype=tf.float32, use_resource=True,
-            initializer=tf.compat.v1.truncated_normal_initializer(stddev=stddev, seed=seed))
+        self.stddev = float(stddev)
+        self.seed = int(seed or 0)
+        shape = [id_map.capacity, self.dim]
+        self.var = tf.compat.v1.get_variable(name, shape=shape, dtype=tf.float32, use_resource=True,
+                                             initializer=_unfilled)
+        # named as the optimizer names its slot (<var>/Adagrad); beside the variable on a cluster
+        with tf.compat.v1.colocate_with(self.var):
+            self.accumulator = tf.compat.v1.get_variable(name + "/Adagrad", shape=shape, dtype=tf.float32,
+                                                         use_resource=True, trainable=False, initializer=_unfilled)
+        self.var._rtkit_ev_accumulator = self.accumulator
 
-    def lookup(self, rows_and_idx, ids_shape):
-        """Embeddings of the ids (shape ids_shape + [dim]) from the rows given by IdRowMap.rows."""
-        phys, idx = rows_and_idx
+    def lookup(self, batch_rows, ids_shape):
+        """Embeddings of the ids (shape ids_shape + [dim]) from the RowBatch given by IdRowMap.rows."""
         # Colocated with the variable, as tf.nn.embedding_lookup does: on a parameter-server cluster the
         # rows are read where the table lives and only they cross the network (no effect in one process).
         with tf.compat.v1.colocate_with(self.var):
-            uniq_emb = tf.gather(self.var, phys)              # gradient: IndexedSlices on `phys` only
-        emb = tf.gather(uniq_emb, idx)
+            fresh = batch_rows.fresh
+            init = [tf.raw_ops.ResourceScatterUpdate(
+                        resource=self.var.handle, indices=fresh,
+                        updates=row_values(fresh, self.dim, self.seed, self.stddev)),
+                    tf.raw_ops.ResourceScatterUpdate(
+                        resource=self.accumulator.handle, indices=fresh,
+                        updates=tf.fill(tf.stack([tf.size(fresh), self.dim]), ACCUMULATOR_INIT))]
+            with tf.control_dependencies(init):
+                uniq_emb = tf.gather(self.var, batch_rows.phys)   # gradient: IndexedSlices on `phys` only
+        emb = tf.gather(uniq_emb, batch_rows.idx)
         return tf.reshape(emb, tf.concat([ids_shape, [self.dim]], axis=0))
+
+
+class AdagradOptimizer(tf.compat.v1.train.AdagradOptimizer):
+    """tf.compat.v1 Adagrad whose accumulator for an EmbeddingVariable is the one the variable made (and
+    fills row by row); other variables get the usual constant-filled slot."""
+
+    def __init__(self, learning_rate, **kwargs):
+        super().__init__(learning_rate, **kwargs)
+        if self._initial_accumulator_value != ACCUMULATOR_INIT:
+            raise ValueError(f"initial_accumulator_value must be {ACCUMULATOR_INIT} (the EmbeddingVariable rows' init)")
+
+    def _create_slots(self, var_list):
+        from tensorflow.python.training import optimizer as tf_optimizer   # _var_key: how slots are keyed
+
+        slots = self._slot_dict("accumulator")
+        for v in var_list:
+            acc = getattr(v, "_rtkit_ev_accumulator", None)
+            if acc is not None:
+                slots.setdefault(tf_optimizer._var_key(v), acc)
+        super()._create_slots(var_list)

@@ -3,7 +3,8 @@
 
 Graph mode (``build_graph_model``): the batch dict from :mod:`rtkit.workloads.inputs` goes through one
 :class:`~rtkit.workloads.ev.IdRowMap` per categorical feature and returns the logits; the caller adds
-the loss and a ``tf.compat.v1.train.AdagradOptimizer``.
+the loss and an :class:`~rtkit.workloads.ev.AdagradOptimizer` (Adagrad using the tables' lazily
+filled accumulators).
 
 - ``wdl`` (Wide&Deep): wide = per-feature 1-wide weights (sharing the deep part's id->row maps) plus
   a linear layer on the 13 dense features; deep = concat(26 embeddings, dense) -> MLP 256-128-64 -> 1.

@@ -12,7 +12,7 @@ import time
 import tensorflow as tf
 
 from rtkit.workloads import data as data_mod
-from rtkit.workloads import inputs, models
+from rtkit.workloads import ev, inputs, models
 
 APIS = ("session", "monitored", "keras")
 GRAPH_CAPACITY = 1 << 17    # embedding rows per feature (hash-table workloads)
@@ -76,7 +76,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
         # (a float32 mean differed in the last bit under rtkit's stage scheduler).
         loss = tf.cast(tf.reduce_mean(tf.cast(per_example, tf.float64)), tf.float32)
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        opt = tf.compat.v1.train.AdagradOptimizer(learning_rate)
+        opt = ev.AdagradOptimizer(learning_rate)   # uses the tables' lazily filled accumulators
         train_op = opt.minimize(loss, global_step=global_step)
         fetches = [train_op, loss]
 

@@ -35,6 +35,7 @@ static struct {
     int state;
     char path[512];
     size_t size, min_size, resident_max;
+    int cold_hint;
     char errors[4][320];
     int nerrors;
     rtkit_pmem_pool *pool;
@@ -145,6 +146,7 @@ void rtk_tier_read_settings(void)
     RECORD(rtk_opt_size(RTK_OPT_PMEM_SIZE, &T.size));
     RECORD(rtk_opt_size(RTK_OPT_PMEM_MIN_SIZE, &T.min_size));
     RECORD(rtk_opt_size(RTK_OPT_PMEM_RESIDENT_MAX, &T.resident_max));
+    RECORD(rtk_opt_bool(RTK_OPT_PMEM_COLD_HINT, &T.cold_hint));
     rtk_opt_set_error_sink(NULL, 0);
     if (!path || strlen(path) >= sizeof T.path) {
         if (path)
@@ -492,7 +494,7 @@ static void punch_free_space(void)
     /* What the profiler saw so far is initialisation: every pool page was written by it, and the steps will
      * touch only some. Deactivate them all once: the pages the steps touch are referenced again and stay
      * active, the ones only the initialisers wrote are the first the kernel reclaims under pressure. */
-    if (g_high > s.data_offset && madvise(T.base + s.data_offset, g_high - s.data_offset, MADV_COLD) == 0)
+    if (T.cold_hint && g_high > s.data_offset && madvise(T.base + s.data_offset, g_high - s.data_offset, MADV_COLD) == 0)
         T.cold_hint_bytes = g_high - s.data_offset;
     rtk_spin_unlock(&g_live_lock);
     munmap(r, len);
