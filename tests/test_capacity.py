@@ -18,7 +18,7 @@ def _wdl(run_dir, data_dir, sets, table_gb="0.25", row_assign="first-seen"):
         args += ["--set", s]
     args += ["--", sys.executable, "-m", "rtkit.workloads", "wdl", "--table-gb", table_gb, "--steps", "25",
              "--batch", "256", "--rows", "4000", "--data-dir", str(data_dir), "--print-losses", "--no-progress",
-             "--row-assign", row_assign]
+             "--row-assign", row_assign, "--table-fill", "lazy"]
     proc = run_rtkit(args, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, [line for line in proc.stdout.splitlines() if line.startswith("loss ")]

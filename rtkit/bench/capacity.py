@@ -89,7 +89,7 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
     for s in sets:
         cmd += ["--set", s]
     cmd += ["--", sys.executable, "-m", "rtkit.workloads", "wdl", "--table-gb", f"{table_gb:.3f}",
-            "--steps", str(args.steps), "--batch", str(args.batch), "--row-assign", args.row_assign,
+            "--steps", str(args.steps), "--batch", str(args.batch), "--row-assign", args.row_assign, "--table-fill", "lazy",
             "--no-progress", "--print-losses"]
     log = open(os.path.join(os.path.dirname(run_dir), f"{os.path.basename(run_dir)}.log"), "w")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)

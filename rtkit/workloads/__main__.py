@@ -25,7 +25,8 @@ def _table_rows(table_gb, widths, features):
 
 def _table_room_problem(table_gb):
     """The one line saying tables of `table_gb` GiB cannot be held here (memory plus tier mode's pool, when
-    `rtkit run` set one up), or None. Rows are filled on first use, but hashed rows may touch every page."""
+    `rtkit run` set one up), or None. Eager tables are filled whole; lazy ones as used, but hashed rows may touch
+    every page."""
     from rtkit import capacity, config
 
     need = float(table_gb) * (1 << 30)
@@ -67,6 +68,9 @@ def build_parser():
                         "(sets --capacity; graph APIs)")
     p.add_argument("--row-assign", choices=("first-seen", "hashed"), default="first-seen",
                    help="id -> row: first-seen order keeps the rows in use packed (default); hashed scatters them")
+    p.add_argument("--table-fill", choices=("eager", "lazy"), default="eager",
+                   help="eager: tables filled at initialisation, as tf.Variable tables are (default); lazy: a row "
+                        "gets its value when first used, as DeepRec's EmbeddingVariable (the capacity benchmark's)")
     p.add_argument("--learning-rate", type=float, default=0.05)
     p.add_argument("--print-losses", action="store_true", help="print `loss <step> <value>` per step")
     p.add_argument("--threads-inter", type=_positive, default=None, help="ConfigProto inter-op threads")
@@ -125,6 +129,7 @@ def main(argv=None):
     from rtkit.workloads import ev  # imports TensorFlow
 
     ev.set_row_assign(args.row_assign)
+    ev.set_table_fill(args.table_fill)
     if task is not None:
         from rtkit.workloads import distributed  # imports TensorFlow
 

@@ -16,7 +16,15 @@ The embedding variables (``[capacity, dim]``) are ordinary trainable variables r
 applies sparse updates. Several variables may share one map (Wide&Deep's wide weights and deep
 embeddings use the same rows).
 
-Lazy initialisation (as DeepRec's EmbeddingVariable): a table and its Adagrad accumulator are allocated
+Two ways to fill the tables (``set_table_fill``, the workload's ``--table-fill``):
+
+- ``eager`` (default): a table is filled at initialisation (truncated normal), as a script with ordinary
+  ``tf.Variable`` tables does, and Adagrad makes its own constant-filled accumulator. Every page of the
+  tables is touched before the first step, so steps touch no new table pages: the allocator benchmarks
+  see the runtime's own page faults, not the tables filling up.
+- ``lazy`` (the capacity benchmark's): steps 5 above, as DeepRec's EmbeddingVariable.
+
+Lazy initialisation: a table and its Adagrad accumulator are allocated
 without being filled (``Empty(init=False)`` assigned to the resource variable, which takes the buffer as
 it is), so initialising a 36 GiB table costs neither time nor memory nor, in tier mode, disk writes.
 A row gets its value in the step that first uses it, before it is read: approximately normal, clipped at
@@ -40,8 +48,10 @@ rows have been initialised). ``--table-gb`` sizes the tables from a byte budget 
 import tensorflow as tf
 
 ROW_ASSIGNS = ("first-seen", "hashed")
+TABLE_FILLS = ("eager", "lazy")
 ACCUMULATOR_INIT = 0.1          # tf.compat.v1.train.AdagradOptimizer's initial_accumulator_value
 _row_assign = "first-seen"
+_table_fill = "eager"
 _GAMMA = 0x9E3779B97F4A7C15             # splitmix64 constants
 _MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
@@ -52,6 +62,14 @@ def set_row_assign(mode):
     if mode not in ROW_ASSIGNS:
         raise ValueError(f"unknown row assignment {mode!r}; expected one of {', '.join(ROW_ASSIGNS)}")
     _row_assign = mode
+
+
+def set_table_fill(mode):
+    """How the tables built from now on are filled: eager (at initialisation) or lazy (a row at first use)."""
+    global _table_fill
+    if mode not in TABLE_FILLS:
+        raise ValueError(f"unknown table fill {mode!r}; expected one of {', '.join(TABLE_FILLS)}")
+    _table_fill = mode
 
 
 def _unfilled(shape, dtype=tf.float32, partition_info=None):
@@ -101,6 +119,7 @@ class IdRowMap:
         self.name = name
         self.capacity = int(capacity)
         self.assign = _row_assign
+        self.lazy = _table_fill == "lazy"
         with tf.compat.v1.variable_scope(name):
             # first-seen: id -> row; hashed: physical row -> itself (which rows have been initialised).
             # Checkpointed under its full name: TF's own saveable takes the bare `name`, so every feature's
@@ -127,6 +146,8 @@ class IdRowMap:
             uniq, idx = tf.unique(flat, out_idx=tf.int64)
             if self.assign == "hashed":   # Fibonacci hashing of the id: neighbours in id space land far apart
                 phys = tf.math.floormod(uniq * 2654435761, self.capacity)
+                if not self.lazy:         # filled tables: nothing to remember
+                    return RowBatch(phys, idx, None)
                 fresh = tf.boolean_mask(phys, self.table.lookup(phys) < 0)   # may repeat: same row, same values
                 insert = self.table.insert(fresh, fresh)
                 with tf.control_dependencies([insert]):
@@ -141,13 +162,13 @@ class IdRowMap:
             with tf.control_dependencies([insert]):
                 phys = tf.math.floormod(rows, self.capacity)
                 # a new id past capacity wraps onto a row an earlier id initialised and trained: keep it
-                fresh = tf.boolean_mask(rows, tf.logical_and(is_new, rows < self.capacity))
+                fresh = tf.boolean_mask(rows, tf.logical_and(is_new, rows < self.capacity)) if self.lazy else None
             return RowBatch(phys, idx, fresh)
 
 
 class EmbeddingVariable:
-    """A [capacity, dim] trainable variable addressed through an IdRowMap, with its Adagrad accumulator;
-    both are filled row by row as rows are first used."""
+    """A [capacity, dim] trainable variable addressed through an IdRowMap; with lazy fill, also its Adagrad
+    accumulator, both filled row by row as rows are first used."""
 
     def __init__(self, name, id_map, dim, stddev=0.05, seed=None):
         self.id_map = id_map
@@ -155,6 +176,12 @@ class EmbeddingVariable:
         self.stddev = float(stddev)
         self.seed = int(seed or 0)
         shape = [id_map.capacity, self.dim]
+        if not id_map.lazy:   # filled at initialisation; Adagrad makes (and fills) its own accumulator
+            self.var = tf.compat.v1.get_variable(
+                name, shape=shape, dtype=tf.float32, use_resource=True,
+                initializer=tf.compat.v1.truncated_normal_initializer(stddev=stddev, seed=seed))
+            self.accumulator = None
+            return
         self.var = tf.compat.v1.get_variable(name, shape=shape, dtype=tf.float32, use_resource=True,
                                              initializer=_unfilled)
         # named as the optimizer names its slot (<var>/Adagrad); beside the variable on a cluster
@@ -168,13 +195,14 @@ class EmbeddingVariable:
         # Colocated with the variable, as tf.nn.embedding_lookup does: on a parameter-server cluster the
         # rows are read where the table lives and only they cross the network (no effect in one process).
         with tf.compat.v1.colocate_with(self.var):
-            fresh = batch_rows.fresh
-            init = [tf.raw_ops.ResourceScatterUpdate(
-                        resource=self.var.handle, indices=fresh,
-                        updates=row_values(fresh, self.dim, self.seed, self.stddev)),
-                    tf.raw_ops.ResourceScatterUpdate(
-                        resource=self.accumulator.handle, indices=fresh,
-                        updates=tf.fill(tf.stack([tf.size(fresh), self.dim]), ACCUMULATOR_INIT))]
+            fresh, init = batch_rows.fresh, []
+            if self.accumulator is not None:   # lazy: the batch's first-used rows get their values first
+                init = [tf.raw_ops.ResourceScatterUpdate(
+                            resource=self.var.handle, indices=fresh,
+                            updates=row_values(fresh, self.dim, self.seed, self.stddev)),
+                        tf.raw_ops.ResourceScatterUpdate(
+                            resource=self.accumulator.handle, indices=fresh,
+                            updates=tf.fill(tf.stack([tf.size(fresh), self.dim]), ACCUMULATOR_INIT))]
             with tf.control_dependencies(init):
                 uniq_emb = tf.gather(self.var, batch_rows.phys)   # gradient: IndexedSlices on `phys` only
         emb = tf.gather(uniq_emb, batch_rows.idx)
