@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from rtkit.report import fmt
-from rtkit.report.contract import Allocator as A, Pmem as PM, Process as P, Scheduler as S, Steps as ST
+from rtkit.report.contract import Allocator as A, Bounds as B, Pmem as PM, Process as P, Scheduler as S, Steps as ST
 from rtkit.report.fmt import get
 
 
@@ -141,6 +141,24 @@ _F: List[Figure] = [
     Figure("peak_rss_bytes", "peak RSS", "bytes", True,
            "largest resident memory of the command and its children over the whole run",
            _num(_sec("process", P.PEAK_RSS_BYTES))),
+    # what bounds the peak RSS (report/bounds.py): runtime before the first step + heap the steps added + overhead
+    Figure("baseline_rss_bytes", "RSS before the first step", "bytes", True,
+           "resident memory sampled just before the first counted step began: the runtime itself (TensorFlow, "
+           "Python, the graph, the variables)", _num(_sec("bounds", B.BASELINE_RSS_BYTES))),
+    Figure("rss_growth_bytes", "RSS growth while training", "bytes", True,
+           "peak RSS minus RSS before the first step", _num(_sec("bounds", B.GROWTH_BYTES))),
+    Figure("peak_live_bytes", "heap live at a step end (max)", "bytes", True,
+           "rtkit's allocator only: the most heap bytes the program held at the end of a step (glibc's books plus "
+           "rtkit's blocks)", _num(_sec("bounds", B.PEAK_LIVE_BYTES))),
+    Figure("step_live_bytes", "heap the steps added (estimate)", "bytes", True,
+           "heap live at a step end (max) minus the heap live at the end of the first step; an estimate: live "
+           "bytes are read at step ends, not inside a step", _num(_sec("bounds", B.STEP_LIVE_BYTES))),
+    Figure("rss_overhead_bytes", "RSS overhead (estimate)", "bytes", True,
+           "RSS growth while training minus the heap the steps added: allocator memory held idle or retained, "
+           "fragmentation, the steps' peak between step ends", _num(_sec("bounds", B.OVERHEAD_BYTES))),
+    Figure("rtkit_idle_bytes", "rtkit idle at exit", "bytes", True,
+           "rtkit's own memory held but unused when the report was written (large-object heap idle + free arena "
+           "blocks); read at exit, so it also holds what the job freed at its end", _num(_sec("bounds", B.RTKIT_IDLE_BYTES))),
     Figure("minor_faults", "minor faults (whole run)", "count", True, "minor page faults of the whole run",
            _num(_sec("process", P.MINOR_FAULTS))),
     Figure("major_faults", "major faults (whole run)", "count", True, "major page faults of the whole run",
