@@ -148,7 +148,7 @@ def assemble(command: List[str], resolved: cfg.Resolved, run_dir: str, child_env
              base_env: Mapping[str, str], result, notes: List[str]) -> Dict[str, Any]:
     """report.json's content: the parent's samples and the child's files (schema in docs/report.md)."""
     from rtkit import launch
-    from rtkit.report import model
+    from rtkit.report import bounds, model
 
     steps, step_notes = model.steps_section(run_dir, result.start, resolved["warmup_steps"], None)
     notes = notes + step_notes
@@ -156,7 +156,7 @@ def assemble(command: List[str], resolved: cfg.Resolved, run_dir: str, child_env
     sections = {name: model.component_section(run_dir, name, train_pid) for name in model.COMPONENT_SECTIONS}
     if result.status == "killed":
         notes.append(f"the command was killed by {result.signal_name}; figures cover the time until then")
-    return {
+    report = {
         "schema_version": model.SCHEMA_VERSION,
         "run": {
             "name": resolved["name"] or rundir.default_name(command),
@@ -182,3 +182,5 @@ def assemble(command: List[str], resolved: cfg.Resolved, run_dir: str, child_env
         "notes": notes,
         "generated_unix": time.time(),
     }
+    report["bounds"] = bounds.build(report)
+    return report

@@ -291,3 +291,21 @@ def test_timeout_and_interrupt(tmp_path):
     data = load(out)
     assert data["complete"] is False and [r["status"] for r in data["runs"]] == ["interrupted"]
     assert any("interrupted" in n for n in data["notes"])
+
+
+def test_out_folder_with_a_bench_is_kept_and_a_free_one_named(tmp_path):
+    """`--out` on a folder that already holds a bench: its runs stay untouched, one line names a free folder,
+    and that folder works."""
+    out = tmp_path / "b"
+    bench(["--configs", "glibc", "--rounds", "1", "--out", str(out), "--", PY, "-c", PROGRAM], check_rc=0, timeout=300)
+    before = {p: os.path.getmtime(os.path.join(out, p)) for p in ("bench.json", "bench.md")}
+    runs_before = sorted(os.listdir(out / "runs"))
+    (tmp_path / "b-2").mkdir()   # taken: the next free one is named
+    proc = bench(["--configs", "glibc", "--rounds", "1", "--out", str(out), "--", PY, "-c", PROGRAM], timeout=300)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"--out {out} already holds a bench" in proc.stderr and f"--out {tmp_path / 'b-3'}" in proc.stderr
+    assert {p: os.path.getmtime(os.path.join(out, p)) for p in before} == before
+    assert sorted(os.listdir(out / "runs")) == runs_before
+    bench(["--configs", "glibc", "--rounds", "1", "--out", str(tmp_path / "b-3"), "--", PY, "-c", PROGRAM],
+          check_rc=0, timeout=300)
+    assert load(str(tmp_path / "b-3"))["runs"][0]["status"] == "ok"

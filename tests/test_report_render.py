@@ -268,6 +268,64 @@ def test_html_unwritable_path(runs, tmp_path):
     assert proc.stderr.startswith("rtkit: cannot write")
 
 
+def test_html_unwritable_path_of_a_cluster_folder(tmp_path):
+    """The same one line for a cluster folder's HTML (one helper writes both)."""
+    task = tmp_path / "c" / "worker-0"
+    task.mkdir(parents=True)
+    (task / "task.json").write_text(json.dumps({"role": "worker", "index": 0, "status": "ok", "dir": "worker-0"}))
+    proc = report_cli(tmp_path / "c", "--html", tmp_path / "no" / "such" / "r.html")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stderr.startswith(f"rtkit: cannot write '{tmp_path / 'no' / 'such' / 'r.html'}'")
+
+
+def _wide_report(runs, tmp_path):
+    """A copy of a real run's report with values long enough to wrap at any width."""
+    out, _, _ = runs
+    rep = load_report(out["plain"])
+    rep["notes"] = ["word " * 80]
+    d = tmp_path / "wide"
+    d.mkdir()
+    (d / "report.json").write_text(json.dumps(rep))
+    return d
+
+
+def _report_on(d, tty_cols=None):
+    """`rtkit report D` with stdout a pipe, or a terminal `tty_cols` wide (a pty); COLUMNS unset."""
+    import pty, fcntl, struct, subprocess, termios
+    from conftest import RTKIT
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    if tty_cols is None:
+        return subprocess.run([RTKIT, "report", str(d)], env=env, capture_output=True, text=True, check=True).stdout
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, tty_cols, 0, 0))
+    proc = subprocess.Popen([RTKIT, "report", str(d)], env={**env, "NO_COLOR": "1"}, stdout=slave,
+                            stderr=subprocess.PIPE)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:   # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(master)
+    assert proc.returncode == 0, proc.stderr.read()
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_report_width_follows_the_terminal_and_is_80_on_a_pipe(runs, tmp_path):
+    d = _wide_report(runs, tmp_path)
+    piped = _report_on(d).splitlines()
+    assert max(map(len, piped)) <= 80 and max(map(len, piped)) >= 75
+    wide = _report_on(d, tty_cols=132).splitlines()
+    assert 100 < max(map(len, wide)) <= 132, max(map(len, wide))
+    narrow = _report_on(d, tty_cols=70).splitlines()
+    assert max(map(len, narrow)) <= 70
+
+
 # ---------------------------------------------------------------------------------------------
 # compare
 

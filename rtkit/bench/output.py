@@ -17,7 +17,7 @@ _MIB = float(1 << 20)
 def _fmt(key: str, value: Optional[float]) -> str:
     if value is None:
         return "-"
-    if key == "peak_rss_bytes":
+    if key in ("peak_rss_bytes", "rss_growth_bytes", "rss_over_live_bytes"):
         return f"{value / _MIB:.0f} MiB"
     if key == "allocator_hit_rate":
         return f"{value * 100:.1f}%"

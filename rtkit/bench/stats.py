@@ -5,7 +5,9 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from rtkit.report.contract import Allocator
+from rtkit.report import bounds
+from rtkit.report.contract import Allocator, Bounds
+from rtkit.report.fmt import get
 
 # Metrics taken from each run's report.json, in table order. lower_is_better says which way a
 # ratio below 1.0 points (steps_per_s is the only one where higher is better).
@@ -18,6 +20,10 @@ METRICS = (
     ("minor_faults",               "minor faults",   "faults", True),
     ("duration_s",                 "wall s",         "s",      True),
     ("allocator_hit_rate",         "alloc hit rate", "",       False),
+    # what bounds the peak RSS (report/bounds.py): growth over the runtime before the first step (every peer),
+    # and of it what the steps' heap does not explain (rtkit's allocator only: it measures live bytes; estimate)
+    ("rss_growth_bytes",           "RSS growth",     "bytes",  True),
+    ("rss_over_live_bytes",        "RSS over live",  "bytes",  True),
 )
 METRIC_KEYS = tuple(m[0] for m in METRICS)
 
@@ -70,6 +76,9 @@ def metrics_from_report(report: Mapping[str, Any]) -> Dict[str, Optional[float]]
     process = report.get("process") or {}
     steps = report.get("steps") or {}
     summary = steps.get("summary") or {}
+    b = report.get("bounds")
+    if not isinstance(b, Mapping):   # a report written before the bounds section
+        b = bounds.build(dict(report)) if isinstance(process, Mapping) and isinstance(steps, Mapping) else None
     return {
         "step_ms_median": _num(summary.get("step_ms_median")),
         "steps_per_s": _num(summary.get("steps_per_s")),
@@ -78,6 +87,8 @@ def metrics_from_report(report: Mapping[str, Any]) -> Dict[str, Optional[float]]
         "minor_faults": _num(process.get("minor_faults")),
         "duration_s": _num(run.get("duration_s")),
         "allocator_hit_rate": allocator_hit_rate(report.get("allocator")),
+        "rss_growth_bytes": _num(get(b, Bounds.GROWTH_BYTES)),
+        "rss_over_live_bytes": _num(get(b, Bounds.OVERHEAD_BYTES)),
     }
 
 

@@ -17,14 +17,11 @@ def report(args) -> int:
         json.dump(m, sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif args.html is not None:
-        path = args.html or render.default_html_path(args.run_dir)
-        try:
-            render.write_html(m, path)
-        except OSError as exc:
-            raise UserError(f"rtkit: cannot write '{path}': {exc.strerror or exc}") from None
-        print(path)
+        from rtkit.report import html
+        print(html.write_for_user(render.write_html, m, args.html or render.default_html_path(args.run_dir)))
     else:
-        sys.stdout.write(render.render_text(m, width=max(args.width, 130)))
+        from rtkit.report import terminal
+        sys.stdout.write(render.render_text(m, width=max(terminal.width_for(sys.stdout, args.width), 130)))
     return 0
 
 

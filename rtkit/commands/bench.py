@@ -67,6 +67,14 @@ def _err(msg: str) -> UserError:
     return UserError(f"rtkit bench: {msg}")
 
 
+def _free_folder(out: str) -> str:
+    """The first of OUT-2, OUT-3... that does not exist yet."""
+    base, n = out.rstrip(os.sep) or out, 2
+    while os.path.exists(f"{base}-{n}"):
+        n += 1
+    return f"{base}-{n}"
+
+
 def _list(peers_mod, lib_dirs) -> int:
     from rtkit import config as cfg
     print(f"{'configuration':<19} {'library':<44} description")
@@ -160,7 +168,9 @@ def main(args) -> int:
     out = args.out or os.path.join("rtkit-bench", time.strftime("%Y%m%d-%H%M%S"))
     runs_dir = os.path.join(out, "runs")
     if os.path.isdir(runs_dir) and os.listdir(runs_dir):
-        raise _err(f"--out {out} already holds a bench (runs/ is not empty): choose another folder")
+        # new runs beside old ones would mix two benches in one bench.json: the old one is kept, a new folder named
+        raise _err(f"--out {out} already holds a bench ({runs_dir} is not empty; it is kept): give a new folder, "
+                   f"e.g. --out {_free_folder(out)}")
 
     spec = runner.BenchSpec(peers=available, skipped=skipped, libraries=libraries, command=command,
                             rounds=args.rounds, out=out, baseline=baseline, timeout_s=args.timeout, title=title,

@@ -19,7 +19,9 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     group.add_argument("--json", action="store_true", help="print report.json")
     group.add_argument("--html", nargs="?", const="", default=None, metavar="PATH",
                        help="write an HTML report (default RUN_DIR/report.html) and print its path")
-    p.add_argument("--width", type=int, default=80, help=argparse.SUPPRESS)
+    p.add_argument("--width", type=int, default=None,
+                   help="columns to fit the text in (default: the terminal's width on a terminal, else 80; COLUMNS "
+                        "is honoured)")
     p.set_defaults(func=main)
     return p
 
@@ -40,13 +42,9 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     elif args.html is not None:
         from rtkit.report import html
-        path = args.html or html.default_path(run_dir)
-        try:
-            html.write(report, path)
-        except OSError as exc:
-            raise UserError(f"rtkit: cannot write '{path}': {exc.strerror or exc}") from None
-        print(path)
+        print(html.write_for_user(html.write, report, args.html or html.default_path(run_dir)))
     else:
         from rtkit.report import terminal
-        sys.stdout.write(terminal.render(report, colour=terminal.use_colour(sys.stdout), width=args.width))
+        sys.stdout.write(terminal.render(report, colour=terminal.use_colour(sys.stdout),
+                                         width=terminal.width_for(sys.stdout, args.width)))
     return 0

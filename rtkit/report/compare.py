@@ -21,6 +21,8 @@ GROUPS = [
                "faults_per_step_median", "epochs", "epoch_s_median", "epoch_step_ms"]),
     ("process", ["peak_rss_bytes", "minor_faults", "major_faults", "cpu_s", "cpu_ms_per_step", "max_threads",
                  "duration_s"]),
+    ("bounds", ["baseline_rss_bytes", "rss_growth_bytes", "peak_live_bytes", "step_live_bytes", "rss_overhead_bytes",
+                "rtkit_idle_bytes"]),
     ("allocator", ["allocator_state", "allocator_plan", "hit_rate", "hit_rate_after_plan", "faults_before_plan",
                    "faults_after_plan", "reserved_bytes"]),
     ("tier", ["tier_bytes", "tier_peak_bytes", "dram_saved_bytes", "tier_fallbacks"]),

@@ -67,6 +67,9 @@ class Allocator:
     FAULTS_AFTER_PLAN = "minor_faults_per_step_after_plan"
     PER_STEP = "per_step"                 # records with STEP, STEP_ARENA_HITS, STEP_FALLBACKS
     STEP, STEP_ARENA_HITS, STEP_FALLBACKS = "step", "arena_hits", "fallbacks"
+    STEP_LIVE_BYTES = "live_bytes"        # in each per-step record: heap live at the step's end (glibc's + rtkit's)
+    PEAK_LIVE_BYTES = "totals.peak_live_bytes"   # the highest of those (and of the stats writes)
+    LARGE_IDLE_BYTES, ARENA_FREE_BYTES = "large_heap.idle_bytes", "arenas.free_bytes"   # rtkit's memory held idle
     REQUIRED = (STATE, SETTINGS_ECHO, PROFILE_START, PROFILE_END, PLAN_CLASSES, PLAN_RESERVED_BYTES, PLAN_MADE_AT_STEP,
                 PLAN_SOURCE, PLAN_REJECTED, ARENA_HITS, FALLBACKS, HIT_RATE, HIT_RATE_AFTER_PLAN, FAULTS_BEFORE_PLAN,
                 FAULTS_AFTER_PLAN, PER_STEP)
@@ -114,9 +117,21 @@ class Scheduler:
     REQUIRED = (STAGES, CHOSEN, TUNING, SPEEDUP, PIPELINE_ENABLED, OCCUPANCY_MEAN, OCCUPANCY_SAMPLES, NOTES)
 
 
+class Bounds:
+    """What bounds the peak RSS (report/bounds.py, built by the parent from the sections above)."""
+    PEAK_RSS_BYTES, BASELINE_RSS_BYTES, BASELINE_AT_S = "peak_rss_bytes", "baseline_rss_bytes", "baseline_at_s"
+    GROWTH_BYTES = "growth_bytes"         # peak RSS - baseline
+    PEAK_LIVE_BYTES, FIRST_STEP_LIVE_BYTES = "peak_live_bytes", "first_step_live_bytes"   # null without rtkit's allocator
+    STEP_LIVE_BYTES, OVERHEAD_BYTES = "step_live_bytes", "overhead_bytes"   # growth = step live + overhead
+    RTKIT_IDLE_BYTES = "rtkit_idle_bytes"
+    ESTIMATES = "estimates"               # the keys above that are estimates, not measurements
+    REQUIRED = (PEAK_RSS_BYTES, BASELINE_RSS_BYTES, BASELINE_AT_S, GROWTH_BYTES, PEAK_LIVE_BYTES, FIRST_STEP_LIVE_BYTES,
+                STEP_LIVE_BYTES, OVERHEAD_BYTES, RTKIT_IDLE_BYTES, ESTIMATES)
+
+
 # report section -> its declaration; None for the sections a component may leave out (component off)
 SECTIONS = {"run": Run, "process": Process, "steps": Steps, "allocator": Allocator, "pmem": Pmem,
-            "scheduler": Scheduler}
+            "scheduler": Scheduler, "bounds": Bounds}
 
 
 def _has(d: Any, path: str) -> bool:

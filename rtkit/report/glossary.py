@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from rtkit.report import fmt
-from rtkit.report.contract import Allocator as A, Pmem as PM, Process as P, Scheduler as S, Steps as ST
+from rtkit.report.contract import Allocator as A, Bounds as B, Pmem as PM, Process as P, Scheduler as S, Steps as ST
 from rtkit.report.fmt import get
 
 
@@ -103,6 +103,11 @@ def tuning_gain_pct(r: Dict[str, Any]) -> Optional[float]:
     return round((sp - 1.0) * 100.0, 2) if fmt.is_num(sp) else None
 
 
+def _bound(fid: str, name: str, key: str, meaning: str) -> "Figure":
+    """A figure of the bounds section (report/bounds.py): bytes, lower is better."""
+    return Figure(fid, name, "bytes", True, meaning, _num(_sec("bounds", key)))
+
+
 def _keras(path: str) -> Callable[[Dict[str, Any]], Any]:
     return _num(_sec("steps", path))
 
@@ -141,6 +146,23 @@ _F: List[Figure] = [
     Figure("peak_rss_bytes", "peak RSS", "bytes", True,
            "largest resident memory of the command and its children over the whole run",
            _num(_sec("process", P.PEAK_RSS_BYTES))),
+    # what bounds the peak RSS (report/bounds.py): runtime before the first step + heap the steps added + overhead
+    _bound("baseline_rss_bytes", "RSS before the first step", B.BASELINE_RSS_BYTES,
+           "resident memory sampled just before the first counted step began: the runtime itself (TensorFlow, "
+           "Python, the graph, the variables)"),
+    _bound("rss_growth_bytes", "RSS growth while training", B.GROWTH_BYTES, "peak RSS minus RSS before the first step"),
+    _bound("peak_live_bytes", "heap live at a step end (max)", B.PEAK_LIVE_BYTES,
+           "rtkit's allocator only: the most heap bytes the program held at the end of a step (glibc's books plus "
+           "rtkit's blocks)"),
+    _bound("step_live_bytes", "heap the steps added (estimate)", B.STEP_LIVE_BYTES,
+           "heap live at a step end (max) minus the heap live at the end of the first step; an estimate: live "
+           "bytes are read at step ends, not inside a step"),
+    _bound("rss_overhead_bytes", "RSS overhead (estimate)", B.OVERHEAD_BYTES,
+           "RSS growth while training minus the heap the steps added: allocator memory held idle or retained, "
+           "fragmentation, the steps' peak between step ends"),
+    _bound("rtkit_idle_bytes", "rtkit idle at exit", B.RTKIT_IDLE_BYTES,
+           "rtkit's own memory held but unused when the report was written (large-object heap idle + free arena "
+           "blocks); read at exit, so it also holds what the job freed at its end"),
     Figure("minor_faults", "minor faults (whole run)", "count", True, "minor page faults of the whole run",
            _num(_sec("process", P.MINOR_FAULTS))),
     Figure("major_faults", "major faults (whole run)", "count", True, "major page faults of the whole run",

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 from html import escape
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from rtkit import atomic
+from rtkit.errors import UserError
 from rtkit.report import fmt
 from rtkit.report import glossary as G
 from rtkit.report.contract import Scheduler
@@ -182,8 +183,18 @@ def write(report: Dict[str, Any], path: str) -> str:
     return path
 
 
+def write_for_user(write: Callable[[Any, str], Any], data: Any, path: str) -> str:
+    """`write(data, path)` for a command: a path that cannot be written is the user's one-line error, not a
+    traceback (`rtkit report --html PATH` on runs and on cluster folders)."""
+    try:
+        write(data, path)
+    except OSError as exc:
+        raise UserError(f"rtkit: cannot write '{path}': {exc.strerror or exc}") from None
+    return path
+
+
 def default_path(run_dir: str) -> str:
     return os.path.join(run_dir, "report.html")
 
 
-__all__ = ["render", "write", "default_path", "plots"]
+__all__ = ["render", "write", "write_for_user", "default_path", "plots"]

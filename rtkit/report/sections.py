@@ -180,6 +180,9 @@ def normalize(report: Any) -> Dict[str, Any]:
     if out.get("pmem") is None and isinstance(alloc, dict) and isinstance(tier, dict) and \
             str(tier.get(PM.STATE) or "off") not in ("off", "disabled"):
         out["pmem"] = tier
+    if not isinstance(out.get("bounds"), dict):   # a report written before the bounds section: built from its figures
+        from rtkit.report import bounds
+        out["bounds"] = bounds.build(out)
     notes = out.get("notes")
     out["notes"] = [str(n) for n in notes] if isinstance(notes, list) else ([] if notes is None else [str(notes)])
     return out
@@ -430,6 +433,19 @@ def process_section(report: Dict[str, Any], view: str = "terminal") -> Section:
     return s
 
 
+def bounds_section(report: Dict[str, Any], view: str = "terminal") -> Section:
+    """What bounds the peak RSS (report/bounds.py): the runtime, the heap the steps added, the overhead."""
+    from rtkit.report import bounds
+
+    s = Section("bounds", "Memory bounds")
+    if not isinstance(report.get("bounds"), dict):
+        s.off = "no RSS sample before the first step"
+        return s
+    s.rows.extend(bounds.rows(report))
+    s.notes += contract.missing_note("bounds", report.get("bounds"))
+    return s
+
+
 def allocator_section(report: Dict[str, Any], view: str = "terminal") -> Section:
     a = report.get("allocator")
     s = Section("allocator", "Allocator (PRMalloc)")
@@ -587,7 +603,7 @@ def build_sections(report: Dict[str, Any], view: str = "terminal") -> List[Secti
     """The sections in order; `view` is "terminal" or "html" (the HTML draws what the terminal only mentions)."""
     report = normalize(report)
     out = [run_section(report), steps_section(report, view), process_section(report, view),
-           allocator_section(report, view), pmem_section(report, view), _tier_view(report), scheduler_section(report, view),
+           bounds_section(report, view), allocator_section(report, view), pmem_section(report, view), _tier_view(report), scheduler_section(report, view),
            notes_section(report)]
     for s in out[:3]:  # the parent's own sections follow the same contract
         s.notes += contract.missing_note(s.key, report.get(s.key))

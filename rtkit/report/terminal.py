@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import textwrap
 from typing import Any, Dict, List, Optional
@@ -20,6 +21,21 @@ def use_colour(stream: Any = None) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def width_for(stream: Any = None, width: Optional[int] = None) -> int:
+    """Columns to fit the text in: `width` (--width), else COLUMNS, else the terminal's width when `stream` is
+    a terminal, else WIDTH (a pipe or a file gets the same text on every machine); never below 60."""
+    if width:
+        return max(60, int(width))
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return max(60, int(cols))
+    try:
+        tty = (stream or sys.stdout).isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return max(60, shutil.get_terminal_size((WIDTH, 24)).columns) if tty else WIDTH
 
 
 def _bold(text: str, colour: bool) -> str:

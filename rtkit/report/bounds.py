@@ -1,0 +1,107 @@
+# bounds.py -- what bounds the peak RSS: the runtime before training, the heap the steps hold, and the rest.
+"""report.json's `bounds` section, built from figures the report already has, so that a user sees how far the
+peak RSS is from what the program itself needs:
+
+    peak RSS = runtime before the first step + heap the steps added + overhead
+
+- runtime before the first step (measured): the last RSS sample the parent took before the first counted step
+  began (TensorFlow, Python, the graph and variables);
+- heap the steps added (estimate): the allocator's highest heap live bytes at a step end (glibc's books plus
+  rtkit's own blocks) minus the heap live at the end of the first step; only with rtkit's allocator, whose
+  figures these are; an estimate because live bytes are read at step ends, not inside a step;
+- overhead (derived): the rest: allocator memory held idle or retained, fragmentation, the steps' transient
+  peak between step ends; `rtkit idle at exit` is the measured part of it that is rtkit's own.
+
+Without the allocator's figures only the growth over the runtime (peak - baseline) is given."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from rtkit.report import fmt
+from rtkit.report import glossary as G
+from rtkit.report.contract import Allocator as A, Bounds as B, Process as P
+from rtkit.report.fmt import get
+
+
+def _baseline(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The last RSS sample taken before the first step began (None without steps or such a sample)."""
+    per = get(report, "steps.per_step")
+    first = per[0] if isinstance(per, list) and per and isinstance(per[0], dict) else None
+    if first is None or not fmt.is_num(first.get("t_s")):
+        return None
+    samples = get(report, "process." + P.SAMPLES) or []
+    before = [s for s in samples if isinstance(s, dict) and fmt.is_num(s.get("t_s")) and fmt.is_num(s.get("rss_bytes"))
+              and s["t_s"] <= first["t_s"] and s["rss_bytes"] > 0]
+    return before[-1] if before else None
+
+
+def _first_step_live(alloc: Any) -> Optional[int]:
+    """Heap live bytes at the end of the allocator's first recorded step (step 0: the first training step)."""
+    per = [x for x in (get(alloc, A.PER_STEP) or []) if isinstance(x, dict) and fmt.is_num(x.get(A.STEP))]
+    first = min(per, key=lambda x: x[A.STEP], default=None)
+    if first is None or first[A.STEP] != 0 or not fmt.is_num(first.get(A.STEP_LIVE_BYTES)):
+        return None   # the step ring wrapped: the first step's figure is gone
+    return int(first[A.STEP_LIVE_BYTES])
+
+
+def _rtkit_idle(alloc: Any) -> Optional[int]:
+    idle, free = get(alloc, A.LARGE_IDLE_BYTES), get(alloc, A.ARENA_FREE_BYTES)
+    if not fmt.is_num(idle) and not fmt.is_num(free):
+        return None
+    return int((idle if fmt.is_num(idle) else 0) + (free if fmt.is_num(free) else 0))
+
+
+def build(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The bounds section, or None when the report has no peak RSS or no sample before the first step."""
+    peak = get(report, "process." + P.PEAK_RSS_BYTES)
+    base = _baseline(report)
+    if not fmt.is_num(peak) or not peak or base is None:
+        return None
+    out: Dict[str, Any] = {B.PEAK_RSS_BYTES: int(peak), B.BASELINE_RSS_BYTES: int(base["rss_bytes"]),
+                           B.BASELINE_AT_S: base["t_s"], B.GROWTH_BYTES: int(peak) - int(base["rss_bytes"]),
+                           B.PEAK_LIVE_BYTES: None, B.FIRST_STEP_LIVE_BYTES: None, B.STEP_LIVE_BYTES: None,
+                           B.OVERHEAD_BYTES: None, B.RTKIT_IDLE_BYTES: None, B.ESTIMATES: []}
+    alloc = report.get("allocator")
+    peak_live = get(alloc, A.PEAK_LIVE_BYTES) if isinstance(alloc, dict) else None
+    first_live = _first_step_live(alloc) if isinstance(alloc, dict) else None
+    if fmt.is_num(peak_live) and first_live is not None:
+        live = max(0, int(peak_live) - first_live)
+        out.update({B.PEAK_LIVE_BYTES: int(peak_live), B.FIRST_STEP_LIVE_BYTES: first_live, B.STEP_LIVE_BYTES: live,
+                    B.OVERHEAD_BYTES: out[B.GROWTH_BYTES] - live, B.RTKIT_IDLE_BYTES: _rtkit_idle(alloc)})
+        out[B.ESTIMATES] = [B.STEP_LIVE_BYTES, B.OVERHEAD_BYTES]
+    return out
+
+
+def _t(fid: str, v: Any) -> str:
+    return f"{G.name(fid)} {G.FIGURES[fid].text(v)}"
+
+
+def equation(b: Dict[str, Any]) -> Optional[str]:
+    """'peak RSS X = RSS before the first step Y + heap the steps added Z + RSS overhead W', with only the
+    terms the report has, named as in the glossary."""
+    peak, base = b.get(B.PEAK_RSS_BYTES), b.get(B.BASELINE_RSS_BYTES)
+    if not fmt.is_num(peak) or not fmt.is_num(base):
+        return None
+    head = f"{_t('peak_rss_bytes', peak)} = {_t('baseline_rss_bytes', base)}"
+    live, over = b.get(B.STEP_LIVE_BYTES), b.get(B.OVERHEAD_BYTES)
+    if fmt.is_num(live) and fmt.is_num(over):
+        return f"{head} + {_t('step_live_bytes', live)} + {_t('rss_overhead_bytes', over)}"
+    return (f"{head} + {_t('rss_growth_bytes', b.get(B.GROWTH_BYTES))} (not split into heap and overhead: "
+            "rtkit's allocator measures live bytes)")
+
+
+def rows(report: Dict[str, Any]) -> List[tuple]:
+    """(name, text) rows of the report's bounds block: the equation, then each figure under its glossary name."""
+    b = report.get("bounds")
+    if not isinstance(b, dict):
+        return []
+    eq = equation(b)
+    out = [("peak RSS is", eq)] if eq else []
+    extra = {"baseline_rss_bytes": f" (sampled at {fmt.seconds(b.get(B.BASELINE_AT_S))}, before the first step began)",
+             "peak_live_bytes": f" (at the end of the first step {fmt.nbytes(b.get(B.FIRST_STEP_LIVE_BYTES))})"}
+    for fid in ("baseline_rss_bytes", "rss_growth_bytes", "peak_live_bytes", "step_live_bytes", "rss_overhead_bytes",
+                "rtkit_idle_bytes"):
+        v = G.value(report, fid)
+        if v is not None:
+            out.append((G.name(fid), G.FIGURES[fid].text(v) + extra.get(fid, "")))
+    return out

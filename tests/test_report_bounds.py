@@ -1,0 +1,113 @@
+# test_report_bounds.py -- the 'Memory bounds' block on real runs: its figures add up, equal report.json's, read alike everywhere.
+import copy
+import html as htmllib
+import os
+import sys
+
+import pytest
+
+from conftest import load_report, run_rtkit
+from rtkit.report import bounds, fmt, html as html_mod, terminal
+from rtkit.report import glossary as G
+from rtkit.report.contract import Bounds as B
+
+PY = sys.executable
+STEPS = 12
+
+# the runtime grows before the first step (a 64 MiB buffer held throughout), then each step holds 8 MiB more
+# heap than the last (kept in a list), so the steps' live bytes grow by a known amount
+SCRIPT = f"""
+import ctypes, time, rtkit
+base = bytearray(64 << 20)
+time.sleep(0.6)             # the sampler (200 ms) sees the runtime before the first step
+held = []
+for i in range({STEPS}):
+    held.append(bytearray(8 << 20))
+    time.sleep(0.02)
+    rtkit.step()
+"""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("bounds")
+    d = str(base / "run")
+    run_rtkit(["run", "--html", "--run-dir", d, "--", PY, "-c", SCRIPT], check_rc=0, timeout=300)
+    return d, load_report(d)
+
+
+def test_bounds_add_up_and_equal_the_measured_figures(run):
+    _, rep = run
+    b = rep["bounds"]
+    assert b is not None, "no bounds section in report.json"
+    assert b[B.PEAK_RSS_BYTES] == rep["process"]["peak_rss_bytes"]
+    # the baseline is a real sample: the last one taken before the first step began
+    first_t = rep["steps"]["per_step"][0]["t_s"]
+    before = [s for s in rep["process"]["samples"] if s["t_s"] <= first_t and s["rss_bytes"] > 0]
+    assert before and b[B.BASELINE_RSS_BYTES] == before[-1]["rss_bytes"] and b[B.BASELINE_AT_S] == before[-1]["t_s"]
+    assert b[B.BASELINE_RSS_BYTES] > 64 << 20          # the 64 MiB the script held before its first step
+    assert b[B.BASELINE_RSS_BYTES] + b[B.GROWTH_BYTES] == b[B.PEAK_RSS_BYTES]
+    # rtkit's allocator measured the heap: growth = heap the steps added + overhead, exactly
+    a = rep["allocator"]
+    assert b[B.PEAK_LIVE_BYTES] == a["totals"]["peak_live_bytes"]
+    step0 = [x for x in a["per_step"] if x["step"] == 0][0]
+    assert b[B.FIRST_STEP_LIVE_BYTES] == step0["live_bytes"]
+    assert b[B.STEP_LIVE_BYTES] == b[B.PEAK_LIVE_BYTES] - b[B.FIRST_STEP_LIVE_BYTES]
+    assert b[B.STEP_LIVE_BYTES] + b[B.OVERHEAD_BYTES] == b[B.GROWTH_BYTES]
+    # the steps after the first held 11 x 8 MiB more: the live figure sees them (glibc's books, mmapped blocks)
+    assert (STEPS - 1) * (8 << 20) <= b[B.STEP_LIVE_BYTES] <= (STEPS + 2) * (8 << 20), b
+    assert b[B.ESTIMATES] == [B.STEP_LIVE_BYTES, B.OVERHEAD_BYTES]
+    assert b[B.RTKIT_IDLE_BYTES] == a["large_heap"]["idle_bytes"] + a["arenas"]["free_bytes"]
+
+
+def test_terminal_and_html_show_report_json_figures(run):
+    d, rep = run
+    b = rep["bounds"]
+    text = run_rtkit(["report", d], env={"COLUMNS": "250"}, check_rc=0).stdout
+    block = text[text.index("Memory bounds"):]
+    block = block[:block.index("\n\n")]
+    eq = (f"peak RSS {fmt.nbytes(b[B.PEAK_RSS_BYTES])} = RSS before the first step {fmt.nbytes(b[B.BASELINE_RSS_BYTES])}"
+          f" + heap the steps added (estimate) {fmt.nbytes(b[B.STEP_LIVE_BYTES])}"
+          f" + RSS overhead (estimate) {fmt.nbytes(b[B.OVERHEAD_BYTES])}")
+    assert eq in block, block
+    with open(os.path.join(d, "report.html")) as fh:
+        page = htmllib.unescape(fh.read())
+    assert eq in page
+    for fid in ("baseline_rss_bytes", "rss_growth_bytes", "peak_live_bytes", "step_live_bytes", "rss_overhead_bytes",
+                "rtkit_idle_bytes"):
+        v = G.value(rep, fid)
+        assert v is not None, fid
+        row = f"{G.name(fid)}  "
+        line = [l for l in block.splitlines() if l.strip().startswith(row.strip())]
+        assert line and G.FIGURES[fid].text(v) in line[0], (fid, block)
+        assert f"<td>{G.FIGURES[fid].text(v)}" in page.split(f">{G.name(fid)}</td>", 1)[1][:80], fid
+
+
+def test_without_the_allocator_only_measured_terms_are_shown(run):
+    _, rep = run
+    plain = copy.deepcopy(rep)
+    plain["allocator"] = None
+    b = bounds.build(plain)
+    assert b[B.GROWTH_BYTES] == rep["bounds"][B.GROWTH_BYTES]
+    assert b[B.STEP_LIVE_BYTES] is None and b[B.OVERHEAD_BYTES] is None and b[B.ESTIMATES] == []
+    plain["bounds"] = b
+    text = terminal.render(plain, width=200)
+    assert "RSS growth while training" in text and "heap the steps added" not in text and "RSS overhead" not in text
+    # a report written before the bounds section gets the same block from its own figures
+    old = copy.deepcopy(rep)
+    del old["bounds"]
+    assert terminal.render(old, width=200) == terminal.render(rep, width=200)
+    # no sample before the first step: no block, one line saying why
+    none = copy.deepcopy(rep)
+    del none["bounds"]
+    none["process"]["samples"] = [s for s in none["process"]["samples"] if s["t_s"] > none["steps"]["per_step"][0]["t_s"]]
+    assert "Memory bounds: no RSS sample before the first step" in terminal.render(none)
+    html_mod.render(none)
+
+
+def test_bench_metrics_read_the_bounds(run):
+    from rtkit.bench import stats
+    _, rep = run
+    m = stats.metrics_from_report(rep)
+    assert m["rss_growth_bytes"] == rep["bounds"][B.GROWTH_BYTES]
+    assert m["rss_over_live_bytes"] == rep["bounds"][B.OVERHEAD_BYTES]
