@@ -157,8 +157,8 @@ def bench_launch(args) -> None:
                 results[mode].append(res)
                 rss = ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sorted(res["ps_peak_rss_bytes"].items()))
                 if res.get("ps_anon"):
-                    rss += "; anon " + ", ".join(f"{k} {(v or 0) / 2**20:.0f} MiB" for k, v in sorted(res["ps_anon"].items()))
-                    rss += "; pool " + ", ".join(f"{k} {(v or 0) / 2**20:.0f} MiB" for k, v in sorted(res["ps_pool"].items()))
+                    rss += "; anon " + ", ".join(f"{k} {_mib(v)}" for k, v in sorted(res["ps_anon"].items()))
+                    rss += "; pool " + ", ".join(f"{k} {_mib(v)}" for k, v in sorted(res["ps_pool"].items()))
                 if res.get("ps_tables"):
                     rss += "; tables " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sorted(res["ps_tables"].items()))
                 print(f"round {r + 1} {mode:5}: {res['examples_per_s']:9.1f} examples/s  PS peak RSS: {rss}  "
@@ -171,10 +171,21 @@ def bench_launch(args) -> None:
                             for n in names)
             if rows[0].get("ps_anon"):
                 rss += "; anon " + ", ".join(
-                    f"{n} {statistics.median((x['ps_anon'][n] or 0) for x in rows) / 2**20:.0f} MiB" for n in names)
+                    f"{n} {_mib(_median_known(x['ps_anon'][n] for x in rows))}" for n in names)
             print(f"  {mode:5}: {eps:9.1f} examples/s  PS peak RSS: {rss}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _mib(v) -> str:
+    """A byte figure in MiB, or '-' where the task did not report it (anonymous and pool bytes come from the
+    pool's section, which only tier mode writes)."""
+    return "-" if v is None else f"{v / 2**20:.0f} MiB"
+
+
+def _median_known(values):
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def main(argv=None) -> int:
