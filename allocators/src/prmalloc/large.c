@@ -343,15 +343,15 @@ int rtk_large_resize(void *p, size_t n, size_t *usable)
     return ok;
 }
 
-/* give back the pages of resident free extents idle for at least `min_age` steps (0: every one), until `keep`
- * idle pages remain; returns pages released */
-static size_t release_idle(uint32_t now, uint32_t min_age, size_t keep)
+/* give back the pages of resident free extents idle for `min_age` to `max_age` steps (0 and UINT32_MAX: every
+ * one), until `keep` idle pages remain; returns pages released */
+static size_t release_idle(uint32_t now, uint32_t min_age, uint32_t max_age, size_t keep)
 {
     size_t pages = 0;
     for (unsigned b = 0; b < NBINS && g_idle > keep; b++)
         for (uint32_t x = g_head[b]; x != NIL && g_idle > keep; x = g_meta[x].next) {
-            uint32_t t = g_meta[x].tag;
-            if ((t & T_REL) || (min_age && now - g_meta[x].step < min_age))
+            uint32_t t = g_meta[x].tag, age = now - g_meta[x].step;
+            if ((t & T_REL) || age < min_age || age > max_age)
                 continue;
             uint32_t n = T_PAGES(t);
             rtk_os_release(g_base + ((size_t)x << PAGE_SHIFT), (size_t)n << PAGE_SHIFT);
@@ -379,7 +379,7 @@ void rtk_large_step(uint32_t step, uint32_t decay_steps)
     if (decay_steps && g_idle > keep) {
         size_t pages = 0;
         for (uint64_t age = (uint64_t)decay_steps * 8; age >= decay_steps && g_idle > keep; age /= 2)
-            pages += release_idle(step, age > UINT32_MAX ? UINT32_MAX : (uint32_t)age, keep);
+            pages += release_idle(step, age > UINT32_MAX ? UINT32_MAX : (uint32_t)age, UINT32_MAX, keep);
         g_decayed += pages << PAGE_SHIFT;
     }
     rtk_spin_unlock(&g_lock);
@@ -393,25 +393,6 @@ void rtk_large_epoch(void)
     rtk_spin_unlock(&g_lock);
 }
 
-/* give back resident free extents freed at most `max_age` steps ago until `keep` idle pages remain */
-static size_t release_young(uint32_t now, uint32_t max_age, size_t keep)
-{
-    size_t pages = 0;
-    for (unsigned b = 0; b < NBINS && g_idle > keep; b++)
-        for (uint32_t x = g_head[b]; x != NIL && g_idle > keep; x = g_meta[x].next) {
-            uint32_t t = g_meta[x].tag;
-            if ((t & T_REL) || now - g_meta[x].step > max_age)
-                continue;
-            uint32_t n = T_PAGES(t);
-            rtk_os_release(g_base + ((size_t)x << PAGE_SHIFT), (size_t)n << PAGE_SHIFT);
-            g_meta[x].tag = t | T_REL;
-            g_idle -= n;
-            g_released += n;
-            pages += n;
-        }
-    return pages;
-}
-
 /* The youngest first: extents freed in the last step or the one before held the recurring blocks that the new
  * arena serves from now on. */
 size_t rtk_large_shed(size_t bytes)
@@ -421,7 +402,7 @@ size_t rtk_large_shed(size_t bytes)
     size_t want = (bytes + PAGE - 1) >> PAGE_SHIFT;
     rtk_spin_lock(&g_lock);
     size_t keep = g_idle > want ? g_idle - want : 0;
-    size_t pages = release_young(g_step, 1, keep);
+    size_t pages = release_idle(g_step, 0, 1, keep);
     g_decayed += pages << PAGE_SHIFT;
     rtk_spin_unlock(&g_lock);
     return pages << PAGE_SHIFT;
@@ -432,7 +413,7 @@ size_t rtk_large_trim(void)
     if (!g_base)
         return 0;
     rtk_spin_lock(&g_lock);
-    size_t pages = release_idle(g_step, 0, 0);
+    size_t pages = release_idle(g_step, 0, UINT32_MAX, 0);
     g_trims++;
     rtk_spin_unlock(&g_lock);
     return pages << PAGE_SHIFT;
