@@ -32,19 +32,24 @@ static long rss_anon_kib(void)
     return v;
 }
 
-/* steps of 1 MiB + 2 MiB + 300 KiB blocks until the allocator has a plan */
+/* one step: 1 MiB + 2 MiB + 300 KiB blocks, touched, freed, then the step mark */
+static void one_step(void)
+{
+    void *a = malloc(MiB), *b = malloc(2 * MiB), *c = malloc(300 << 10);
+    memset(a, 1, MiB);
+    memset(b, 1, 2 * MiB);
+    memset(c, 1, 300 << 10);
+    free(c);
+    free(b);
+    free(a);
+    t_mark();
+}
+
+/* steps until the allocator has a plan */
 static void plan_now(void)
 {
-    for (int i = 0; i < 20 && t_state() != 3; i++) {
-        void *a = malloc(MiB), *b = malloc(2 * MiB), *c = malloc(300 << 10);
-        memset(a, 1, MiB);
-        memset(b, 1, 2 * MiB);
-        memset(c, 1, 300 << 10);
-        free(c);
-        free(b);
-        free(a);
-        t_mark();
-    }
+    for (int i = 0; i < 20 && t_state() != 3; i++)
+        one_step();
     CHECK(t_state() == 3);
 }
 
@@ -159,16 +164,8 @@ static void held_before_steps(void)
     void *keep[3] = {malloc(MiB), malloc(2 * MiB), malloc(300 << 10)};
     for (int i = 0; i < 3; i++)
         memset(keep[i], 1, 300 << 10);
-    for (int i = 0; i < 12; i++) {
-        void *a = malloc(MiB), *b = malloc(2 * MiB), *c = malloc(300 << 10);
-        memset(a, 1, MiB);
-        memset(b, 1, 2 * MiB);
-        memset(c, 1, 300 << 10);
-        free(c);
-        free(b);
-        free(a);
-        t_mark();
-    }
+    for (int i = 0; i < 12; i++)
+        one_step();
     for (int i = 0; i < 3; i++)
         free(keep[i]);
     CHECK(t_state() == 3);
