@@ -114,14 +114,7 @@ def test_killed_worker_is_restarted_rejoins_and_report_shows_it(tmp_path, data_d
         for line in launcher.stdout:
             lines.append(line)
             if killed is None and line.startswith("[worker:1] loss 3 "):
-                for child in psutil.Process(launcher.pid).children(recursive=True):
-                    try:
-                        if (child.cmdline()[1:3] == ["-m", "rtkit.workloads"]   # the task, not its `rtkit run`
-                                and '"type":"worker","index":1' in child.environ().get("TF_CONFIG", "")):
-                            killed = child.pid
-                            os.kill(child.pid, signal.SIGKILL)
-                    except psutil.Error:
-                        continue
+                killed = _kill_task(launcher.pid, "worker", 1)
         rc = launcher.wait(timeout=600)
     finally:
         if launcher.poll() is None:
