@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Dict, List
 
-from rtkit.cluster import merge, render
+from rtkit.cluster import cpuwatch, merge, render
 from rtkit.cluster.launcher import build_cluster
 from rtkit.cluster.spec import tf_config
 from rtkit.cluster.taskdir import TIMELINE_POINTS
@@ -86,6 +86,26 @@ def bench_merge(tasks: int, ps: int, rounds: int) -> None:
 # ------------------------------------------------------------------------------------ launch A/B
 
 _EPS = re.compile(r"examples_per_s=([0-9.]+)")
+_LOOP = re.compile(r"steps=(\d+) .*train_cpu_s=([0-9.]+) train_start_unix=([0-9.]+) train_end_unix=([0-9.]+)")
+
+
+def _cpu(text: str, watcher: cpuwatch.Watcher) -> dict:
+    """CPU per training step, from the workers' summary lines (steps, their loop's own CPU and wall window)
+    and the watcher's samples of every process in the window from the first loop's start to the last's end:
+    ms per step of the training processes' loops alone, of each kind of process, and of all of them."""
+    loops = [(int(m[0]), float(m[1]), float(m[2]), float(m[3])) for m in _LOOP.findall(text)]
+    steps = sum(x[0] for x in loops)
+    if not loops or not steps:
+        return {}
+    t0, t1 = min(x[2] for x in loops), max(x[3] for x in loops)
+    kinds = watcher.cpu_in(t0, t1)
+    per = {k: 1000.0 * v / steps for k, v in kinds.items()}
+    groups: Dict[str, float] = {}
+    for k, v in per.items():
+        group = ("ps" if k.startswith("ps-") else "train") + " " + k.split(" ")[-1] if " " in k else k
+        groups[group] = groups.get(group, 0.0) + v
+    return {"steps": steps, "window_s": t1 - t0, "loop_ms_per_step": 1000.0 * sum(x[1] for x in loops) / steps,
+            "all_ms_per_step": sum(per.values()), "groups": groups, "kinds": per}
 
 
 def _bare_round(cluster: Dict[str, List[str]], command: List[str]) -> dict:
@@ -95,13 +115,14 @@ def _bare_round(cluster: Dict[str, List[str]], command: List[str]) -> dict:
             env = dict(os.environ, TF_CONFIG=tf_config(cluster, role, i))
             procs[(role, i)] = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                                 text=True, stdin=subprocess.DEVNULL)
-    eps, rss = [], {}
+    eps, rss, text = [], {}, ""
     for (role, i), p in procs.items():
         if role != "ps":
             out, _ = p.communicate()
             if p.returncode != 0:
                 raise RuntimeError(f"bare {role}:{i} failed with exit code {p.returncode}")
             eps += [float(x) for x in _EPS.findall(out)]
+            text += out
     for (role, i), p in procs.items():
         if role == "ps":
             p.send_signal(signal.SIGTERM)
@@ -109,7 +130,7 @@ def _bare_round(cluster: Dict[str, List[str]], command: List[str]) -> dict:
             p.returncode = 0
             p.stdout.close()
             rss[f"ps-{i}"] = ru.ru_maxrss * 1024
-    return {"examples_per_s": sum(eps), "ps_peak_rss_bytes": rss}
+    return {"examples_per_s": sum(eps), "ps_peak_rss_bytes": rss, "stdout": text}
 
 
 TIER_POOL = "/dev/shm/rtkit-cluster-bench-{task}"
@@ -131,6 +152,7 @@ def _rtkit_round(args, command: List[str], folder: str, tier: bool = False) -> d
             pass
     ps = [r for r in m["tasks"] if r["role"] == "ps"]
     return {"examples_per_s": sum(eps), "ps_peak_rss_bytes": {r["task"]: r["peak_rss_bytes"] for r in ps},
+            "stdout": proc.stdout,
             "ps_anon": {r["task"]: r["rss_anon_peak_bytes"] for r in ps},
             "ps_pool": {r["task"]: r["tier_peak_bytes"] for r in ps},
             # what the chief's graph puts on each PS (variables, slots, hash tables; see docs/cluster.md)
@@ -151,9 +173,14 @@ def bench_launch(args) -> None:
             for mode in modes:
                 cluster = build_cluster(args.ps, args.workers, False)
                 t = time.perf_counter()
-                res = (_bare_round(cluster, command) if mode == "bare"
-                       else _rtkit_round(args, command, os.path.join(root, f"r{r}-{mode}"), mode == "rtkit-tier"))
+                watcher = cpuwatch.Watcher().start()
+                try:
+                    res = (_bare_round(cluster, command) if mode == "bare"
+                           else _rtkit_round(args, command, os.path.join(root, f"r{r}-{mode}"), mode == "rtkit-tier"))
+                finally:
+                    watcher.stop()
                 res["wall_s"] = time.perf_counter() - t
+                res["cpu"] = _cpu(res.pop("stdout"), watcher)
                 results[mode].append(res)
                 rss = ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sorted(res["ps_peak_rss_bytes"].items()))
                 if res.get("ps_anon"):
@@ -163,6 +190,8 @@ def bench_launch(args) -> None:
                     rss += "; tables " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sorted(res["ps_tables"].items()))
                 print(f"round {r + 1} {mode:5}: {res['examples_per_s']:9.1f} examples/s  PS peak RSS: {rss}  "
                       f"({res['wall_s']:.1f} s)", flush=True)
+                if res["cpu"]:
+                    print("  " + _cpu_line(res["cpu"]), flush=True)
         print("medians:")
         for mode, rows in results.items():
             eps = statistics.median(x["examples_per_s"] for x in rows)
@@ -173,8 +202,25 @@ def bench_launch(args) -> None:
                 rss += "; anon " + ", ".join(
                     f"{n} {_mib(_median_known(x['ps_anon'][n] for x in rows))}" for n in names)
             print(f"  {mode:5}: {eps:9.1f} examples/s  PS peak RSS: {rss}")
+            print(f"         {_cpu_medians(rows)}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _cpu_line(cpu: dict) -> str:
+    groups = ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu["groups"].items()))
+    return (f"CPU ms per training step: all processes {cpu['all_ms_per_step']:.1f} ({groups}); "
+            f"the training loops' own {cpu['loop_ms_per_step']:.1f}  ({cpu['steps']} steps in {cpu['window_s']:.1f} s)")
+
+
+def _cpu_medians(rows: List[dict]) -> str:
+    cpus = [x["cpu"] for x in rows if x.get("cpu")]
+    if not cpus:
+        return "no CPU figures (no worker summary lines)"
+    names = sorted({k for c in cpus for k in c["groups"]})
+    groups = ", ".join(f"{n} {statistics.median(c['groups'].get(n, 0.0) for c in cpus):.1f}" for n in names)
+    return (f"CPU ms/step: all {statistics.median(c['all_ms_per_step'] for c in cpus):.1f} ({groups}); "
+            f"loops {statistics.median(c['loop_ms_per_step'] for c in cpus):.1f}")
 
 
 def _mib(v) -> str:

@@ -105,9 +105,12 @@ def run(task, model="wdl", steps=200, batch=2048, rows=200_000, data_dir=None, s
                 session_creator=_PromptWorkerSession(master=server.target, config=config))
         with sess:
             log.start()
+            # the loop's own CPU (all threads of this process) and wall window: the cluster bench's CPU per step
+            cpu0, start_unix = time.process_time(), time.time()
             while len(log.losses) < steps and not sess.should_stop():
                 _, value = sess.run(fetches)
                 log.add(value)
+            train_cpu_s, end_unix = time.process_time() - cpu0, time.time()
             final_step = None
             try:
                 final_step = int(sess.run(global_step)) if not sess.should_stop() else None
@@ -122,6 +125,7 @@ def run(task, model="wdl", steps=200, batch=2048, rows=200_000, data_dir=None, s
         "loss_first": log.losses[0] if n else float("nan"), "loss_last": log.losses[-1] if n else float("nan"),
         "examples": n * batch, "train_s": elapsed, "total_s": time.perf_counter() - t_start,
         "examples_per_s": n * batch / elapsed if elapsed > 0 else 0.0,
+        "train_cpu_s": train_cpu_s, "train_start_unix": start_unix, "train_end_unix": end_unix,
     }
 
 
@@ -129,4 +133,5 @@ def summary_line(result):
     return (f"rtkit-workload: model={result['model']} role={result['role']} index={result['index']} "
             f"steps={result['steps']} global_step={result['global_step']} "
             f"loss_first={result['loss_first']:.6f} loss_last={result['loss_last']:.6f} "
-            f"examples_per_s={result['examples_per_s']:.1f}")
+            f"examples_per_s={result['examples_per_s']:.1f} train_cpu_s={result['train_cpu_s']:.3f} "
+            f"train_start_unix={result['train_start_unix']:.3f} train_end_unix={result['train_end_unix']:.3f}")
