@@ -1,0 +1,108 @@
+# test_cluster_overhead.py -- rtkit's own work per unit of training stays bounded: counted reads, not timings.
+"""Two costs measured on a local 2-PS/2-worker cluster (docs/cluster.md, "What rtkit costs a cluster"):
+`rtkit run`'s sampler listed the child's descendants (a scan of every /proc entry on the machine) at every
+sample, and the PS step signal read the global step every 20 ms whatever the training's pace. Both are
+counted here with the real code: descendant listings per sample, global-step reads per update."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from conftest import requires_tf
+
+from rtkit import launch
+
+
+def test_sampler_lists_descendants_seldom_and_still_finds_new_ones(monkeypatch):
+    monkeypatch.setattr(launch, "DESCENDANTS_EVERY_S", 0.5)   # the test's own pace; the default is 2 s
+    calls = []
+    real = launch._descendants
+    monkeypatch.setattr(launch, "_descendants", lambda pid: calls.append(pid) or real(pid))
+    # a child that starts a grandchild after 0.3 s: it must be sampled within one listing period
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, time; time.sleep(0.3); "
+                              "p = subprocess.Popen(['sleep', '30']); time.sleep(30)"])
+    try:
+        sampler = launch.Sampler(child.pid, time.time(), 0.05)
+        t_end = time.monotonic() + 1.6
+        while time.monotonic() < t_end:
+            sampler.sample_once()
+            time.sleep(0.02)
+    finally:
+        for pid in real(child.pid)[1:]:
+            os.kill(pid, 9)
+        child.kill()
+        child.wait()
+    n = len(sampler.samples)
+    assert n >= 20
+    # before: one listing (all of /proc) per sample; now one per DESCENDANTS_EVERY_S
+    assert len(calls) <= 1.6 / 0.5 + 1, (len(calls), n)
+    assert sampler.samples[0]["processes"] == 1
+    assert sampler.samples[-1]["processes"] == 2     # the grandchild, found by a later listing
+
+
+_PS_SCRIPT = textwrap.dedent(r'''
+    import json, os, socket, sys, threading, time
+
+    def port():
+        s = socket.socket(); s.bind(("localhost", 0)); p = s.getsockname()[1]; s.close(); return p
+
+    ps = f"localhost:{port()}"
+    # a PS of a cluster with 4 training tasks (never started: the poll only talks to the PS job)
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"ps": [ps], "worker": [f"localhost:{port()}" for _ in range(4)]},
+                                          "task": {"type": "ps", "index": 0}})
+    import tensorflow as tf
+    from tensorflow.python.client import session as session_module
+    from rtkit.hooks import ps_steps
+    from rtkit.hooks.steps import recorder
+
+    reads = []   # every session run of the poll thread, counted at TF's own entry point
+    orig_run = session_module.BaseSession.run
+
+    def counting_run(self, *args, **kwargs):
+        if threading.current_thread().name == "rtkit-ps-steps":
+            reads.append(time.monotonic())
+        return orig_run(self, *args, **kwargs)
+
+    session_module.BaseSession.run = counting_run
+    ps_steps.install(tf)
+    server = tf.distribute.Server(tf.train.ClusterSpec(json.loads(os.environ["TF_CONFIG"])["cluster"]),
+                                  job_name="ps", task_index=0)
+    time.sleep(2.0)                      # no global step yet: the chief has not initialised
+    absent_reads = len(reads)
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.compat.v1.device("/job:ps/task:0"):
+            gs = tf.compat.v1.train.get_or_create_global_step()
+            bump = gs.assign_add(1)
+        sess = tf.compat.v1.Session(server.target, config=tf.compat.v1.ConfigProto(device_filters=["/job:ps"]))
+        sess.run(tf.compat.v1.global_variables_initializer())
+        time.sleep(0.5)                  # the poll finds it
+        first = len(reads)
+        updates, t_end = 0, time.monotonic() + 3.0
+        while time.monotonic() < t_end:  # ~50 updates/s, as a few workers make them
+            sess.run(bump)
+            updates += 1
+            time.sleep(0.02)
+        time.sleep(0.3)
+    steps = recorder().sources["manual"].get("ps: global_step advanced")
+    print(json.dumps({"absent_reads": absent_reads, "training_reads": len(reads) - first, "updates": updates,
+                      "ps_steps": steps.count if steps else 0}))
+''')
+
+
+@requires_tf
+def test_ps_step_signal_reads_global_step_about_once_per_round_of_workers(tmp_path):
+    script = tmp_path / "ps_poll.py"
+    script.write_text(_PS_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "TF_CONFIG"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert got["updates"] >= 60, got
+    # before: a read every 20 ms, found or not (~90 while absent, ~140 while training, ~1 per update);
+    # now the period backs off while the variable is absent and aims at 4 updates (4 training tasks) per read
+    assert got["absent_reads"] <= 12, got
+    assert got["training_reads"] <= got["updates"] / 2, got
+    # the step marks keep coming: about one PS step per 4 updates, never fewer than one per 16
+    assert got["ps_steps"] >= got["updates"] / 16, got
