@@ -9,7 +9,9 @@
 optionally C = ``rtkit launch --ps-set pmem_path=/dev/shm/...-{task}`` (tier mode on the PS tasks).
 Per round: cluster examples/s = the sum of the workers' own printed examples_per_s, and each PS's
 peak RSS = its ru_maxrss (wait4 on the bare PS; the PS report's peak for rtkit, which includes wait4's
-ru_maxrss of the same process). Medians over the rounds.
+ru_maxrss of the same process); CPU ms per training step of every process of the cluster and of the
+workers' loops alone (cpuwatch.py: CPU time holds on a busy machine, where examples/s is noise).
+Medians over the rounds.
 """
 from __future__ import annotations
 
