@@ -99,7 +99,7 @@ def test_ps_step_signal_reads_global_step_about_once_per_round_of_workers(tmp_pa
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
-    assert got["updates"] >= 60, got
+    assert got["updates"] >= 40, got    # ~130 on an idle machine
     # before: a read every 20 ms, found or not (~90 while absent, ~140 while training, ~1 per update);
     # now the period backs off while the variable is absent and aims at 4 updates (4 training tasks) per read
     assert got["absent_reads"] <= 12, got
