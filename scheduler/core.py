@@ -341,7 +341,11 @@ class Scheduler:
         if state == "ready":  # a staged batch: the step's consumers read it from the get op
             result = self._run_staged(session, st, fetches, feed_dict, opts, md, connect)
         else:  # everything else, an unstaged step included, is the script's own run of the script's own graph
-            result = run_next(fetches, feed_dict, opts, md)
+            try:
+                result = run_next(fetches, feed_dict, opts, md)
+            except BaseException:
+                self._unstaged_failed(state)
+                raise
         t1 = time.time()
         if is_step:
             self._after_step(st, mode, t_begin, t0, t1, tracing, md)
@@ -426,6 +430,9 @@ class Scheduler:
                 sched._local.bypass = True
                 try:
                     out = fn(*args, **kwargs)
+                except BaseException:
+                    sched._unstaged_failed(state)
+                    raise
                 finally:
                     sched._local.bypass = False
             if is_step:
@@ -496,6 +503,15 @@ class Scheduler:
         if len(runner.depth_samples) > 64:
             del runner.depth_samples[:-1]
         return state
+
+    def _unstaged_failed(self, state: Optional[str]) -> None:
+        """An unstaged step's own run raised (the end of the data, a bad record): an input error delivered at its
+        step, as a staged step's is, not a step."""
+        if state == "inline":
+            with self._lock:
+                self.counts["inline_steps"] -= 1
+                self.counts["input_runs"] -= 1
+                self.counts["errors_delivered"] += 1
 
     def _report_before_run(self, mode: str, seconds: float) -> None:
         if mode == "staged" and self._before_run is not None and seconds > 0:

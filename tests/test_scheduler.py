@@ -575,3 +575,52 @@ def test_a_staged_step_counts_its_wait_for_the_batch(tmp_path):
     # the step times the scheduler keeps (the tuner's and the report's) include the wait
     import statistics
     assert statistics.median(sched.step_ms) >= 20, sched.step_ms  # (a step after a slow traced one finds one ready)
+
+
+def _count_tf_calls(monkeypatch):
+    """TF calls (Session.run's and callables') made on this thread, rtkit's own included."""
+    from tensorflow.python.client import pywrap_tf_session as pywrap
+
+    me, calls = threading.get_ident(), [0]
+    for name in ("TF_SessionRun_wrapper", "TF_SessionRunCallable"):
+        orig = getattr(pywrap, name)
+
+        def wrapped(*a, _orig=orig, **k):
+            if threading.get_ident() == me:
+                calls[0] += 1
+            return _orig(*a, **k)
+
+        monkeypatch.setattr(pywrap, name, wrapped)
+    return calls
+
+
+@pytest.mark.parametrize("stage_on", [False, True])
+def test_a_step_is_one_tf_call_with_staging_off_or_on(tmp_path, monkeypatch, stage_on):
+    """Issue 11: with staging off on a staged graph (what the tuner leaves when it keeps the script's configuration)
+    a step is the script's own run, one TF call and no put; staged, it is one call too (the put runs on the runner)."""
+    (tmp_path / "a").mkdir()
+    base, _, _, h0 = train(tmp_path / "a", stage=False)
+    h0.close()
+    m = Model(write_data(str(tmp_path / "data.csv"), 320))
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
+    sched.active["stage"] = stage_on  # the tuner's choice
+    h = Hooked(sched, m.graph)
+    h.run(m.init)
+    h.run(m.iterator.initializer)
+    calls = _count_tf_calls(monkeypatch)
+    losses, per_step = [], []
+    try:
+        while True:
+            before = calls[0]
+            losses.append(float(h.run([m.train, m.loss])[1]))
+            per_step.append(calls[0] - before)
+    except tf.errors.OutOfRangeError:
+        pass
+    h.close()
+    assert losses == base
+    assert per_step == [1] * 10, per_step
+    p = sched.report()["pipeline"]
+    assert p["staged"] and (p["staged_steps"], p["unstaged_steps"]) == ((10, 0) if stage_on else (0, 10)), p
+    if not stage_on:
+        assert p["pipelines_started"] == 0 and not sched._states[h.sess].callables
+        assert "staging off: the script's own graph ran (10 steps), 0 extra runs per step" in sched.state_line()
