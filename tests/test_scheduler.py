@@ -376,7 +376,9 @@ def test_tuner_interleaves_blocks_and_keeps_the_fastest():
         order.append(cfg)
         drift -= 0.5  # steps get faster over time: a sequential schedule would favour the last candidate
         t.record(drift * (0.8 if cfg == (2, 2, True) else 1.0))
-    assert t.steps_used == 4 * 4 * 3  # 4 candidates, blocks of 4, 3 rounds
+    # 4 candidates, blocks of 4; the drift makes the two middle ones slower than the script's in round 2 (they ran
+    # before it there), so round 3 runs only the script's configuration and the winner
+    assert t.steps_used == 4 * 4 * 2 + 2 * 4
     assert order[:4] == [t.candidates[0]] * 4 and order[4] == t.candidates[1]  # blocks, interleaved
     assert order[16:20] == [t.candidates[-1]] * 4  # the second round runs in reverse order
     assert t.chosen == (2, 2, True)
@@ -384,7 +386,23 @@ def test_tuner_interleaves_blocks_and_keeps_the_fastest():
     assert rep["speedup_over_first_x"] > 1.0 and 15 < rep["gain_pct"] < 30
     assert "3 of 3 rounds" in rep["confidence"]
     # after switching staging off, the drained steps are not measured: 4 - 1 - 2 in that block
-    assert rep["trials"][1]["steps"] == 3 + 1 + 3
+    assert rep["trials"][1]["steps"] == 3 + 1 and rep["trials"][1]["dropped_after_round"] == 2
+    assert rep["rounds_run"] == 3 and rep["trials"][3]["dropped_after_round"] is None
+
+
+def test_tuner_stops_when_no_candidate_can_win_every_round():
+    """A candidate slower than the script's configuration in one round can no longer be chosen: with every
+    candidate slower in round 1, tuning ends there (a third of the trials), with the same verdict."""
+    from rtkit.scheduler.tuner import Tuner
+
+    t = Tuner([2, 1], [1, 2], 60, stage_options=(False, True), block_steps=4, drain_steps=2)
+    assert len(t.candidates) == 4 and t.rounds == 3
+    while not t.done:
+        t.record(10.0 if t.current() == t.candidates[0] else 12.0)
+    assert t.steps_used == 4 * 4 and t.chosen == t.candidates[0]
+    rep = t.report()
+    assert rep["rounds_run"] == 1 and all(x["dropped_after_round"] == 1 for x in rep["trials"][1:])
+    assert "stopped after round 1 of 3" in rep["verdict"]
 
 
 def test_tuner_keeps_the_script_configuration_within_noise():
