@@ -142,6 +142,27 @@ def test_stage_analysis_classifies_ops_and_cuts_at_get_next(tmp_path):
                    for n in sm.pipelined if m.graph.get_operation_by_name(n).type != "IteratorGetNext")
 
 
+def test_shape_and_gradient_plumbing_stay_out_of_the_cut(tmp_path):
+    """Shapes of input tensors (and what only they read) and the gradient's index plumbing run in the step:
+    staged, they reach the model as opaque tensors and Grappler rewrites the staged step differently."""
+    m = Model(write_data(str(tmp_path / "d.csv"), 64))
+    g = m.graph
+    with g.as_default():  # a shape-only consumer: a reshape to the ids' own shape, read only by tf.shape
+        ids = [op for op in g.get_operations() if op.type == "StringToHashBucketFast"][0].outputs[0]
+        only_for_shape = tf.identity(ids, name="only_for_shape")
+        tf.reduce_sum(tf.cast(tf.shape(only_for_shape), tf.float32) * m.emb[0, 0], name="uses_the_shape")
+    sm = analyze(g)
+    assert sm.cuttable, sm.notes
+    for name in sm.pipelined:
+        op = g.get_operation_by_name(name)
+        assert op.type not in ("Shape", "ShapeN", "Size", "Rank"), name
+        assert not any(p == "gradients" or p.startswith("gradients_") for p in name.split("/")), name
+    assert "only_for_shape" not in sm.pipelined and ids.name in sm.boundary
+    # the model graph has gradient ops that read only the ids (the gather's gradient indices): none is staged
+    assert any(op.name.startswith("gradients/") and any(t.op.name in sm.pipelined for t in op.inputs)
+               for op in g.get_operations())
+
+
 def test_staged_and_unstaged_give_same_losses_and_steps(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
