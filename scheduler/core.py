@@ -377,8 +377,16 @@ class Scheduler:
         handler = session_lib._FetchHandler(graph, fetches, feed_map)
         fetch_names = [t.name for t in handler.fetches()]
         target_names = [op.name for op in handler.targets()]
-        ckey = (tuple(fetch_names), tuple(target_names), tuple(feed_names), connect,
-                opts.SerializeToString(deterministic=True) if opts is not None else b"")
+        okey = b""
+        if opts is not None:
+            # a callable keeps the run options it was made with, and making one costs a Grappler pass and an executor
+            # (seconds on wdl): one per run shape, on the pool of its first staged step. Staged candidates all use
+            # the first compute size; only the few drained items of a block that turned staging off run there too
+            plain = type(opts)()
+            plain.CopyFrom(opts)
+            plain.inter_op_thread_pool = 0
+            okey = plain.SerializeToString(deterministic=True)
+        ckey = (tuple(fetch_names), tuple(target_names), tuple(feed_names), connect, okey)
         fn = st.callables.get(ckey)
         if fn is None:
             from tensorflow.core.protobuf import config_pb2  # CallableOptions has no public tf.* name
