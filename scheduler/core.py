@@ -26,6 +26,7 @@ TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without 
 WARM_RUNS = 3            # runs of a signature before it counts as the step and tracing starts
 MAX_NOTES = 50
 MAX_SAMPLES = 2000
+MAX_CALLABLES = 32       # staged callables kept per session (each holds an executor of the step's graph)
 
 
 def _leaves(fetches, out: List) -> List:
@@ -403,6 +404,8 @@ class Scheduler:
             if opts is not None:
                 co.run_options.CopyFrom(opts)
             fn = session._make_callable_from_options(co)
+            if len(st.callables) >= MAX_CALLABLES:  # run shapes that never repeat: keep the newest (dict order)
+                del st.callables[next(iter(st.callables))]
             st.callables[ckey] = fn
         values = self._timed_run(session, fetch_names, target_names, lambda: fn(*feed_vals, run_metadata=md))
         return handler.build_results(session, values)
