@@ -41,7 +41,7 @@ def write_data(path, rows=320, bad_row=None):
 class Model:
     """A small sparse model whose parsing happens in-graph after get_next (the input stage)."""
 
-    def __init__(self, path, batch=32, probe=None):
+    def __init__(self, path, batch=32, probe=None, scaled=False):
         self.graph = tf.Graph()
         with self.graph.as_default():
             ds = tf.data.TextLineDataset(path).batch(batch)
@@ -54,6 +54,9 @@ class Model:
             if probe is not None:  # a stateless py_func in the input stage records its thread
                 dense = tf.numpy_function(probe, [dense], tf.float32, stateful=False)
                 dense.set_shape([None])
+            if scaled:  # a feed in the step (a script's knob): the step's own ops read it, the cut does not
+                self.scale = tf1.placeholder_with_default(1.0, [], name="scale")
+                dense = dense * self.scale
             emb = tf1.get_variable("emb", [500, 8], initializer=tf1.constant_initializer(0.01))
             e = tf.reduce_mean(tf.gather(emb, ids), axis=1)
             w = tf1.get_variable("w", [9, 1], initializer=tf1.constant_initializer(0.1))
@@ -663,3 +666,29 @@ def test_a_step_is_one_tf_call_with_staging_off_or_on(tmp_path, monkeypatch, sta
     if not stage_on:
         assert p["pipelines_started"] == 0 and not sched._states[h.sess].callables
         assert "staging off: the script's own graph ran (10 steps), 0 extra runs per step" in sched.state_line()
+
+
+def test_make_callable_with_a_feed_list_is_staged(tmp_path, monkeypatch):
+    """A callable with feeds: the staged step feeds them to the staged callable (x * 1.0 keeps the losses exact)."""
+    (tmp_path / "a").mkdir()
+    base, _, _, h0 = train(tmp_path / "a", stage=False)
+    h0.close()
+    m = Model(write_data(str(tmp_path / "data.csv"), 320), scaled=True)
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
+    h = Hooked(sched, m.graph)
+    h.run(m.init)
+    h.run(m.iterator.initializer)
+    step = h.make_callable([m.train, m.loss], feed_list=[m.scale])
+    calls = _count_tf_calls(monkeypatch)
+    losses, per_step = [], []
+    with pytest.raises(tf.errors.OutOfRangeError):
+        while True:
+            before = calls[0]
+            losses.append(float(step(np.float32(1.0))[1]))
+            per_step.append(calls[0] - before)
+    h.close()
+    assert losses == base and per_step == [1] * 10
+    assert sched.report()["pipeline"]["staged_steps"] == 10
+    (key, _), = h1_callables(sched, h)
+    assert key[2] == ("scale:0",) and key[3]  # fed, and connected to the get
+    assert not rtkit_threads()
