@@ -303,8 +303,11 @@ class Scheduler:
         elif staged is not None and reach & sm.pipelined:
             bset = set(staged.boundary)
             fetched = {e.name for e in resolved}
-            # a fetched input-stage tensor that is not on the boundary has no staged copy: the run reads the iterator
-            direct = any(getattr(e, "op", e).name in sm.pipelined and e.name not in bset for e in resolved)
+            # an input-stage tensor the run reads that is not on the staged boundary (fetched, or read by an op added
+            # to the graph after the staging ops) has no staged copy: the run reads the iterator itself
+            direct = any(getattr(e, "op", e).name in sm.pipelined and e.name not in bset for e in resolved) or any(
+                t.op.name in sm.pipelined and t.name not in bset and t.name not in fed
+                for n in reach if n not in sm.pipelined for t in graph.get_operation_by_name(n).inputs)
             need = tuple(sorted(
                 b for b in staged.boundary if b not in fed and
                 (b in fetched or any(c.name in reach and c.name not in sm.pipelined and c is not staged.put
