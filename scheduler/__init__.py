@@ -5,9 +5,10 @@ registers the Scheduler's methods at its own extension points: filter_config (ea
 per-stage pools), wrap_run (routing, in-graph SmartStage staging, tracing, tuning), wrap_callable
 (make_callable), filter_dataset (Keras fit's tf.data input), on_close (stop the session's staging runner)
 and at_exit (write scheduler-<pid>.json and trace-<pid>.json into the run directory). The hooks
-also pass `internal`, the context in which the scheduler's own session runs are not counted as steps, and
-`before_run(ms)`, which adds the scheduler's time before a run (the wait for a staged batch, an inline put) to that
-run's step time."""
+also pass `internal`, the context in which the scheduler's own session runs are not counted as steps,
+`before_run(ms)`, which adds the scheduler's time before a run (the wait for a staged batch) to that run's step
+time, and `timed_run`, which times and records a staged step (a callable that bypasses Session.run's path) as the
+step it stands for."""
 from __future__ import annotations
 
 import contextlib
@@ -20,11 +21,12 @@ _active: Optional[Scheduler] = None
 
 def activate(tf, settings: Dict[str, Any], run_dir: Optional[str],
              internal: Callable[[], ContextManager] = contextlib.nullcontext,
-             before_run: Optional[Callable[[float], None]] = None) -> Scheduler:
+             before_run: Optional[Callable[[float], None]] = None,
+             timed_run: Optional[Callable[..., Any]] = None) -> Scheduler:
     """The process's Scheduler, created on the first call (later calls return the same one)."""
     global _active
     if _active is None:
-        sched = Scheduler(tf, settings, run_dir, internal=internal, before_run=before_run)
+        sched = Scheduler(tf, settings, run_dir, internal=internal, before_run=before_run, timed_run=timed_run)
         sched.configure_eager()
         _active = sched
     return _active

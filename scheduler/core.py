@@ -11,7 +11,9 @@ import statistics
 import threading
 import time
 import weakref
-from typing import Any, Callable, ContextManager, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
+
+import numpy as np
 
 from . import pools as _pools
 from .report import now_iso, write_profile, write_report
@@ -24,6 +26,7 @@ TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without 
 WARM_RUNS = 3            # runs of a signature before it counts as the step and tracing starts
 MAX_NOTES = 50
 MAX_SAMPLES = 2000
+MAX_CALLABLES = 32       # staged callables kept per session (each holds an executor of the step's graph)
 
 
 def _leaves(fetches, out: List) -> List:
@@ -47,24 +50,6 @@ def _leaves(fetches, out: List) -> List:
 def _has_op(sig) -> bool:
     """A run signature (sorted element names) that fetches an operation (a name without ':<index>')."""
     return bool(sig) and any(":" not in name for name in sig)
-
-
-def _substitute(fetches, graph, mapping: Dict[str, Any]):
-    """The fetch structure with original boundary tensors replaced by their staged tensors."""
-    if isinstance(fetches, dict):
-        return type(fetches)((k, _substitute(v, graph, mapping)) for k, v in fetches.items())
-    if isinstance(fetches, list):
-        return [_substitute(v, graph, mapping) for v in fetches]
-    if isinstance(fetches, tuple):
-        items = [_substitute(v, graph, mapping) for v in fetches]
-        return type(fetches)(*items) if hasattr(fetches, "_fields") else tuple(items)
-    if fetches is None or (hasattr(fetches, "indices") and hasattr(fetches, "dense_shape")):
-        return fetches
-    try:
-        el = graph.as_graph_element(fetches, allow_tensor=True, allow_operation=True)
-    except Exception:
-        return fetches
-    return mapping.get(getattr(el, "name", None), fetches)
 
 
 def _ends_with_prefetch(dataset) -> bool:
@@ -94,6 +79,7 @@ class _SessionState:
     def __init__(self, routed: bool):
         self.routed = routed
         self.cache: Dict[Any, tuple] = {}
+        self.callables: Dict[tuple, Any] = {}   # the staged step's callables (tensor connections), per run shape
         self.runner: Optional[Runner] = None
         self.lock = threading.Lock()
 
@@ -101,12 +87,16 @@ class _SessionState:
 class Scheduler:
     def __init__(self, tf, settings: Dict[str, Any], run_dir: Optional[str],
                  internal: Callable[[], ContextManager] = contextlib.nullcontext,
-                 before_run: Optional[Callable[[float], None]] = None):
+                 before_run: Optional[Callable[[float], None]] = None,
+                 timed_run: Optional[Callable[..., Any]] = None):
         self.tf = tf
         self._internal = internal  # the hooks' "not a step" context for rtkit's own session runs
-        # tells the hooks' step timing how long a run spent here before TF (the wait for a staged batch, an inline
-        # put): the script waited for it, so it is part of the step
+        # tells the hooks' step timing how long a run spent here before TF (the wait for a staged batch): the
+        # script waited for it, so it is part of the step
         self._before_run = before_run
+        # a staged step reaches TF through a callable, not Session.run's path: the hooks time and record it as
+        # the step it replaces (fn(session, fetch names, target names, call) -> call())
+        self._timed_run = timed_run or (lambda session, fetch_names, target_names, call: call())
         self.settings = dict(settings)
         self.run_dir = run_dir
         self.stage = bool(settings.get("sched_stage"))
@@ -285,8 +275,9 @@ class Scheduler:
         return gs
 
     def _classify(self, session, st: _SessionState, fetches, feed_dict):
-        """-> (signature, mode, remap) with mode in plain | staged | reset | direct; remap: the run names
-        original boundary tensors (fetched or fed), which must be read from/fed to the staged ones."""
+        """-> (signature, mode, connect) with mode in plain | staged | reset | direct; connect: the boundary tensors
+        a staged-mode run reads (fetched, or consumed by an op it runs) and does not feed, which a staged step takes
+        from the get op."""
         graph = session.graph
         gs = self._graph_state(graph)
         resolved = [graph.as_graph_element(e, allow_tensor=True, allow_operation=True)
@@ -304,21 +295,29 @@ class Scheduler:
             return sig, hit[0], hit[1]
         sm = gs.analysis
         staged = gs.staged
-        mapping = staged.mapping if staged else {}
-        remap = any(e.name in mapping for e in resolved) or any(n in mapping for n in fed)
-        fed_now = {mapping[n].name if n in mapping else n for n in fed}
-        fetch_ops = [getattr(mapping.get(e.name, e), "op", e) for e in resolved]
-        stop = sm.pipelined | sm.resets | ({staged.get_name} if staged else set())
-        reach = reachable(graph, fetch_ops, fed_now, stop=stop)
-        mode = "plain"
+        fetch_ops = [getattr(e, "op", e) for e in resolved]
+        reach = reachable(graph, fetch_ops, fed, stop=sm.pipelined | sm.resets)
+        mode, connect = "plain", ()
         if reach & sm.resets:
             mode = "reset"
-        elif staged is not None and staged.get_name in reach:
-            mode = "staged"
-        elif reach & sm.pipelined and staged is not None:
-            mode = "direct"
-        st.cache[key] = (mode, remap)
-        return sig, mode, remap
+        elif staged is not None and reach & sm.pipelined:
+            bset = set(staged.boundary)
+            fetched = {e.name for e in resolved}
+            # an input-stage tensor the run reads that is not on the staged boundary (fetched, or read by an op added
+            # to the graph after the staging ops) has no staged copy: the run reads the iterator itself
+            direct = any(getattr(e, "op", e).name in sm.pipelined and e.name not in bset for e in resolved) or any(
+                t.op.name in sm.pipelined and t.name not in bset and t.name not in fed
+                for n in reach if n not in sm.pipelined for t in graph.get_operation_by_name(n).inputs)
+            need = tuple(sorted(
+                b for b in staged.boundary if b not in fed and
+                (b in fetched or any(c.name in reach and c.name not in sm.pipelined and c is not staged.put
+                                     for c in graph.get_tensor_by_name(b).consumers()))))
+            if direct or not need:
+                mode = "direct"
+            else:
+                mode, connect = "staged", need
+        st.cache[key] = (mode, connect)
+        return sig, mode, connect
 
     # ------------------------------------------------------------------ run_wrappers / callable_wrappers
     def wrap_run(self, session, run_next, fetches, feed_dict=None, options=None, run_metadata=None):
@@ -326,7 +325,7 @@ class Scheduler:
             return run_next(fetches, feed_dict, options, run_metadata)
         st = self._state(session)
         try:
-            sig, mode, remap = self._classify(session, st, fetches, feed_dict)
+            sig, mode, connect = self._classify(session, st, fetches, feed_dict)
         except Exception as exc:  # never fail the job over analysis
             self._error(f"run not analysed ({type(exc).__name__}: {exc}); ran unchanged")
             return run_next(fetches, feed_dict, options, run_metadata)
@@ -339,30 +338,88 @@ class Scheduler:
             self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
 
         opts, md = self._options(st, options, run_metadata, tracing)
-        if remap:
-            staged = self._graphs[session.graph].staged
-            fetches = _substitute(fetches, session.graph, staged.mapping)
-            if feed_dict:
-                feed_dict = {staged.mapping.get(getattr(k, "name", k), k): v for k, v in feed_dict.items()}
         t_begin = time.time()
-        self._before(session, st, mode, is_step, tracing)
+        state = self._before(session, st, mode, is_step, tracing)
         t0 = time.time()
         self._report_before_run(mode, t0 - t_begin)
-        result = run_next(fetches, feed_dict, opts, md)
+        if state == "ready":  # a staged batch: the step's consumers read it from the get op
+            result = self._run_staged(session, st, fetches, feed_dict, opts, md, connect)
+        else:  # everything else, an unstaged step included, is the script's own run of the script's own graph
+            try:
+                result = run_next(fetches, feed_dict, opts, md)
+            except BaseException:
+                self._unstaged_failed(state)
+                raise
         t1 = time.time()
         if is_step:
             self._after_step(st, mode, t_begin, t0, t1, tracing, md)
         return result
 
+    def _run_staged(self, session, st: _SessionState, fetches, feed_dict, opts, md, connect: Tuple[str, ...]):
+        """The run's fetches as one TF call in which each boundary tensor in `connect` is replaced by the get op's
+        output (CallableOptions.tensor_connection): no op of the script's graph is changed, and the consumers
+        read the staged batch inside the runtime. One callable per run shape, made at its first staged step."""
+        from tensorflow.python.client import session as session_lib  # _FetchHandler: Session.run's own structure code
+
+        graph = session.graph
+        staged = self._graphs[graph].staged
+        feed_names: List[str] = []
+        feed_vals: List[Any] = []
+        feed_map: Dict[Any, Any] = {}
+        for k, v in (feed_dict or {}).items():
+            if hasattr(k, "dense_shape"):  # a SparseTensor key: its three parts
+                vals = (v.indices, v.values, v.dense_shape) if hasattr(v, "dense_shape") else tuple(v)
+                pairs = list(zip((k.indices, k.values, k.dense_shape), vals))
+            else:
+                pairs = [(k, v)]
+            for kk, vv in pairs:
+                t = graph.as_graph_element(kk, allow_tensor=True, allow_operation=False)
+                arr = np.asarray(vv, dtype=t.dtype.as_numpy_dtype)
+                feed_names.append(t.name)
+                feed_vals.append(arr)
+                feed_map[t.ref()] = arr
+        handler = session_lib._FetchHandler(graph, fetches, feed_map)
+        fetch_names = [t.name for t in handler.fetches()]
+        target_names = [op.name for op in handler.targets()]
+        okey = b""
+        if opts is not None:
+            # a callable keeps the run options it was made with, and making one costs a Grappler pass and an executor
+            # (seconds on wdl): one per run shape, on the pool of its first staged step. Staged candidates all use
+            # the first compute size; only the few drained items of a block that turned staging off run there too
+            plain = type(opts)()
+            plain.CopyFrom(opts)
+            plain.inter_op_thread_pool = 0
+            okey = plain.SerializeToString(deterministic=True)
+        ckey = (tuple(fetch_names), tuple(target_names), tuple(feed_names), connect, okey)
+        fn = st.callables.get(ckey)
+        if fn is None:
+            from tensorflow.core.protobuf import config_pb2  # CallableOptions has no public tf.* name
+
+            co = config_pb2.CallableOptions()
+            co.feed.extend(feed_names)
+            # a connected tensor cannot be fetched (TF: "both fed and fetched"): its staged value is the get's output
+            co.fetch.extend(staged.mapping[n].name if n in connect else n for n in fetch_names)
+            co.target.extend(target_names)
+            for n in connect:
+                c = co.tensor_connection.add()
+                c.from_tensor = staged.mapping[n].name
+                c.to_tensor = n
+            if opts is not None:
+                co.run_options.CopyFrom(opts)
+            fn = session._make_callable_from_options(co)
+            if len(st.callables) >= MAX_CALLABLES:  # run shapes that never repeat: keep the newest (dict order)
+                del st.callables[next(iter(st.callables))]
+            st.callables[ckey] = fn
+        values = self._timed_run(session, fetch_names, target_names, lambda: fn(*feed_vals, run_metadata=md))
+        return handler.build_results(session, values)
+
     def wrap_callable(self, session, make_next, fetches, feed_list=None, accept_options=False):
-        """Session.make_callable: the rewrite happens before the callable is made (which extends the
-        session's graph); each call of a callable that reads the staged get is served like a step run."""
+        """Session.make_callable: the staging ops are added before the callable is made (which extends the
+        session's graph); each call of a callable that reads the input is served like a step run: a staged batch
+        through the staged callable, otherwise the script's own callable."""
         try:
             st = self._state(session)
-            sig, mode, remap = self._classify(session, st, fetches, None)
-            if remap:
-                staged = self._graphs[session.graph].staged
-                fetches = _substitute(fetches, session.graph, staged.mapping)
+            sig, mode, connect = self._classify(session, st, fetches, {k: None for k in (feed_list or ())})
         except Exception as exc:
             self._error(f"callable not analysed ({type(exc).__name__}: {exc}); made unchanged")
             return make_next(fetches, feed_list, accept_options)
@@ -376,10 +433,22 @@ class Scheduler:
                 return fn(*args, **kwargs)
             is_step = sched._count_signature(sig)
             t_begin = time.time()
-            sched._before(session, st, mode, is_step, False)
+            state = sched._before(session, st, mode, is_step, False)
             t0 = time.time()
             sched._report_before_run(mode, t0 - t_begin)
-            out = fn(*args, **kwargs)
+            if state == "ready":
+                md = kwargs.get("run_metadata")
+                opts, md = sched._options(st, kwargs.get("options"), md, False)
+                out = sched._run_staged(session, st, fetches, dict(zip(feed_list or (), args)), opts, md, connect)
+            else:  # the script's callable; one with a feed list goes through Session.run: not a second step there
+                sched._local.bypass = True
+                try:
+                    out = fn(*args, **kwargs)
+                except BaseException:
+                    sched._unstaged_failed(state)
+                    raise
+                finally:
+                    sched._local.bypass = False
             if is_step:
                 sched._after_step(st, mode, t_begin, t0, time.time(), False, None)
             return out
@@ -402,19 +471,21 @@ class Scheduler:
                     md = self.tf.compat.v1.RunMetadata()
         return opts, md
 
-    def _before(self, session, st: _SessionState, mode: str, is_step: bool, tracing: bool) -> None:
-        """Staging work before a run: stop the runner for an iterator reset; before a run that reads the
-        get op, make sure an item is (or will be) staged, or raise the input error of this step."""
+    def _before(self, session, st: _SessionState, mode: str, is_step: bool, tracing: bool) -> Optional[str]:
+        """Staging work before a run: stop the runner for an iterator reset; before a run that reads the input,
+        take the staged batch ('ready': the run reads it from the get op) or learn that none is staged and none
+        will come ('inline': the script's own graph runs and reads the iterator itself, with no extra run), or
+        raise the input error of this step. None for runs that do not read the input."""
         if mode == "reset":
             self._stop_runner(st, "iterator reset/save run")
-            return
+            return None
         if mode == "direct":
             self.counts["direct_input_runs"] += 1
             self.note("a run read input-stage tensors that are not staged (an intermediate of the input "
                       "stage): it reads the iterator directly, a batch ahead of the staged ones")
-            return
+            return None
         if mode != "staged":
-            return
+            return None
         runner = self._runner(session, st)
         if tracing and self._traced_inputs == 0 and self._input_trace_left == 0:
             self._input_trace_left = TRACE_STEPS
@@ -432,8 +503,7 @@ class Scheduler:
             raise
         self.counts["input_runs"] += 1
         if state == "inline":
-            runner.put_inline(self._make_put(session, st, inline=True))
-            self._local.step_kind = "inline"
+            self._local.step_kind = "unstaged"
             self.counts["inline_steps"] += 1
         else:
             self._local.step_kind = "staged"
@@ -446,6 +516,16 @@ class Scheduler:
             self._depth.append([round(t, 4), d])
         if len(runner.depth_samples) > 64:
             del runner.depth_samples[:-1]
+        return state
+
+    def _unstaged_failed(self, state: Optional[str]) -> None:
+        """An unstaged step's own run raised (the end of the data, a bad record): an input error delivered at its
+        step, as a staged step's is, not a step."""
+        if state == "inline":
+            with self._lock:
+                self.counts["inline_steps"] -= 1
+                self.counts["input_runs"] -= 1
+                self.counts["errors_delivered"] += 1
 
     def _report_before_run(self, mode: str, seconds: float) -> None:
         if mode == "staged" and self._before_run is not None and seconds > 0:
@@ -456,7 +536,7 @@ class Scheduler:
 
     def _after_step(self, st: _SessionState, mode: str, t_begin: float, t0: float, t1: float, tracing: bool,
                     md) -> None:
-        """t_begin: the script's run began (before the wait for a staged batch or an inline put); t0..t1: TF's run.
+        """t_begin: the script's run began (before the wait for a staged batch); t0..t1: TF's run.
         The step's time, which the tuner compares, is t_begin..t1: what the script waited for."""
         ms = (t1 - t_begin) * 1000.0
         kind = getattr(self._local, "step_kind", None) if mode == "staged" else mode
@@ -533,7 +613,7 @@ class Scheduler:
                     if sess is not None and not getattr(sess, "_closed", False):
                         self._run_internal(sess, clear, None, None)
 
-                st.runner = Runner(self._make_put(session, st, inline=False), run_clear, self._runner_event,
+                st.runner = Runner(self._make_put(session, st), run_clear, self._runner_event,
                                    depth=self.depth)
                 self._runners.add(st.runner)
             return st.runner
@@ -546,7 +626,7 @@ class Scheduler:
         finally:
             self._local.bypass = False
 
-    def _make_put(self, session, st: _SessionState, inline: bool):
+    def _make_put(self, session, st: _SessionState):
         RunOptions = self.tf.compat.v1.RunOptions
         RunMetadata = self.tf.compat.v1.RunMetadata
         ref = weakref.ref(session)
@@ -558,8 +638,7 @@ class Scheduler:
                 raise RuntimeError("rtkit scheduler: the session was garbage-collected")
             opts = RunOptions()
             if st.routed:
-                opts.inter_op_thread_pool = (self.plan.index("compute", self.active["compute"]) if inline
-                                             else self.plan.index("input", self.active["input"]))
+                opts.inter_op_thread_pool = self.plan.index("input", self.active["input"])
             md = None
             if self._input_trace_left > 0:
                 self._input_trace_left -= 1
@@ -623,10 +702,13 @@ class Scheduler:
         elif c["rewrites"] == 0:
             parts.append("not staged" + (f" ({self.stage_reason})" if self.stage_reason else
                                          " (no session graph ran)"))
+        elif c["staged_steps"] == 0 and c["inline_steps"]:
+            parts.append(f"staging off: the script's own graph ran ({c['inline_steps']} steps), "
+                         "0 extra runs per step")
         else:
             parts.append(f"in-graph staging: {c['staged_steps']} of {c['input_runs']} input-reading runs staged")
             if c["inline_steps"]:
-                parts.append(f"{c['inline_steps']} unstaged")
+                parts.append(f"{c['inline_steps']} unstaged: the script's own graph ran, 0 extra runs per step")
         if self.keras.get("datasets"):
             parts.append(f"Keras: stage options on {len(self.keras['datasets'])} tf.data input(s)")
         if self.tuner is not None:
@@ -681,18 +763,21 @@ class Scheduler:
             "speedup_over_first_x": tuning["speedup_over_first_x"] if tuning else None,
             "pipeline": {
                 "enabled": self.stage,
-                "mechanism": "in-graph StagingArea (put ahead on the input pool, get in the step)",
+                "mechanism": "in-graph StagingArea (put ahead on the input pool; a staged step reads the get "
+                             "through CallableOptions.tensor_connection, the script's graph is not rewired)",
+                "unstaged_step": "the script's own fetches on the script's own graph: one TF call, no put",
                 "staged": staged is not None,
                 "not_staged_reason": self.stage_reason,
                 "cuttable": bool(sm and sm.cuttable),
                 "depth_steps": self.depth,
                 "boundary_tensors": list(staged.boundary) if staged else (list(sm.boundary) if sm else []),
-                "rewired_inputs": staged.rewired if staged else 0,
+                "connected_inputs": staged.connected if staged else 0,
                 "pipelined_ops": len(sm.pipelined) if sm else 0,
                 "pipelines_started": self.counts["runners_started"],
                 "input_runs": self.counts["input_runs"],
                 "staged_steps": self.counts["staged_steps"],
                 "inline_steps": self.counts["inline_steps"],
+                "unstaged_steps": self.counts["inline_steps"],
                 "dropped_batches": self.counts["dropped_items"],
                 "errors_delivered": self.counts["errors_delivered"],
                 "direct_input_runs": self.counts["direct_input_runs"],

@@ -2,7 +2,11 @@
 """The input stage is DeepRec SmartStage's cut: the iterator's get_next and every stateless op that depends
 only on it (and on constants), never on a variable, a feed or a stateful op. Those ops can run steps ahead
 without changing what the model sees. The boundary is the set of their output tensors consumed by the rest
-of the graph; a step's run feeds them instead of computing them."""
+of the graph; a step's run reads them from the staging area instead of computing them.
+
+Left out of the cut: shape ops (Shape, ShapeN, Size, Rank), what depends on them, and ops whose outputs only they
+read, and the gradient's plumbing (ops under a gradients scope, such as the index reshapes of an embedding's
+gradient): the step computes those from the staged tensors, as the script's graph does."""
 from __future__ import annotations
 
 import re
@@ -18,6 +22,9 @@ OPAQUE_TYPES = {"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond",
                 "RefEnter", "RefExit", "RefNextIteration", "If", "StatelessIf", "While", "StatelessWhile",
                 "PartitionedCall", "StatefulPartitionedCall", "Case", "StatelessCase"}
 FEED_TYPES = {"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"}
+# Shape plumbing stays in the step: staged, a shape reaches the model as an opaque tensor, and Grappler then folds
+# and fuses the staged graph differently from the script's (a last-bit difference in the losses).
+SHAPE_TYPES = {"Shape", "ShapeN", "Size", "Rank"}
 # rtkit's own staging ops (the put, the get and the clear of the staging area) are input-stage work.
 STAGE_OP_TYPES = {"Stage", "Unstage", "StageClear", "StageSize", "StagePeek"}
 _EMBED_RE = re.compile(r"^(Lookup|MutableHashTable|MutableDenseHashTable|HashTable|Unique|Gather|ResourceGather|"
@@ -32,6 +39,10 @@ def _is_stateful(op) -> bool:
         return bool(op.op_def.is_stateful)
     except Exception:  # ops without a registered OpDef: be conservative
         return True
+
+
+def _in_gradients(name: str) -> bool:
+    return any(p == "gradients" or p.startswith("gradients_") for p in name.split("/"))
 
 
 def _forward_name(name: str) -> Optional[str]:
@@ -85,9 +96,18 @@ def analyze(graph) -> StageMap:
             continue
         if _is_stateful(op) or op.type in OPAQUE_TYPES or op.type in FEED_TYPES:
             continue
+        if op.type in SHAPE_TYPES or _in_gradients(op.name):
+            continue
         ins = [t.op.name for t in op.inputs] + [c.name for c in op.control_inputs]
         if ins and all(n in pipelined or n in const for n in ins) and any(n in pipelined for n in ins):
             pipelined.add(op.name)
+    # an op whose outputs only shape ops read is shape plumbing too: the step computes it
+    for op in reversed(ops):
+        if op.name not in pipelined or op.type in GET_NEXT_TYPES:
+            continue
+        consumers = [c for t in op.outputs for c in t.consumers()]
+        if consumers and all(c.type in SHAPE_TYPES and c.name not in pipelined for c in consumers):
+            pipelined.discard(op.name)
 
     # 3. support: everything upstream of get_next (iterator handle, dataset ops, MakeIterator shares the handle)
     support: Set[str] = set()

@@ -1,9 +1,11 @@
 # staging.py -- SmartStage in the graph: route the cut's boundary tensors through a StagingArea (put ahead, get in the step).
 """rewrite(graph, stage_map, depth) adds one StagingArea to the graph: a put op whose inputs are the
-boundary tensors and a get op whose outputs replace them in every consumer outside the cut
-(Operation._update_input, before any session has run the consumers: a session only sees edges it has
-not extended yet). The put runs ahead in a background Runner on the input pool; the step's run reads
-the get. The staged tensors never leave the runtime (no feed, no host copy through Python).
+boundary tensors and a get op with one output per boundary tensor. It changes no op the script made: the
+script's own fetches still run the script's own graph (the unstaged step costs what it cost without rtkit).
+A staged step runs the same fetches as a callable whose CallableOptions.tensor_connection edges replace each
+boundary tensor with the get op's output, so its consumers read the staging area in that executor only. The put
+runs ahead in a background Runner on the input pool. The staged tensors never leave the runtime (no feed, no
+host copy through Python).
 
 A graph the rewrite cannot handle is left exactly as it is and the reason is returned."""
 from __future__ import annotations
@@ -25,13 +27,14 @@ RUNNER_PREFIX = "rtkit-stage"
 
 @dataclass
 class Staged:
-    """What rewrite() added: the put op, the get op, and original boundary tensor name -> staged tensor."""
+    """What rewrite() added: the put op, the get op, and original boundary tensor name -> the get's output that a
+    staged step connects in its place."""
     put: object
     get_op: object
     clear: object
     mapping: Dict[str, object]
     boundary: List[str]
-    rewired: int = 0            # consumer inputs switched to the get op's outputs
+    connected: int = 0          # consumer inputs a staged step reads from the get op's outputs
     get_name: str = ""
 
 
@@ -60,7 +63,7 @@ def check(graph, sm: StageMap) -> Optional[str]:
 
 
 def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional[str]]:
-    """Add the staging area and rewire the consumers; (None, reason) when the graph is left as is."""
+    """Add the staging area (new ops only, no existing op changed); (None, reason) when the graph is left as is."""
     reason = check(graph, sm)
     if reason:
         return None, reason
@@ -68,7 +71,7 @@ def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional
 
     bnd = [graph.get_tensor_by_name(n) for n in sm.boundary]
     was_final = graph.finalized
-    if was_final:  # MonitoredTrainingSession finalizes before creating its session; ops are added before any run
+    if was_final:  # MonitoredTrainingSession finalizes before creating its session; new ops only, before its first step
         graph._unsafe_unfinalize()
     try:
         with graph.as_default(), graph.name_scope(None), graph.name_scope(SCOPE), graph.control_dependencies(None):
@@ -86,14 +89,9 @@ def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional
             mapping[t.name] = g
         staged = Staged(put=put, get_op=got[0].op, clear=clear, mapping=mapping, boundary=list(sm.boundary),
                         get_name=got[0].op.name)
-        for t in bnd:
-            for c in list(t.consumers()):
-                if c.name in sm.pipelined or c is put:
-                    continue
-                for i, x in enumerate(list(c.inputs)):
-                    if x is t or x.name == t.name:
-                        c._update_input(i, mapping[t.name])
-                        staged.rewired += 1
+        # no consumer is rewired (the script's graph runs as it was); a staged step connects them per run
+        staged.connected = sum(1 for t in bnd for c in t.consumers() if c.name not in sm.pipelined and c is not put
+                               for x in c.inputs if x.name == t.name)
         return staged, None
     finally:
         if was_final:
@@ -157,17 +155,10 @@ class Runner:
             if self._on_event:
                 self._on_event("put", t0, t1, {"item": self.puts})
 
-    def put_inline(self, run_put: Callable[[], None]) -> None:
-        """Unstaged mode: the step's own thread puts the item right before its run (which takes it)."""
-        run_put()
-        with self.cond:
-            self.puts += 1
-            self.gets += 1
-
     def take(self) -> Tuple[str, float, float]:
-        """Before a step's run that reads the get op: ('ready', put ms of the item, wait ms) when an item is
-        staged, or ('inline', 0, wait ms) when nothing will come (put one now); raises the input error at
-        its step."""
+        """Before a step's run that reads the input: ('ready', put ms of the item, wait ms) when an item is
+        staged, or ('inline', 0, wait ms) when nothing is staged and nothing will come (the step then runs the
+        script's own graph, which reads the iterator itself); raises the input error at its step."""
         t0 = time.time()
         with self.cond:
             while self.puts <= self.gets and self.error is None and self.alive:

@@ -11,7 +11,10 @@ staging is switched off, while staged items are served).
 Do no harm: each round gives every candidate's block median as a ratio to the baseline's block median of
 the same round. A candidate replaces the baseline only if it was faster in every round and its median
 gain exceeds both MIN_GAIN and the spread of its ratios (the measured noise); otherwise the script's own
-configuration is kept. The intra-op pool is process-wide in stock TF, so it is not a trial dimension."""
+configuration is kept. The intra-op pool is process-wide in stock TF, so it is not a trial dimension.
+
+Stopping early changes no outcome: a candidate slower than the baseline in any finished round can no longer win
+every round, so its remaining blocks are dropped; when no candidate is left, tuning ends at that round."""
 from __future__ import annotations
 
 import statistics
@@ -50,6 +53,10 @@ class Tuner:
         # odd rounds run in reverse order (A B C, C B A, ...): a steady drift then favours no candidate
         self.schedule: List[Config] = [c for r in range(rounds) for c in (cands if r % 2 == 0 else cands[::-1])]
         self.blocks: Dict[Config, List[List[float]]] = {c: [] for c in cands}
+        self.alive: List[Config] = list(cands)       # the baseline and the candidates that can still win
+        self.dropped: Dict[Config, int] = {}         # candidate -> the round after which it was dropped
+        self.rounds_run = 0
+        self._round_end = len(cands)                 # schedule index where the current round ends
         self._b = 0
         self._n = 0
         self.done = not self.schedule
@@ -86,8 +93,27 @@ class Tuner:
         if self._n >= self.block:
             self._b += 1
             self._n = 0
+            if self._b >= self._round_end:
+                self._end_round()
             if self._b >= len(self.schedule):
                 self._finish()
+
+    def _end_round(self) -> None:
+        """After each round: drop the candidates that were slower than the baseline in a round (they cannot win
+        every round) and lay out the remaining rounds with those still in play."""
+        self.rounds_run += 1
+        for c in self.alive[1:]:
+            r = self.ratios(c)
+            if r and max(r) >= 1.0:
+                self.dropped[c] = self.rounds_run
+        self.alive = [c for c in self.alive if c not in self.dropped]
+        if len(self.alive) < 2:  # nothing can beat the script's configuration any more
+            del self.schedule[self._b:]
+            return
+        rest = [c for r in range(self.rounds_run, self.rounds)
+                for c in (self.alive if r % 2 == 0 else self.alive[::-1])]
+        self.schedule[self._b:] = rest
+        self._round_end = self._b + len(self.alive)
 
     def _median(self, cfg: Config) -> Optional[float]:
         t = [x for b in self.blocks.get(cfg, []) for x in b]
@@ -120,7 +146,10 @@ class Tuner:
             r0 = [x for c in self.candidates[1:] for x in self.ratios(c)]
             spread = f"; per-round ratios of the others {min(r0):.3f}..{max(r0):.3f}" if r0 else ""
             self.verdict = "kept the script's configuration: no candidate faster beyond the noise"
-            self.confidence = f"{self.rounds} interleaved rounds{spread}"
+            if self.rounds_run < self.rounds:
+                self.verdict += (f" (stopped after round {self.rounds_run} of {self.rounds}: every candidate was "
+                                 "slower than the script's configuration in a round)")
+            self.confidence = f"{self.rounds_run} interleaved rounds{spread}"
             self.gain = 0.0
         else:
             self.chosen = best
@@ -137,11 +166,13 @@ class Tuner:
             r = self.ratios((c, i, st))
             trials.append({"compute_threads": c, "input_threads": i, "stage_pipelined": st,
                            "steps": sum(len(b) for b in self.blocks[(c, i, st)]),
+                           "dropped_after_round": self.dropped.get((c, i, st)),
                            "step_ms_median": self._median((c, i, st)),
                            "ratio_to_script_per_round": [round(x, 4) for x in r]})
         cost = self.cost(best)
         return {"done": self.done, "budget_steps": self.budget_steps, "steps_used": self.steps_used,
                 "schedule": "interleaved blocks", "steps_per_block": self.block, "rounds": self.rounds,
+                "rounds_run": self.rounds_run,
                 "trials": trials,
                 "chosen": {"compute_threads": self.chosen[0], "input_threads": self.chosen[1],
                            "stage_pipelined": self.chosen[2]},

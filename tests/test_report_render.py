@@ -657,3 +657,18 @@ def test_monitored_training_session_hooks_reading_global_step_are_not_the_step(t
     reads = [o for o in rep["steps"]["other_signatures"] if "global_step" in o["signature"]]
     assert reads and reads[0]["count"] > 40            # the reads did recur more often than the step
     assert "steps: 40 counted from tf.compat.v1 MonitoredTrainingSession" in proc.stderr
+
+
+def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():
+    """Issue 11: with staging off on a staged graph, an unstaged step is the script's own run: the summary says so
+    (and reports of schedulers that did not count unstaged steps do not claim it)."""
+    from rtkit.report import words
+
+    tuned_off = {"tuning": {"done": True, "chosen": {"stage_pipelined": False}}}
+    sc = {"pipeline": {"staged_steps": 24, "unstaged_steps": 176}, **tuned_off}
+    assert words.pipeline(sc).endswith("(in tuning trials; the chosen configuration does not pipeline: the script's "
+                                       "own graph ran, 0 extra runs per step)")
+    sc = {"pipeline": {"staged_steps": 0, "unstaged_steps": 200}}
+    assert words.pipeline(sc) == "no step pipelined (staging off: the script's own graph ran, 0 extra runs per step)"
+    old = {"pipeline": {"staged_steps": 24}, **tuned_off}
+    assert "0 extra runs" not in words.pipeline(old)

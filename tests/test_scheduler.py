@@ -41,7 +41,7 @@ def write_data(path, rows=320, bad_row=None):
 class Model:
     """A small sparse model whose parsing happens in-graph after get_next (the input stage)."""
 
-    def __init__(self, path, batch=32, probe=None):
+    def __init__(self, path, batch=32, probe=None, scaled=False):
         self.graph = tf.Graph()
         with self.graph.as_default():
             ds = tf.data.TextLineDataset(path).batch(batch)
@@ -54,6 +54,9 @@ class Model:
             if probe is not None:  # a stateless py_func in the input stage records its thread
                 dense = tf.numpy_function(probe, [dense], tf.float32, stateful=False)
                 dense.set_shape([None])
+            if scaled:  # a feed in the step (a script's knob): the step's own ops read it, the cut does not
+                self.scale = tf1.placeholder_with_default(1.0, [], name="scale")
+                dense = dense * self.scale
             emb = tf1.get_variable("emb", [500, 8], initializer=tf1.constant_initializer(0.01))
             e = tf.reduce_mean(tf.gather(emb, ids), axis=1)
             w = tf1.get_variable("w", [9, 1], initializer=tf1.constant_initializer(0.1))
@@ -112,6 +115,11 @@ def train(tmp_path, stage, rows=320, bad_row=None, probe=None, steps=None, **kw)
     return losses, err, sched, h
 
 
+def h1_callables(sched, h):
+    """The staged step's callables the scheduler made for this session: [(key, callable)]."""
+    return list(sched._states[h.sess].callables.items())
+
+
 def rtkit_threads():
     return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
 
@@ -137,6 +145,27 @@ def test_stage_analysis_classifies_ops_and_cuts_at_get_next(tmp_path):
                    for n in sm.pipelined if m.graph.get_operation_by_name(n).type != "IteratorGetNext")
 
 
+def test_shape_and_gradient_plumbing_stay_out_of_the_cut(tmp_path):
+    """Shapes of input tensors (and what only they read) and the gradient's index plumbing run in the step:
+    staged, they reach the model as opaque tensors and Grappler rewrites the staged step differently."""
+    m = Model(write_data(str(tmp_path / "d.csv"), 64))
+    g = m.graph
+    with g.as_default():  # a shape-only consumer: a reshape to the ids' own shape, read only by tf.shape
+        ids = [op for op in g.get_operations() if op.type == "StringToHashBucketFast"][0].outputs[0]
+        only_for_shape = tf.identity(ids, name="only_for_shape")
+        tf.reduce_sum(tf.cast(tf.shape(only_for_shape), tf.float32) * m.emb[0, 0], name="uses_the_shape")
+    sm = analyze(g)
+    assert sm.cuttable, sm.notes
+    for name in sm.pipelined:
+        op = g.get_operation_by_name(name)
+        assert op.type not in ("Shape", "ShapeN", "Size", "Rank"), name
+        assert not any(p == "gradients" or p.startswith("gradients_") for p in name.split("/")), name
+    assert "only_for_shape" not in sm.pipelined and ids.name in sm.boundary
+    # the model graph has gradient ops that read only the ids (the gather's gradient indices): none is staged
+    assert any(op.name.startswith("gradients/") and any(t.op.name in sm.pipelined for t in op.inputs)
+               for op in g.get_operations())
+
+
 def test_staged_and_unstaged_give_same_losses_and_steps(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -150,12 +179,13 @@ def test_staged_and_unstaged_give_same_losses_and_steps(tmp_path):
     rep = s1.report()
     assert rep["pipeline"]["staged"] and rep["pipeline"]["staged_steps"] == 10
     assert rep["pipeline"]["errors_delivered"] == 1  # the end of the data, at the 11th step
-    # no boundary tensor is fed from Python: the step's consumers read the staging area's get op
+    # no boundary tensor is fed from Python: the staged step connects its consumers to the staging area's get op
+    # (CallableOptions.tensor_connection), and no op of the script's graph is rewired
     g = h1.sess.graph
     assert any(op.type == "Unstage" for op in g.get_operations())
-    for name in rep["pipeline"]["boundary_tensors"]:
-        assert all(c.type == "Stage" or c.name in s1.last_analysis.pipelined
-                   for c in g.get_tensor_by_name(name).consumers()), name
+    made = h1_callables(s1, h1)
+    assert made and all(key[3] and set(key[3]) <= set(rep["pipeline"]["boundary_tensors"]) for key, _ in made)
+    assert not [op.name for op in g.get_operations() if any(t.op.type == "Unstage" for t in op.inputs)]
     assert rep["pipeline"]["pipelines_started"] >= 1
     assert rep["pipeline"]["occupancy_samples_batches"], rep["pipeline"]
     assert s0.report()["pipeline"]["pipelines_started"] == 0
@@ -370,7 +400,9 @@ def test_tuner_interleaves_blocks_and_keeps_the_fastest():
         order.append(cfg)
         drift -= 0.5  # steps get faster over time: a sequential schedule would favour the last candidate
         t.record(drift * (0.8 if cfg == (2, 2, True) else 1.0))
-    assert t.steps_used == 4 * 4 * 3  # 4 candidates, blocks of 4, 3 rounds
+    # 4 candidates, blocks of 4; the drift makes the two middle ones slower than the script's in round 2 (they ran
+    # before it there), so round 3 runs only the script's configuration and the winner
+    assert t.steps_used == 4 * 4 * 2 + 2 * 4
     assert order[:4] == [t.candidates[0]] * 4 and order[4] == t.candidates[1]  # blocks, interleaved
     assert order[16:20] == [t.candidates[-1]] * 4  # the second round runs in reverse order
     assert t.chosen == (2, 2, True)
@@ -378,7 +410,23 @@ def test_tuner_interleaves_blocks_and_keeps_the_fastest():
     assert rep["speedup_over_first_x"] > 1.0 and 15 < rep["gain_pct"] < 30
     assert "3 of 3 rounds" in rep["confidence"]
     # after switching staging off, the drained steps are not measured: 4 - 1 - 2 in that block
-    assert rep["trials"][1]["steps"] == 3 + 1 + 3
+    assert rep["trials"][1]["steps"] == 3 + 1 and rep["trials"][1]["dropped_after_round"] == 2
+    assert rep["rounds_run"] == 3 and rep["trials"][3]["dropped_after_round"] is None
+
+
+def test_tuner_stops_when_no_candidate_can_win_every_round():
+    """A candidate slower than the script's configuration in one round can no longer be chosen: with every
+    candidate slower in round 1, tuning ends there (a third of the trials), with the same verdict."""
+    from rtkit.scheduler.tuner import Tuner
+
+    t = Tuner([2, 1], [1, 2], 60, stage_options=(False, True), block_steps=4, drain_steps=2)
+    assert len(t.candidates) == 4 and t.rounds == 3
+    while not t.done:
+        t.record(10.0 if t.current() == t.candidates[0] else 12.0)
+    assert t.steps_used == 4 * 4 and t.chosen == t.candidates[0]
+    rep = t.report()
+    assert rep["rounds_run"] == 1 and all(x["dropped_after_round"] == 1 for x in rep["trials"][1:])
+    assert "stopped after round 1 of 3" in rep["verdict"]
 
 
 def test_tuner_keeps_the_script_configuration_within_noise():
@@ -569,3 +617,78 @@ def test_a_staged_step_counts_its_wait_for_the_batch(tmp_path):
     # the step times the scheduler keeps (the tuner's and the report's) include the wait
     import statistics
     assert statistics.median(sched.step_ms) >= 20, sched.step_ms  # (a step after a slow traced one finds one ready)
+
+
+def _count_tf_calls(monkeypatch):
+    """TF calls (Session.run's and callables') made on this thread, rtkit's own included."""
+    from tensorflow.python.client import pywrap_tf_session as pywrap
+
+    me, calls = threading.get_ident(), [0]
+    for name in ("TF_SessionRun_wrapper", "TF_SessionRunCallable"):
+        orig = getattr(pywrap, name)
+
+        def wrapped(*a, _orig=orig, **k):
+            if threading.get_ident() == me:
+                calls[0] += 1
+            return _orig(*a, **k)
+
+        monkeypatch.setattr(pywrap, name, wrapped)
+    return calls
+
+
+@pytest.mark.parametrize("stage_on", [False, True])
+def test_a_step_is_one_tf_call_with_staging_off_or_on(tmp_path, monkeypatch, stage_on):
+    """Issue 11: with staging off on a staged graph (what the tuner leaves when it keeps the script's configuration)
+    a step is the script's own run, one TF call and no put; staged, it is one call too (the put runs on the runner)."""
+    (tmp_path / "a").mkdir()
+    base, _, _, h0 = train(tmp_path / "a", stage=False)
+    h0.close()
+    m = Model(write_data(str(tmp_path / "data.csv"), 320))
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
+    sched.active["stage"] = stage_on  # the tuner's choice
+    h = Hooked(sched, m.graph)
+    h.run(m.init)
+    h.run(m.iterator.initializer)
+    calls = _count_tf_calls(monkeypatch)
+    losses, per_step = [], []
+    try:
+        while True:
+            before = calls[0]
+            losses.append(float(h.run([m.train, m.loss])[1]))
+            per_step.append(calls[0] - before)
+    except tf.errors.OutOfRangeError:
+        pass
+    h.close()
+    assert losses == base
+    assert per_step == [1] * 10, per_step
+    p = sched.report()["pipeline"]
+    assert p["staged"] and (p["staged_steps"], p["unstaged_steps"]) == ((10, 0) if stage_on else (0, 10)), p
+    if not stage_on:
+        assert p["pipelines_started"] == 0 and not sched._states[h.sess].callables
+        assert "staging off: the script's own graph ran (10 steps), 0 extra runs per step" in sched.state_line()
+
+
+def test_make_callable_with_a_feed_list_is_staged(tmp_path, monkeypatch):
+    """A callable with feeds: the staged step feeds them to the staged callable (x * 1.0 keeps the losses exact)."""
+    (tmp_path / "a").mkdir()
+    base, _, _, h0 = train(tmp_path / "a", stage=False)
+    h0.close()
+    m = Model(write_data(str(tmp_path / "data.csv"), 320), scaled=True)
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
+    h = Hooked(sched, m.graph)
+    h.run(m.init)
+    h.run(m.iterator.initializer)
+    step = h.make_callable([m.train, m.loss], feed_list=[m.scale])
+    calls = _count_tf_calls(monkeypatch)
+    losses, per_step = [], []
+    with pytest.raises(tf.errors.OutOfRangeError):
+        while True:
+            before = calls[0]
+            losses.append(float(step(np.float32(1.0))[1]))
+            per_step.append(calls[0] - before)
+    h.close()
+    assert losses == base and per_step == [1] * 10
+    assert sched.report()["pipeline"]["staged_steps"] == 10
+    (key, _), = h1_callables(sched, h)
+    assert key[2] == ("scale:0",) and key[3]  # fed, and connected to the get
+    assert not rtkit_threads()

@@ -69,6 +69,22 @@ def test_legacy_input_staged_in_graph_is_bit_identical(tmp_path, data_dir):
     assert "in-graph staging: 16 of 16" in sched["state"], sched["state"]
 
 
+def test_lazy_tables_staged_within_rounding_of_unstaged(tmp_path, data_dir):
+    """--table-fill lazy: shapes and gradient plumbing stay out of the cut, and the staged losses stay within float
+    rounding of the unstaged ones, not bit-identical: Grappler's arithmetic optimisation and constant folding
+    rewrite the script's graph and the staged executor's graph differently (docs/scheduler.md, Known limits)."""
+    env = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    extra = ["--input", "legacy", "--table-fill", "lazy"]
+    base, _ = workload(tmp_path / "off", data_dir, "session", ["sched=0"], extra=extra, env=env)
+    staged, rep = workload(tmp_path / "on", data_dir, "session", ["sched=1", "sched_stage=1"], extra=extra, env=env)
+    assert len(base) == len(staged) == 16
+    for a, b in zip(base, staged):
+        assert b == pytest.approx(a, rel=1e-6, abs=0)
+    p = rep["scheduler"]["pipeline"]
+    assert p["staged"] and p["staged_steps"] == 16, p
+    assert not [t for t in p["boundary_tensors"] if "gradients/" in t or re.search(r"/(Shape|Size|Rank)(_\d+)?:", t)]
+
+
 def test_monitored_training_session_with_pipeline_and_tuning(tmp_path, data_dir):
     prof = tmp_path / "tuned.toml"
     losses, rep = workload(tmp_path / "mon", data_dir, "monitored",

@@ -65,7 +65,7 @@ def on_tensorflow(tf) -> None:
             from rtkit import scheduler
 
             sched = scheduler.activate(tf, values, os.environ.get("RTKIT_RUN_DIR") or None, internal=registry.internal,
-                                        before_run=registry.before_run)
+                                        before_run=registry.before_run, timed_run=registry.timed_run)
             if sched.on_close not in registry.close_callbacks:  # once per process, however often TF is hooked
                 registry.register(sched)
         except Exception as exc:  # the job runs on TF's defaults

@@ -3,8 +3,10 @@
 config_filters (each session's ConfigProto), run_wrappers (around each Session.run), close_callbacks
 (before a session closes) and exit_callbacks (at interpreter exit, before the step file's last flush).
 `internal()` marks rtkit's own session runs, which are not training steps; `before_run(ms)` adds time a
-component spent on a run's behalf before it reached TensorFlow (waiting for a staged batch, putting one inline) to
-the step that follows on the same thread, so a step's time is what the script waited for, not TF's part alone."""
+component spent on a run's behalf before it reached TensorFlow (waiting for a staged batch) to the step that follows
+on the same thread, so a step's time is what the script waited for, not TF's part alone. `timed_run` times a run a
+component makes through a path the session hooks do not see (a callable made from CallableOptions) and records it
+as the run it stands for."""
 import contextlib
 import threading
 from typing import Callable, List
@@ -17,6 +19,8 @@ close_callbacks: List[Callable] = []    # fn(session), before BaseSession.close
 exit_callbacks: List[Callable] = []     # fn(), at interpreter exit
 
 _local = threading.local()
+# set by rtkit.hooks.session: fn(session, fetch names, target names, call) -> call()'s result, timed and recorded
+_timer = None
 
 
 @contextlib.contextmanager
@@ -40,6 +44,13 @@ def take_before_run_ms() -> float:
     ms = getattr(_local, "pre_ms", 0.0)
     _local.pre_ms = 0.0
     return ms
+
+
+def timed_run(session, fetch_names, target_names, call):
+    """Run `call()` (one TF call for `session`) timed and recorded as the session hooks record a Session.run with
+    these fetches and targets; just call() when the session hooks are not installed."""
+    timer = _timer
+    return call() if timer is None else timer(session, fetch_names, target_names, call)
 
 
 def register(component) -> None:

@@ -74,6 +74,13 @@ def signature_of(fetch_list, target_list, name_of) -> str:
     return "fetches=" + _names(fetch_list, name_of, with_index=True)
 
 
+def signature_of_names(fetch_names, target_names) -> str:
+    """signature_of for names ('op' targets, 'op:index' fetches): the same string for the same run."""
+    if target_names:
+        return "targets=" + ",".join(sorted(target_names))
+    return "fetches=" + ",".join(sorted(fetch_names))
+
+
 def install(session_module, pywrap) -> None:
     base = session_module.BaseSession
     if getattr(base, _PATCHED_FLAG, False):
@@ -119,8 +126,18 @@ def install(session_module, pywrap) -> None:
     def _call_tf_sessionrun(self, options, feed_dict, fetch_list, target_list, run_metadata):
         if registry.is_internal():
             return orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata)
+        return _timed(lambda: signature_of(fetch_list, target_list, name_of),
+                      lambda: orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata))
+
+    def timed_names(session, fetch_names, target_names, call):
+        """registry.timed_run: a component's run of these fetches/targets (names) that does not pass here."""
+        if registry.is_internal():
+            return call()
+        return _timed(lambda: signature_of_names(fetch_names, target_names), call)
+
+    def _timed(signature, call):
         start_unix, t0, f0 = time.time(), time.perf_counter(), minor_faults()
-        result = orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata)
+        result = call()
         elapsed_ms = (time.perf_counter() - t0) * 1000.0
         pre_ms = registry.take_before_run_ms()  # e.g. the scheduler's wait for a staged batch: part of the step
         start_unix -= pre_ms / 1000.0
@@ -128,7 +145,7 @@ def install(session_module, pywrap) -> None:
         # in a MonitoredSession.run, a run outside the hooked session's own is a hook's: never a step
         candidate = not getattr(_where, "monitored", 0) or getattr(_where, "hooked", 0) > 0
         try:
-            rec.record("session", signature_of(fetch_list, target_list, name_of), start_unix, elapsed_ms,
+            rec.record("session", signature(), start_unix, elapsed_ms,
                        minor_faults() - f0, api_now(), candidate)
         except Exception as exc:
             rec.notes.append(f"step recording failed: {exc!r}")
@@ -162,6 +179,7 @@ def install(session_module, pywrap) -> None:
         fn.__doc__ = orig.__doc__
         setattr(base, name, fn)
     setattr(base, _PATCHED_FLAG, True)
+    registry._timer = timed_names
     _mark_callables(base)
     try:  # MonitoredTrainingSession's steps reach BaseSession.run through its wrappers: mark them
         from tensorflow.python.training import monitored_session

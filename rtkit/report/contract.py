@@ -101,6 +101,8 @@ class Scheduler:
     # schema 2 (issue 11): what the pipeline and the tuner did; absent from schema 1 reports
     STATE = "state"                       # one line in words
     STAGED_STEPS, NOT_STAGED_REASON = "pipeline.staged_steps", "pipeline.not_staged_reason"
+    # steps that read the input with nothing staged: the script's own run of its own graph (no put, no extra run)
+    UNSTAGED_STEPS = "pipeline.unstaged_steps"
     TUNING_VERDICT, TUNING_GAIN_PCT = "tuning.verdict", "tuning.gain_pct"
     # what tuning cost: the trials' extra time over the chosen configuration, for a 1000-step job and for this one
     TUNING_COST_1000, TUNING_COST_JOB = "tuning.cost_pct_of_1000_step_job", "tuning.cost_pct_of_job"

@@ -45,6 +45,10 @@ def applied(sc: Dict[str, Any], keras_steps: bool = False) -> str:
     return ", ".join(out)
 
 
+# what an unstaged step on a staged graph runs (scheduler reports that count unstaged steps say it)
+_OWN_GRAPH = "the script's own graph ran, 0 extra runs per step"
+
+
 def pipeline(sc: Dict[str, Any]) -> str:
     staged = get(sc, S.STAGED_STEPS)
     reason = get(sc, S.NOT_STAGED_REASON)
@@ -54,12 +58,15 @@ def pipeline(sc: Dict[str, Any]) -> str:
             tuning = get(sc, S.TUNING)
             if isinstance(tuning, dict) and tuning.get("done") and \
                     (tuning.get("chosen") or {}).get("stage_pipelined") is False:
-                text += " (in tuning trials; the chosen configuration does not pipeline)"
+                text += " (in tuning trials; the chosen configuration does not pipeline"
+                text += f": {_OWN_GRAPH})" if fmt.is_num(get(sc, S.UNSTAGED_STEPS)) else ")"
             return text
         keras = get(sc, S.KERAS)
         ds = [d for d in ((keras or {}).get("datasets") or []) if isinstance(d, dict)] if isinstance(keras, dict) else []
         if not reason and any(fmt.is_num(d.get("prefetch")) for d in ds):
             return "no session step staged (Keras fit: its tf.data input prefetches instead)"
+        if not reason and fmt.is_num(get(sc, S.UNSTAGED_STEPS)) and get(sc, S.UNSTAGED_STEPS) > 0:
+            return f"no step pipelined (staging off: {_OWN_GRAPH})"
         return "no step pipelined" + (f" ({reason})" if reason else "")
     # scheduler schema 1: it counts pipelines started, not steps
     started = get(sc, "pipeline.pipelines_started")
