@@ -30,7 +30,7 @@ enum { T_NONE = 0, T_ALLOC = 1, T_FREE = 2, T_FEND = 3 };
 
 typedef struct pmeta {
     uint32_t tag;
-    uint32_t prev, next;   /* free-list links (free starts only) */
+    uint32_t prev, next;   /* free-list links (free starts only); prev of a live block's start: its owner word */
     uint32_t step;         /* step the extent became free (free starts only) */
 } pmeta_t;
 
@@ -207,6 +207,7 @@ void *rtk_large_alloc(size_t n, size_t align, size_t *usable)
     if (tail)
         insert_free(a + np, tail, rel, step);
     g_meta[a].tag = TAG(T_ALLOC, np, 0);
+    g_meta[a].prev = 0;  /* no owner: a stale free-list link never carries the owner mark, but keep it clean */
     g_in_use += np;
     if (g_in_use > g_peak)
         g_peak = g_in_use;
@@ -244,10 +245,12 @@ static void age_neighbour(uint32_t x)
     g_decayed += (size_t)n << PAGE_SHIFT;
 }
 
-/* put [x, x + n) back, merged with free neighbours (caller holds the lock, the pages carry no tags) */
-static void release_extent(uint32_t x, uint32_t n)
+/* put [x, x + n) back, merged with free neighbours (caller holds the lock, the pages carry no tags); rel: its
+ * pages were given back already (kept as released only when no resident neighbour joins it) */
+static void release_extent(uint32_t x, uint32_t n, unsigned rel)
 {
     uint32_t r = x + n;
+    size_t alone = n;
     if (r < g_top && T_STATE(g_meta[r].tag) == T_FREE) {
         uint32_t m = T_PAGES(g_meta[r].tag);
         age_neighbour(r);
@@ -270,10 +273,10 @@ static void release_extent(uint32_t x, uint32_t n)
             n += m;
         }
     }
-    insert_free(x, n, 0, g_step);
+    insert_free(x, n, rel && n == alone ? T_REL : 0, g_step);
 }
 
-int rtk_large_free(void *p, size_t *bytes)
+static int free_block(void *p, size_t *bytes, int giveback)
 {
     rtk_spin_lock(&g_lock);
     int64_t i = block_index(p);
@@ -283,11 +286,39 @@ int rtk_large_free(void *p, size_t *bytes)
     }
     uint32_t x = (uint32_t)i, n = T_PAGES(g_meta[x].tag);
     g_meta[x].tag = 0;
+    g_meta[x].prev = 0;
     g_in_use -= n;
-    release_extent(x, n);
+    if (giveback)
+        rtk_os_release(p, (size_t)n << PAGE_SHIFT);
+    release_extent(x, n, giveback ? T_REL : 0);
     rtk_spin_unlock(&g_lock);
     *bytes = (size_t)n << PAGE_SHIFT;
     return 0;
+}
+
+int rtk_large_free(void *p, size_t *bytes) { return free_block(p, bytes, 0); }
+
+int rtk_large_free_release(void *p, size_t *bytes) { return free_block(p, bytes, 1); }
+
+/* Lock-free: a block's owner word is written only by its owner while the block is live, and a live block's start
+ * tag does not change; a racing bad free reads some other word, which never carries the mark (free-list links are
+ * page indexes below 2^29, NIL has both top bits set) and is told apart by the owner anyway. */
+uint32_t rtk_large_owner(const void *p)
+{
+    uintptr_t off = (uintptr_t)p - (uintptr_t)g_base;
+    if ((off & (PAGE - 1)) || off >= ((size_t)__atomic_load_n(&g_top, __ATOMIC_ACQUIRE) << PAGE_SHIFT))
+        return 0;
+    uint32_t x = (uint32_t)(off >> PAGE_SHIFT);
+    if (T_STATE(__atomic_load_n(&g_meta[x].tag, __ATOMIC_ACQUIRE)) != T_ALLOC)
+        return 0;
+    uint32_t w = __atomic_load_n(&g_meta[x].prev, __ATOMIC_ACQUIRE);
+    return (w & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED ? w : 0;
+}
+
+void rtk_large_set_owner(void *p, uint32_t w)
+{
+    uint32_t x = (uint32_t)(((uintptr_t)p - (uintptr_t)g_base) >> PAGE_SHIFT);
+    __atomic_store_n(&g_meta[x].prev, w, __ATOMIC_RELEASE);
 }
 
 size_t rtk_large_usable(const void *p)
@@ -316,7 +347,7 @@ int rtk_large_resize(void *p, size_t n, size_t *usable)
         if (np < old) {
             g_meta[x].tag = TAG(T_ALLOC, np, 0);
             g_in_use -= old - np;
-            release_extent(x + np, old - np);
+            release_extent(x + np, old - np, 0);
         }
         ok = 1;
     } else if (r == g_top && (uint64_t)x + np <= g_pages) {
@@ -391,21 +422,6 @@ void rtk_large_epoch(void)
     rtk_spin_lock(&g_lock);
     g_peak = g_in_use;
     rtk_spin_unlock(&g_lock);
-}
-
-/* The youngest first: extents freed in the last step or the one before held the recurring blocks that the new
- * arena serves from now on. */
-size_t rtk_large_shed(size_t bytes)
-{
-    if (!g_base || !bytes)
-        return 0;
-    size_t want = (bytes + PAGE - 1) >> PAGE_SHIFT;
-    rtk_spin_lock(&g_lock);
-    size_t keep = g_idle > want ? g_idle - want : 0;
-    size_t pages = release_idle(g_step, 0, 1, keep);
-    g_decayed += pages << PAGE_SHIFT;
-    rtk_spin_unlock(&g_lock);
-    return pages << PAGE_SHIFT;
 }
 
 size_t rtk_large_trim(void)
