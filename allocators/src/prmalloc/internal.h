@@ -171,8 +171,9 @@ typedef struct rtk_arena {
 
 enum { RTK_ARENA_OK = 0, RTK_ARENA_MISS = 1, RTK_ARENA_EXHAUSTED = 2 };
 
-/* The arena for plan p in slot `slot`: class metadata only. Its blocks are taken from the large-object heap when
- * first needed (the heap is set up here if the job runs without it), so install reserves and faults nothing. */
+/* The arena for plan p in slot `slot`: its classes' blocks are the large-object heap's (set up here if the job runs
+ * without it), its idle resident extents first; only blocks taking other pages are faulted in. NULL and *why
+ * when the plan could never fit or the machine lacks the memory. */
 /* RTKIT_MALLOC_PLAN_RELEASE: kept for old command lines; nothing fresh is taken at install, so nothing is shed */
 RTK_HIDDEN extern int rtk_arena_plan_release;
 RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug, const char **why);
@@ -180,6 +181,8 @@ RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp,
 RTK_HIDDEN void rtk_arena_destroy(rtk_arena_t *a);
 /* Give the free blocks back to the large heap, pages released; dropped classes only, or all when all is set. */
 RTK_HIDDEN size_t rtk_arena_release_free(rtk_arena_t *a, int all);
+/* malloc_trim: give back the pages of every free block (the blocks stay the class's). Returns the bytes. */
+RTK_HIDDEN size_t rtk_arena_trim(rtk_arena_t *a);
 /* Step re-check: a class that handed out no block for `steps` steps is dropped and its free blocks given back. */
 RTK_HIDDEN int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps);
 RTK_HIDDEN void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why);

@@ -27,6 +27,8 @@ RTK_HIDDEN int rtk_large_init(size_t limit, int thp);
 /* A block of at least n bytes aligned to align (a power of two; page alignment at least); NULL when the range
  * is full. *usable receives the block's bytes. */
 RTK_HIDDEN void *rtk_large_alloc(size_t n, size_t align, size_t *usable);
+/* The same from wholly resident free pages only (never fresh or given-back ones); NULL when none fits. */
+RTK_HIDDEN void *rtk_large_alloc_resident(size_t n, size_t align, size_t *usable);
 /* Free a block. 0 ok; -1 p is not the start of a block (interior or foreign pointer); -2 the block is free
  * already (double free). *bytes receives the freed block's size. The caller aborts on < 0. */
 RTK_HIDDEN int rtk_large_free(void *p, size_t *bytes);
