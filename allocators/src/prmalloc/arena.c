@@ -4,7 +4,7 @@
  * arena took one fresh contiguous span and faulted it all in). A block's owner word in the heap's page metadata
  * names its arena, class and state, so free finds the class in O(1) without a header, and a double free or an
  * interior pointer is caught in every mode. Dropped classes and retired arenas give their blocks (and the pages)
- * back to the heap; malloc_trim gives back the pages of free blocks. */
+ * back to the heap. */
 #include <string.h>
 
 #include "common/os.h"
@@ -252,21 +252,6 @@ size_t rtk_arena_release_free(rtk_arena_t *a, int all)
             continue;
         rtk_spin_lock(&c->lock);
         bytes += drain(c);
-        rtk_spin_unlock(&c->lock);
-    }
-    return bytes;
-}
-
-size_t rtk_arena_trim(rtk_arena_t *a)
-{
-    size_t bytes = 0;
-    for (int i = 0; a && a->span && i < a->n; i++) {
-        rtk_aclass_t *c = &a->cls[i];
-        rtk_spin_lock(&c->lock);
-        for (uint32_t k = 0; k < c->top; k++) {
-            rtk_os_release(c->stack[k], page_round(c->size));
-            bytes += page_round(c->size);
-        }
         rtk_spin_unlock(&c->lock);
     }
     return bytes;

@@ -92,7 +92,7 @@ size_t rtk_arenas_trim(void)
     size_t bytes = 0;
     rtk_spin_lock(&g_lock);
     for (int i = 0; i < g_narenas; i++)
-        bytes += g_arenas[i]->retired ? rtk_arena_release_free(g_arenas[i], 1) : rtk_arena_trim(g_arenas[i]);
+        bytes += rtk_arena_release_free(g_arenas[i], g_arenas[i]->retired);
     rtk_spin_unlock(&g_lock);
     return bytes;
 }

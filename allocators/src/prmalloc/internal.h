@@ -181,8 +181,6 @@ RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp,
 RTK_HIDDEN void rtk_arena_destroy(rtk_arena_t *a);
 /* Give the free blocks back to the large heap, pages released; dropped classes only, or all when all is set. */
 RTK_HIDDEN size_t rtk_arena_release_free(rtk_arena_t *a, int all);
-/* malloc_trim: give back the pages of every free block (the blocks stay the class's). Returns the bytes. */
-RTK_HIDDEN size_t rtk_arena_trim(rtk_arena_t *a);
 /* Step re-check: a class that handed out no block for `steps` steps is dropped and its free blocks given back. */
 RTK_HIDDEN int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps);
 RTK_HIDDEN void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why);
