@@ -181,9 +181,8 @@ SETTINGS: List[Setting] = [
        c=True),
     _s("malloc_large", "bool", True, "", "serve allocations >= min_size that no planned class takes from rtkit's retained "
        "large-object heap (from the first step), not glibc", c=True),
-    _s("malloc_plan_release", "bool", False, "", "when a profiled plan is installed, give back as many of the large "
-       "heap's idle pages (those freed in the last two steps) as its arena takes fresh: lower peak RSS, but sizes no "
-       "plan covers may fault them in again", c=True),
+    _s("malloc_plan_release", "bool", False, "", "no effect, kept so old command lines still run: a plan's classes "
+       "now hold the large heap's own blocks, so installing one takes no fresh pages to offset", c=True),
     _s("malloc_decay_steps", "int", 16, "steps", "idle pages of the large-object heap beyond its high-water mark since "
        "the plan, and planned classes unused, are given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c=True),
     # -- PMEM segment allocator and tiering

@@ -178,15 +178,17 @@ def test_glibc_thread_heaps_get_huge_pages(prm, tmp_path):
     assert "not advised for huge pages" in mine.stdout
 
 
-def test_plan_release_gives_idle_pages_back_at_install(prm, tmp_path):
-    # opt-in: the arena's fresh pages replace as many idle large-heap pages (wdl 16384: peak RSS 1715 -> 1584 MiB)
-    on, off = tmp_path / "on", tmp_path / "off"
-    on.mkdir()
-    off.mkdir()
-    _ok(_defect(prm, "plan_release", on, {"RTKIT_MALLOC_PLAN_RELEASE": "1"}), "plan_release")
-    _ok(_defect(prm, "plan_release", off), "plan_release")
-    assert stats(on)["large_heap"]["decayed_bytes"] >= 1 << 20, stats(on)["large_heap"]
-    assert stats(off)["large_heap"]["decayed_bytes"] == 0, stats(off)["large_heap"]
+def test_plan_classes_reuse_the_large_heaps_resident_pages(prm, tmp_path):
+    # the arena took one fresh contiguous span and pre-faulted it while the heap's scattered idle pages stayed
+    # resident (wdl 16384: +190 MiB at the plan step; micro: 4.9x jemalloc's time). Now the classes hold the
+    # heap's own blocks: nothing new is resident across the planning mark and the steps after it.
+    _ok(_defect(prm, "plan_reuse", tmp_path, {"RTKIT_MALLOC_PROFILE_START": "3"}), "plan_reuse")
+    assert stats(tmp_path)["arenas"]["live_bytes"] + stats(tmp_path)["arenas"]["free_bytes"] >= 20 << 20
+    # RTKIT_MALLOC_PLAN_RELEASE is accepted and has nothing left to do (no fresh pages are taken at install)
+    rel = tmp_path / "release"
+    rel.mkdir()
+    _ok(_defect(prm, "plan_reuse", rel, {"RTKIT_MALLOC_PROFILE_START": "3", "RTKIT_MALLOC_PLAN_RELEASE": "1"}),
+        "plan_reuse")
 
 
 def test_launcher_asks_glibc_for_huge_pages():

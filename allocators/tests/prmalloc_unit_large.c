@@ -1,7 +1,7 @@
 /* prmalloc_unit_large.c -- the large-object heap on its own (linked against the sources): extents never overlap
  * under threads, frees coalesce back to one extent, double and interior frees are refused, resize in place,
  * step decay (idle N steps beyond the high-water mark: released; used within N, or within the mark: kept) and trim
- * give idle pages back, aligned blocks. */
+ * give idle pages back, aligned blocks, resident-only blocks and owner words. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -76,6 +76,28 @@ int main(void)
 {
     CHECK(rtk_large_init((size_t)8 << 30, 0) == 0);
     rtk_large_info_t info;
+
+    /* resident-only blocks (a plan's classes take these first) and owner words; on a fresh heap blocks come from
+     * the top in order, so g1 and g2 keep e from merging with anything */
+    size_t u0 = 0, b0 = 0;
+    CHECK(rtk_large_alloc_resident(4096, 4096, &u0) == NULL);  /* nothing freed yet */
+    char *g1 = rtk_large_alloc(4096, 4096, &u0), *e = rtk_large_alloc(4 * MiB, 4096, &u0);
+    char *g2 = rtk_large_alloc(4096, 4096, &u0);
+    CHECK(e == g1 + 4096 && g2 == e + 4 * MiB);
+    memset(e, 5, 4 * MiB);
+    CHECK(rtk_large_owner(e) == 0);
+    rtk_large_set_owner(e, RTK_LARGE_OWNED | 7);
+    CHECK(rtk_large_owner(e) == (RTK_LARGE_OWNED | 7) && rtk_large_owner(e + 4096) == 0 && rtk_large_owner(g1) == 0);
+    CHECK(rtk_large_free(e, &b0) == 0 && rtk_large_owner(e) == 0);
+    CHECK(rtk_large_alloc_resident(8 * MiB, 4096, &u0) == NULL);  /* no resident extent that long */
+    CHECK(rtk_large_alloc_resident(2 * MiB, 4096, &u0) == e);
+    CHECK(rtk_large_free(e, &b0) == 0);
+    CHECK(rtk_large_free_release(g2, &b0) == 0);  /* merges with e's resident pages: a mixed extent */
+    CHECK(rtk_large_alloc_resident(4 * MiB + 4096, 4096, &u0) == NULL);  /* mixed: not taken as resident */
+    CHECK(resident(e, 4 * MiB) == 4 * MiB);
+    rtk_large_trim();
+    CHECK(resident(e, 4 * MiB) == 0 && rtk_large_alloc_resident(4096, 4096, &u0) == NULL);
+    CHECK(rtk_large_free(g1, &b0) == 0);
 
     /* double free, interior and foreign pointers are refused; the block stays usable */
     size_t u = 0, b = 0;

@@ -146,7 +146,7 @@ static void test_arena(void)
     p.cls[0] = (rtk_class_t){64 * KiB, 2, 4096};
     p.cls[1] = (rtk_class_t){100 * KiB, 1, 4096};
     p.cls[2] = (rtk_class_t){MiB, 2, 4096};
-    rtk_arena_t *a = rtk_arena_create(&p, 1, 1, NULL);
+    rtk_arena_t *a = rtk_arena_create(&p, 0, 1, 1, NULL);
     CHECK(a != NULL);
     if (!a)
         return;

@@ -191,7 +191,7 @@ _F: List[Figure] = [
     Figure("faults_after_plan", "mean minor faults/step after plan", "count", True,
            "mean minor page faults per step, over the allocator's steps after its plan was in place",
            _num(_sec("allocator", A.FAULTS_AFTER_PLAN))),
-    Figure("reserved_bytes", "arena bytes reserved", "bytes", True, "address space the plan's arenas reserve",
+    Figure("reserved_bytes", "arena bytes reserved", "bytes", True, "most bytes the plan's classes hold (blocks of the large heap, its resident pages first)",
            _num(_sec("allocator", A.PLAN_RESERVED_BYTES))),
     # tier mode (PMEM): only when it is on
     Figure("tier_bytes", "tier bytes held (at exit)", "bytes", None,

@@ -138,8 +138,27 @@ void rtk_heap_corrupt(const char *call, const char *what, const void *p)
     abort();
 }
 
+/* a block a planned class holds (it lies in the large heap, its owner word names the class) */
+static void free_arena(rtk_arena_t *a, void *p)
+{
+    size_t bs = rtk_arena_block_size(a, p);
+    if (__builtin_expect(rtk_g.cfg.debug, 0) && rtk_arena_block_live(a, p))
+        debug_poison(p, bs);  /* a live block only: a bad free aborts below */
+    int r = rtk_arena_free(a, p);
+    if (r < 0)
+        rtk_heap_corrupt("free()", r == -2 ? "double free of" : "invalid pointer", p);
+    rtk_tslot_t *s = rtk_slot();
+    s->frees++;
+    s->live -= (int64_t)bs;
+}
+
 void rtk_free_large(void *p)
 {
+    rtk_arena_t *a = rtk_arena_of(p);
+    if (a) {
+        free_arena(a, p);
+        return;
+    }
     size_t bytes;
     if (rtk_prof_active)
         rtk_profile_free(p);
@@ -160,39 +179,23 @@ void rtk_free_large(void *p)
 
 void rtk_free_range(void *p)
 {
-    rtk_arena_t *a = rtk_arena_of(p);
-    if (!a) {
-        if (rtk_in_large(p)) {
-            rtk_free_large(p);
-            return;
-        }
-        /* a glibc pointer that happens to lie between two arenas */
-        if (rtk_hot.inspect) {
-            size_t cs = rtk_chunk_bytes(p);
-            rtk_tslot_t *s = rtk_slot();
-            s->frees++;
-            s->live -= (int64_t)cs;
-            if (cs >= rtk_hot.track_min) {
-                rtk_profile_free(p);
-                if (rtk_stash_push(p, cs))
-                    return;
-            }
-        }
-        __libc_free(p);
+    if (rtk_in_large(p)) {
+        rtk_free_large(p);
         return;
     }
-    size_t bs = rtk_arena_block_size(a, p);
-    if (__builtin_expect(rtk_g.cfg.debug, 0) && bs == rtk_arena_class_of(a, p)->size) {
-        rtk_aclass_t *c = rtk_arena_class_of(a, p);
-        if (c->inuse[(size_t)((char *)p - c->start) / c->size])
-            debug_poison(p, bs);  /* a live block start only: a bad free aborts below */
+    /* a glibc pointer inside the published range */
+    if (rtk_hot.inspect) {
+        size_t cs = rtk_chunk_bytes(p);
+        rtk_tslot_t *s = rtk_slot();
+        s->frees++;
+        s->live -= (int64_t)cs;
+        if (cs >= rtk_hot.track_min) {
+            rtk_profile_free(p);
+            if (rtk_stash_push(p, cs))
+                return;
+        }
     }
-    int r = rtk_arena_free(a, p);
-    if (r < 0)
-        rtk_heap_corrupt("free()", r == -2 ? "double free of" : "invalid pointer", p);
-    rtk_tslot_t *s = rtk_slot();
-    s->frees++;
-    s->live -= (int64_t)bs;
+    __libc_free(p);
 }
 
 size_t rtk_usable_size(const void *p)
@@ -201,13 +204,10 @@ size_t rtk_usable_size(const void *p)
         return 0;
     if (rtk_in_tier(p))
         return rtk_tier_usable(p);
-    if (rtk_in_range(p)) {
+    if (rtk_in_large(p)) {
         rtk_arena_t *a = rtk_arena_of(p);
-        if (a)
-            return rtk_arena_block_size(a, p);
+        return a ? rtk_arena_block_size(a, p) : rtk_large_usable(p);
     }
-    if (rtk_in_large(p))
-        return rtk_large_usable(p);
     return rtk_libc_usable(p);
 }
 
@@ -265,7 +265,7 @@ void *rtk_realloc(void *p, size_t n)
         rtk_init();
     if (rtk_in_tier(p))
         return tier_realloc(p, n);
-    rtk_arena_t *a = rtk_in_range(p) ? rtk_arena_of(p) : NULL;
+    rtk_arena_t *a = rtk_in_large(p) ? rtk_arena_of(p) : NULL;
     if (rtk_hot.inspect)
         rtk_slot()->realloc_calls++;
     if (a) {
@@ -275,7 +275,7 @@ void *rtk_realloc(void *p, size_t n)
             rtk_heap_corrupt("realloc()", "invalid pointer", p);
         if (n <= old && n >= rtk_hot.min_size && !a->retired)
             return p;
-        return move_block(p, old, n, rtk_free_range);
+        return move_block(p, old, n, rtk_free_large);
     }
     if (rtk_in_large(p))
         return large_realloc(p, n);

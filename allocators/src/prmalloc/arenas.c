@@ -1,5 +1,6 @@
-/* arenas.c -- the arenas in service: the current one and any number of retired ones (whose memory goes back once
- * drained), their published address range. A slot once used keeps its metadata: a concurrent lookup may read it. */
+/* arenas.c -- the arenas in service: the current one and any number of retired ones (whose blocks go back to the
+ * large heap as they are freed), and the lookup of the one holding a block (its slot is in the block's owner word).
+ * A slot once used keeps its metadata: a concurrent lookup may read it. */
 #include "common/os.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/large.h"
@@ -9,41 +10,13 @@ static rtk_arena_t *g_arenas[RTK_MAX_ARENAS];
 static int g_narenas, g_retired;
 static rtk_spin_t g_lock = RTK_SPIN_INIT;    /* install, retire, step and trim (not the lookups) */
 
-static void publish_range(void)
-{
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < g_narenas; i++)
-        if (g_arenas[i]->span) {
-            uintptr_t b = (uintptr_t)g_arenas[i]->base;
-            if (b < lo)
-                lo = b;
-            if (b + g_arenas[i]->span > hi)
-                hi = b + g_arenas[i]->span;
-        }
-    /* widen first (span from the new low), so a reader never sees a range missing a live arena; the range only
-     * grows: a destroyed arena's addresses may be the large heap's again, which the free path tells apart */
-    if (hi) {
-        uintptr_t olo = rtk_hot.arena_lo, ohi = rtk_hot.arena_span ? olo + rtk_hot.arena_span : 0;
-        if (olo < lo)
-            lo = olo;
-        if (ohi > hi)
-            hi = ohi;
-        __atomic_store_n(&rtk_hot.arena_span, (uintptr_t)-1 / 2, __ATOMIC_RELEASE);
-        __atomic_store_n(&rtk_hot.arena_lo, lo, __ATOMIC_RELEASE);
-        __atomic_store_n(&rtk_hot.arena_span, hi - lo, __ATOMIC_RELEASE);
-    }
-    rtk_publish_any();
-}
-
 rtk_arena_t *rtk_arena_of(const void *p)
 {
-    int n = __atomic_load_n(&g_narenas, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < n; i++) {
-        rtk_arena_t *a = g_arenas[i];
-        if ((const char *)p >= a->base && (const char *)p < a->base + a->span)
-            return a;
-    }
-    return NULL;
+    int slot = rtk_arena_slot_of(p);
+    if (slot < 0 || slot >= __atomic_load_n(&g_narenas, __ATOMIC_ACQUIRE))
+        return NULL;
+    rtk_arena_t *a = g_arenas[slot];
+    return a->span && rtk_arena_class_of(a, p) ? a : NULL;
 }
 
 int rtk_arenas_install(const rtk_plan_t *plan, int thp, int debug, const char **why)
@@ -56,14 +29,14 @@ int rtk_arenas_install(const rtk_plan_t *plan, int thp, int debug, const char **
         *why = "too many plans in one process";
         return -1;
     }
-    rtk_arena_t *a = rtk_arena_create(plan, thp, debug, why);
+    rtk_arena_t *a = rtk_arena_create(plan, g_narenas, thp, debug, why);
     if (!a) {
         rtk_spin_unlock(&g_lock);
         return -1;
     }
     g_arenas[g_narenas] = a;
     __atomic_store_n(&g_narenas, g_narenas + 1, __ATOMIC_RELEASE);
-    publish_range();
+    rtk_publish_any();  /* the blocks lie in the large heap, which may have been set up just now */
     __atomic_store_n(&rtk_cur_arena, a, __ATOMIC_RELEASE);
     rtk_spin_unlock(&g_lock);
     return 0;
@@ -105,10 +78,12 @@ void rtk_arenas_bytes(size_t *reserved, size_t *retired)
     int n = __atomic_load_n(&g_narenas, __ATOMIC_ACQUIRE);
     for (int i = 0; i < n; i++) {
         rtk_arena_t *a = g_arenas[i];
+        size_t l, f, h;
+        rtk_arena_usage(a, &l, &f, &h);
         if (a->retired)
-            *retired += a->span;
+            *retired += h;
         else
-            *reserved += a->span;
+            *reserved += h;
     }
 }
 
@@ -124,23 +99,16 @@ size_t rtk_arenas_trim(void)
 
 int rtk_arenas_retired(void) { return g_retired; }
 
-void rtk_arenas_usage(size_t *live, size_t *free_bytes, size_t *from_large)
+void rtk_arenas_usage(size_t *live, size_t *free_bytes, size_t *held)
 {
-    *live = *free_bytes = *from_large = 0;
+    *live = *free_bytes = *held = 0;
     int n = __atomic_load_n(&g_narenas, __ATOMIC_ACQUIRE);
     for (int i = 0; i < n; i++) {
-        rtk_arena_t *a = g_arenas[i];
-        if (!a->span)
-            continue;
-        if (a->from_large)
-            *from_large += a->span;
-        for (int k = 0; k < a->n; k++) {
-            const rtk_aclass_t *c = &a->cls[k];
-            uint32_t top = __atomic_load_n(&c->top, __ATOMIC_RELAXED);
-            *live += (size_t)(c->blocks - top) * c->size;
-            if (!c->dropped && !a->retired)
-                *free_bytes += (size_t)top * c->size;
-        }
+        size_t l, f, h;
+        rtk_arena_usage(g_arenas[i], &l, &f, &h);
+        *live += l;
+        *free_bytes += f;
+        *held += h;
     }
 }
 

@@ -225,7 +225,7 @@ EXPORT int rtkit_malloc_state(void)
 /* rtkit's own memory: a planned arena's block or the large-object heap's */
 EXPORT int rtkit_malloc_in_arena(const void *p)
 {
-    return p && ((rtk_in_range(p) && rtk_arena_of(p) != NULL) || (rtk_in_large(p) && rtk_large_usable(p) != 0));
+    return p && rtk_in_large(p) && rtk_large_usable(p) != 0;  /* arena blocks are large-heap blocks */
 }
 
 EXPORT int rtkit_malloc_in_pmem(const void *p)

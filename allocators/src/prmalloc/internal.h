@@ -148,51 +148,53 @@ RTK_HIDDEN int rtk_plan_parse(const char *text, rtk_plan_t *out, char *why, size
 typedef struct rtk_aclass {
     size_t size;
     uint32_t blocks, align;
-    char *start;
-    uint32_t *stack;            /* free block indexes */
-    uint8_t *inuse;             /* 1 per handed-out block: the O(1) state that catches a double free in every mode */
+    void **stack;               /* free blocks (large-heap blocks this class holds) */
     rtk_spin_t lock;
     uint32_t top;
-    int dropped;                /* re-check found it unused: its free pages went back, nothing new is served */
+    uint32_t made;              /* blocks held: on the stack or handed out (at most `blocks`) */
+    int dropped;                /* re-check found it unused: its blocks went back, nothing new is served */
     uint64_t pops;              /* blocks handed out so far (the re-check compares it across steps) */
     uint64_t pops_seen;
     uint32_t idle_steps;
 } rtk_aclass_t;
 
 typedef struct rtk_arena {
-    char *base;
-    size_t span;
+    int slot;                   /* index among the arenas in service: written into its blocks' owner words */
+    size_t span;                /* bytes the plan allows it (page-rounded blocks); 0 once given back */
     int n;
-    int retired;                /* a rejected plan: frees still land here (their pages go back), nothing new is served */
+    int retired;                /* a rejected plan: frees still land here (blocks go back), nothing new is served */
     int debug;
-    int from_large;             /* base is a block of the large-object heap (else its own mapping) */
-    char *map;                  /* own mapping (may start below base: huge-page alignment) */
-    size_t map_size;
     size_t meta_size;
-    size_t fresh;               /* bytes of its span not taken from the large heap's resident idle pages */
     uint64_t live_blocks;
     rtk_aclass_t cls[RTK_MAX_CLASSES];
 } rtk_arena_t;
 
 enum { RTK_ARENA_OK = 0, RTK_ARENA_MISS = 1, RTK_ARENA_EXHAUSTED = 2 };
 
-/* Reserve and pre-fault an arena for p: from the large-object heap when it exists (its idle pages are reused),
- * else a mapping of its own. Pre-faulting is skipped (NULL, *why says so) when the machine has less memory
- * available than twice the arena: the job falls back instead of meeting the OOM killer. */
-/* RTKIT_MALLOC_PLAN_RELEASE: a new arena from the large heap gives back as many idle pages as it takes fresh */
+/* The arena for plan p in slot `slot`: its classes' blocks are the large-object heap's (set up here if the job runs
+ * without it), its idle resident extents first; only blocks taking other pages are faulted in. NULL and *why
+ * when the plan could never fit or the machine lacks the memory. */
+/* RTKIT_MALLOC_PLAN_RELEASE: kept for old command lines; nothing fresh is taken at install, so nothing is shed */
 RTK_HIDDEN extern int rtk_arena_plan_release;
-RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int thp, int debug, const char **why);
-/* Give back the arena's memory (only once no block is live). The metadata stays: a late reader may hold it. */
+RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug, const char **why);
+/* No block is live or held any more: lookups stop naming it. The metadata stays: a late reader may hold it. */
 RTK_HIDDEN void rtk_arena_destroy(rtk_arena_t *a);
-/* Give back the pages of every free block (MADV_DONTNEED); dropped classes only, or all when all is set. */
+/* Give the free blocks back to the large heap, pages released; dropped classes only, or all when all is set. */
 RTK_HIDDEN size_t rtk_arena_release_free(rtk_arena_t *a, int all);
-/* Step re-check: a class that handed out no block for `steps` steps is dropped and its free pages released. */
+/* Step re-check: a class that handed out no block for `steps` steps is dropped and its free blocks given back. */
 RTK_HIDDEN int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps);
 RTK_HIDDEN void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why);
+/* The class of a's block starting at p (held by it, live or free), else NULL: interior pointers are not blocks. */
 RTK_HIDDEN rtk_aclass_t *rtk_arena_class_of(rtk_arena_t *a, const void *p);
-/* 0 ok; -1 not a block start (interior or foreign pointer inside the arena); -2 double free. In every mode. */
+/* The arena slot named by the owner word of the large-heap block at p, -1 when none. */
+RTK_HIDDEN int rtk_arena_slot_of(const void *p);
+/* 0 ok; -1 not a block start (interior or foreign pointer); -2 double free. In every mode. */
 RTK_HIDDEN int rtk_arena_free(rtk_arena_t *a, void *p);
 RTK_HIDDEN size_t rtk_arena_block_size(rtk_arena_t *a, const void *p);
+/* 1 when p is a block of a handed out now */
+RTK_HIDDEN int rtk_arena_block_live(rtk_arena_t *a, const void *p);
+/* bytes in handed-out blocks, in free ones, and held from the large heap (page-rounded) */
+RTK_HIDDEN void rtk_arena_usage(const rtk_arena_t *a, size_t *live, size_t *free_bytes, size_t *held);
 RTK_HIDDEN void rtk_arena_lock_all(rtk_arena_t *a);
 RTK_HIDDEN void rtk_arena_unlock_all(rtk_arena_t *a);
 RTK_HIDDEN void rtk_arena_reset_locks(rtk_arena_t *a);

@@ -21,16 +21,20 @@
 #define RTK_LARGE_HINT 0
 #endif
 
-/* tag of a page: bits 0-1 state, bit 2 released (free starts only), bits 3-31 pages of the extent */
+/* tag of a page: bits 0-1 state, bits 2-3 residency (free starts only: T_REL all given back, T_MIX merged from
+ * resident and given-back parts, neither: all resident), bits 4-31 pages of the extent */
 enum { T_NONE = 0, T_ALLOC = 1, T_FREE = 2, T_FEND = 3 };
 #define T_REL 4u
-#define TAG(state, n, rel) ((uint32_t)(n) << 3 | (rel) | (state))
+#define T_MIX 8u
+#define T_RES (T_REL | T_MIX)
+#define TAG(state, n, res) ((uint32_t)(n) << 4 | (res) | (state))
 #define T_STATE(t) ((t) & 3u)
-#define T_PAGES(t) ((t) >> 3)
+#define T_PAGES(t) ((t) >> 4)
+#define SCAN 64  /* free extents looked at for a resident one before settling for any */
 
 typedef struct pmeta {
     uint32_t tag;
-    uint32_t prev, next;   /* free-list links (free starts only) */
+    uint32_t prev, next;   /* free-list links (free starts only); prev of a live block's start: its owner word */
     uint32_t step;         /* step the extent became free (free starts only) */
 } pmeta_t;
 
@@ -63,8 +67,8 @@ int rtk_large_init(size_t limit, int thp)
     size_t as = rtk_os_as_limit();
     if (as != SIZE_MAX && limit > as / 4)
         limit = as / 4;
-    if (limit > ((size_t)1 << 41))
-        limit = (size_t)1 << 41;  /* 29 bits of pages in a tag */
+    if (limit > ((size_t)1 << 40))
+        limit = (size_t)1 << 40;  /* 28 bits of pages in a tag */
     limit &= ~(((size_t)2 << 20) - 1);
     if (limit < ((size_t)64 << 20))
         return -1;
@@ -130,7 +134,7 @@ static void insert_free(uint32_t x, uint32_t n, unsigned rel, uint32_t step)
         g_meta[x + n - 1].tag = TAG(T_FEND, n, 0);
     g_meta[x].step = step;
     list_push(x, bin_of(n));
-    if (rel)
+    if (rel & T_REL)
         g_released += n;
     else
         g_idle += n;
@@ -143,30 +147,56 @@ static void clear_free_tags(uint32_t x, uint32_t n)
         g_meta[x + n - 1].tag = 0;
 }
 
-/* a free extent of at least need pages, unlinked; NIL when none */
-static uint32_t find_free(uint32_t need)
+/* A free extent of at least need pages, unlinked; NIL when none. Wholly resident extents first (the smallest
+ * bin that has one, newest first): a block on pages the heap holds costs no fault and no new RSS, and given-back
+ * pages are taken only when no resident extent fits among the first SCAN looked at. resident_only: NIL then. */
+static uint32_t find_free(uint32_t need, int resident_only)
 {
     unsigned b = bin_of(need);
-    int tries = 32;
+    uint32_t any = NIL;
+    int tries = 32, scan = SCAN;
     for (uint32_t x = g_head[b]; x != NIL && tries-- > 0; x = g_meta[x].next)
         if (T_PAGES(g_meta[x].tag) >= need) {
-            list_remove(x);
-            return x;
+            if (!(g_meta[x].tag & T_RES)) {
+                list_remove(x);
+                return x;
+            }
+            if (any == NIL)
+                any = x;
         }
-    for (unsigned w = (b + 1) / 64; w < NBINS / 64; w++) {
-        uint64_t bits = g_map[w];
-        if (w == (b + 1) / 64)
-            bits &= ~0ull << ((b + 1) % 64);
-        if (bits) {
-            uint32_t x = g_head[w * 64 + (unsigned)__builtin_ctzll(bits)];
-            list_remove(x);
-            return x;
+    for (unsigned bb = b + 1; bb < NBINS && scan > 0; bb++) {
+        if (!(g_map[bb / 64] & (1ull << (bb % 64)))) {
+            uint64_t bits = g_map[bb / 64] & (~0ull << (bb % 64));
+            if (!bits) {
+                bb = (bb / 64 + 1) * 64 - 1;  /* the rest of this word is empty */
+                continue;
+            }
+            bb = bb / 64 * 64 + (unsigned)__builtin_ctzll(bits);
+        }
+        for (uint32_t x = g_head[bb]; x != NIL && scan-- > 0; x = g_meta[x].next) {
+            if (!(g_meta[x].tag & T_RES)) {
+                list_remove(x);
+                return x;
+            }
+            if (any == NIL)
+                any = x;
         }
     }
-    return NIL;
+    if (any == NIL && !resident_only)  /* the scan ran out: the first larger extent, as before */
+        for (unsigned w = (b + 1) / 64; w < NBINS / 64 && any == NIL; w++) {
+            uint64_t bits = g_map[w];
+            if (w == (b + 1) / 64)
+                bits &= ~0ull << ((b + 1) % 64);
+            if (bits)
+                any = g_head[w * 64 + (unsigned)__builtin_ctzll(bits)];
+        }
+    if (any == NIL || resident_only)
+        return NIL;
+    list_remove(any);
+    return any;
 }
 
-void *rtk_large_alloc(size_t n, size_t align, size_t *usable)
+static void *alloc_block(size_t n, size_t align, size_t *usable, int resident_only)
 {
     if (!g_base || n > ((size_t)g_pages << PAGE_SHIFT))
         return NULL;
@@ -177,15 +207,18 @@ void *rtk_large_alloc(size_t n, size_t align, size_t *usable)
         return NULL;
     uint32_t need = np + ap - 1;
     rtk_spin_lock(&g_lock);
-    uint32_t x = find_free(need), len;
+    uint32_t x = find_free(need, resident_only), len;
     unsigned rel = 0;
     uint32_t step = g_step;
     if (x != NIL) {
         uint32_t t = g_meta[x].tag;
         len = T_PAGES(t);
-        rel = t & T_REL;
+        rel = t & T_RES;
         step = g_meta[x].step;
         clear_free_tags(x, len);
+    } else if (resident_only) {
+        rtk_spin_unlock(&g_lock);
+        return NULL;
     } else {
         /* fresh pages from the top: start there already aligned, the skipped pages become a free extent */
         uint32_t a = (g_top + ap - 1) & ~(ap - 1);
@@ -207,6 +240,7 @@ void *rtk_large_alloc(size_t n, size_t align, size_t *usable)
     if (tail)
         insert_free(a + np, tail, rel, step);
     g_meta[a].tag = TAG(T_ALLOC, np, 0);
+    g_meta[a].prev = 0;  /* no owner: a stale free-list link never carries the owner mark, but keep it clean */
     g_in_use += np;
     if (g_in_use > g_peak)
         g_peak = g_in_use;
@@ -215,6 +249,10 @@ void *rtk_large_alloc(size_t n, size_t align, size_t *usable)
     *usable = (size_t)np << PAGE_SHIFT;
     return g_base + ((size_t)a << PAGE_SHIFT);
 }
+
+void *rtk_large_alloc(size_t n, size_t align, size_t *usable) { return alloc_block(n, align, usable, 0); }
+
+void *rtk_large_alloc_resident(size_t n, size_t align, size_t *usable) { return alloc_block(n, align, usable, 1); }
 
 /* the page index of p when p starts a live block, else a negative rtk_large_free code */
 static int64_t block_index(const void *p)
@@ -234,23 +272,28 @@ static int64_t block_index(const void *p)
 /* A neighbour about to merge with a fresh extent takes its age (the merged extent is stamped now): one that
  * has been idle for half the decay window gives its pages back first, or a large idle extent next to the
  * step's churn would never age (measured on wdl: 725 MB idle from the input pipeline's start, never decayed). */
-static void age_neighbour(uint32_t x)
+static uint32_t age_neighbour(uint32_t x)
 {
     uint32_t t = g_meta[x].tag;
     if ((t & T_REL) || !g_decay || g_step - g_meta[x].step < (g_decay + 1) / 2 || g_idle <= g_keep)
-        return;
+        return t & T_RES;
     uint32_t n = T_PAGES(t);
     rtk_os_release(g_base + ((size_t)x << PAGE_SHIFT), (size_t)n << PAGE_SHIFT);
     g_decayed += (size_t)n << PAGE_SHIFT;
+    return T_REL;
 }
 
-/* put [x, x + n) back, merged with free neighbours (caller holds the lock, the pages carry no tags) */
-static void release_extent(uint32_t x, uint32_t n)
+/* residency of two merged extents: the same, or mixed */
+static unsigned merge_res(unsigned a, unsigned b) { return a == b ? a : T_MIX; }
+
+/* put [x, x + n) back, merged with free neighbours (caller holds the lock, the pages carry no tags); rel: its
+ * pages were given back already (kept as released only when no resident neighbour joins it) */
+static void release_extent(uint32_t x, uint32_t n, unsigned rel)
 {
     uint32_t r = x + n;
     if (r < g_top && T_STATE(g_meta[r].tag) == T_FREE) {
         uint32_t m = T_PAGES(g_meta[r].tag);
-        age_neighbour(r);
+        rel = merge_res(rel, age_neighbour(r));
         list_remove(r);
         clear_free_tags(r, m);
         n += m;
@@ -263,17 +306,17 @@ static void release_extent(uint32_t x, uint32_t n)
             l = x - 1;
         if (l != NIL) {
             uint32_t m = T_PAGES(g_meta[l].tag);
-            age_neighbour(l);
+            rel = merge_res(rel, age_neighbour(l));
             list_remove(l);
             clear_free_tags(l, m);
             x = l;
             n += m;
         }
     }
-    insert_free(x, n, 0, g_step);
+    insert_free(x, n, rel, g_step);
 }
 
-int rtk_large_free(void *p, size_t *bytes)
+static int free_block(void *p, size_t *bytes, int giveback)
 {
     rtk_spin_lock(&g_lock);
     int64_t i = block_index(p);
@@ -283,11 +326,39 @@ int rtk_large_free(void *p, size_t *bytes)
     }
     uint32_t x = (uint32_t)i, n = T_PAGES(g_meta[x].tag);
     g_meta[x].tag = 0;
+    g_meta[x].prev = 0;
     g_in_use -= n;
-    release_extent(x, n);
+    if (giveback)
+        rtk_os_release(p, (size_t)n << PAGE_SHIFT);
+    release_extent(x, n, giveback ? T_REL : 0);
     rtk_spin_unlock(&g_lock);
     *bytes = (size_t)n << PAGE_SHIFT;
     return 0;
+}
+
+int rtk_large_free(void *p, size_t *bytes) { return free_block(p, bytes, 0); }
+
+int rtk_large_free_release(void *p, size_t *bytes) { return free_block(p, bytes, 1); }
+
+/* Lock-free: a block's owner word is written only by its owner while the block is live, and a live block's start
+ * tag does not change; a racing bad free reads some other word, which never carries the mark (free-list links are
+ * page indexes below 2^29, NIL has both top bits set) and is told apart by the owner anyway. */
+uint32_t rtk_large_owner(const void *p)
+{
+    uintptr_t off = (uintptr_t)p - (uintptr_t)g_base;
+    if ((off & (PAGE - 1)) || off >= ((size_t)__atomic_load_n(&g_top, __ATOMIC_ACQUIRE) << PAGE_SHIFT))
+        return 0;
+    uint32_t x = (uint32_t)(off >> PAGE_SHIFT);
+    if (T_STATE(__atomic_load_n(&g_meta[x].tag, __ATOMIC_ACQUIRE)) != T_ALLOC)
+        return 0;
+    uint32_t w = __atomic_load_n(&g_meta[x].prev, __ATOMIC_ACQUIRE);
+    return (w & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED ? w : 0;
+}
+
+void rtk_large_set_owner(void *p, uint32_t w)
+{
+    uint32_t x = (uint32_t)(((uintptr_t)p - (uintptr_t)g_base) >> PAGE_SHIFT);
+    __atomic_store_n(&g_meta[x].prev, w, __ATOMIC_RELEASE);
 }
 
 size_t rtk_large_usable(const void *p)
@@ -316,7 +387,7 @@ int rtk_large_resize(void *p, size_t n, size_t *usable)
         if (np < old) {
             g_meta[x].tag = TAG(T_ALLOC, np, 0);
             g_in_use -= old - np;
-            release_extent(x + np, old - np);
+            release_extent(x + np, old - np, 0);
         }
         ok = 1;
     } else if (r == g_top && (uint64_t)x + np <= g_pages) {
@@ -327,7 +398,7 @@ int rtk_large_resize(void *p, size_t n, size_t *usable)
         list_remove(r);
         clear_free_tags(r, m);
         if (old + m > np)
-            insert_free(x + np, old + m - np, t & T_REL, step);
+            insert_free(x + np, old + m - np, t & T_RES, step);
         ok = 1;
     }
     if (ok && np > old) {
@@ -355,7 +426,7 @@ static size_t release_idle(uint32_t now, uint32_t min_age, uint32_t max_age, siz
                 continue;
             uint32_t n = T_PAGES(t);
             rtk_os_release(g_base + ((size_t)x << PAGE_SHIFT), (size_t)n << PAGE_SHIFT);
-            g_meta[x].tag = t | T_REL;
+            g_meta[x].tag = (t & ~T_MIX) | T_REL;
             g_idle -= n;
             g_released += n;
             pages += n;
@@ -391,21 +462,6 @@ void rtk_large_epoch(void)
     rtk_spin_lock(&g_lock);
     g_peak = g_in_use;
     rtk_spin_unlock(&g_lock);
-}
-
-/* The youngest first: extents freed in the last step or the one before held the recurring blocks that the new
- * arena serves from now on. */
-size_t rtk_large_shed(size_t bytes)
-{
-    if (!g_base || !bytes)
-        return 0;
-    size_t want = (bytes + PAGE - 1) >> PAGE_SHIFT;
-    rtk_spin_lock(&g_lock);
-    size_t keep = g_idle > want ? g_idle - want : 0;
-    size_t pages = release_idle(g_step, 0, 1, keep);
-    g_decayed += pages << PAGE_SHIFT;
-    rtk_spin_unlock(&g_lock);
-    return pages << PAGE_SHIFT;
 }
 
 size_t rtk_large_trim(void)

@@ -27,9 +27,20 @@ RTK_HIDDEN int rtk_large_init(size_t limit, int thp);
 /* A block of at least n bytes aligned to align (a power of two; page alignment at least); NULL when the range
  * is full. *usable receives the block's bytes. */
 RTK_HIDDEN void *rtk_large_alloc(size_t n, size_t align, size_t *usable);
+/* The same from wholly resident free pages only (never fresh or given-back ones); NULL when none fits. */
+RTK_HIDDEN void *rtk_large_alloc_resident(size_t n, size_t align, size_t *usable);
 /* Free a block. 0 ok; -1 p is not the start of a block (interior or foreign pointer); -2 the block is free
  * already (double free). *bytes receives the freed block's size. The caller aborts on < 0. */
 RTK_HIDDEN int rtk_large_free(void *p, size_t *bytes);
+/* The same, its pages given back to the kernel first (a dropped class's or a retired arena's block). */
+RTK_HIDDEN int rtk_large_free_release(void *p, size_t *bytes);
+/* Owner word of a live block: planned arena classes hold large-heap blocks and mark them (RTK_LARGE_OWNED, then
+ * their own bits below), so free finds a block's class in O(1) without a header. rtk_large_owner returns the
+ * word when p starts a live block that carries the mark, else 0; a new block carries none. */
+#define RTK_LARGE_OWNED 0x80000000u
+#define RTK_LARGE_OWNED_MASK 0xc0000000u
+RTK_HIDDEN uint32_t rtk_large_owner(const void *p);
+RTK_HIDDEN void rtk_large_set_owner(void *p, uint32_t w);
 /* Usable bytes of the live block starting at p, 0 when p is not one. */
 RTK_HIDDEN size_t rtk_large_usable(const void *p);
 /* Grow or shrink the live block at p in place to at least n bytes (taking or returning following free pages).
@@ -38,9 +49,6 @@ RTK_HIDDEN int rtk_large_resize(void *p, size_t n, size_t *usable);
 /* Step mark: free blocks unused for `decay_steps` steps give their pages back (0: never), oldest first, as far
  * as the idle pages exceed the heap's high-water mark since the last epoch (plus 1/8). */
 RTK_HIDDEN void rtk_large_step(uint32_t step, uint32_t decay_steps);
-/* RTKIT_MALLOC_PLAN_RELEASE: give back up to `bytes` of resident idle pages freed in the last two steps (the
- * blocks a new arena now serves). Returns the bytes released. */
-RTK_HIDDEN size_t rtk_large_shed(size_t bytes);
 /* A plan was installed: the high-water mark the decay keeps restarts from the bytes in use now. */
 RTK_HIDDEN void rtk_large_epoch(void);
 /* malloc_trim: give back every idle page now. Returns the bytes released. */

@@ -77,7 +77,7 @@ void rtk_step_load_plan(void)
         } else {
             rtk_g.plan_source = "loaded";
             rtk_g.state = RTK_STATE_PLANNED;
-            if (!rtk_large_span)
+            if (rtk_g.large_min == SIZE_MAX)  /* no large heap serves the fallbacks (the arenas may still use one) */
                 rtk_stash_enable(p, rtk_g.cfg.min_size);
             rtk_g.profile_reason = "loaded";
             rtk_g.plan_step = 0;
@@ -155,7 +155,7 @@ static void finish_profiling(uint32_t step, const char *reason)
     rtk_g.plan_step = step;
     rtk_g.after_from = step;
     rtk_g.faults_after_sum = rtk_g.faults_after_steps = 0;
-    if (!rtk_large_span)
+    if (rtk_g.large_min == SIZE_MAX)
         rtk_stash_enable(&rtk_g.plan, rtk_g.cfg.min_size);
     save_plan();
     rtk_g.faults_after_start = rtk_os_minor_faults();

@@ -13,7 +13,7 @@ void rtk_rtkit_usage(size_t *live, size_t *idle)
     size_t alive, afree, aspan;
     rtk_large_info(&li);
     rtk_arenas_usage(&alive, &afree, &aspan);
-    /* an arena carved from the large heap counts as one live large block: count its blocks instead */
+    /* the blocks an arena holds are live large-heap blocks: count its handed-out blocks as live, the rest idle */
     *live = li.in_use - (aspan < li.in_use ? aspan : li.in_use) + alive;
     *idle = li.idle + afree;
 }
