@@ -17,6 +17,16 @@ def _positive(text):
     return value
 
 
+def _non_negative(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
 def _table_rows(table_gb, widths, features):
     """Rows per feature so that `features` tables of these row widths (floats), each with its Adagrad
     accumulator (2 copies in all), take `table_gb` GiB."""
@@ -83,8 +93,9 @@ def build_parser():
                         "graph APIs; rtkit.workloads.ev.Compactor)")
     p.add_argument("--compact-hot-rows", type=_positive, default=None,
                    help="with --compact-steps: rows per feature kept for the hot rows (default capacity / 8)")
-    p.add_argument("--compact-max-swaps", type=_positive, default=65536,
-                   help="with --compact-steps: rows per feature moved in one pass at most (default 65536)")
+    p.add_argument("--compact-max-swaps", type=_non_negative, default=65536,
+                   help="with --compact-steps: rows per feature moved in one pass at most (default 65536; 0: none, "
+                        "only the access counts and the hot region's share, a baseline)")
     p.add_argument("--learning-rate", type=float, default=0.05)
     p.add_argument("--print-losses", action="store_true", help="print `loss <step> <value>` per step")
     p.add_argument("--threads-inter", type=_positive, default=None, help="ConfigProto inter-op threads")

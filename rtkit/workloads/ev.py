@@ -44,6 +44,9 @@ at the front of each table and share pages; the rest of a large table is never t
 ``set_row_assign("hashed")`` is the counterfactual (a hash bucket per id, as stock TF's hashing does):
 the same ids scattered over the whole table, one page each (the map then remembers which physical
 rows have been initialised). ``--table-gb`` sizes the tables from a byte budget (``python -m rtkit.workloads``).
+:class:`Compactor` (``--compact-steps``) also moves the most used rows to the front at step boundaries, by
+access counts, loss-neutrally; on power-law ids (``--ids zipf``) first-seen order already gets most of what
+it gets (docs/pmem.md).
 """
 import tensorflow as tf
 
@@ -144,7 +147,7 @@ class IdRowMap:
             self.counter = tf.compat.v1.get_variable(
                 "rows_used", shape=[], dtype=tf.int64, initializer=tf.compat.v1.zeros_initializer(),
                 trainable=False, use_resource=True)
-            if self.compact:   # per physical row: batches that used it (halved at each pass), and its id
+            if self.compact:   # per physical row: batches that used it (cumulative), and its id
                 self.heat = tf.compat.v1.get_variable(
                     "heat", shape=[self.capacity], dtype=tf.int32, initializer=tf.compat.v1.zeros_initializer(),
                     trainable=False, use_resource=True)
@@ -265,10 +268,13 @@ class Compactor:
     Each step adds 1 to the access count (``heat``) of the batch's unique rows (part of the step's run).
     Every ``every`` steps, ``after_step`` runs one pass: per map, the up to ``max_swaps`` most used rows past
     the hot region are swapped with the least used rows inside it, pair by pair while the row coming in was
-    used more than twice as often as the one going out (hysteresis: no churn between equally warm rows),
+    used at least twice more than the one going out (a margin: no churn between rows seen once or twice),
     in every table and optimizer slot of the map, the counts and the row -> id list; the id -> row table is
-    rewritten for the moved ids; then the counts are halved, so heat follows recent use. A pass touches the
-    moved rows only, never the whole table.
+    rewritten for the moved ids. A pass touches the moved rows only, never the whole table. The counts are
+    cumulative: the bundled data's popularity does not drift, and halving them at each pass (tried) moved 50x
+    more rows for the same hot-region share. The step also counts the rows it looked up that fell in the hot
+    region; ``report`` prints that share since the first pass (``max_swaps=0``: the share without moving
+    anything, the first-seen baseline).
 
     Loss-neutral: a swap moves whole rows (values and accumulator alike) with their ids, so every lookup
     reads the same values as without compaction and Adagrad's per-row update is the same; a new id still
@@ -277,13 +283,22 @@ class Compactor:
     share a row there)."""
 
     def __init__(self, opt, every, hot_rows, max_swaps=65536):
+        """max_swaps=0: no rows move, only the counts (a baseline for the hot region's share)."""
         maps = tf.compat.v1.get_collection(_MAPS)
         if not maps:
             raise ValueError("compaction needs first-seen rows (set_compaction before the model is built)")
         self.every, self.passes, self.moved, self.seconds = int(every), 0, 0, 0.0
-        self.count_op = tf.group([tf.raw_ops.ResourceScatterAdd(resource=m.heat.handle, indices=p,
-                                                                updates=tf.ones_like(p, dtype=tf.int32))
-                                  for m in maps for p in m.batch_phys])
+        self.hot_rows, self.base = int(hot_rows), None
+        counts = [tf.raw_ops.ResourceScatterAdd(resource=m.heat.handle, indices=p, updates=tf.ones_like(p, dtype=tf.int32))
+                  for m in maps for p in m.batch_phys]
+        # how well the layout serves a cache of the hot region: the batches' rows that fell in it, of all
+        with tf.compat.v1.variable_scope("rtkit_compaction"):
+            self.lookups = tf.compat.v1.get_variable("lookups", shape=[2], dtype=tf.int64, trainable=False,
+                                                     initializer=tf.compat.v1.zeros_initializer(), use_resource=True)
+        phys = tf.concat([p for m in maps for p in m.batch_phys], axis=0)
+        counts.append(self.lookups.assign_add(tf.stack([tf.reduce_sum(tf.cast(phys < self.hot_rows, tf.int64)),
+                                                        tf.size(phys, out_type=tf.int64)])))
+        self.count_op = tf.group(counts)
         moved = []
         for m in maps:
             tables = []
@@ -303,15 +318,21 @@ class Compactor:
             import time
 
             t0 = time.perf_counter()
+            if self.base is None:   # the share counts from the first pass: before it, every row is in the region
+                self.base = sess.run(self.lookups.read_value())
             self.moved += int(sess.run(self.compact_op))
             self.seconds += time.perf_counter() - t0
             self.passes += 1
 
-    def report(self):
+    def report(self, sess):
         import sys
 
+        share = ""
+        if self.base is not None:
+            hits, total = sess.run(self.lookups.read_value()) - self.base
+            share = f", hot region ({self.hot_rows} rows a feature) held {hits / max(total, 1):.1%} of the rows looked up since the first pass"
         sys.stderr.write(f"rtkit-workload: compaction: {self.passes} passes, {self.moved} rows moved, "
-                         f"{self.seconds:.2f}s\n")
+                         f"{self.seconds:.2f}s{share}\n")
 
 
 def _compaction_pass(m, tables, hot, max_swaps):
@@ -328,7 +349,7 @@ def _compaction_pass(m, tables, hot, max_swaps):
         out_heat, out_pos = tf.math.top_k(back, k=k, sorted=True)         # most used past the hot region
         neg_in, in_pos = tf.math.top_k(-heat[:hot], k=k, sorted=True)      # least used inside it
         # descending against ascending: the pairs worth swapping are a prefix
-        n = tf.reduce_sum(tf.cast(out_heat > 2 * (-neg_in), tf.int64))
+        n = tf.reduce_sum(tf.cast(out_heat > -neg_in + 1, tf.int64))
         n = tf.where(tf.logical_and(used <= cap, used > hot), n, tf.constant(0, tf.int64))
         pin = tf.cast(in_pos[:n], tf.int64)
         pout = tf.cast(out_pos[:n], tf.int64) + hot
@@ -344,6 +365,4 @@ def _compaction_pass(m, tables, hot, max_swaps):
             ids_in, ids_out = got_in[-1], got_out[-1]
             writes += [m.table.insert(ids_out, pin), m.table.insert(ids_in, pout)]
         with tf.control_dependencies(writes):
-            halve = m.heat.assign(tf.bitwise.right_shift(m.heat.read_value(), tf.constant(1, tf.int32)))
-        with tf.control_dependencies([halve]):
             return tf.identity(n)

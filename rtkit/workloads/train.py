@@ -99,6 +99,8 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                     log.add(value)
                     if compactor is not None:
                         compactor.after_step(sess, len(log.losses))
+                if compactor is not None:
+                    compactor.report(sess)
         else:
             # No hooks, summaries, checkpoints or step-count logging: nothing adds fetches to the step.
             with tf.compat.v1.train.MonitoredTrainingSession(
@@ -111,8 +113,8 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                     log.add(value)
                     if compactor is not None:
                         compactor.after_step(sess, len(log.losses))
-        if compactor is not None:
-            compactor.report()
+                if compactor is not None:
+                    compactor.report(sess)
 
 
 def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
