@@ -151,6 +151,19 @@ def hot_rows(args) -> int:
     return max(1, capacity_rows(args, args.scale_b * args.dram / GIB) // 8)
 
 
+MAP_ENTRY_BYTES = 48   # MutableHashTable int64 -> int64: 47 bytes of RssAnon an entry, measured at 4M entries
+
+
+def map_bytes(args) -> float:
+    """Anonymous memory of the id -> row maps at the end of a run (an entry per distinct id and feature)."""
+    from rtkit.workloads import zipf
+    from rtkit.workloads.data import NUM_CAT
+
+    if args.ids != "zipf":
+        return 0.0
+    return zipf.expected_distinct(args.steps * args.batch, args.distinct, args.zipf_exponent) * NUM_CAT * MAP_ENTRY_BYTES
+
+
 def touched_bytes(args) -> Optional[float]:
     """Expected bytes of the rows a run touches (first-seen rows: packed), or None for the file data set."""
     from rtkit.workloads import zipf
@@ -282,10 +295,15 @@ def check(args, dram: int) -> Optional[str]:
     avail = capacity.mem_available() or 0
     # the tables are filled row by row as ids arrive (rtkit.workloads.ev), so (a) holds what the steps touch;
     # hashed rows may touch every page, so the whole table must fit (no initializer temporaries any more)
-    need_a = a_bytes + 2 * GIB + args.min_available_gb * GIB
+    maps = map_bytes(args)
+    need_a = a_bytes + maps + 2 * GIB + args.min_available_gb * GIB
     if need_a > avail:
-        return (f"capacity: (a) needs {need_a / GIB:.1f}G of memory ({a_bytes / GIB:.1f}G of tables and slots, 2G for "
-                f"TensorFlow, --min-available-gb), {avail / GIB:.1f}G is available; lower --dram-gb or --a")
+        return (f"capacity: (a) needs {need_a / GIB:.1f}G of memory ({a_bytes / GIB:.1f}G of tables and slots, "
+                f"{maps / GIB:.1f}G of id -> row maps, 2G for TensorFlow, --min-available-gb), {avail / GIB:.1f}G is "
+                "available; lower --dram-gb, --a or --steps")
+    if maps + 1.5 * GIB > args.max_anon_gb * GIB:
+        return (f"capacity: (b)'s id -> row maps alone take about {maps / GIB:.1f}G of anonymous memory, past "
+                f"--max-anon-gb {args.max_anon_gb:g} with TensorFlow's own; raise it or lower --steps")
     resident = args.resident_gb * GIB
     if resident and resident + 2 * GIB + args.min_available_gb * GIB > avail:
         return f"capacity: --resident-gb {args.resident_gb:g} does not fit in the {avail / GIB:.1f}G available"

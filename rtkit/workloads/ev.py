@@ -147,13 +147,16 @@ class IdRowMap:
             self.counter = tf.compat.v1.get_variable(
                 "rows_used", shape=[], dtype=tf.int64, initializer=tf.compat.v1.zeros_initializer(),
                 trainable=False, use_resource=True)
-            if self.compact:   # per physical row: batches that used it (cumulative), and its id
+            if self.compact:
+                # per position: batches that used it (cumulative), its id and the row number it was given
+                # (`orig`); per row number: where its row is now (`home`: ids past capacity wrap onto the row
+                # number, so they follow it wherever compaction moved it, as without compaction)
                 self.heat = tf.compat.v1.get_variable(
                     "heat", shape=[self.capacity], dtype=tf.int32, initializer=tf.compat.v1.zeros_initializer(),
                     trainable=False, use_resource=True)
-                self.row_id = tf.compat.v1.get_variable(
-                    "row_id", shape=[self.capacity], dtype=tf.int64, initializer=_unfilled, trainable=False,
-                    use_resource=True)
+                self.row_id, self.orig, self.home = (tf.compat.v1.get_variable(
+                    n, shape=[self.capacity], dtype=tf.int64, initializer=_unfilled, trainable=False,
+                    use_resource=True) for n in ("row_id", "orig", "home"))
                 tf.compat.v1.add_to_collection(_MAPS, self)
 
     @property
@@ -181,14 +184,18 @@ class IdRowMap:
             offsets = tf.cumsum(tf.cast(is_new, tf.int64), exclusive=True)
             rows = tf.where(is_new, start + offsets, found)
             deps = [self.table.insert(tf.boolean_mask(uniq, is_new), tf.boolean_mask(rows, is_new))]
-            if self.compact:   # row -> id, for rows that are no one else's (no wrap)
+            if self.compact:   # a new row (not wrapped): its id; it is where its number says
                 own = tf.logical_and(is_new, rows < self.capacity)
-                deps.append(tf.raw_ops.ResourceScatterUpdate(resource=self.row_id.handle,
-                                                             indices=tf.boolean_mask(rows, own),
-                                                             updates=tf.boolean_mask(uniq, own)))
+                own_rows = tf.boolean_mask(rows, own)
+                deps += [tf.raw_ops.ResourceScatterUpdate(resource=self.row_id.handle, indices=own_rows,
+                                                          updates=tf.boolean_mask(uniq, own)),
+                         tf.raw_ops.ResourceScatterUpdate(resource=self.orig.handle, indices=own_rows, updates=own_rows),
+                         tf.raw_ops.ResourceScatterUpdate(resource=self.home.handle, indices=own_rows, updates=own_rows)]
             with tf.control_dependencies(deps):
                 phys = tf.math.floormod(rows, self.capacity)
-                if self.compact:
+                if self.compact:   # rows below capacity are positions (rewritten by compaction); wrapped: via home
+                    wrapped = tf.raw_ops.ResourceGather(resource=self.home.handle, indices=phys, dtype=tf.int64)
+                    phys = tf.where(rows >= self.capacity, wrapped, phys)
                     self.batch_phys.append(phys)
                 # a new id past capacity wraps onto a row an earlier id initialised and trained: keep it
                 fresh = tf.boolean_mask(rows, tf.logical_and(is_new, rows < self.capacity)) if self.lazy else None
@@ -279,8 +286,9 @@ class Compactor:
     Loss-neutral: a swap moves whole rows (values and accumulator alike) with their ids, so every lookup
     reads the same values as without compaction and Adagrad's per-row update is the same; a new id still
     gets the next row number (positions past the rows in use are never moved), so lazily filled rows get
-    the same initial values. A map whose ids have wrapped past its capacity is left as it is (several ids
-    share a row there)."""
+    the same initial values; an id past capacity wraps onto its row number's row wherever that row now is
+    (`home`). A map whose ids have wrapped past its capacity is no longer compacted (several ids share a row
+    there)."""
 
     def __init__(self, opt, every, hot_rows, max_swaps=65536):
         """max_swaps=0: no rows move, only the counts (a baseline for the hot region's share)."""
@@ -353,8 +361,8 @@ def _compaction_pass(m, tables, hot, max_swaps):
         n = tf.where(tf.logical_and(used <= cap, used > hot), n, tf.constant(0, tf.int64))
         pin = tf.cast(in_pos[:n], tf.int64)
         pout = tf.cast(out_pos[:n], tf.int64) + hot
-        state = [t.handle for t in tables] + [m.heat.handle, m.row_id.handle]
-        dtypes = [t.dtype for t in tables] + [tf.int32, tf.int64]
+        state = [t.handle for t in tables] + [m.heat.handle, m.orig.handle, m.row_id.handle]
+        dtypes = [t.dtype for t in tables] + [tf.int32, tf.int64, tf.int64]
         got_in = [tf.raw_ops.ResourceGather(resource=h, indices=pin, dtype=d) for h, d in zip(state, dtypes)]
         got_out = [tf.raw_ops.ResourceGather(resource=h, indices=pout, dtype=d) for h, d in zip(state, dtypes)]
         with tf.control_dependencies(got_in + got_out):
@@ -364,5 +372,8 @@ def _compaction_pass(m, tables, hot, max_swaps):
                        for h, a in zip(state, got_in)]
             ids_in, ids_out = got_in[-1], got_out[-1]
             writes += [m.table.insert(ids_out, pin), m.table.insert(ids_in, pout)]
+            orig_in, orig_out = got_in[-2], got_out[-2]
+            writes += [tf.raw_ops.ResourceScatterUpdate(resource=m.home.handle, indices=orig_out, updates=pin),
+                       tf.raw_ops.ResourceScatterUpdate(resource=m.home.handle, indices=orig_in, updates=pout)]
         with tf.control_dependencies(writes):
             return tf.identity(n)
