@@ -92,9 +92,9 @@ def _progress(label: str, step: int, steps: int, t0: float, note: str) -> None:
     sys.stderr.flush()
 
 
-def _anon_rss(root: int) -> int:
-    """RssAnon summed over process `root` and its descendants (`rtkit run` starts the job in a session of its
-    own, so a process group would miss it), from /proc."""
+def _tree(root: int) -> Dict[int, int]:
+    """RssAnon bytes of process `root` and of each of its descendants, by pid (`rtkit run` starts the job in a
+    session of its own, so a process group would miss it), from /proc."""
     parent, anon = {}, {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -108,14 +108,41 @@ def _anon_rss(root: int) -> int:
                         anon[int(pid)] = int(line.split()[1]) * 1024
         except (OSError, ValueError):
             continue
-    total = 0
+    out = {}
     for pid in parent:
         p, hops = pid, 0
         while p not in (root, 0, 1) and hops < 64:
             p, hops = parent.get(p, 0), hops + 1
         if p == root:
-            total += anon.get(pid, 0)
-    return total
+            out[pid] = anon.get(pid, 0)
+    return out
+
+
+def _anon_rss(root: int) -> int:
+    return sum(_tree(root).values())
+
+
+def _kill_tree(proc) -> None:
+    """SIGTERM the run and every process under it, SIGKILL what is left after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+        pids = list(_tree(proc.pid))
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and (proc.poll() is None or any(os.path.exists(f"/proc/{p}") and
+                                                                          _alive(p) for p in pids)):
+            time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def workload_args(args, table_gb: float, compact: bool) -> List[str]:
@@ -198,25 +225,24 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
     t0, floor = time.monotonic(), args.min_available_gb * GIB
     low = anon_over = None
     peak_anon = 0
-    while True:
-        avail = capacity.mem_available() or 0
-        anon = _anon_rss(proc.pid)
-        peak_anon = max(peak_anon, anon)
-        _progress(label, len(losses), args.steps, t0,
-                  f"MemAvailable {avail / GIB:5.1f}G anon {anon / GIB:4.1f}G" + ("" if losses else " (initialising)"))
-        if max_anon and anon > max_anon and low is None and anon_over is None:
-            anon_over = anon
-        if ((avail and avail < floor) or anon_over) and low is None:
-            low = avail
-            os.killpg(proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
+    try:
+        while True:
+            avail = capacity.mem_available() or 0
+            anon = _anon_rss(proc.pid)
+            peak_anon = max(peak_anon, anon)
+            _progress(label, len(losses), args.steps, t0,
+                      f"MemAvailable {avail / GIB:5.1f}G anon {anon / GIB:4.1f}G" + ("" if losses else " (initialising)"))
+            if max_anon and anon > max_anon and low is None and anon_over is None:
+                anon_over = anon
+            if ((avail and avail < floor) or anon_over) and low is None:
+                low = avail
+                _kill_tree(proc)
+            if proc.poll() is not None:
+                break
+            time.sleep(0.5)
+    except BaseException:   # Ctrl-C or SIGTERM: the job is in a session of its own, it must not outlive us
+        _kill_tree(proc)
+        raise
     reader.join(timeout=10)
     if sys.stderr.isatty():
         sys.stderr.write("\n")
@@ -342,8 +368,13 @@ def table(results: Dict[str, Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     dram = int(args.dram_gb * GIB) if args.dram_gb else (capacity.mem_total() or 0)
     args.dram = dram
     problem = check(args, dram)
