@@ -11,16 +11,20 @@ RSS, the last losses.
 The tables are allocated unfilled and each row is initialised when an id first uses it (as DeepRec's
 EmbeddingVariable; `rtkit.workloads.ev`), so starting a run costs seconds whatever the table size, and DRAM
 and disk follow the pages the steps touch: with first-seen rows (packed) that is the data set's distinct
-ids, a small share of a large table; `--row-assign hashed` scatters the same ids over every table, one page
-each, the working set that really outgrows DRAM at full scale.
+ids; `--row-assign hashed` scatters the same ids over every table, one page each. The data set is
+`--ids zipf` (`rtkit.workloads.zipf`): power-law ids over `--distinct` ids a feature, drawn on the fly, so
+that at the defaults (2000 steps of 2048, dim 64) the rows used reach ~26 GiB, past this machine's DRAM
+(`touched_bytes` says how much before the runs start). `--compact-steps` adds hot-row compaction to (b).
 
 `--dram-gb` is the DRAM the sizes are relative to (default: this machine's MemTotal). A scaled run sets
 it small and gives the pool the same budget for its resident pages (`--resident-gb`, tier mode's
 `pmem_resident_max`), so (b) really keeps 1.5x its budget while only the budget stays in DRAM.
 
-Safety: it refuses to start (one line, exit 2) when the pool does not fit on its disk or (a) does not
-fit in the memory available now; while a run trains, MemAvailable is read twice a second and the run
-is stopped (one line, exit 1) when it drops below `--min-available-gb`, before swap or the OOM killer.
+Safety (there is no swap): it refuses to start (one line, exit 2) when the pool does not fit on its disk, (a)
+does not fit in the memory available now, or the id -> row maps alone would pass `--max-anon-gb`; while a
+run trains, MemAvailable and the run's anonymous RSS are read twice a second and the run is stopped (one
+line, exit 1) when MemAvailable drops below `--min-available-gb` or (b)'s anonymous RSS passes
+`--max-anon-gb`, before the OOM killer; Ctrl-C or SIGTERM stops the run's whole process tree.
 """
 from __future__ import annotations
 
