@@ -194,8 +194,10 @@ class IdRowMap:
             with tf.control_dependencies(deps):
                 phys = tf.math.floormod(rows, self.capacity)
                 if self.compact:   # rows below capacity are positions (rewritten by compaction); wrapped: via home
-                    wrapped = tf.raw_ops.ResourceGather(resource=self.home.handle, indices=phys, dtype=tf.int64)
-                    phys = tf.where(rows >= self.capacity, wrapped, phys)
+                    over = rows >= self.capacity   # only they read `home` (others read entry 0: one page)
+                    wrapped = tf.raw_ops.ResourceGather(resource=self.home.handle, dtype=tf.int64,
+                                                        indices=tf.where(over, phys, tf.zeros_like(phys)))
+                    phys = tf.where(over, wrapped, phys)
                     self.batch_phys.append(phys)
                 # a new id past capacity wraps onto a row an earlier id initialised and trained: keep it
                 fresh = tf.boolean_mask(rows, tf.logical_and(is_new, rows < self.capacity)) if self.lazy else None
