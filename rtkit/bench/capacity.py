@@ -11,16 +11,20 @@ RSS, the last losses.
 The tables are allocated unfilled and each row is initialised when an id first uses it (as DeepRec's
 EmbeddingVariable; `rtkit.workloads.ev`), so starting a run costs seconds whatever the table size, and DRAM
 and disk follow the pages the steps touch: with first-seen rows (packed) that is the data set's distinct
-ids, a small share of a large table; `--row-assign hashed` scatters the same ids over every table, one page
-each, the working set that really outgrows DRAM at full scale.
+ids; `--row-assign hashed` scatters the same ids over every table, one page each. The data set is
+`--ids zipf` (`rtkit.workloads.zipf`): power-law ids over `--distinct` ids a feature, drawn on the fly, so
+that at the defaults (2000 steps of 2048, dim 64) the rows used reach ~26 GiB, past this machine's DRAM
+(`touched_bytes` says how much before the runs start). `--compact-steps` adds hot-row compaction to (b).
 
 `--dram-gb` is the DRAM the sizes are relative to (default: this machine's MemTotal). A scaled run sets
 it small and gives the pool the same budget for its resident pages (`--resident-gb`, tier mode's
 `pmem_resident_max`), so (b) really keeps 1.5x its budget while only the budget stays in DRAM.
 
-Safety: it refuses to start (one line, exit 2) when the pool does not fit on its disk or (a) does not
-fit in the memory available now; while a run trains, MemAvailable is read twice a second and the run
-is stopped (one line, exit 1) when it drops below `--min-available-gb`, before swap or the OOM killer.
+Safety (there is no swap): it refuses to start (one line, exit 2) when the pool does not fit on its disk, (a)
+does not fit in the memory available now, or the id -> row maps alone would pass `--max-anon-gb`; while a
+run trains, MemAvailable and the run's anonymous RSS are read twice a second and the run is stopped (one
+line, exit 1) when MemAvailable drops below `--min-available-gb` or (b)'s anonymous RSS passes
+`--max-anon-gb`, before the OOM killer; Ctrl-C or SIGTERM stops the run's whole process tree.
 """
 from __future__ import annotations
 
@@ -51,9 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool-dir", default="/tmp", help="folder on local disk for (b)'s pool (default /tmp)")
     p.add_argument("--resident-gb", type=float, default=0.0,
                    help="pool pages kept in DRAM at most in (b) (pmem_resident_max); 0: the kernel decides")
-    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch", type=int, default=2048)
+    p.add_argument("--emb-dim", type=int, default=64, help="embedding dimension (default 64: 520 bytes a row with "
+                   "the wide weight and both Adagrad slots)")
+    p.add_argument("--ids", choices=("zipf", "file"), default="zipf",
+                   help="zipf: power-law ids drawn on the fly (default); file: the 200k-line cached file (few ids)")
+    p.add_argument("--distinct", type=int, default=50_000_000, help="--ids zipf: distinct ids per feature")
+    p.add_argument("--zipf-exponent", type=float, default=0.9, help="--ids zipf: the power law's exponent")
     p.add_argument("--row-assign", choices=("first-seen", "hashed"), default="first-seen")
+    p.add_argument("--compact-steps", type=int, default=0,
+                   help="(b): move the most used rows to the front of each table every N steps (0: off)")
+    p.add_argument("--compact-hot-rows", type=int, default=0,
+                   help="(b): rows per feature kept for hot rows when compacting (default: --resident-gb's worth, "
+                        "else capacity / 8)")
+    p.add_argument("--max-anon-gb", type=float, default=6.0,
+                   help="stop (b) when its anonymous RSS passes this (default 6): the tables belong in the pool")
     p.add_argument("--b-in-dram", action="store_true",
                    help="also run (b)'s size all in DRAM (scaled runs: the same model with and without the tier)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -79,8 +96,117 @@ def _progress(label: str, step: int, steps: int, t0: float, note: str) -> None:
     sys.stderr.flush()
 
 
-def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profile: Optional[str] = None
-         ) -> Dict[str, Any]:
+def _tree(root: int) -> Dict[int, int]:
+    """RssAnon bytes of process `root` and of each of its descendants, by pid (`rtkit run` starts the job in a
+    session of its own, so a process group would miss it), from /proc."""
+    parent, anon = {}, {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("PPid:"):
+                        parent[int(pid)] = int(line.split()[1])
+                    elif line.startswith("RssAnon:"):
+                        anon[int(pid)] = int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    out = {}
+    for pid in parent:
+        p, hops = pid, 0
+        while p not in (root, 0, 1) and hops < 64:
+            p, hops = parent.get(p, 0), hops + 1
+        if p == root:
+            out[pid] = anon.get(pid, 0)
+    return out
+
+
+def _anon_rss(root: int) -> int:
+    return sum(_tree(root).values())
+
+
+def _kill_tree(proc) -> None:
+    """SIGTERM the run and every process under it, SIGKILL what is left after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+        pids = list(_tree(proc.pid))
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and (proc.poll() is None or any(os.path.exists(f"/proc/{p}") and
+                                                                          _alive(p) for p in pids)):
+            time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def workload_args(args, table_gb: float, compact: bool) -> List[str]:
+    """The workload's command-line arguments for one run."""
+    out = ["--table-gb", f"{table_gb:.3f}", "--steps", str(args.steps), "--batch", str(args.batch),
+           "--emb-dim", str(args.emb_dim), "--row-assign", args.row_assign, "--table-fill", "lazy"]
+    if args.ids == "zipf":
+        out += ["--ids", "zipf", "--distinct", str(args.distinct), "--zipf-exponent", f"{args.zipf_exponent:g}"]
+    if compact and args.compact_steps:
+        out += ["--compact-steps", str(args.compact_steps), "--compact-hot-rows", str(hot_rows(args))]
+    return out + ["--no-progress", "--print-losses"]
+
+
+def row_bytes(args) -> int:
+    """Bytes of one id's row in all of wdl's tables: embedding and wide weight, each with its Adagrad slot."""
+    return (args.emb_dim + 1) * 4 * 2
+
+
+def capacity_rows(args, table_gb: float) -> int:
+    from rtkit.workloads.data import NUM_CAT
+
+    return max(1, int(table_gb * GIB // (row_bytes(args) * NUM_CAT)))
+
+
+def hot_rows(args) -> int:
+    """Rows per feature of the hot region compaction keeps: what the resident budget holds, else 1/8."""
+    from rtkit.workloads.data import NUM_CAT
+
+    if args.compact_hot_rows:
+        return args.compact_hot_rows
+    if args.resident_gb:
+        return max(1, int(args.resident_gb * GIB // (row_bytes(args) * NUM_CAT)))
+    return max(1, capacity_rows(args, args.scale_b * args.dram / GIB) // 8)
+
+
+MAP_ENTRY_BYTES = 48   # MutableHashTable int64 -> int64: 47 bytes of RssAnon an entry, measured at 4M entries
+
+
+def map_bytes(args) -> float:
+    """Anonymous memory of the id -> row maps at the end of a run (an entry per distinct id and feature)."""
+    from rtkit.workloads import zipf
+    from rtkit.workloads.data import NUM_CAT
+
+    if args.ids != "zipf":
+        return 0.0
+    return zipf.expected_distinct(args.steps * args.batch, args.distinct, args.zipf_exponent) * NUM_CAT * MAP_ENTRY_BYTES
+
+
+def touched_bytes(args) -> Optional[float]:
+    """Expected bytes of the rows a run touches (first-seen rows: packed), or None for the file data set."""
+    from rtkit.workloads import zipf
+    from rtkit.workloads.data import NUM_CAT
+
+    if args.ids != "zipf":
+        return None
+    return zipf.expected_distinct(args.steps * args.batch, args.distinct, args.zipf_exponent) * NUM_CAT * row_bytes(args)
+
+
+def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profile: Optional[str] = None,
+         max_anon: Optional[int] = None, compact: bool = False) -> Dict[str, Any]:
     """One `rtkit run` of wdl at table_gb, watched; returns its figures (or raises SystemExit on a stop)."""
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "rtkit", "run", "--quiet", "--run-dir", run_dir]
@@ -88,9 +214,7 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
         cmd += ["--profile", profile]
     for s in sets:
         cmd += ["--set", s]
-    cmd += ["--", sys.executable, "-m", "rtkit.workloads", "wdl", "--table-gb", f"{table_gb:.3f}",
-            "--steps", str(args.steps), "--batch", str(args.batch), "--row-assign", args.row_assign, "--table-fill", "lazy",
-            "--no-progress", "--print-losses"]
+    cmd += ["--", sys.executable, "-m", "rtkit.workloads", "wdl"] + workload_args(args, table_gb, compact)
     log = open(os.path.join(os.path.dirname(run_dir), f"{os.path.basename(run_dir)}.log"), "w")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
     losses: List[float] = []
@@ -103,25 +227,33 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
     reader = threading.Thread(target=read_losses, daemon=True)
     reader.start()
     t0, floor = time.monotonic(), args.min_available_gb * GIB
-    low = None
-    while True:
-        avail = capacity.mem_available() or 0
-        _progress(label, len(losses), args.steps, t0,
-                  f"MemAvailable {avail / GIB:5.1f}G" + ("" if losses else " (initialising tables)"))
-        if avail and avail < floor and low is None:
-            low = avail
-            os.killpg(proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
+    low = anon_over = None
+    peak_anon = 0
+    try:
+        while True:
+            avail = capacity.mem_available() or 0
+            anon = _anon_rss(proc.pid)
+            peak_anon = max(peak_anon, anon)
+            _progress(label, len(losses), args.steps, t0,
+                      f"MemAvailable {avail / GIB:5.1f}G anon {anon / GIB:4.1f}G" + ("" if losses else " (initialising)"))
+            if max_anon and anon > max_anon and low is None and anon_over is None:
+                anon_over = anon
+            if ((avail and avail < floor) or anon_over) and low is None:
+                low = avail
+                _kill_tree(proc)
+            if proc.poll() is not None:
+                break
+            time.sleep(0.5)
+    except BaseException:   # Ctrl-C or SIGTERM: the job is in a session of its own, it must not outlive us
+        _kill_tree(proc)
+        raise
     reader.join(timeout=10)
     if sys.stderr.isatty():
         sys.stderr.write("\n")
+    if anon_over is not None:
+        sys.stderr.write(f"capacity: stopped {label} at step {len(losses)}: its anonymous RSS {anon_over / GIB:.1f}G "
+                         f"passed --max-anon-gb {args.max_anon_gb:g}; the tables should be in the pool (see {log.name})\n")
+        raise SystemExit(1)
     if low is not None:
         sys.stderr.write(f"capacity: stopped {label} at step {len(losses)}: MemAvailable {low / GIB:.1f}G fell below "
                          f"--min-available-gb {args.min_available_gb:g}; use a smaller --dram-gb or --resident-gb\n")
@@ -129,7 +261,12 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
     if proc.returncode != 0:
         sys.stderr.write(f"capacity: {label} failed (exit {proc.returncode}); see {log.name}\n")
         raise SystemExit(1)
-    return figures(run_dir, losses, args.batch)
+    out = figures(run_dir, losses, args.batch)
+    out["peak_anon_rss_watched_bytes"] = peak_anon   # /proc RssAnon of the whole process group, twice a second
+    out["peak_anon_rss_bytes"] = max(out.get("peak_anon_rss_bytes") or 0, peak_anon) or None
+    with open(log.name) as fh:
+        out["compaction"] = [line.strip() for line in fh if "compaction:" in line]
+    return out
 
 
 def _faults_per_step(report: Dict[str, Any]) -> Optional[float]:
@@ -188,10 +325,15 @@ def check(args, dram: int) -> Optional[str]:
     avail = capacity.mem_available() or 0
     # the tables are filled row by row as ids arrive (rtkit.workloads.ev), so (a) holds what the steps touch;
     # hashed rows may touch every page, so the whole table must fit (no initializer temporaries any more)
-    need_a = a_bytes + 2 * GIB + args.min_available_gb * GIB
+    maps = map_bytes(args)
+    need_a = a_bytes + maps + 2 * GIB + args.min_available_gb * GIB
     if need_a > avail:
-        return (f"capacity: (a) needs {need_a / GIB:.1f}G of memory ({a_bytes / GIB:.1f}G of tables and slots, 2G for "
-                f"TensorFlow, --min-available-gb), {avail / GIB:.1f}G is available; lower --dram-gb or --a")
+        return (f"capacity: (a) needs {need_a / GIB:.1f}G of memory ({a_bytes / GIB:.1f}G of tables and slots, "
+                f"{maps / GIB:.1f}G of id -> row maps, 2G for TensorFlow, --min-available-gb), {avail / GIB:.1f}G is "
+                "available; lower --dram-gb, --a or --steps")
+    if maps + 1.5 * GIB > args.max_anon_gb * GIB:
+        return (f"capacity: (b)'s id -> row maps alone take about {maps / GIB:.1f}G of anonymous memory, past "
+                f"--max-anon-gb {args.max_anon_gb:g} with TensorFlow's own; raise it or lower --steps")
     resident = args.resident_gb * GIB
     if resident and resident + 2 * GIB + args.min_available_gb * GIB > avail:
         return f"capacity: --resident-gb {args.resident_gb:g} does not fit in the {avail / GIB:.1f}G available"
@@ -201,8 +343,13 @@ def check(args, dram: int) -> Optional[str]:
     bad = [x for x in args.sets if "=" not in x or not x.split("=", 1)[0].strip()]
     if bad:
         return f"capacity: --set {bad[0]!r}: expected KEY=VALUE (an rtkit setting, see `rtkit config`)"
-    if args.steps < 10 or args.batch < 1:
-        return "capacity: --steps must be at least 10 and --batch positive"
+    if args.steps < 10 or args.batch < 1 or args.emb_dim < 1:
+        return "capacity: --steps must be at least 10, --batch and --emb-dim positive"
+    if args.ids == "zipf" and (args.distinct < 1 or not 0 < args.zipf_exponent < 4):
+        return "capacity: --distinct must be positive and --zipf-exponent in (0, 4), e.g. 0.9"
+    if args.max_anon_gb <= 0 or args.max_anon_gb * GIB + args.min_available_gb * GIB > avail:
+        return (f"capacity: --max-anon-gb {args.max_anon_gb:g} must be positive and fit in the {avail / GIB:.1f}G "
+                "available with --min-available-gb")
     return None
 
 
@@ -225,9 +372,15 @@ def table(results: Dict[str, Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)
     dram = int(args.dram_gb * GIB) if args.dram_gb else (capacity.mem_total() or 0)
+    args.dram = dram
     problem = check(args, dram)
     if problem:
         sys.stderr.write(problem + "\n")
@@ -244,19 +397,35 @@ def main(argv=None) -> int:
     tier += args.sets
     # (b) runs the `capacity` profile (what this benchmark shows to work), with this run's pool and budget
     plan.append(("b", args.scale_b, tier, "capacity"))
+    touched = touched_bytes(args)
+    b_rows = capacity_rows(args, args.scale_b * dram / GIB)
+    sys.stderr.write(
+        f"capacity: (a) {args.scale_a * dram / GIB:.1f}G in DRAM, (b) {args.scale_b * dram / GIB:.1f}G in a "
+        f"{pool_size / GIB:.1f}G pool in {args.pool_dir}; {args.steps} steps of {args.batch}"
+        + (f"; the rows used (first-seen, expected) {touched / GIB:.1f}G, "
+           f"{touched / row_bytes(args) / 26 / b_rows:.0%} of (b)'s rows" if touched else "")
+        + (f"; (b) compacts every {args.compact_steps} steps, {hot_rows(args)} hot rows per feature"
+           if args.compact_steps else "") + f"; (b)'s anonymous RSS held under {args.max_anon_gb:g}G\n")
     results: Dict[str, Dict[str, Any]] = {}
     for name, scale, sets, profile in plan:
         gb = scale * dram / GIB
-        r = _run(f"({name}) {gb:.1f}G", os.path.join(os.path.abspath(args.out), name), gb, args, sets, profile)
+        r = _run(f"({name}) {gb:.1f}G", os.path.join(os.path.abspath(args.out), name), gb, args, sets, profile,
+                 max_anon=int(args.max_anon_gb * GIB) if name == "b" else None, compact=name == "b")
         r["table_gb"], r["settings"], r["profile"] = gb, sets, profile
         results[name] = r
     atomic.write_json(os.path.join(args.out, "capacity.json"),
-                      {"dram_bytes": dram, "args": vars(args), "results": results})
+                      {"dram_bytes": dram, "args": vars(args), "touched_bytes_expected": touched, "results": results})
     print(table(results))
     a, b = results["a"], results["b"]
     if a.get("step_ms_median") and b.get("step_ms_median"):
         print(f"(b) step time {b['step_ms_median'] / a['step_ms_median']:.2f}x of (a) (target <= 1.5x); "
               f"peak anonymous RSS {_gib(b.get('peak_anon_rss_bytes'))}; figures: {os.path.join(args.out, 'capacity.json')}")
+    tl = b.get("pool_resident_timeline") or []
+    if tl:
+        picks = [tl[min(len(tl) - 1, i * (len(tl) - 1) // 7)] for i in range(8)]
+        print("(b) pool resident over time: " + ", ".join(f"step {x['step']} {_gib(x['resident_bytes'])}" for x in picks))
+    for line in b.get("compaction") or []:
+        print(f"(b) {line}")
     if "b-dram" in results and results["b-dram"]["losses"] and b["losses"]:
         same = results["b-dram"]["losses"] == b["losses"]
         diff = max(abs(x - y) for x, y in zip(results["b-dram"]["losses"], b["losses"]))

@@ -17,6 +17,16 @@ def _positive(text):
     return value
 
 
+def _non_negative(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
 def _table_rows(table_gb, widths, features):
     """Rows per feature so that `features` tables of these row widths (floats), each with its Adagrad
     accumulator (2 copies in all), take `table_gb` GiB."""
@@ -71,6 +81,21 @@ def build_parser():
     p.add_argument("--table-fill", choices=("eager", "lazy"), default="eager",
                    help="eager: tables filled at initialisation, as tf.Variable tables are (default); lazy: a row "
                         "gets its value when first used, as DeepRec's EmbeddingVariable (the capacity benchmark's)")
+    p.add_argument("--ids", choices=("file", "zipf"), default="file",
+                   help="file: the cached synthetic Criteo file of --rows lines (default); zipf: batches drawn in the "
+                        "input graph from a power law over --distinct ids per feature (no file; graph APIs)")
+    p.add_argument("--distinct", type=_positive, default=None,
+                   help="--ids zipf: distinct ids per feature (default 50000000)")
+    p.add_argument("--zipf-exponent", type=float, default=None,
+                   help="--ids zipf: the power law's exponent (default 0.9; larger: a smaller hot head)")
+    p.add_argument("--compact-steps", type=_positive, default=None,
+                   help="every N steps, move the most used rows to the front of each table (first-seen rows, "
+                        "graph APIs; rtkit.workloads.ev.Compactor)")
+    p.add_argument("--compact-hot-rows", type=_positive, default=None,
+                   help="with --compact-steps: rows per feature kept for the hot rows (default capacity / 8)")
+    p.add_argument("--compact-max-swaps", type=_non_negative, default=65536,
+                   help="with --compact-steps: rows per feature moved in one pass at most (default 65536; 0: none, "
+                        "only the access counts and the hot region's share, a baseline)")
     p.add_argument("--learning-rate", type=float, default=0.05)
     p.add_argument("--print-losses", action="store_true", help="print `loss <step> <value>` per step")
     p.add_argument("--threads-inter", type=_positive, default=None, help="ConfigProto inter-op threads")
@@ -101,6 +126,25 @@ def _cluster_task(argv):
         raise SystemExit(2)
 
 
+def _zipf_ids(args):
+    from rtkit.workloads import zipf
+
+    if args.ids != "zipf":
+        return None
+    return (args.distinct or zipf.DEFAULT_DISTINCT,
+            zipf.DEFAULT_EXPONENT if args.zipf_exponent is None else args.zipf_exponent)
+
+
+def _compact(args):
+    if not args.compact_steps:
+        return None
+    from rtkit.workloads import train
+
+    capacity = args.capacity or train.GRAPH_CAPACITY
+    hot = args.compact_hot_rows or max(1, capacity // 8)
+    return {"every": args.compact_steps, "hot_rows": min(hot, capacity), "max_swaps": args.compact_max_swaps}
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -114,13 +158,26 @@ def main(argv=None):
         if problem:
             sys.stderr.write(problem + "\n")
             return 2
+    if args.ids != "zipf" and (args.distinct is not None or args.zipf_exponent is not None):
+        parser.error("--distinct and --zipf-exponent go with --ids zipf")
+    if args.zipf_exponent is not None and not 0.0 < args.zipf_exponent < 4.0:
+        parser.error("--zipf-exponent: expected a number in (0, 4), e.g. 0.9")
+    if (args.ids == "zipf" or args.compact_steps) and (args.api == "keras" or args.input != "prefetch"):
+        parser.error("--ids zipf and --compact-steps need a graph API (session, monitored) and --input prefetch")
+    if args.compact_steps and args.row_assign != "first-seen":
+        parser.error("--compact-steps moves first-seen rows; drop it or use --row-assign first-seen")
+    if args.compact_hot_rows is not None and not args.compact_steps:
+        parser.error("--compact-hot-rows goes with --compact-steps")
     if args.input_latency_ms < 0 or (args.input_latency_ms and args.input != "legacy"):
         parser.error("--input-latency-ms: a non-negative latency, with --input legacy only")
     from rtkit.workloads import data
 
     task = _cluster_task(argv)
+    if task is not None and (args.ids == "zipf" or args.compact_steps):
+        sys.stderr.write("rtkit.workloads: --ids zipf and --compact-steps are for one process, not a cluster task\n")
+        return 2
     try:   # before TensorFlow is imported: a bad --data-dir is one line, not a traceback
-        if task is None or task.role != "ps":
+        if (task is None or task.role != "ps") and args.ids == "file":
             data.ensure_dataset(args.data_dir, args.rows, args.seed, progress=not args.no_progress)
     except OSError as exc:
         sys.stderr.write(f"rtkit.workloads: cannot create the data set in "
@@ -130,6 +187,7 @@ def main(argv=None):
 
     ev.set_row_assign(args.row_assign)
     ev.set_table_fill(args.table_fill)
+    ev.set_compaction(bool(args.compact_steps))
     if task is not None:
         from rtkit.workloads import distributed  # imports TensorFlow
 
@@ -150,7 +208,8 @@ def main(argv=None):
                        capacity=args.capacity, epochs=args.epochs, learning_rate=args.learning_rate,
                        threads_inter=args.threads_inter, threads_intra=args.threads_intra,
                        print_losses=args.print_losses, progress=not args.no_progress,
-                       input_mode=args.input, input_latency_ms=args.input_latency_ms)
+                       input_mode=args.input, input_latency_ms=args.input_latency_ms,
+                       zipf_ids=_zipf_ids(args), compact=_compact(args))
     sys.stdout.write(train.summary_line(result) + "\n")
     sys.stdout.flush()
     return 0

@@ -44,6 +44,9 @@ at the front of each table and share pages; the rest of a large table is never t
 ``set_row_assign("hashed")`` is the counterfactual (a hash bucket per id, as stock TF's hashing does):
 the same ids scattered over the whole table, one page each (the map then remembers which physical
 rows have been initialised). ``--table-gb`` sizes the tables from a byte budget (``python -m rtkit.workloads``).
+:class:`Compactor` (``--compact-steps``) also moves the most used rows to the front at step boundaries, by
+access counts, loss-neutrally; on power-law ids (``--ids zipf``) first-seen order already gets most of what
+it gets (docs/pmem.md).
 """
 import tensorflow as tf
 
@@ -52,6 +55,8 @@ TABLE_FILLS = ("eager", "lazy")
 ACCUMULATOR_INIT = 0.1          # tf.compat.v1.train.AdagradOptimizer's initial_accumulator_value
 _row_assign = "first-seen"
 _table_fill = "eager"
+_compaction = False
+_MAPS = "rtkit_ev_compacted_maps"   # graph collection of the IdRowMaps that keep access counts
 _GAMMA = 0x9E3779B97F4A7C15             # splitmix64 constants
 _MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
@@ -70,6 +75,12 @@ def set_table_fill(mode):
     if mode not in TABLE_FILLS:
         raise ValueError(f"unknown table fill {mode!r}; expected one of {', '.join(TABLE_FILLS)}")
     _table_fill = mode
+
+
+def set_compaction(on):
+    """Whether the first-seen IdRowMaps built from now on keep access counts for a Compactor."""
+    global _compaction
+    _compaction = bool(on)
 
 
 def _unfilled(shape, dtype=tf.float32, partition_info=None):
@@ -120,6 +131,9 @@ class IdRowMap:
         self.capacity = int(capacity)
         self.assign = _row_assign
         self.lazy = _table_fill == "lazy"
+        self.compact = _compaction and self.assign == "first-seen"
+        self.variables = []      # the EmbeddingVariables' tables addressed by these rows
+        self.batch_phys = []     # each rows() call's unique physical rows (the Compactor counts them)
         with tf.compat.v1.variable_scope(name):
             # first-seen: id -> row; hashed: physical row -> itself (which rows have been initialised).
             # Checkpointed under its full name: TF's own saveable takes the bare `name`, so every feature's
@@ -133,6 +147,17 @@ class IdRowMap:
             self.counter = tf.compat.v1.get_variable(
                 "rows_used", shape=[], dtype=tf.int64, initializer=tf.compat.v1.zeros_initializer(),
                 trainable=False, use_resource=True)
+            if self.compact:
+                # per position: batches that used it (cumulative), its id and the row number it was given
+                # (`orig`); per row number: where its row is now (`home`: ids past capacity wrap onto the row
+                # number, so they follow it wherever compaction moved it, as without compaction)
+                self.heat = tf.compat.v1.get_variable(
+                    "heat", shape=[self.capacity], dtype=tf.int32, initializer=tf.compat.v1.zeros_initializer(),
+                    trainable=False, use_resource=True)
+                self.row_id, self.orig, self.home = (tf.compat.v1.get_variable(
+                    n, shape=[self.capacity], dtype=tf.int64, initializer=_unfilled, trainable=False,
+                    use_resource=True) for n in ("row_id", "orig", "home"))
+                tf.compat.v1.add_to_collection(_MAPS, self)
 
     @property
     def rows_used(self):
@@ -158,9 +183,22 @@ class IdRowMap:
             start = self.counter.assign_add(n_new, read_value=True) - n_new
             offsets = tf.cumsum(tf.cast(is_new, tf.int64), exclusive=True)
             rows = tf.where(is_new, start + offsets, found)
-            insert = self.table.insert(tf.boolean_mask(uniq, is_new), tf.boolean_mask(rows, is_new))
-            with tf.control_dependencies([insert]):
+            deps = [self.table.insert(tf.boolean_mask(uniq, is_new), tf.boolean_mask(rows, is_new))]
+            if self.compact:   # a new row (not wrapped): its id; it is where its number says
+                own = tf.logical_and(is_new, rows < self.capacity)
+                own_rows = tf.boolean_mask(rows, own)
+                deps += [tf.raw_ops.ResourceScatterUpdate(resource=self.row_id.handle, indices=own_rows,
+                                                          updates=tf.boolean_mask(uniq, own)),
+                         tf.raw_ops.ResourceScatterUpdate(resource=self.orig.handle, indices=own_rows, updates=own_rows),
+                         tf.raw_ops.ResourceScatterUpdate(resource=self.home.handle, indices=own_rows, updates=own_rows)]
+            with tf.control_dependencies(deps):
                 phys = tf.math.floormod(rows, self.capacity)
+                if self.compact:   # rows below capacity are positions (rewritten by compaction); wrapped: via home
+                    over = rows >= self.capacity   # only they read `home` (others read entry 0: one page)
+                    wrapped = tf.raw_ops.ResourceGather(resource=self.home.handle, dtype=tf.int64,
+                                                        indices=tf.where(over, phys, tf.zeros_like(phys)))
+                    phys = tf.where(over, wrapped, phys)
+                    self.batch_phys.append(phys)
                 # a new id past capacity wraps onto a row an earlier id initialised and trained: keep it
                 fresh = tf.boolean_mask(rows, tf.logical_and(is_new, rows < self.capacity)) if self.lazy else None
             return RowBatch(phys, idx, fresh)
@@ -181,6 +219,7 @@ class EmbeddingVariable:
                 name, shape=shape, dtype=tf.float32, use_resource=True,
                 initializer=tf.compat.v1.truncated_normal_initializer(stddev=stddev, seed=seed))
             self.accumulator = None
+            id_map.variables.append(self.var)
             return
         self.var = tf.compat.v1.get_variable(name, shape=shape, dtype=tf.float32, use_resource=True,
                                              initializer=_unfilled)
@@ -189,6 +228,7 @@ class EmbeddingVariable:
             self.accumulator = tf.compat.v1.get_variable(name + "/Adagrad", shape=shape, dtype=tf.float32,
                                                          use_resource=True, trainable=False, initializer=_unfilled)
         self.var._rtkit_ev_accumulator = self.accumulator
+        id_map.variables.append(self.var)
 
     def lookup(self, batch_rows, ids_shape):
         """Embeddings of the ids (shape ids_shape + [dim]) from the RowBatch given by IdRowMap.rows."""
@@ -227,3 +267,115 @@ class AdagradOptimizer(tf.compat.v1.train.AdagradOptimizer):
             if acc is not None:
                 slots.setdefault(tf_optimizer._var_key(v), acc)
         super()._create_slots(var_list)
+
+
+class Compactor:
+    """Hot-row compaction between steps (``--compact-steps``): keeps the most used rows of each first-seen
+    IdRowMap in its first ``hot_rows`` rows, so that they share pages and a page cache (or tier mode's
+    resident budget) holding those pages holds the hot rows.
+
+    Each step adds 1 to the access count (``heat``) of the batch's unique rows (part of the step's run).
+    Every ``every`` steps, ``after_step`` runs one pass: per map, the up to ``max_swaps`` most used rows past
+    the hot region are swapped with the least used rows inside it, pair by pair while the row coming in was
+    used at least twice more than the one going out (a margin: no churn between rows seen once or twice),
+    in every table and optimizer slot of the map, the counts and the row -> id list; the id -> row table is
+    rewritten for the moved ids. A pass touches the moved rows only, never the whole table. The counts are
+    cumulative: the bundled data's popularity does not drift, and halving them at each pass (tried) moved 50x
+    more rows for the same hot-region share. The step also counts the rows it looked up that fell in the hot
+    region; ``report`` prints that share since the first pass (``max_swaps=0``: the share without moving
+    anything, the first-seen baseline).
+
+    Loss-neutral: a swap moves whole rows (values and accumulator alike) with their ids, so every lookup
+    reads the same values as without compaction and Adagrad's per-row update is the same; a new id still
+    gets the next row number (positions past the rows in use are never moved), so lazily filled rows get
+    the same initial values; an id past capacity wraps onto its row number's row wherever that row now is
+    (`home`). A map whose ids have wrapped past its capacity is no longer compacted (several ids share a row
+    there)."""
+
+    def __init__(self, opt, every, hot_rows, max_swaps=65536):
+        """max_swaps=0: no rows move, only the counts (a baseline for the hot region's share)."""
+        maps = tf.compat.v1.get_collection(_MAPS)
+        if not maps:
+            raise ValueError("compaction needs first-seen rows (set_compaction before the model is built)")
+        self.every, self.passes, self.moved, self.seconds = int(every), 0, 0, 0.0
+        self.hot_rows, self.base = int(hot_rows), None
+        counts = [tf.raw_ops.ResourceScatterAdd(resource=m.heat.handle, indices=p, updates=tf.ones_like(p, dtype=tf.int32))
+                  for m in maps for p in m.batch_phys]
+        # how well the layout serves a cache of the hot region: the batches' rows that fell in it, of all
+        with tf.compat.v1.variable_scope("rtkit_compaction"):
+            self.lookups = tf.compat.v1.get_variable("lookups", shape=[2], dtype=tf.int64, trainable=False,
+                                                     initializer=tf.compat.v1.zeros_initializer(), use_resource=True)
+        phys = tf.concat([p for m in maps for p in m.batch_phys], axis=0)
+        counts.append(self.lookups.assign_add(tf.stack([tf.reduce_sum(tf.cast(phys < self.hot_rows, tf.int64)),
+                                                        tf.size(phys, out_type=tf.int64)])))
+        self.count_op = tf.group(counts)
+        moved = []
+        for m in maps:
+            tables = []
+            for v in m.variables:
+                tables.append(v)
+                tables += [opt.get_slot(v, n) for n in opt.get_slot_names() if opt.get_slot(v, n) is not None]
+            seen, unique = set(), []
+            for t in tables:                       # lazy tables: the slot is the variable's own accumulator
+                if t.handle.name not in seen:
+                    seen.add(t.handle.name)
+                    unique.append(t)
+            moved.append(_compaction_pass(m, unique, int(hot_rows), int(max_swaps)))
+        self.compact_op = tf.add_n(moved)
+
+    def after_step(self, sess, step):
+        if self.every > 0 and step % self.every == 0:
+            import time
+
+            t0 = time.perf_counter()
+            if self.base is None:   # the share counts from the first pass: before it, every row is in the region
+                self.base = sess.run(self.lookups.read_value())
+            self.moved += int(sess.run(self.compact_op))
+            self.seconds += time.perf_counter() - t0
+            self.passes += 1
+
+    def report(self, sess):
+        import sys
+
+        share = ""
+        if self.base is not None:
+            hits, total = sess.run(self.lookups.read_value()) - self.base
+            share = f", hot region ({self.hot_rows} rows a feature) held {hits / max(total, 1):.1%} of the rows looked up since the first pass"
+        sys.stderr.write(f"rtkit-workload: compaction: {self.passes} passes, {self.moved} rows moved, "
+                         f"{self.seconds:.2f}s{share}\n")
+
+
+def _compaction_pass(m, tables, hot, max_swaps):
+    """The op of one pass over IdRowMap `m` (see Compactor); its value is the number of rows moved."""
+    cap = m.capacity
+    k = min(hot, cap - hot, max_swaps)
+    if k <= 0:
+        return tf.constant(0, tf.int64)
+    with tf.name_scope(m.name + "/compact"):
+        used = m.counter.read_value()
+        heat = m.heat.read_value()
+        back = heat[hot:]
+        back = tf.where(tf.range(cap - hot, dtype=tf.int64) < used - hot, back, -tf.ones_like(back))
+        out_heat, out_pos = tf.math.top_k(back, k=k, sorted=True)         # most used past the hot region
+        neg_in, in_pos = tf.math.top_k(-heat[:hot], k=k, sorted=True)      # least used inside it
+        # descending against ascending: the pairs worth swapping are a prefix
+        n = tf.reduce_sum(tf.cast(out_heat > -neg_in + 1, tf.int64))
+        n = tf.where(tf.logical_and(used <= cap, used > hot), n, tf.constant(0, tf.int64))
+        pin = tf.cast(in_pos[:n], tf.int64)
+        pout = tf.cast(out_pos[:n], tf.int64) + hot
+        state = [t.handle for t in tables] + [m.heat.handle, m.orig.handle, m.row_id.handle]
+        dtypes = [t.dtype for t in tables] + [tf.int32, tf.int64, tf.int64]
+        got_in = [tf.raw_ops.ResourceGather(resource=h, indices=pin, dtype=d) for h, d in zip(state, dtypes)]
+        got_out = [tf.raw_ops.ResourceGather(resource=h, indices=pout, dtype=d) for h, d in zip(state, dtypes)]
+        with tf.control_dependencies(got_in + got_out):
+            writes = [tf.raw_ops.ResourceScatterUpdate(resource=h, indices=pin, updates=b)
+                      for h, b in zip(state, got_out)]
+            writes += [tf.raw_ops.ResourceScatterUpdate(resource=h, indices=pout, updates=a)
+                       for h, a in zip(state, got_in)]
+            ids_in, ids_out = got_in[-1], got_out[-1]
+            writes += [m.table.insert(ids_out, pin), m.table.insert(ids_in, pout)]
+            orig_in, orig_out = got_in[-2], got_out[-2]
+            writes += [tf.raw_ops.ResourceScatterUpdate(resource=m.home.handle, indices=orig_out, updates=pin),
+                       tf.raw_ops.ResourceScatterUpdate(resource=m.home.handle, indices=orig_in, updates=pout)]
+        with tf.control_dependencies(writes):
+            return tf.identity(n)

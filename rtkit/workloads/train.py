@@ -12,7 +12,7 @@ import time
 import tensorflow as tf
 
 from rtkit.workloads import data as data_mod
-from rtkit.workloads import ev, inputs, models
+from rtkit.workloads import ev, inputs, models, zipf
 
 APIS = ("session", "monitored", "keras")
 GRAPH_CAPACITY = 1 << 17    # embedding rows per feature (hash-table workloads)
@@ -54,11 +54,13 @@ class _LossLog:
 
 
 def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
-                 config, log, input_mode="prefetch", latency_ms=0.0):
+                 config, log, input_mode="prefetch", latency_ms=0.0, zipf_ids=None, compact=None):
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.set_random_seed(seed)
-        if input_mode == "legacy":
+        if zipf_ids is not None:   # (distinct, exponent): generated in the input graph, no file
+            ds = zipf.make_dataset(batch, seed, *zipf_ids)
+        elif input_mode == "legacy":
             ds = inputs.make_legacy_dataset(path, batch, epochs, latency_ms)
         else:
             ds = inputs.make_dataset(path, batch, epochs)
@@ -79,6 +81,9 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
         opt = ev.AdagradOptimizer(learning_rate)   # uses the tables' lazily filled accumulators
         train_op = opt.minimize(loss, global_step=global_step)
         fetches = [train_op, loss]
+        compactor = ev.Compactor(opt, **compact) if compact else None
+        if compactor is not None:   # the access counts are part of the step (so the step is one run)
+            fetches = [tf.group(train_op, compactor.count_op), loss]
 
         if api == "session":
             with tf.compat.v1.Session(graph=graph, config=config) as sess:
@@ -92,6 +97,10 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                     except tf.errors.OutOfRangeError:
                         break
                     log.add(value)
+                    if compactor is not None:
+                        compactor.after_step(sess, len(log.losses))
+                if compactor is not None:
+                    compactor.report(sess)
         else:
             # No hooks, summaries, checkpoints or step-count logging: nothing adds fetches to the step.
             with tf.compat.v1.train.MonitoredTrainingSession(
@@ -102,6 +111,10 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                 while len(log.losses) < steps and not sess.should_stop():
                     _, value = sess.run(fetches)   # OutOfRangeError ends the `with` quietly
                     log.add(value)
+                    if compactor is not None:
+                        compactor.after_step(sess, len(log.losses))
+                if compactor is not None:
+                    compactor.report(sess)
 
 
 def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
@@ -139,14 +152,17 @@ def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, lea
 
 def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_dir=None, seed=0,
         emb_dim=16, capacity=None, epochs=None, learning_rate=0.05, threads_inter=None,
-        threads_intra=None, print_losses=False, progress=True, input_mode="prefetch", input_latency_ms=0.0):
+        threads_intra=None, print_losses=False, progress=True, input_mode="prefetch", input_latency_ms=0.0,
+        zipf_ids=None, compact=None):
     """Train `model` with `api` for up to `steps` steps; returns a dict of figures (see keys below).
 
     epochs=None repeats the data forever; with a number the run may end early (OutOfRange), and
     `steps` in the result is the number of steps that actually ran. capacity=None: 131072 rows
     per feature for the graph APIs, 16384 for Keras (whose Adagrad does work proportional to the
     table size each step). input_mode: "prefetch" (parsing in Dataset.map, prefetch) or "legacy" (CSV
-    lines parsed in the graph after get_next, no prefetch, input_latency_ms per batch)."""
+    lines parsed in the graph after get_next, no prefetch, input_latency_ms per batch). zipf_ids=(distinct,
+    exponent): batches generated in the input graph (rtkit.workloads.zipf), no file; graph APIs only.
+    compact: ev.Compactor's arguments (hot-row compaction at step boundaries), graph APIs only."""
     if model not in models.MODELS:
         raise ValueError(f"unknown model {model!r}; expected one of {', '.join(models.MODELS)}")
     if api not in APIS:
@@ -155,7 +171,9 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
         raise ValueError(f"unknown input mode {input_mode!r}; expected one of {', '.join(inputs.INPUTS)}")
     if capacity is None:
         capacity = KERAS_CAPACITY if api == "keras" else GRAPH_CAPACITY
-    path = data_mod.ensure_dataset(data_dir, rows, seed, progress=progress)
+    if (zipf_ids is not None or compact) and api == "keras":
+        raise ValueError("zipf ids and compaction need a graph API (session, monitored)")
+    path = None if zipf_ids is not None else data_mod.ensure_dataset(data_dir, rows, seed, progress=progress)
     log = _LossLog(print_losses)
     t_start = time.perf_counter()
     if api == "keras":
@@ -163,9 +181,10 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
                      threads_inter, threads_intra, log, input_mode, input_latency_ms)
     else:
         _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
-                     _session_config(threads_inter, threads_intra), log, input_mode, input_latency_ms)
+                     _session_config(threads_inter, threads_intra), log, input_mode, input_latency_ms,
+                     zipf_ids, compact)
     n = len(log.losses)
-    examples = n * batch if epochs is None else min(n * batch, rows * epochs)
+    examples = n * batch if epochs is None or zipf_ids is not None else min(n * batch, rows * epochs)
     elapsed = log.elapsed()
     return {
         "model": model, "api": api, "steps": n, "batch": batch, "rows": rows, "seed": seed,

@@ -1,0 +1,101 @@
+# zipf.py -- a data set generated on the fly in the input graph: power-law ids over tens of millions of distinct ids.
+"""``--ids zipf``: batches made by the input pipeline itself, no file, for the capacity benchmark.
+
+The file data set (:mod:`rtkit.workloads.data`) has at most ``--rows`` lines, so a run meets at most that
+many distinct ids per feature, however long it trains. Here batch ``k`` is a pure function of (seed, k):
+``Dataset.range(...).map`` draws it with stateless random ops, so any number of steps costs no disk and no
+generation time up front, and a run is the same on every start.
+
+Per example and per categorical feature, the id's popularity rank follows a bounded continuous power law
+on ``[1, distinct]`` with exponent ``exponent`` (inverse CDF of one uniform, as data.py's ``_cat_ids``);
+the rank becomes an id through splitmix64's finaliser (a bijection on 64 bits) salted per feature and
+masked to 62 bits, so ids look random, the features' ids differ, and distinct ranks practically never
+collide. All 26 features use the same law, so the distinct ids a run meets grow with the draws
+(``expected_distinct``): with exponent 0.9 over 50M ids, 4M draws meet about 2M distinct ids, and the
+1% most used of them take about a third of the draws. The 13 dense features are log-normal counts and
+the label a Bernoulli draw from a logistic model of a few ids and dense features (learnable, as data.py's).
+
+The batch has the shape of :func:`rtkit.workloads.inputs.parse`'s: ``dense`` float32 [B, 13],
+``cat`` int64 [B, 26], ``label`` float32 [B, 1].
+"""
+import numpy as np
+
+from rtkit.workloads.data import LABEL_BIAS, LABEL_CATS, LABEL_INTS, NUM_CAT, NUM_INT
+
+DEFAULT_DISTINCT = 50_000_000
+DEFAULT_EXPONENT = 0.9
+_MASK62 = (1 << 62) - 1
+
+
+def _ranks_np(u, distinct, exponent):
+    """Ranks in [1, distinct] of uniforms u (numpy; the same formula as the graph's)."""
+    if abs(exponent - 1.0) < 1e-9:
+        r = np.floor(np.exp(u * np.log(distinct + 1.0)))
+    else:
+        hi = (distinct + 1.0) ** (1.0 - exponent)
+        r = np.floor((1.0 + u * (hi - 1.0)) ** (1.0 / (1.0 - exponent)))
+    return np.clip(r, 1, distinct).astype(np.int64)
+
+
+def expected_distinct(draws, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONENT):
+    """Expected distinct ids per feature after `draws` draws: sum over ranks of 1 - (1 - p_r)^draws, with
+    p_r the law's mass on rank r (summed over log-spaced rank bands: cheap for any size)."""
+    edges = np.unique(np.geomspace(1, distinct + 1, 4000).astype(np.int64))
+    lo, hi = edges[:-1].astype(np.float64), edges[1:].astype(np.float64)
+
+    def cdf(x):   # P(rank < x) of the continuous law, x in [1, distinct + 1]
+        if abs(exponent - 1.0) < 1e-9:
+            return np.log(x) / np.log(distinct + 1.0)
+        return (x ** (1.0 - exponent) - 1.0) / ((distinct + 1.0) ** (1.0 - exponent) - 1.0)
+
+    mass = cdf(hi) - cdf(lo)                    # the band's mass, spread evenly over its ranks
+    width = hi - lo
+    p = mass / width
+    return float(np.sum(width * -np.expm1(draws * np.log1p(-np.minimum(p, 1 - 1e-15)))))
+
+
+def make_dataset(batch_size, seed=0, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONENT, shard=None):
+    """tf.data.Dataset of parsed batches, endless; batch k depends on (seed, k) only.
+    shard=(count, index): the batches index, index + count, ... (a cluster worker's own part)."""
+    import tensorflow as tf
+
+    from rtkit.workloads.ev import _mix   # splitmix64's finaliser on uint64
+
+    distinct, exponent, b = int(distinct), float(exponent), int(batch_size)
+    if distinct < 1 or not 0.0 < exponent < 4.0:
+        raise ValueError(f"zipf ids: distinct must be >= 1 and 0 < exponent < 4, got {distinct}, {exponent}")
+    salts = tf.constant([(0x632BE5AB * (f + 1) + 0x7F4A7C15 + int(seed) * 0x9E3779B97F4A7C15) & (2**64 - 1)
+                         for f in range(NUM_CAT)], tf.uint64)
+
+    def batch(k):
+        s = tf.stack([tf.constant(int(seed), tf.int64), k])
+        u = tf.random.stateless_uniform([b, NUM_CAT], seed=s, dtype=tf.float64)
+        if abs(exponent - 1.0) < 1e-9:
+            r = tf.floor(tf.exp(u * np.log(distinct + 1.0)))
+        else:
+            hi = (distinct + 1.0) ** (1.0 - exponent)
+            r = tf.floor(tf.pow(1.0 + u * (hi - 1.0), 1.0 / (1.0 - exponent)))
+        rank = tf.cast(tf.clip_by_value(r, 1.0, float(distinct)), tf.uint64)
+        mixed = _mix(tf.bitwise.bitwise_xor(rank, tf.reshape(salts, [1, NUM_CAT])))
+        cat = tf.bitwise.bitwise_and(tf.bitcast(mixed, tf.int64), tf.constant(_MASK62, tf.int64))
+        mu = tf.constant(np.linspace(0.5, 4.0, NUM_INT), tf.float32)
+        sigma = tf.constant(np.linspace(1.8, 1.0, NUM_INT), tf.float32)
+        counts = tf.floor(tf.math.expm1(tf.abs(
+            tf.random.stateless_normal([b, NUM_INT], seed=s + [0, 1 << 40]) * sigma + mu)))
+        counts = tf.clip_by_value(counts, 0.0, 999999.0)
+        dense = tf.math.log1p(counts)
+        logit = tf.fill([b], tf.constant(LABEL_BIAS, tf.float64))
+        for f in LABEL_CATS:   # a per-id effect in [-1, 1] from a hash of the id
+            h = tf.bitwise.right_shift(tf.bitcast(_mix(tf.bitcast(cat[:, f], tf.uint64)), tf.int64),
+                                       tf.constant(8, tf.int64))
+            logit += 0.9 * (tf.cast(tf.math.floormod(h, 9), tf.float64) / 4.0 - 1.0)
+        for f in LABEL_INTS:
+            logit += 0.35 * (tf.cast(dense[:, f], tf.float64) - 2.0) * (1 if f != 4 else -1)
+        p = tf.sigmoid(logit)
+        label = tf.cast(tf.random.stateless_uniform([b], seed=s + [0, 2 << 40], dtype=tf.float64) < p, tf.float32)
+        return {"dense": dense, "cat": cat, "label": tf.reshape(label, [-1, 1])}
+
+    ds = tf.data.Dataset.range(1 << 62)
+    if shard:
+        ds = ds.shard(*shard)
+    return ds.map(batch, num_parallel_calls=tf.data.AUTOTUNE).prefetch(1)   # map keeps the order
