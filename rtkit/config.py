@@ -170,8 +170,9 @@ SETTINGS: List[Setting] = [
        minimum=16, c=True),
     _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0,
        c=True),
-    _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on arenas (madvise MADV_HUGEPAGE) and on glibc's "
-       "heaps (GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless set; with malloc_large, glibc's thread heaps too)", c=True),
+    _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on glibc's heaps "
+       "(GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless set; with malloc_large, glibc's thread heaps too); rtkit's own "
+       "large heap keeps 4 KiB pages, so its decay can give back single idle extents", c=True),
     _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)",
        c=True),
     _s("malloc_plan_process", "str", "", "", "program name (e.g. python3) that reserves the plan's arenas as it starts; "

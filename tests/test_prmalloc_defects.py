@@ -189,6 +189,7 @@ def test_plan_classes_reuse_the_large_heaps_resident_pages(prm, tmp_path):
     rel.mkdir()
     _ok(_defect(prm, "plan_reuse", rel, {"RTKIT_MALLOC_PROFILE_START": "3", "RTKIT_MALLOC_PLAN_RELEASE": "1"}),
         "plan_reuse")
+    assert stats(rel)["config"]["malloc_plan_release"] is True
 
 
 def test_launcher_asks_glibc_for_huge_pages():

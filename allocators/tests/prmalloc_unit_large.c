@@ -180,6 +180,40 @@ int main(void)
     CHECK(resident(d, 8 * MiB) == 0);
     CHECK(rtk_large_free(guard, &b) == 0);
 
+    /* a resident extent that fits is taken however many given-back ones come first: 70 given-back extents of
+     * 8 pages (each kept apart by a live page), then one resident extent of 32 pages, in a higher bin; a 4-page
+     * request gets resident pages (a scan bounded at 64 extents settled for given-back ones) */
+    rtk_large_trim();
+    char *sep[71], *gb[70];
+    for (int i = 0; i < 70; i++) {
+        gb[i] = rtk_large_alloc(8 * 4096, 4096, &u);
+        sep[i] = rtk_large_alloc(4096, 4096, &u);
+    }
+    char *res = rtk_large_alloc(32 * 4096, 4096, &u);
+    sep[70] = rtk_large_alloc(4096, 4096, &u);
+    memset(res, 1, 32 * 4096);
+    CHECK(rtk_large_free(res, &b) == 0);
+    for (int i = 0; i < 70; i++)
+        CHECK(rtk_large_free_release(gb[i], &b) == 0);
+    char *got = rtk_large_alloc(4 * 4096, 4096, &u);
+    CHECK(got && resident(got, 4 * 4096) == 4 * 4096);
+    CHECK(rtk_large_free(got, &b) == 0);
+    for (int i = 0; i < 71; i++)
+        CHECK(rtk_large_free(sep[i], &b) == 0);
+
+    /* headroom: rtk_large_reserve faults in what the resident idle pages lack, once, and hands it out warm */
+    rtk_large_trim();
+    rtk_large_info(&info);
+    CHECK(info.idle == 0);
+    size_t before = info.prefaulted;
+    CHECK(rtk_large_reserve(6 * MiB) == 6 * MiB);
+    CHECK(rtk_large_reserve(6 * MiB) == 0);  /* already held */
+    rtk_large_info(&info);
+    CHECK(info.idle >= 6 * MiB && info.prefaulted == before + 6 * MiB && info.in_use == 0);
+    char *warm = rtk_large_alloc(6 * MiB, 4096, &u);
+    CHECK(warm && resident(warm, 6 * MiB) == 6 * MiB);
+    CHECK(rtk_large_free(warm, &b) == 0);
+
     /* beyond the range: NULL, never a wrap */
     CHECK(rtk_large_alloc((size_t)1 << 42, 4096, &u) == NULL);
     if (g_failures) {

@@ -18,7 +18,6 @@
 #define OWN_SLOT(w) (((w) >> 8) & 0xffu)
 #define OWN_CLASS(w) ((w) & 0xffu)
 
-int rtk_arena_plan_release;
 
 static size_t page_round(size_t v)
 {
@@ -57,8 +56,9 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
         *why = "its blocks need more memory than the address range rtkit may reserve (RLIMIT_AS / 4)";
         return NULL;
     }
-    size_t avail = rtk_os_mem_available();
-    if (avail != SIZE_MAX && planned > avail / 2) {
+    /* blocks the heap's resident idle extents will hold need no new memory (and are not in MemAvailable) */
+    size_t fresh = planned > li.idle ? planned - li.idle : 0, avail = rtk_os_mem_available();
+    if (avail != SIZE_MAX && fresh > avail / 2) {
         *why = "not enough available memory for its blocks";
         return NULL;
     }
@@ -101,6 +101,7 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
                 c->made++;
             }
         }
+    rtk_large_epoch();  /* the decay's high-water mark restarts from the plan's footprint */
     *why = NULL;
     return a;
 }

@@ -52,7 +52,6 @@ static int read_settings(void)
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_LARGE, &c->large));
     RECORD(rtk_opt_int(RTK_OPT_MALLOC_DECAY_STEPS, &v)); c->decay_steps = v;
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_PLAN_RELEASE, &c->plan_release));
-    rtk_arena_plan_release = c->plan_release;
     rtk_opt_set_error_sink(NULL, 0);
     const char *plan = rtk_opt_str(RTK_OPT_MALLOC_PLAN);
     if (plan)

@@ -15,6 +15,7 @@ typedef struct rtk_large_info {
     size_t idle;       /* bytes of free blocks still resident */
     size_t released;   /* bytes of free blocks given back to the kernel */
     uint64_t blocks, decayed_bytes, trims;
+    size_t prefaulted; /* bytes faulted in ahead of need at plan install (rtk_large_reserve) */
 } rtk_large_info_t;
 
 /* [rtk_large_lo, rtk_large_lo + rtk_large_span): the reserved range (span 0 until the heap exists) */
@@ -51,6 +52,9 @@ RTK_HIDDEN int rtk_large_resize(void *p, size_t n, size_t *usable);
 RTK_HIDDEN void rtk_large_step(uint32_t step, uint32_t decay_steps);
 /* A plan was installed: the high-water mark the decay keeps restarts from the bytes in use now. */
 RTK_HIDDEN void rtk_large_epoch(void);
+/* Keep at least `bytes` of wholly resident idle pages: the shortfall is taken from fresh or given-back pages,
+ * faulted in now (one populate call) and freed back resident. Returns the bytes faulted in. */
+RTK_HIDDEN size_t rtk_large_reserve(size_t bytes);
 /* malloc_trim: give back every idle page now. Returns the bytes released. */
 RTK_HIDDEN size_t rtk_large_trim(void);
 RTK_HIDDEN void rtk_large_info(rtk_large_info_t *out);

@@ -116,9 +116,10 @@ long rtk_stats_format(char *buf, size_t cap)
     rtk_arenas_usage(&ar_live, &ar_free, &ar_large);
     rtk_arenas_bytes(&ar_res, &ar_ret);
     rtk_out_put(&o, "  \"large_heap\": {\"reserved_bytes\": %zu, \"used_bytes\": %zu, \"live_bytes\": %zu, "
-            "\"idle_bytes\": %zu, \"released_bytes\": %zu, \"decayed_bytes\": %llu, \"blocks\": %llu, \"trims\": %llu},\n",
+            "\"idle_bytes\": %zu, \"released_bytes\": %zu, \"decayed_bytes\": %llu, \"blocks\": %llu, \"trims\": %llu, "
+            "\"prefaulted_bytes\": %zu},\n",
         li.reserved, li.used, li.in_use, li.idle, li.released, (unsigned long long)li.decayed_bytes,
-        (unsigned long long)li.blocks, (unsigned long long)li.trims);
+        (unsigned long long)li.blocks, (unsigned long long)li.trims, li.prefaulted);
     rtk_out_put(&o, "  \"arenas\": {\"reserved_bytes\": %zu, \"retired_bytes\": %zu, \"live_bytes\": %zu, "
             "\"free_bytes\": %zu, \"retired\": %d, \"classes_dropped\": %u, \"released_at_retirement_bytes\": %zu},\n",
         ar_res, ar_ret, ar_live, ar_free, rtk_arenas_retired(), rtk_g.classes_dropped, rtk_g.retired_released);

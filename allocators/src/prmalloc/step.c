@@ -16,6 +16,8 @@
 #include "prmalloc/step.h"
 #include "prmalloc/tier.h"
 
+#define STATS_PERIOD_NS 500000000ull  /* stats.json is rewritten at most this often between forced writes */
+
 static rtk_spin_t g_step_lock = RTK_SPIN_INIT;
 static void finish_profiling(uint32_t step, const char *reason);
 
@@ -83,6 +85,7 @@ void rtk_step_load_plan(void)
             rtk_g.plan_step = 0;
             rtk_g.after_from = (uint32_t)rtk_g.cfg.profile_start;  /* warm-up steps (imports, graph build) excluded */
             rtk_g.validating = 1;
+            rtk_g.reserve_due = 1;
             rtk_g.faults_after_start = rtk_os_minor_faults();
             return;
         }
@@ -151,6 +154,7 @@ static void finish_profiling(uint32_t step, const char *reason)
         return;
     }
     rtk_g.state = RTK_STATE_PLANNED;
+    rtk_g.reserve_due = 1;
     rtk_g.plan_source = "profiled";
     rtk_g.plan_step = step;
     rtk_g.after_from = step;
@@ -196,11 +200,24 @@ static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
     rtk_step_start_profiling(steps);
 }
 
+/* Idle headroom for the sizes no class serves, faulted in at the mark before the first step counted after the plan
+ * (as the old separate arena was): 1/32 of the large heap in use, 4-64 MiB. The bytes are in large_heap.prefaulted. */
+static void reserve_headroom(uint32_t steps)
+{
+    if (!rtk_g.reserve_due || rtk_g.state != RTK_STATE_PLANNED || steps < rtk_g.after_from)
+        return;
+    rtk_g.reserve_due = 0;
+    rtk_large_info_t li;
+    rtk_large_info(&li);
+    size_t want = li.in_use / 32, lo = (size_t)4 << 20, hi = (size_t)64 << 20;
+    rtk_large_reserve(want < lo ? lo : want > hi ? hi : want);
+}
+
 static int stats_due(uint64_t now)
 {
     if (!rtk_g.cfg.run_dir[0])
         return 0;
-    return now - rtk_g.last_write_ns >= 500000000ull;
+    return now - rtk_g.last_write_ns >= STATS_PERIOD_NS;
 }
 
 void rtk_step_mark(void)
@@ -208,7 +225,8 @@ void rtk_step_mark(void)
     rtk_spin_lock(&g_step_lock);
     rtk_totals_t t;
     rtk_census_sum(&t);
-    t.live = rtk_live_bytes();  /* the census misses small frees (not counted): glibc's books + rtkit's */
+    /* the census misses small frees (not counted): glibc's books, read at the stats period, + rtkit's */
+    t.live = rtk_live_bytes_cached(rtk_os_now_ns(), STATS_PERIOD_NS);
     uint64_t faults = rtk_os_minor_faults();
     uint32_t steps = ++rtk_g.steps;          /* the step that just ended has index steps - 1 */
     rtk_step_t *e = &rtk_g.ring[(steps - 1) % RTK_RING_STEPS];
@@ -257,6 +275,7 @@ void rtk_step_mark(void)
         force |= dropped > 0;
     }
     rtk_large_step(steps, (uint32_t)rtk_g.cfg.decay_steps);
+    reserve_headroom(steps);
     rtk_g.faults_mark = rtk_os_minor_faults();  /* after any arena pre-faulting done by this mark */
     uint64_t now = rtk_os_now_ns();
     if (force || stats_due(now))

@@ -18,7 +18,7 @@ void rtk_rtkit_usage(size_t *live, size_t *idle)
     *idle = li.idle + afree;
 }
 
-int64_t rtk_live_bytes(void)
+static size_t glibc_in_use(void)
 {
     static void *next;
     struct mallinfo2 (*f)(void) = (struct mallinfo2 (*)(void))__atomic_load_n(&next, __ATOMIC_ACQUIRE);
@@ -26,11 +26,31 @@ int64_t rtk_live_bytes(void)
         f = (struct mallinfo2 (*)(void))dlsym(RTLD_NEXT, "mallinfo2");  /* glibc's own: ours adds rtkit's */
         __atomic_store_n(&next, (void *)f, __ATOMIC_RELEASE);
     }
-    size_t glibc = 0, live, idle;
-    if (f) {
-        struct mallinfo2 m = f();
-        glibc = m.uordblks + m.hblkhd;
+    if (!f)
+        return 0;
+    struct mallinfo2 m = f();
+    return m.uordblks + m.hblkhd;
+}
+
+int64_t rtk_live_bytes(void)
+{
+    size_t live, idle;
+    rtk_rtkit_usage(&live, &idle);
+    return (int64_t)(glibc_in_use() + live);
+}
+
+int64_t rtk_live_bytes_cached(uint64_t now_ns, uint64_t max_age_ns)
+{
+    /* glibc's mallinfo2 walks every arena's bins (~2 ms on a TF worker): a step mark reuses its last answer */
+    static size_t glibc;
+    static uint64_t read_ns;
+    static int have;
+    if (!have || now_ns - read_ns >= max_age_ns) {
+        glibc = glibc_in_use();
+        read_ns = now_ns;
+        have = 1;
     }
+    size_t live, idle;
     rtk_rtkit_usage(&live, &idle);
     return (int64_t)(glibc + live);
 }

@@ -12,5 +12,7 @@ RTK_HIDDEN void rtk_rtkit_usage(size_t *live, size_t *idle);
 /* Live bytes of the process's heap: glibc's in-use bytes (its own books, mallinfo2) plus rtkit's live blocks.
  * Small frees are not counted on the fast path, so the step marks take live bytes from here. */
 RTK_HIDDEN int64_t rtk_live_bytes(void);
+/* The same, with glibc's part read at most once per max_age_ns (callers hold the step lock). */
+RTK_HIDDEN int64_t rtk_live_bytes_cached(uint64_t now_ns, uint64_t max_age_ns);
 
 #endif
