@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/os.h"
+#include "prmalloc/arenas.h"
 #include "prmalloc/internal.h"
 #include "prmalloc/large.h"
 
@@ -34,13 +35,14 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
     *why = "empty plan";
     if (p->nclasses <= 0)
         return NULL;
-    if (slot < 0 || slot > 255 || p->nclasses > 256) {
+    _Static_assert(RTK_MAX_ARENAS <= 256 && RTK_MAX_CLASSES <= 256, "the owner word holds 8 bits of each");
+    if (slot < 0 || slot >= RTK_MAX_ARENAS || p->nclasses > RTK_MAX_CLASSES) {
         *why = "too many plans in one process";
         return NULL;
     }
     /* the classes' blocks come from the large heap; a job that turned it off for its own large requests still
      * gets one for the arenas (RTKIT_MALLOC_LARGE=0 keeps those requests on glibc) */
-    if (!rtk_large_span && rtk_large_init((size_t)64 << 30, 0) != 0) {
+    if (!rtk_large_span && rtk_large_init(RTK_LARGE_LIMIT, 0) != 0) {
         *why = "no address range could be reserved for it";
         return NULL;
     }

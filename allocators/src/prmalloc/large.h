@@ -23,6 +23,8 @@ RTK_HIDDEN extern uintptr_t rtk_large_lo, rtk_large_span;
 
 static inline int rtk_in_large(const void *p) { return (uintptr_t)p - rtk_large_lo < rtk_large_span; }
 
+/* the range rtkit asks for: address space only (MAP_NORESERVE), nothing resident until used */
+#define RTK_LARGE_LIMIT ((size_t)64 << 30)
 /* Reserve the range (at most `limit` bytes of address space, capped by RLIMIT_AS / 4). 0 ok, -1 failed. */
 RTK_HIDDEN int rtk_large_init(size_t limit, int thp);
 /* A block of at least n bytes aligned to align (a power of two; page alignment at least); NULL when the range
