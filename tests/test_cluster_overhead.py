@@ -41,6 +41,28 @@ def test_sampler_lists_descendants_seldom_and_still_finds_new_ones(monkeypatch):
     assert sampler.samples[-1]["processes"] == 2     # the grandchild, found by a later listing
 
 
+def test_sampler_samples_a_reused_pid_as_the_new_process():
+    """A listed pid whose start time changed belongs to another process now (the old one exited and the kernel
+    gave its pid to a new descendant): the next listing must take the new start time and sample it. The earlier
+    start time is put in the sampler's map by hand: a real pid reuse cannot be arranged without root."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        sampler = launch.Sampler(child.pid, time.time(), 0.05)
+        sampler.sample_once()
+        assert sampler.samples and sampler.samples[-1]["processes"] == 1
+        started = sampler._pids[child.pid]
+        assert started == launch.start_ticks(child.pid)
+        sampler._pids = {child.pid: started - 100}       # what a listing recorded for the pid's earlier owner
+        sampler._listed = float("-inf")                   # the next sample lists again
+        sampler.samples.clear()
+        sampler.sample_once()
+    finally:
+        child.kill()
+        child.wait()
+    assert sampler._pids == {child.pid: started}
+    assert sampler.samples and sampler.samples[-1]["processes"] == 1
+
+
 _PS_SCRIPT = textwrap.dedent(r'''
     import json, os, socket, sys, threading, time
 
