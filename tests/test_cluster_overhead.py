@@ -14,6 +14,21 @@ from conftest import requires_tf
 from rtkit import launch
 
 
+def _children(pid):
+    """The pids whose parent is `pid`, from /proc (not through launch, whose listings the test counts)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    raw = fh.read()
+            except OSError:
+                continue
+            if int(raw[raw.rfind(b")") + 2:].split()[1]) == pid:
+                out.append(int(name))
+    return out
+
+
 def test_sampler_lists_descendants_seldom_and_still_finds_new_ones(monkeypatch):
     monkeypatch.setattr(launch, "DESCENDANTS_EVERY_S", 0.5)   # the test's own pace; the default is 2 s
     calls = []
@@ -21,22 +36,31 @@ def test_sampler_lists_descendants_seldom_and_still_finds_new_ones(monkeypatch):
     monkeypatch.setattr(launch, "_descendants", lambda pid: calls.append(pid) or real(pid))
     # a child that starts a grandchild after 0.3 s: it must be sampled within one listing period
     child = subprocess.Popen([sys.executable, "-c", "import subprocess, time; time.sleep(0.3); "
-                              "p = subprocess.Popen(['sleep', '30']); time.sleep(30)"])
+                              "p = subprocess.Popen(['sleep', '120']); time.sleep(120)"])
     try:
         sampler = launch.Sampler(child.pid, time.time(), 0.05)
-        t_end = time.monotonic() + 1.6
+        t0 = time.monotonic()
+        sampler.sample_once()
+        # however slow the child's start on a busy machine: sample until the grandchild exists, then two
+        # listing periods more (it is found by the first listing after its start)
+        seen, t_end = None, t0 + 60.0
         while time.monotonic() < t_end:
-            sampler.sample_once()
             time.sleep(0.02)
+            sampler.sample_once()
+            if seen is None and _children(child.pid):
+                seen = time.monotonic()
+                t_end = seen + 2 * launch.DESCENDANTS_EVERY_S
+        elapsed = time.monotonic() - t0
     finally:
         for pid in real(child.pid)[1:]:
             os.kill(pid, 9)
         child.kill()
         child.wait()
+    assert seen is not None, "the child never started its grandchild"
     n = len(sampler.samples)
     assert n >= 20
     # before: one listing (all of /proc) per sample; now one per DESCENDANTS_EVERY_S
-    assert len(calls) <= 1.6 / 0.5 + 1, (len(calls), n)
+    assert len(calls) <= elapsed / launch.DESCENDANTS_EVERY_S + 1, (len(calls), n, elapsed)
     assert sampler.samples[0]["processes"] == 1
     assert sampler.samples[-1]["processes"] == 2     # the grandchild, found by a later listing
 
