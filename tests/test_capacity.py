@@ -204,3 +204,31 @@ def test_capacity_bench_runs_zipf_at_a_tiny_scale(tmp_path):
     assert b["major_faults_per_step"] is not None and b["compaction"] and "4 passes" in b["compaction"][0] and "hot region" in b["compaction"][0]
     assert "(b) step time" in proc.stdout and "pool resident over time" in proc.stdout
     assert not (tmp_path / "rtkit-capacity.pool").exists()
+
+
+def test_capacity_bench_kill_tree_kills_children_of_a_root_that_exits_first(monkeypatch):
+    """The run's root exits at SIGTERM, its child ignores SIGTERM: once the root is gone the child is reparented
+    (here to init), where a second listing of the root's tree cannot find it; the SIGKILL round must still."""
+    from rtkit.bench import capacity
+
+    monkeypatch.setattr(capacity, "KILL_GRACE_S", 1.0)
+    child_code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "print('ready', flush=True); time.sleep(120)")
+    root_code = ("import subprocess, sys, time; "
+                 f"p = subprocess.Popen([sys.executable, '-c', {child_code!r}], stdout=subprocess.PIPE); "
+                 "p.stdout.readline(); print(p.pid, flush=True); time.sleep(120)")
+    root = subprocess.Popen([sys.executable, "-c", root_code], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    child = int(root.stdout.readline())
+    try:
+        assert capacity._alive(child) and child in capacity._tree(root.pid)
+        capacity._kill_tree(root)
+        assert root.poll() is not None
+        assert not capacity._alive(child), "the root's child outlived _kill_tree"
+    finally:
+        try:
+            os.kill(child, 9)
+        except OSError:
+            pass
+        root.kill()
+        root.wait()

@@ -126,18 +126,29 @@ def _anon_rss(root: int) -> int:
     return sum(_tree(root).values())
 
 
+KILL_GRACE_S = 10.0
+
+
 def _kill_tree(proc) -> None:
-    """SIGTERM the run and every process under it, SIGKILL what is left after 10 s."""
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
-        pids = list(_tree(proc.pid))
+    """SIGTERM the run and every process under it, SIGKILL what is left after KILL_GRACE_S. The tree is listed
+    before the SIGTERM and kept: a root that exits during the grace period leaves its children to another
+    parent, where a fresh listing of its tree no longer finds them. The SIGKILL round adds what a fresh listing
+    finds (started meanwhile) and skips a listed pid whose start time changed (another process has it now)."""
+    from rtkit.launch import start_ticks
+
+    known = {pid: start_ticks(pid) for pid in _tree(proc.pid)}
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0.0)):
+        if sig == signal.SIGKILL:
+            for pid in _tree(proc.pid):
+                known.setdefault(pid, start_ticks(pid))
+        pids = [pid for pid, started in known.items() if started is not None and start_ticks(pid) == started]
         for pid in pids:
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and (proc.poll() is None or any(os.path.exists(f"/proc/{p}") and
-                                                                          _alive(p) for p in pids)):
+        while time.monotonic() < deadline and (proc.poll() is None or any(_alive(p) for p in pids)):
             time.sleep(0.2)
 
 
