@@ -388,6 +388,8 @@ def _terminated(signum, frame):
 
 
 def main(argv=None) -> int:
+    from rtkit.workloads.data import NUM_CAT
+
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminated)
     dram = int(args.dram_gb * GIB) if args.dram_gb else (capacity.mem_total() or 0)
@@ -414,7 +416,7 @@ def main(argv=None) -> int:
         f"capacity: (a) {args.scale_a * dram / GIB:.1f}G in DRAM, (b) {args.scale_b * dram / GIB:.1f}G in a "
         f"{pool_size / GIB:.1f}G pool in {args.pool_dir}; {args.steps} steps of {args.batch}"
         + (f"; the rows used (first-seen, expected) {touched / GIB:.1f}G, "
-           f"{touched / row_bytes(args) / 26 / b_rows:.0%} of (b)'s rows" if touched else "")
+           f"{touched / row_bytes(args) / NUM_CAT / b_rows:.0%} of (b)'s rows" if touched else "")
         + (f"; (b) compacts every {args.compact_steps} steps, {hot_rows(args)} hot rows per feature"
            if args.compact_steps else "") + f"; (b)'s anonymous RSS held under {args.max_anon_gb:g}G\n")
     results: Dict[str, Dict[str, Any]] = {}
