@@ -84,6 +84,16 @@ class _SessionState:
         self.lock = threading.Lock()
 
 
+def _keep_callable(st: _SessionState, key: tuple, fn) -> None:
+    """Keep a staged callable for its run shape; past MAX_CALLABLES (run shapes that never repeat) the oldest
+    goes (dict order). Under the session's lock: two threads' steps evicting at once would both pick the same
+    oldest key, and the second one's KeyError would surface in the user's Session.run."""
+    with st.lock:
+        if len(st.callables) >= MAX_CALLABLES:
+            st.callables.pop(next(iter(st.callables)), None)
+        st.callables[key] = fn
+
+
 class Scheduler:
     def __init__(self, tf, settings: Dict[str, Any], run_dir: Optional[str],
                  internal: Callable[[], ContextManager] = contextlib.nullcontext,
@@ -407,9 +417,7 @@ class Scheduler:
             if opts is not None:
                 co.run_options.CopyFrom(opts)
             fn = session._make_callable_from_options(co)
-            if len(st.callables) >= MAX_CALLABLES:  # run shapes that never repeat: keep the newest (dict order)
-                del st.callables[next(iter(st.callables))]
-            st.callables[ckey] = fn
+            _keep_callable(st, ckey, fn)
         values = self._timed_run(session, fetch_names, target_names, lambda: fn(*feed_vals, run_metadata=md))
         return handler.build_results(session, values)
 

@@ -166,6 +166,38 @@ def test_shape_and_gradient_plumbing_stay_out_of_the_cut(tmp_path):
                for op in g.get_operations())
 
 
+def test_staged_callables_are_evicted_safely_by_concurrent_steps():
+    """Steps of several threads on one session, every run shape new, past MAX_CALLABLES: two threads evicting the
+    oldest callable at once picked the same key and one got a KeyError (inside the user's Session.run). The
+    threads switch every microsecond here so that the evictions interleave."""
+    import sys
+
+    from rtkit.scheduler import core
+
+    st = core._SessionState(routed=False)
+    errors = []
+
+    def steps(thread):
+        try:
+            for i in range(20000):
+                core._keep_callable(st, (thread, i), object())
+        except Exception as exc:
+            errors.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=steps, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
+    assert len(st.callables) == core.MAX_CALLABLES
+
+
 def test_staged_and_unstaged_give_same_losses_and_steps(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
