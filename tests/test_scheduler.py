@@ -198,6 +198,33 @@ def test_staged_callables_are_evicted_safely_by_concurrent_steps():
     assert len(st.callables) == core.MAX_CALLABLES
 
 
+def test_only_input_errors_of_unstaged_steps_count_as_delivered(tmp_path):
+    """Unstaged steps (staging off on a staged graph): the end of the data is an input error delivered at its step; a feed of the
+    wrong shape (the script's mistake, a ValueError before TF runs) is not, and neither is a step."""
+    m = Model(write_data(str(tmp_path / "data.csv"), 320), scaled=True)
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
+    sched.active["stage"] = False  # the tuner's choice: the graph is staged, its steps run unstaged
+    h = Hooked(sched, m.graph)
+    h.run(m.init)
+    h.run(m.iterator.initializer)
+    steps = 0
+    for _ in range(4):
+        h.run([m.train, m.loss])
+        steps += 1
+    with pytest.raises(ValueError):
+        h.run([m.train, m.loss], feed_dict={m.scale: [1.0, 2.0]})
+    p = sched.report()["pipeline"]
+    assert (p["errors_delivered"], p["unstaged_steps"], p["input_runs"]) == (0, 4, 4), p
+    with pytest.raises(tf.errors.OutOfRangeError):
+        while True:
+            h.run([m.train, m.loss])
+            steps += 1
+    h.close()
+    p = sched.report()["pipeline"]
+    assert steps == 10     # 320 rows of 32: the bad feed read no batch
+    assert (p["errors_delivered"], p["unstaged_steps"], p["input_runs"]) == (1, 10, 10), p
+
+
 def test_staged_and_unstaged_give_same_losses_and_steps(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
