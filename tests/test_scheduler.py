@@ -200,8 +200,8 @@ def test_staged_callables_are_evicted_safely_by_concurrent_steps():
 
 
 def test_only_input_errors_of_unstaged_steps_count_as_delivered(tmp_path):
-    """Unstaged steps (staging off on a staged graph): the end of the data is an input error delivered at its step; a feed of the
-    wrong shape (the script's mistake, a ValueError before TF runs) is not, and neither is a step."""
+    """Unstaged steps (staging off on a staged graph): the end of the data is an input error delivered at its
+    step; a feed of the wrong shape (the script's mistake, a ValueError before TF runs) is not, nor a step."""
     m = Model(write_data(str(tmp_path / "data.csv"), 320), scaled=True)
     sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path))
     sched.active["stage"] = False  # the tuner's choice: the graph is staged, its steps run unstaged
