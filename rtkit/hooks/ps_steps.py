@@ -12,7 +12,8 @@ step is "all updates since the last poll"); a script without a global step gets 
 
 Why the poll adapts: one read is a whole master-session run (about 0.8 ms of CPU when this PS holds the
 variable, about 2 ms spread over both PS processes when it is on another PS). Polled every 20 ms, two
-PS took about 10% of a 2-worker cluster's CPU per training step. So the period adapts, between
+PS took 2-10 ms of CPU per training step, 2-10% of a 2-worker cluster's CPU (docs/cluster.md, "What rtkit
+costs a cluster"). So the period adapts, between
 POLL_MIN_S and POLL_MAX_S, to see about as many updates per poll as the cluster has training tasks: a
 PS step is about one step of each worker, and the reads cost a bounded share of the training's CPU at
 any step rate. While the variable does not exist yet (before the chief's initialisation), or does not
