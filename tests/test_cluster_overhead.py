@@ -102,13 +102,20 @@ _PS_SCRIPT = textwrap.dedent(r'''
     from rtkit.hooks import ps_steps
     from rtkit.hooks.steps import recorder
 
-    reads = []   # every session run of the poll thread, counted at TF's own entry point
+    reads = []   # every session run of the poll thread, counted at TF's own entry point: (start, found it)
     orig_run = session_module.BaseSession.run
 
     def counting_run(self, *args, **kwargs):
-        if threading.current_thread().name == "rtkit-ps-steps":
-            reads.append(time.monotonic())
-        return orig_run(self, *args, **kwargs)
+        if threading.current_thread().name != "rtkit-ps-steps":
+            return orig_run(self, *args, **kwargs)
+        t = time.monotonic()
+        try:
+            out = orig_run(self, *args, **kwargs)
+        except BaseException:
+            reads.append((t, False))
+            raise
+        reads.append((t, True))
+        return out
 
     session_module.BaseSession.run = counting_run
     ps_steps.install(tf)
@@ -132,8 +139,12 @@ _PS_SCRIPT = textwrap.dedent(r'''
             time.sleep(0.02)
         time.sleep(0.3)
     steps = recorder().sources["manual"].get("ps: global_step advanced")
+    found = [i for i, (_, ok) in enumerate(reads) if ok][0]
     print(json.dumps({"absent_reads": absent_reads, "training_reads": len(reads) - first, "updates": updates,
-                      "ps_steps": steps.count if steps else 0}))
+                      "ps_steps": steps.count if steps else 0,
+                      # the period before the read that found the variable (backed off) and after it
+                      "before_find_s": reads[found][0] - reads[found - 1][0],
+                      "after_find_s": reads[found + 1][0] - reads[found][0]}))
 ''')
 
 
@@ -149,6 +160,9 @@ def test_ps_step_signal_reads_global_step_about_once_per_round_of_workers(tmp_pa
     # before: a read every 20 ms, found or not (~90 while absent, ~140 while training, ~1 per update);
     # now the period backs off while the variable is absent and aims at 4 updates (4 training tasks) per read
     assert got["absent_reads"] <= 12, got
+    # the read that finds the variable starts the rate measurement at the fast pace, not at the backed-off one
+    assert got["before_find_s"] >= 0.3, got
+    assert got["after_find_s"] < 0.25, got
     assert got["training_reads"] <= got["updates"] / 2, got
     # the step marks keep coming: about one PS step per 4 updates, never fewer than one per 16
     assert got["ps_steps"] >= got["updates"] / 16, got
