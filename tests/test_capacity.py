@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -247,6 +248,9 @@ def test_capacity_bench_kill_tree_kills_children_of_a_root_that_exits_first(monk
         assert capacity._alive(child) and child in capacity._tree(root.pid)
         capacity._kill_tree(root)
         assert root.poll() is not None
+        deadline = time.monotonic() + 10   # a SIGKILLed process still takes a moment to exit
+        while capacity._alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not capacity._alive(child), "the root's child outlived _kill_tree"
     finally:
         try:
