@@ -87,7 +87,7 @@ def _proc_stat(pid: int, started: Optional[int] = None):
             int(fields[17]), int(fields[21]) * PAGE_SIZE)
 
 
-def _start_ticks(pid: int) -> Optional[int]:
+def start_ticks(pid: int) -> Optional[int]:
     """When the process started (clock ticks since boot), which tells a reused pid apart; None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -140,7 +140,10 @@ class Sampler:
         procs = 0
         now = time.monotonic()
         if now - self._listed >= DESCENDANTS_EVERY_S:
-            self._pids = {pid: self._pids.get(pid, _start_ticks(pid)) for pid in _descendants(self.pid)}
+            # start times are read afresh at each listing: a listed pid whose start time changed is a new
+            # process (its pid reused by a new descendant), sampled from now on; between listings the start
+            # time keeps a pid reused by an unrelated process out of the sums
+            self._pids = {pid: start_ticks(pid) for pid in _descendants(self.pid)}
             self._listed = now
         for pid, started in self._pids.items():
             st = _proc_stat(pid, started)

@@ -84,6 +84,16 @@ class _SessionState:
         self.lock = threading.Lock()
 
 
+def _keep_callable(st: _SessionState, key: tuple, fn) -> None:
+    """Keep a staged callable for its run shape; past MAX_CALLABLES (run shapes that never repeat) the oldest
+    goes (dict order). Under the session's lock: two threads' steps evicting at once would both pick the same
+    oldest key, and the second one's KeyError would surface in the user's Session.run."""
+    with st.lock:
+        if len(st.callables) >= MAX_CALLABLES:
+            st.callables.pop(next(iter(st.callables)), None)
+        st.callables[key] = fn
+
+
 class Scheduler:
     def __init__(self, tf, settings: Dict[str, Any], run_dir: Optional[str],
                  internal: Callable[[], ContextManager] = contextlib.nullcontext,
@@ -347,8 +357,8 @@ class Scheduler:
         else:  # everything else, an unstaged step included, is the script's own run of the script's own graph
             try:
                 result = run_next(fetches, feed_dict, opts, md)
-            except BaseException:
-                self._unstaged_failed(state)
+            except BaseException as exc:
+                self._unstaged_failed(state, exc)
                 raise
         t1 = time.time()
         if is_step:
@@ -407,9 +417,7 @@ class Scheduler:
             if opts is not None:
                 co.run_options.CopyFrom(opts)
             fn = session._make_callable_from_options(co)
-            if len(st.callables) >= MAX_CALLABLES:  # run shapes that never repeat: keep the newest (dict order)
-                del st.callables[next(iter(st.callables))]
-            st.callables[ckey] = fn
+            _keep_callable(st, ckey, fn)
         values = self._timed_run(session, fetch_names, target_names, lambda: fn(*feed_vals, run_metadata=md))
         return handler.build_results(session, values)
 
@@ -444,8 +452,8 @@ class Scheduler:
                 sched._local.bypass = True
                 try:
                     out = fn(*args, **kwargs)
-                except BaseException:
-                    sched._unstaged_failed(state)
+                except BaseException as exc:
+                    sched._unstaged_failed(state, exc)
                     raise
                 finally:
                     sched._local.bypass = False
@@ -480,7 +488,8 @@ class Scheduler:
             self._stop_runner(st, "iterator reset/save run")
             return None
         if mode == "direct":
-            self.counts["direct_input_runs"] += 1
+            with self._lock:
+                self.counts["direct_input_runs"] += 1
             self.note("a run read input-stage tensors that are not staged (an intermediate of the input "
                       "stage): it reads the iterator directly, a batch ahead of the staged ones")
             return None
@@ -491,26 +500,30 @@ class Scheduler:
             self._input_trace_left = TRACE_STEPS
         if self.active["stage"]:
             if not runner.alive and runner.error is None:  # a pending error is raised at its step first
-                self._ident += 1
-                runner.start(self._ident)
-                self.counts["runners_started"] += 1
+                with self._lock:
+                    self._ident += 1
+                    ident = self._ident
+                    self.counts["runners_started"] += 1
+                runner.start(ident)
         elif runner.alive:
             runner.halt()  # unstaged from now on: the items already staged are served first
         try:
             state, put_ms, wait_ms = runner.take()
-        except BaseException:
-            self.counts["errors_delivered"] += 1
+        except BaseException as exc:
+            if self._input_error(exc):
+                with self._lock:
+                    self.counts["errors_delivered"] += 1
             raise
-        self.counts["input_runs"] += 1
-        if state == "inline":
-            self._local.step_kind = "unstaged"
-            self.counts["inline_steps"] += 1
-        else:
-            self._local.step_kind = "staged"
-            self.counts["staged_steps"] += 1
-            if len(self._overlap) < MAX_SAMPLES:
-                hidden = 100.0 * max(0.0, put_ms - wait_ms) / put_ms if put_ms > 0 else 100.0
-                self._overlap.append([self.step_runs, round(put_ms, 3), round(wait_ms, 3), round(hidden, 1)])
+        self._local.step_kind = "unstaged" if state == "inline" else "staged"
+        with self._lock:  # the counts are shared by the steps of every thread and session
+            self.counts["input_runs"] += 1
+            if state == "inline":
+                self.counts["inline_steps"] += 1
+            else:
+                self.counts["staged_steps"] += 1
+                if len(self._overlap) < MAX_SAMPLES:
+                    hidden = 100.0 * max(0.0, put_ms - wait_ms) / put_ms if put_ms > 0 else 100.0
+                    self._overlap.append([self.step_runs, round(put_ms, 3), round(wait_ms, 3), round(hidden, 1)])
         if self.active["stage"] and runner.depth_samples and len(self._depth) < MAX_SAMPLES:
             t, d = runner.depth_samples[-1]
             self._depth.append([round(t, 4), d])
@@ -518,14 +531,22 @@ class Scheduler:
             del runner.depth_samples[:-1]
         return state
 
-    def _unstaged_failed(self, state: Optional[str]) -> None:
-        """An unstaged step's own run raised (the end of the data, a bad record): an input error delivered at its
-        step, as a staged step's is, not a step."""
+    def _input_error(self, exc: BaseException) -> bool:
+        """Whether a step's error comes from the input (the end of the data, a bad or corrupt record): one that a
+        staged step delivers at its step. An interrupt (KeyboardInterrupt) or the script's own mistake (a feed of
+        the wrong shape: ValueError before TF runs) is not."""
+        errors = self.tf.errors
+        return isinstance(exc, (errors.OutOfRangeError, errors.InvalidArgumentError, errors.DataLossError))
+
+    def _unstaged_failed(self, state: Optional[str], exc: BaseException) -> None:
+        """An unstaged step's own run raised: not a step. An input error is delivered at its step, as a staged
+        step's is; an interrupt or the script's own mistake is not an input error."""
         if state == "inline":
             with self._lock:
                 self.counts["inline_steps"] -= 1
                 self.counts["input_runs"] -= 1
-                self.counts["errors_delivered"] += 1
+                if self._input_error(exc):
+                    self.counts["errors_delivered"] += 1
 
     def _report_before_run(self, mode: str, seconds: float) -> None:
         if mode == "staged" and self._before_run is not None and seconds > 0:

@@ -22,8 +22,10 @@ OPAQUE_TYPES = {"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond",
                 "RefEnter", "RefExit", "RefNextIteration", "If", "StatelessIf", "While", "StatelessWhile",
                 "PartitionedCall", "StatefulPartitionedCall", "Case", "StatelessCase"}
 FEED_TYPES = {"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"}
-# Shape plumbing stays in the step: staged, a shape reaches the model as an opaque tensor, and Grappler then folds
-# and fuses the staged graph differently from the script's (a last-bit difference in the losses).
+# Shape plumbing stays in the step, which computes it from the staged tensors as the script's graph does: staged,
+# each shape was one more boundary tensor that reached the model as opaque data (on the lazy-table wdl 182 of 237
+# were shapes and gradient indices). It is not what makes lazy-table losses differ in the last bit: measured with
+# and without it in the cut, the difference is the same (docs/scheduler.md, "Bit-identical losses depend on the graph").
 SHAPE_TYPES = {"Shape", "ShapeN", "Size", "Rank"}
 # rtkit's own staging ops (the put, the get and the clear of the staging area) are input-stage work.
 STAGE_OP_TYPES = {"Stage", "Unstage", "StageClear", "StageSize", "StagePeek"}

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -81,16 +82,36 @@ def test_pool_bigger_than_its_disk_is_refused_before_the_run(tmp_path):
     assert len(lines) == 1 and "pmem_size" in lines[0] and "pmem_path" in lines[0], proc.stderr
 
 
-def test_capacity_bench_refuses_what_cannot_fit(tmp_path):
-    for args, word in ((["--dram-gb", "100000", "--pool-dir", str(tmp_path)], "pool"),
-                       (["--dram-gb", "1", "--pool-dir", str(tmp_path / "nope")], "--pool-dir"),
-                       (["--dram-gb", "1", "--pool-dir", str(tmp_path), "--resident-gb", "100000"], "--resident-gb"),
-                       (["--dram-gb", "1", "--pool-dir", str(tmp_path), "--max-anon-gb", "100000"], "--max-anon-gb")):
-        proc = subprocess.run([sys.executable, "-m", "rtkit.bench.capacity", "--out", str(tmp_path / "o"), *args],
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2, (args, proc.stderr)
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and word in lines[0], (args, proc.stderr)
+# (a) of the refusal cases that must get past the memory checks: 0.1 GiB of tables, 20 steps (id -> row maps of
+# ~40 MiB; at the default 2000 steps they take 2.4 GiB and the "(a) needs" line comes first on a small machine)
+_SMALL_A = ["--dram-gb", "1", "--a", "0.1", "--steps", "20", "--min-available-gb", "0.5"]
+_SMALL_A_NEEDS_GIB = 0.1 + 0.04 + 2 + 0.5 + 0.2   # the bench's own sum for (a), and a margin
+
+
+@pytest.mark.parametrize("case", ["pool", "pool-dir", "a", "maps", "resident", "max-anon"])
+def test_capacity_bench_refuses_what_cannot_fit(tmp_path, case):
+    """Each refusal is one line, exit 2, nothing written, and each case gets its own line (not an earlier one)."""
+    from rtkit import capacity
+
+    avail_gib = (capacity.mem_available() or 0) / (1 << 30)
+    args, line = {
+        "pool": (["--dram-gb", "100000", "--pool-dir", str(tmp_path)], "(b) needs a "),
+        "pool-dir": (["--dram-gb", "1", "--pool-dir", str(tmp_path / "nope")], "--pool-dir"),
+        "a": (["--dram-gb", "1", "--a", "100000", "--pool-dir", str(tmp_path)], "capacity: (a) needs "),
+        # 1 GiB is less than TensorFlow's own 1.5 GiB, whatever the maps take
+        "maps": (_SMALL_A + ["--pool-dir", str(tmp_path), "--max-anon-gb", "1"], "id -> row maps alone"),
+        "resident": (_SMALL_A + ["--pool-dir", str(tmp_path), "--resident-gb", "100000"], "--resident-gb 100000"),
+        # past what is available now (by 2 GiB: MemAvailable moves on a shared machine), not an absurd number
+        "max-anon": (_SMALL_A + ["--pool-dir", str(tmp_path), "--max-anon-gb", f"{avail_gib + 2:.1f}"],
+                     "must be positive and fit in"),
+    }[case]
+    if case in ("maps", "resident", "max-anon") and avail_gib < _SMALL_A_NEEDS_GIB:
+        pytest.skip(f"{avail_gib:.1f} GiB available: the bench refuses (a) before it gets to the {case} check")
+    proc = subprocess.run([sys.executable, "-m", "rtkit.bench.capacity", "--out", str(tmp_path / "o"), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, (args, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and line in lines[0], (args, proc.stderr)
     assert not (tmp_path / "o").exists()
 
 
@@ -192,6 +213,9 @@ def test_capacity_bench_runs_zipf_at_a_tiny_scale(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "rtkit.bench.capacity", "--dram-gb", "0.25", "--resident-gb", "0.02",
                            "--steps", "20", "--batch", "256", "--distinct", "2000000", "--emb-dim", "8",
                            "--compact-steps", "5", "--compact-hot-rows", "2000", "--pool-dir", str(tmp_path),
+                           # the default 6 GiB cap (+1.5 GiB floor) must fit in MemAvailable: 2 GiB fits a small
+                           # machine and is still past TensorFlow's own 1.5 GiB (the bench refuses less)
+                           "--max-anon-gb", "2", "--min-available-gb", "0.5",
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((out / "capacity.json").read_text())
@@ -199,8 +223,39 @@ def test_capacity_bench_runs_zipf_at_a_tiny_scale(tmp_path):
     assert data["touched_bytes_expected"] > 0
     for r in (a, b):
         assert len(r["losses"]) == 20 and r["step_ms_median"] > 0 and r["examples_per_s"] > 0
-        assert r["peak_anon_rss_bytes"] and r["peak_anon_rss_bytes"] < 6 * (1 << 30)
+        assert r["peak_anon_rss_bytes"] and r["peak_anon_rss_bytes"] < 2 * (1 << 30)
     assert b["pool_resident_timeline"] and isinstance(b["disk_written_bytes"], int)
     assert b["major_faults_per_step"] is not None and b["compaction"] and "4 passes" in b["compaction"][0] and "hot region" in b["compaction"][0]
     assert "(b) step time" in proc.stdout and "pool resident over time" in proc.stdout
     assert not (tmp_path / "rtkit-capacity.pool").exists()
+
+
+def test_capacity_bench_kill_tree_kills_children_of_a_root_that_exits_first(monkeypatch):
+    """The run's root exits at SIGTERM, its child ignores SIGTERM: once the root is gone the child is reparented
+    (here to init), where a second listing of the root's tree cannot find it; the SIGKILL round must still."""
+    from rtkit.bench import capacity
+
+    monkeypatch.setattr(capacity, "KILL_GRACE_S", 1.0)
+    child_code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "print('ready', flush=True); time.sleep(120)")
+    root_code = ("import subprocess, sys, time; "
+                 f"p = subprocess.Popen([sys.executable, '-c', {child_code!r}], stdout=subprocess.PIPE); "
+                 "p.stdout.readline(); print(p.pid, flush=True); time.sleep(120)")
+    root = subprocess.Popen([sys.executable, "-c", root_code], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    child = int(root.stdout.readline())
+    try:
+        assert capacity._alive(child) and child in capacity._tree(root.pid)
+        capacity._kill_tree(root)
+        assert root.poll() is not None
+        deadline = time.monotonic() + 10   # a SIGKILLed process still takes a moment to exit
+        while capacity._alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not capacity._alive(child), "the root's child outlived _kill_tree"
+    finally:
+        try:
+            os.kill(child, 9)
+        except OSError:
+            pass
+        root.kill()
+        root.wait()

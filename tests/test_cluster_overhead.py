@@ -14,6 +14,21 @@ from conftest import requires_tf
 from rtkit import launch
 
 
+def _children(pid):
+    """The pids whose parent is `pid`, from /proc (not through launch, whose listings the test counts)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    raw = fh.read()
+            except OSError:
+                continue
+            if int(raw[raw.rfind(b")") + 2:].split()[1]) == pid:
+                out.append(int(name))
+    return out
+
+
 def test_sampler_lists_descendants_seldom_and_still_finds_new_ones(monkeypatch):
     monkeypatch.setattr(launch, "DESCENDANTS_EVERY_S", 0.5)   # the test's own pace; the default is 2 s
     calls = []
@@ -21,24 +36,55 @@ def test_sampler_lists_descendants_seldom_and_still_finds_new_ones(monkeypatch):
     monkeypatch.setattr(launch, "_descendants", lambda pid: calls.append(pid) or real(pid))
     # a child that starts a grandchild after 0.3 s: it must be sampled within one listing period
     child = subprocess.Popen([sys.executable, "-c", "import subprocess, time; time.sleep(0.3); "
-                              "p = subprocess.Popen(['sleep', '30']); time.sleep(30)"])
+                              "p = subprocess.Popen(['sleep', '120']); time.sleep(120)"])
     try:
         sampler = launch.Sampler(child.pid, time.time(), 0.05)
-        t_end = time.monotonic() + 1.6
+        t0 = time.monotonic()
+        sampler.sample_once()
+        # however slow the child's start on a busy machine: sample until the grandchild exists, then two
+        # listing periods more (it is found by the first listing after its start)
+        seen, t_end = None, t0 + 60.0
         while time.monotonic() < t_end:
-            sampler.sample_once()
             time.sleep(0.02)
+            sampler.sample_once()
+            if seen is None and _children(child.pid):
+                seen = time.monotonic()
+                t_end = seen + 2 * launch.DESCENDANTS_EVERY_S
+        elapsed = time.monotonic() - t0
     finally:
         for pid in real(child.pid)[1:]:
             os.kill(pid, 9)
         child.kill()
         child.wait()
+    assert seen is not None, "the child never started its grandchild"
     n = len(sampler.samples)
     assert n >= 20
     # before: one listing (all of /proc) per sample; now one per DESCENDANTS_EVERY_S
-    assert len(calls) <= 1.6 / 0.5 + 1, (len(calls), n)
+    assert len(calls) <= elapsed / launch.DESCENDANTS_EVERY_S + 1, (len(calls), n, elapsed)
     assert sampler.samples[0]["processes"] == 1
     assert sampler.samples[-1]["processes"] == 2     # the grandchild, found by a later listing
+
+
+def test_sampler_samples_a_reused_pid_as_the_new_process():
+    """A listed pid whose start time changed belongs to another process now (the old one exited and the kernel
+    gave its pid to a new descendant): the next listing must take the new start time and sample it. The earlier
+    start time is put in the sampler's map by hand: a real pid reuse cannot be arranged without root."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        sampler = launch.Sampler(child.pid, time.time(), 0.05)
+        sampler.sample_once()
+        assert sampler.samples and sampler.samples[-1]["processes"] == 1
+        started = sampler._pids[child.pid]
+        assert started == launch.start_ticks(child.pid)
+        sampler._pids = {child.pid: started - 100}       # what a listing recorded for the pid's earlier owner
+        sampler._listed = float("-inf")                   # the next sample lists again
+        sampler.samples.clear()
+        sampler.sample_once()
+    finally:
+        child.kill()
+        child.wait()
+    assert sampler._pids == {child.pid: started}
+    assert sampler.samples and sampler.samples[-1]["processes"] == 1
 
 
 _PS_SCRIPT = textwrap.dedent(r'''
@@ -56,13 +102,20 @@ _PS_SCRIPT = textwrap.dedent(r'''
     from rtkit.hooks import ps_steps
     from rtkit.hooks.steps import recorder
 
-    reads = []   # every session run of the poll thread, counted at TF's own entry point
+    reads = []   # every session run of the poll thread, counted at TF's own entry point: (start, found it)
     orig_run = session_module.BaseSession.run
 
     def counting_run(self, *args, **kwargs):
-        if threading.current_thread().name == "rtkit-ps-steps":
-            reads.append(time.monotonic())
-        return orig_run(self, *args, **kwargs)
+        if threading.current_thread().name != "rtkit-ps-steps":
+            return orig_run(self, *args, **kwargs)
+        t = time.monotonic()
+        try:
+            out = orig_run(self, *args, **kwargs)
+        except BaseException:
+            reads.append((t, False))
+            raise
+        reads.append((t, True))
+        return out
 
     session_module.BaseSession.run = counting_run
     ps_steps.install(tf)
@@ -86,8 +139,12 @@ _PS_SCRIPT = textwrap.dedent(r'''
             time.sleep(0.02)
         time.sleep(0.3)
     steps = recorder().sources["manual"].get("ps: global_step advanced")
+    found = [i for i, (_, ok) in enumerate(reads) if ok][0]
     print(json.dumps({"absent_reads": absent_reads, "training_reads": len(reads) - first, "updates": updates,
-                      "ps_steps": steps.count if steps else 0}))
+                      "ps_steps": steps.count if steps else 0,
+                      # the period before the read that found the variable (backed off) and after it
+                      "before_find_s": reads[found][0] - reads[found - 1][0],
+                      "after_find_s": reads[found + 1][0] - reads[found][0]}))
 ''')
 
 
@@ -103,6 +160,9 @@ def test_ps_step_signal_reads_global_step_about_once_per_round_of_workers(tmp_pa
     # before: a read every 20 ms, found or not (~90 while absent, ~140 while training, ~1 per update);
     # now the period backs off while the variable is absent and aims at 4 updates (4 training tasks) per read
     assert got["absent_reads"] <= 12, got
+    # the read that finds the variable starts the rate measurement at the fast pace, not at the backed-off one
+    assert got["before_find_s"] >= 0.3, got
+    assert got["after_find_s"] < 0.25, got
     assert got["training_reads"] <= got["updates"] / 2, got
     # the step marks keep coming: about one PS step per 4 updates, never fewer than one per 16
     assert got["ps_steps"] >= got["updates"] / 16, got

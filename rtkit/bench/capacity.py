@@ -126,18 +126,29 @@ def _anon_rss(root: int) -> int:
     return sum(_tree(root).values())
 
 
+KILL_GRACE_S = 10.0
+
+
 def _kill_tree(proc) -> None:
-    """SIGTERM the run and every process under it, SIGKILL what is left after 10 s."""
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
-        pids = list(_tree(proc.pid))
+    """SIGTERM the run and every process under it, SIGKILL what is left after KILL_GRACE_S. The tree is listed
+    before the SIGTERM and kept: a root that exits during the grace period leaves its children to another
+    parent, where a fresh listing of its tree no longer finds them. The SIGKILL round adds what a fresh listing
+    finds (started meanwhile) and skips a listed pid whose start time changed (another process has it now)."""
+    from rtkit.launch import start_ticks
+
+    known = {pid: start_ticks(pid) for pid in _tree(proc.pid)}
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0.0)):
+        if sig == signal.SIGKILL:
+            for pid in _tree(proc.pid):
+                known.setdefault(pid, start_ticks(pid))
+        pids = [pid for pid, started in known.items() if started is not None and start_ticks(pid) == started]
         for pid in pids:
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and (proc.poll() is None or any(os.path.exists(f"/proc/{p}") and
-                                                                          _alive(p) for p in pids)):
+        while time.monotonic() < deadline and (proc.poll() is None or any(_alive(p) for p in pids)):
             time.sleep(0.2)
 
 
@@ -377,6 +388,8 @@ def _terminated(signum, frame):
 
 
 def main(argv=None) -> int:
+    from rtkit.workloads.data import NUM_CAT
+
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminated)
     dram = int(args.dram_gb * GIB) if args.dram_gb else (capacity.mem_total() or 0)
@@ -403,7 +416,7 @@ def main(argv=None) -> int:
         f"capacity: (a) {args.scale_a * dram / GIB:.1f}G in DRAM, (b) {args.scale_b * dram / GIB:.1f}G in a "
         f"{pool_size / GIB:.1f}G pool in {args.pool_dir}; {args.steps} steps of {args.batch}"
         + (f"; the rows used (first-seen, expected) {touched / GIB:.1f}G, "
-           f"{touched / row_bytes(args) / 26 / b_rows:.0%} of (b)'s rows" if touched else "")
+           f"{touched / row_bytes(args) / NUM_CAT / b_rows:.0%} of (b)'s rows" if touched else "")
         + (f"; (b) compacts every {args.compact_steps} steps, {hot_rows(args)} hot rows per feature"
            if args.compact_steps else "") + f"; (b)'s anonymous RSS held under {args.max_anon_gb:g}G\n")
     results: Dict[str, Dict[str, Any]] = {}

@@ -12,11 +12,12 @@ step is "all updates since the last poll"); a script without a global step gets 
 
 Why the poll adapts: one read is a whole master-session run (about 0.8 ms of CPU when this PS holds the
 variable, about 2 ms spread over both PS processes when it is on another PS). Polled every 20 ms, two
-PS took about 10% of a 2-worker cluster's CPU per training step. So the period adapts, between
+PS took 2-10 ms of CPU per training step, 2-10% of a 2-worker cluster's CPU (docs/cluster.md, "What rtkit
+costs a cluster"). So the period adapts, between
 POLL_MIN_S and POLL_MAX_S, to see about as many updates per poll as the cluster has training tasks: a
 PS step is about one step of each worker, and the reads cost a bounded share of the training's CPU at
 any step rate. While the variable does not exist yet (before the chief's initialisation), or does not
-move, the period doubles up to POLL_MAX_S.
+move, the period doubles up to POLL_MAX_S; the read that first finds it returns to POLL_MIN_S.
 """
 from __future__ import annotations
 
@@ -91,8 +92,10 @@ def _poll(tf, server, ps_tasks: int, target: int, rec) -> None:
                 # a PS ends by SIGTERM while blocked in join(): no atexit flush, so keep the file current
                 rec.flush()
                 flushed_t = time.perf_counter()
-            # the first read that finds the variable keeps the fast pace: the next one measures the rate
-            interval = interval if value is not None and advanced is None else next_interval(interval, advanced, target)
+            # the first read that finds the variable returns to the fast pace (the period backed off while it was
+            # absent): the next reads measure the rate from there
+            first_find = value is not None and advanced is None
+            interval = POLL_MIN_S if first_find else next_interval(interval, advanced, target)
             time.sleep(interval)
 
 
