@@ -177,27 +177,6 @@ void rtk_free_large(void *p)
     }
 }
 
-void rtk_free_range(void *p)
-{
-    if (rtk_in_large(p)) {
-        rtk_free_large(p);
-        return;
-    }
-    /* a glibc pointer inside the published range */
-    if (rtk_hot.inspect) {
-        size_t cs = rtk_chunk_bytes(p);
-        rtk_tslot_t *s = rtk_slot();
-        s->frees++;
-        s->live -= (int64_t)cs;
-        if (cs >= rtk_hot.track_min) {
-            rtk_profile_free(p);
-            if (rtk_stash_push(p, cs))
-                return;
-        }
-    }
-    __libc_free(p);
-}
-
 size_t rtk_usable_size(const void *p)
 {
     if (!p)

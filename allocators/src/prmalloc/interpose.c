@@ -128,10 +128,6 @@ __attribute__((noinline)) static void free_special(void *p)
         rtk_tier_free(p);
         return;
     }
-    if (rtk_in_range(p)) {
-        rtk_free_range(p);
-        return;
-    }
     if (rtk_in_large(p)) {
         rtk_free_large(p);
         return;

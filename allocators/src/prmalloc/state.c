@@ -3,7 +3,7 @@
 #include "prmalloc/state.h"
 
 rtk_hot_t rtk_hot __attribute__((aligned(64))) = {
-    .fast_max = 0, .arena_lo = UINTPTR_MAX, .arena_span = 0, .track_min = SIZE_MAX, .min_size = SIZE_MAX,
+    .fast_max = 0, .track_min = SIZE_MAX, .min_size = SIZE_MAX,
     .any_lo = 0, .any_hi = 0,
 };
 
@@ -19,12 +19,7 @@ void rtk_publish_any(void)
 {
     rtk_spin_lock(&g_publish_lock);
     uintptr_t lo = UINTPTR_MAX, hi = 0;
-    uintptr_t al = __atomic_load_n(&rtk_hot.arena_lo, __ATOMIC_ACQUIRE), as = __atomic_load_n(&rtk_hot.arena_span, __ATOMIC_ACQUIRE);
     uintptr_t tl = __atomic_load_n(&rtk_hot.tier_lo, __ATOMIC_ACQUIRE), ts = __atomic_load_n(&rtk_hot.tier_span, __ATOMIC_ACQUIRE);
-    if (as) {
-        lo = al;
-        hi = al + as;
-    }
     uintptr_t ll = __atomic_load_n(&rtk_large_lo, __ATOMIC_ACQUIRE), ls = __atomic_load_n(&rtk_large_span, __ATOMIC_ACQUIRE);
     if (ls) {
         if (ll < lo)

@@ -11,15 +11,13 @@ enum { RTK_MODE_UNINIT = 0, RTK_MODE_INITIALIZING = 1, RTK_MODE_READY = 2 };
 /* What the hot paths read, together on one cache line. */
 typedef struct rtk_hot {
     size_t fast_max;        /* malloc/new below this size take the inline small path (0: all go slow) */
-    uintptr_t arena_lo;     /* [arena_lo, arena_lo + arena_span) covers every arena */
-    uintptr_t arena_span;
     size_t track_min;       /* free of a chunk this large asks the profiler (SIZE_MAX: not profiling) */
     size_t min_size;        /* RTKIT_MALLOC_MIN_SIZE when active, SIZE_MAX otherwise */
     int inspect;            /* free counts and reads the chunk header */
     int mode;
     uintptr_t tier_lo;      /* [tier_lo, tier_lo + tier_span) is the tier-mode pool (span 0: none), tier.c */
     uintptr_t tier_span;
-    uintptr_t any_lo;       /* [any_lo, any_hi) covers the arenas, the large heap and the tier pool: free tests */
+    uintptr_t any_lo;       /* [any_lo, any_hi) covers the large heap (arenas' blocks too) and the tier pool */
     uintptr_t any_hi;       /* this one range, then sorts out which (rtk_publish_any); empty: lo = hi = 0 */
     size_t pass_max;        /* malloc below this that reaches the slow path goes straight to glibc */
     size_t sample_bytes;    /* the small-malloc census samples one request per this many bytes (< fast_max) */
@@ -27,17 +25,12 @@ typedef struct rtk_hot {
 
 RTK_HIDDEN extern rtk_hot_t rtk_hot;
 
-/* Recompute any_lo/any_hi after arena_*, tier_* or the large heap changed (widened first: never misses a live
+/* Recompute any_lo/any_hi after tier_* or the large heap changed (widened first: never misses a live
  * range). Its lock is taken by the fork handlers (rtk_publish_fork_*). */
 RTK_HIDDEN void rtk_publish_any(void);
 RTK_HIDDEN void rtk_publish_fork_prepare(void);
 RTK_HIDDEN void rtk_publish_fork_parent(void);
 RTK_HIDDEN void rtk_publish_fork_child(void);
-
-static inline int rtk_in_range(const void *p)
-{
-    return (uintptr_t)p - rtk_hot.arena_lo < rtk_hot.arena_span;
-}
 
 #define RTK_MAX_ERRORS 12
 
