@@ -7,7 +7,6 @@
 /* Every allocation that is not the inline small malloc: census, arenas, profiler, glibc fallback.
  * align: 0 for malloc's default alignment, else a power of two. zero: calloc semantics. */
 RTK_HIDDEN void *rtk_alloc(size_t n, size_t align, int zero);
-/* Free of a pointer inside the arena range (it may be the large heap's or glibc's, between arenas). */
 /* Free of a pointer in the large-object heap's range. */
 RTK_HIDDEN void rtk_free_large(void *p);
 /* A corrupt heap operation by the program on rtkit's memory: one line naming the call and the address, abort. */

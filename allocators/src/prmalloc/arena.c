@@ -19,7 +19,6 @@
 #define OWN_SLOT(w) (((w) >> 8) & 0xffu)
 #define OWN_CLASS(w) ((w) & 0xffu)
 
-
 static size_t page_round(size_t v)
 {
     size_t page = rtk_os_page_size();

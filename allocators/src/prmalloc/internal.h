@@ -174,7 +174,6 @@ enum { RTK_ARENA_OK = 0, RTK_ARENA_MISS = 1, RTK_ARENA_EXHAUSTED = 2 };
 /* The arena for plan p in slot `slot`: its classes' blocks are the large-object heap's (set up here if the job runs
  * without it), its idle resident extents first; only blocks taking other pages are faulted in. NULL and *why
  * when the plan could never fit or the machine lacks the memory. */
-/* RTKIT_MALLOC_PLAN_RELEASE: kept for old command lines; nothing fresh is taken at install, so nothing is shed */
 RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug, const char **why);
 /* No block is live or held any more: lookups stop naming it. The metadata stays: a late reader may hold it. */
 RTK_HIDDEN void rtk_arena_destroy(rtk_arena_t *a);
