@@ -226,7 +226,7 @@ void rtk_step_mark(void)
     rtk_totals_t t;
     rtk_census_sum(&t);
     /* the census misses small frees (not counted): glibc's books, read at the stats period, + rtkit's */
-    t.live = rtk_live_bytes_cached(rtk_os_now_ns(), STATS_PERIOD_NS);
+    t.live = rtk_live_bytes(rtk_os_now_ns(), STATS_PERIOD_NS);
     uint64_t faults = rtk_os_minor_faults();
     uint32_t steps = ++rtk_g.steps;          /* the step that just ended has index steps - 1 */
     rtk_step_t *e = &rtk_g.ring[(steps - 1) % RTK_RING_STEPS];
@@ -288,7 +288,7 @@ int rtk_step_write_stats(void)
     rtk_spin_lock(&g_step_lock);
     if (rtk_g.state != RTK_STATE_DISABLED) {
         rtk_census_sum(&rtk_g.last);
-        rtk_g.last.live = rtk_live_bytes();
+        rtk_g.last.live = rtk_live_bytes(rtk_os_now_ns(), 0);
     }
     int r = rtk_stats_write_locked(rtk_os_now_ns());
     rtk_spin_unlock(&g_step_lock);

@@ -32,14 +32,7 @@ static size_t glibc_in_use(void)
     return m.uordblks + m.hblkhd;
 }
 
-int64_t rtk_live_bytes(void)
-{
-    size_t live, idle;
-    rtk_rtkit_usage(&live, &idle);
-    return (int64_t)(glibc_in_use() + live);
-}
-
-int64_t rtk_live_bytes_cached(uint64_t now_ns, uint64_t max_age_ns)
+int64_t rtk_live_bytes(uint64_t now_ns, uint64_t max_age_ns)
 {
     /* glibc's mallinfo2 walks every arena's bins (~2 ms on a TF worker): a step mark reuses its last answer */
     static size_t glibc;

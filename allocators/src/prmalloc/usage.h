@@ -10,9 +10,8 @@
 /* rtkit's own memory: bytes in live blocks and idle resident bytes (arenas and the large heap). */
 RTK_HIDDEN void rtk_rtkit_usage(size_t *live, size_t *idle);
 /* Live bytes of the process's heap: glibc's in-use bytes (its own books, mallinfo2) plus rtkit's live blocks.
- * Small frees are not counted on the fast path, so the step marks take live bytes from here. */
-RTK_HIDDEN int64_t rtk_live_bytes(void);
-/* The same, with glibc's part read at most once per max_age_ns (callers hold the step lock). */
-RTK_HIDDEN int64_t rtk_live_bytes_cached(uint64_t now_ns, uint64_t max_age_ns);
+ * Small frees are not counted on the fast path, so the step marks take live bytes from here. glibc's part is
+ * read again only when the last read is max_age_ns old (0: now); callers hold the step lock. */
+RTK_HIDDEN int64_t rtk_live_bytes(uint64_t now_ns, uint64_t max_age_ns);
 
 #endif
