@@ -88,7 +88,7 @@ void rtk_census_sum(rtk_totals_t *t)
     uint64_t large = t->arena_hits + t->fallbacks;
     t->small_calls = t->allocs > large ? t->allocs - large : 0;
     if (t->live < 0)
-        t->live = 0;  /* the slots miss small frees: step.c replaces this with rtk_live_bytes(), glibc's books + rtkit's */
+        t->live = 0;  /* the slots miss small frees: step.c takes rtk_live_bytes() (glibc's books + rtkit's) */
 }
 
 void rtk_census_fork_prepare(void) { rtk_spin_lock(&g_slot_lock); }
