@@ -1,13 +1,17 @@
 /* prmalloc_unit_large.c -- the large-object heap on its own (linked against the sources): extents never overlap
  * under threads, frees coalesce back to one extent, double and interior frees are refused, resize in place,
  * step decay (idle N steps beyond the high-water mark: released; used within N, or within the mark: kept) and trim
- * give idle pages back, aligned blocks, resident-only blocks and owner words. */
+ * give idle pages back, aligned blocks, resident-only blocks and owner words, and a smaller range when the kernel
+ * refuses the one asked for. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "prmalloc/large.h"
 
@@ -72,8 +76,39 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* In a child (the heap is set up once a process): an address-space limit whose quarter is more than is left
+ * under it, so the first reservation fails; the heap must settle for a smaller range rather than none. */
+static int smaller_range_when_refused(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (rtk_large_span)
+            _exit(5);  /* set up before main: run with RTKIT_MALLOC_LARGE=0 */
+        if (mmap(NULL, (size_t)1 << 30, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+            _exit(2);
+        unsigned long vsz_pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%lu", &vsz_pages) != 1)
+            _exit(2);
+        fclose(f);
+        size_t left = 256 * MiB, as = (size_t)vsz_pages * 4096 + left;
+        struct rlimit rl = {as, as};
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(2);
+        if (rtk_large_init((size_t)64 << 30, 0) != 0)
+            _exit(3);
+        size_t u = 0, b = 0;
+        void *p = rtk_large_alloc(8 * MiB, 64, &u);
+        int ok = rtk_large_span >= 64 * MiB && rtk_large_span < left && p && rtk_large_free(p, &b) == 0;
+        _exit(ok ? 0 : 4);
+    }
+    int st = 0;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 int main(void)
 {
+    CHECK(smaller_range_when_refused() == 0);
     CHECK(rtk_large_init((size_t)8 << 30, 0) == 0);
     rtk_large_info_t info;
 

@@ -24,6 +24,7 @@ extern int __libc_mallopt(int, int);
 static int g_on;
 static uintptr_t g_heaps[MAX_HEAPS];
 
+#if !(defined(__SANITIZE_ADDRESS__) || defined(RTK_CHECKED_LIBC) || defined(RTK_NO_INTERPOSE))
 /* the value the user gave a glibc.malloc tunable in GLIBC_TUNABLES, or NULL */
 static const char *tunable(const char *name)
 {
@@ -37,6 +38,7 @@ static const char *tunable(const char *name)
     }
     return NULL;
 }
+#endif
 
 int rtk_glibc_heap_setup(int thp)
 {

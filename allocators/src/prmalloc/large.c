@@ -74,18 +74,26 @@ int rtk_large_init(size_t limit, int thp)
     limit &= ~(((size_t)2 << 20) - 1);
     if (limit < ((size_t)64 << 20))
         return -1;
-    size_t meta = (limit >> PAGE_SHIFT) * sizeof(pmeta_t);
-    pmeta_t *m = rtk_os_reserve(meta, 0);
-    if (!m)
-        return -1;
     /* over-reserve by 2 MiB so the range starts on a huge-page boundary (THP-friendly, and aligned blocks).
      * Asked for high in the address space, above where mmap places glibc's heaps and the libraries (below the
-     * stack): then every glibc pointer lies below it, and free's range test leaves after one compare. */
-    char *raw = rtk_os_reserve(limit + ((size_t)2 << 20), RTK_LARGE_HINT);
-    if (!raw) {
+     * stack): then every glibc pointer lies below it, and free's range test leaves after one compare. A smaller
+     * range is tried when the kernel refuses this one (strict overcommit counts it; valgrind's address-space
+     * manager holds less than 64 GiB): a smaller heap is better than none. */
+    char *raw = NULL;
+    pmeta_t *m = NULL;
+    size_t meta = 0;
+    for (; limit >= ((size_t)64 << 20); limit = (limit / 2) & ~(((size_t)2 << 20) - 1)) {
+        meta = (limit >> PAGE_SHIFT) * sizeof(pmeta_t);
+        m = rtk_os_reserve(meta, 0);
+        if (!m)
+            continue;
+        raw = rtk_os_reserve(limit + ((size_t)2 << 20), RTK_LARGE_HINT);
+        if (raw)
+            break;
         rtk_os_unmap(m, meta);
-        return -1;
     }
+    if (!raw)
+        return -1;
     char *base = (char *)(((uintptr_t)raw + ((2u << 20) - 1)) & ~(uintptr_t)((2u << 20) - 1));
     if (thp)
         rtk_os_hugepage(base, limit);
