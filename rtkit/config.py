@@ -198,6 +198,10 @@ SETTINGS: List[Setting] = [
     _s("pmem_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
        "written so far is cold (MADV_COLD), so pages only initialisers touched are reclaimed before the ones steps use",
        c=True),
+    _s("pmem_dram_head", "size", 0, "bytes", "tier mode: at the first step mark, the same leading share of every "
+       "pooled record of 1 MiB or more, this many bytes in all (at most half of MemAvailable then), moves to "
+       "anonymous DRAM that is never written to the pool file: with rows assigned in first-seen order (the bundled "
+       "EmbeddingVariable analogue) these are the hottest rows; 0: off", minimum=0, c=True),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
        maximum=1 << 40, c=True),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",

@@ -64,6 +64,23 @@ def test_placement_frees_realloc_fork_long_lived(prm, tmp_path):
     assert inner["state"] == "on" and inner["tier_allocs"] == doc["tier_allocs"]
 
 
+def test_dram_heads_keep_data_and_survive_fork_and_free(prm, tmp_path):
+    # pmem_dram_head: at the first mark the leading quarter of each 8 MiB record leaves the pool file for anonymous
+    # memory with its rows (the C program checks data, fork and free); here: what the report says of it
+    run_dir, pool = tmp_path / "run", tmp_path / "pool"
+    run_dir.mkdir()
+    proc = run_tier(prm, "heads", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool),
+                                   "RTKIT_PMEM_DRAM_HEAD": str(4 << 20)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "prmalloc_tier heads: ok\n" and proc.stderr == ""
+    head = pmem_doc(run_dir)["dram_head"]
+    assert head["setting_bytes"] == 4 << 20 and head["budget_bytes"] == 4 << 20
+    assert head["records"] == 2 and 3 << 20 <= head["bytes"] <= 4 << 20, head
+    # only what was written is copied: a's three 64 KiB rows in its head's first 2 MiB ... and b's whole head
+    assert head["bytes"] // 2 + (56 << 10) <= head["copied_bytes"] <= head["bytes"] // 2 + (128 << 10) + 8192, head
+    assert head["restored_bytes"] == head["bytes"], head
+
+
 def test_pool_full_falls_back_to_dram(prm, tmp_path):
     proc = run_tier(prm, "full", {"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_PMEM_PATH": str(tmp_path / "pool"),
                                   "RTKIT_PMEM_SIZE": "4M"})

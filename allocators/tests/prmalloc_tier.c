@@ -1,5 +1,5 @@
 /* prmalloc_tier.c -- PMEM tier mode under LD_PRELOAD: what lands in the pool, frees/realloc, fork, pool full.
- * Usage: prmalloc_tier basic|full|plain (RTKIT_PMEM_PATH, RTKIT_RUN_DIR set by the caller). */
+ * Usage: prmalloc_tier basic|full|plain|heads (RTKIT_PMEM_PATH, RTKIT_RUN_DIR set by the caller). */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
@@ -219,6 +219,43 @@ static int plain(void)
     return test_done("prmalloc_tier plain");
 }
 
+/* RTKIT_PMEM_DRAM_HEAD set by the caller (4 MiB): at the first mark the leading share of each big record leaves
+ * the pool file for anonymous memory, with its data (written rows and holes alike); fork gives the child its own
+ * copy of heads and pool; a freed record's head goes back to the file (the next record placed there is the pool's). */
+static int heads(void)
+{
+    size_t n = 8 << 20;
+    unsigned char *a = malloc(n), *b = malloc(n);
+    CHECK(a && b && t_in_pmem(a) && t_in_pmem(b) && in_pool_file(a + 4096) && in_pool_file(b + n - 1));
+    /* a few "rows" written before the first step, the rest left as holes */
+    for (size_t off = 0; off < n; off += 3 << 20)
+        fill(a + off, 64 << 10, (unsigned)off);
+    memset(b, 7, n);
+    t_mark();
+    /* the head: 2 MiB of each (4 MiB over 16 MiB of records, a quarter each), the rest still the file's */
+    CHECK(!in_pool_file(a + 8192) && !in_pool_file(b + (1 << 20)) && in_pool_file(a + (3 << 20)));
+    for (size_t off = 0; off < n; off += 3 << 20)
+        CHECK(same(a + off, 64 << 10, (unsigned)off));
+    CHECK(a[(1 << 20) + 5] == 0 && b[0] == 7 && b[(1 << 20) + 9] == 7 && b[n - 1] == 7);
+    memset(a, 9, 1 << 20);  /* a step writes hot rows */
+    pid_t pid = fork();
+    if (pid == 0) {
+        int ok = a[100] == 9 && b[n - 1] == 7 && !in_pool_file(a + 8192) && in_pool_file(a + (3 << 20));
+        memset(a, 1, 1 << 20);  /* the child's own copy: head ... */
+        memset(a + (5 << 20), 1, 4096);  /* ... and pool pages */
+        _exit(ok ? 0 : 1);
+    }
+    int st = -1;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(a[100] == 9 && a[(5 << 20) + 1] == 0);
+    uintptr_t a_head = (uintptr_t)a + 8192;
+    free(a);
+    CHECK(in_pool_file((void *)a_head));  /* the pool's again, for the next record placed there */
+    free(b);
+    CHECK(t_write() == 0);
+    return test_done("prmalloc_tier heads");
+}
+
 int main(int argc, char **argv)
 {
     test_bind();
@@ -233,5 +270,7 @@ int main(int argc, char **argv)
         return full();
     if (!strcmp(mode, "plain"))
         return plain();
+    if (!strcmp(mode, "heads"))
+        return heads();
     return basic();
 }

@@ -69,8 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compact-hot-rows", type=int, default=0,
                    help="(b): rows per feature kept for hot rows when compacting (default: --resident-gb's worth, "
                         "else capacity / 8)")
+    p.add_argument("--dram-head-gb", type=float, default=None,
+                   help="(b): the leading rows of every pooled table kept in anonymous DRAM, never written to the "
+                        "pool file (pmem_dram_head; default: a third of DRAM at full scale, 0 with --resident-gb)")
     p.add_argument("--max-anon-gb", type=float, default=6.0,
-                   help="stop (b) when its anonymous RSS passes this (default 6): the tables belong in the pool")
+                   help="stop (b) when its anonymous RSS passes this plus --dram-head-gb (default 6): the tables "
+                        "belong in the pool")
     p.add_argument("--b-in-dram", action="store_true",
                    help="also run (b)'s size all in DRAM (scaled runs: the same model with and without the tier)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -263,7 +267,9 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
         sys.stderr.write("\n")
     if anon_over is not None:
         sys.stderr.write(f"capacity: stopped {label} at step {len(losses)}: its anonymous RSS {anon_over / GIB:.1f}G "
-                         f"passed --max-anon-gb {args.max_anon_gb:g}; the tables should be in the pool (see {log.name})\n")
+                         f"passed --max-anon-gb {args.max_anon_gb:g}"
+                         + (f" plus --dram-head-gb {args.dram_head / GIB:g}" if args.dram_head else "")
+                         + f"; the tables should be in the pool (see {log.name})\n")
         raise SystemExit(1)
     if low is not None:
         sys.stderr.write(f"capacity: stopped {label} at step {len(losses)}: MemAvailable {low / GIB:.1f}G fell below "
@@ -317,6 +323,7 @@ def figures(run_dir: str, losses: List[float], batch: int) -> Dict[str, Any]:
             "process_rss_anon_peak_sampled_bytes"),
         "peak_rss_bytes": proc.get("peak_rss_bytes"), "wall_s": rep["run"]["duration_s"],
         "pool_bytes": pm.get("tier_last_step_bytes"), "pool_resident_timeline": timeline,
+        "dram_head": pm.get("dram_head"),
         # after the warm-up (3 steps) and before the job's teardown, as the report's tier view counts it
         "pool_resident_max_bytes": max((x["resident_bytes"] for x in timeline if x["step"] > 3 and x["t_s"] <
                                         (timeline[-1]["t_s"] if len(timeline) > 1 else float("inf"))), default=None),
@@ -361,6 +368,9 @@ def check(args, dram: int) -> Optional[str]:
     if args.max_anon_gb <= 0 or args.max_anon_gb * GIB + args.min_available_gb * GIB > avail:
         return (f"capacity: --max-anon-gb {args.max_anon_gb:g} must be positive and fit in the {avail / GIB:.1f}G "
                 "available with --min-available-gb")
+    if args.dram_head < 0 or args.dram_head + args.max_anon_gb * GIB + args.min_available_gb * GIB > avail:
+        return (f"capacity: --dram-head-gb {args.dram_head / GIB:g} must be zero or more and fit in the "
+                f"{avail / GIB:.1f}G available with --max-anon-gb and --min-available-gb")
     return None
 
 
@@ -394,6 +404,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     dram = int(args.dram_gb * GIB) if args.dram_gb else (capacity.mem_total() or 0)
     args.dram = dram
+    head_gb = args.dram_head_gb if args.dram_head_gb is not None else 0.0 if args.resident_gb else dram / 3 / GIB
+    args.dram_head = int(head_gb * GIB)
     problem = check(args, dram)
     if problem:
         sys.stderr.write(problem + "\n")
@@ -407,6 +419,8 @@ def main(argv=None) -> int:
     tier = [f"pmem_path={pool_path}", f"pmem_size={pool_size}"]
     if args.resident_gb:
         tier.append(f"pmem_resident_max={int(args.resident_gb * GIB)}")
+    if args.dram_head:
+        tier.append(f"pmem_dram_head={args.dram_head}")
     tier += args.sets
     # (b) runs the `capacity` profile (what this benchmark shows to work), with this run's pool and budget
     plan.append(("b", args.scale_b, tier, "capacity"))
@@ -418,12 +432,15 @@ def main(argv=None) -> int:
         + (f"; the rows used (first-seen, expected) {touched / GIB:.1f}G, "
            f"{touched / row_bytes(args) / NUM_CAT / b_rows:.0%} of (b)'s rows" if touched else "")
         + (f"; (b) compacts every {args.compact_steps} steps, {hot_rows(args)} hot rows per feature"
-           if args.compact_steps else "") + f"; (b)'s anonymous RSS held under {args.max_anon_gb:g}G\n")
+           if args.compact_steps else "")
+        + (f"; (b) keeps {args.dram_head / GIB:.1f}G of table heads in DRAM" if args.dram_head else "")
+        + f"; (b)'s anonymous RSS held under {(args.max_anon_gb * GIB + args.dram_head) / GIB:g}G\n")
     results: Dict[str, Dict[str, Any]] = {}
     for name, scale, sets, profile in plan:
         gb = scale * dram / GIB
         r = _run(f"({name}) {gb:.1f}G", os.path.join(os.path.abspath(args.out), name), gb, args, sets, profile,
-                 max_anon=int(args.max_anon_gb * GIB) if name == "b" else None, compact=name == "b")
+                 max_anon=int(args.max_anon_gb * GIB + args.dram_head) if name == "b" else None,
+                 compact=name == "b")
         r["table_gb"], r["settings"], r["profile"] = gb, sets, profile
         results[name] = r
     atomic.write_json(os.path.join(args.out, "capacity.json"),

@@ -58,6 +58,9 @@ def cost_words(report: Dict[str, Any]) -> List[str]:
     res = resident_while_training(p)
     if res is not None:
         out.append(f"pool resident after warm-up (max) {fmt.nbytes(res)}")
+    head = get(p, "dram_head.bytes")
+    if head:
+        out.append(f"table heads in DRAM {fmt.nbytes(head)}")
     fps = faults_per_step(p)
     if fps is not None:
         out.append(f"major faults/step (mean) {fmt.num(round(fps, 1))}")
@@ -80,6 +83,12 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     res = resident_while_training(p)
     if res is not None:
         rows.append(("resident in DRAM while training (max after warm-up)", fmt.nbytes(res)))
+    if get(p, "dram_head.setting_bytes"):
+        rows.append(("table heads in DRAM (pmem_dram_head)",
+                     f"{fmt.nbytes(get(p, 'dram_head.bytes'))} of a {fmt.nbytes(get(p, 'dram_head.budget_bytes'))} "
+                     f"budget, {fmt.num(get(p, 'dram_head.records'))} records, "
+                     f"{fmt.nbytes(get(p, 'dram_head.copied_bytes'))} copied in "
+                     f"{fmt.num(round(get(p, 'dram_head.seconds') or 0, 2))} s at the first step"))
     budget = get(p, PM.RESIDENT_MAX)
     if budget:
         rows.append(("resident budget (pmem_resident_max)",
@@ -95,9 +104,10 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     recs = [r for r in (get(p, PM.RECORDS) or []) if isinstance(r, dict)]
     if recs:
         view["tables"].append(("largest pooled allocations (while training)",
-                               ["offset", "bytes", "resident", "hot fraction"],
+                               ["offset", "bytes", "resident", "of it in DRAM head", "hot fraction"],
                                [[fmt.nbytes(r.get("offset")), fmt.nbytes(r.get("bytes")),
-                                 fmt.nbytes(r.get("resident_bytes")), fmt.pct(r.get("hot_fraction"))] for r in recs]))
+                                 fmt.nbytes(r.get("resident_bytes")), fmt.nbytes(r.get("dram_head_bytes") or 0),
+                                 fmt.pct(r.get("hot_fraction"))] for r in recs]))
     return view
 
 

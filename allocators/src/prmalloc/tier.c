@@ -34,7 +34,7 @@ int rtk_tier_pre = 1;                     /* 1 until the first step mark */
 static struct {
     int state;
     char path[512];
-    size_t size, min_size, resident_max;
+    size_t size, min_size, resident_max, dram_head;
     int cold_hint;
     char errors[4][320];
     int nerrors;
@@ -50,12 +50,16 @@ static struct {
     uint64_t bytes_at_mark, steps;
     int fd;                               /* the pool file, kept open once its name is unlinked (fork remaps it) */
     uint64_t deferred_frees, gap_punches, gap_bytes, cold_hint_bytes;
+    /* DRAM heads (pmem_dram_head): what the first step mark moved, the budget it had, and what it cost */
+    uint64_t head_budget, head_bytes, head_copied, head_records, head_restored;
+    double head_s;
+    int heads_on;
 } T;
 
 /* Live pool records, for punching free space once at the first step mark and for the per-record view.
  * Index i of a record is kept in its tier header (hd[2]); a free swaps the last entry into its place. */
 #define LIVE_CAP (1u << 20)
-typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident; } live_t;
+typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident; uint64_t head; } live_t;
 static live_t *g_live;
 static uint32_t g_nlive;
 static uint64_t g_high;                   /* highest record end ever handed out (offset from base) */
@@ -147,6 +151,7 @@ void rtk_tier_read_settings(void)
     RECORD(rtk_opt_size(RTK_OPT_PMEM_MIN_SIZE, &T.min_size));
     RECORD(rtk_opt_size(RTK_OPT_PMEM_RESIDENT_MAX, &T.resident_max));
     RECORD(rtk_opt_bool(RTK_OPT_PMEM_COLD_HINT, &T.cold_hint));
+    RECORD(rtk_opt_size(RTK_OPT_PMEM_DRAM_HEAD, &T.dram_head));
     rtk_opt_set_error_sink(NULL, 0);
     if (!path || strlen(path) >= sizeof T.path) {
         if (path)
@@ -316,7 +321,7 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
     if ((uint64_t)(p - T.base) + usable > g_high)
         g_high = (uint64_t)(p - T.base) + usable;
     if (g_live && g_nlive < LIVE_CAP) {
-        g_live[g_nlive] = (live_t){p, usable, q, n, 0};
+        g_live[g_nlive] = (live_t){p, usable, q, n, 0, 0};
         hd[2] = g_nlive++;
     } else {
         g_live_overflow = 1;  /* an untracked record: the first step mark must not punch around the table */
@@ -377,6 +382,145 @@ static void release_pages(void *p, uint64_t n, uint64_t h)
     }
 }
 
+/* ---------------------------------------------------------------- DRAM heads (pmem_dram_head)
+ * A record's head is its first whole pages, remapped as private anonymous memory over the pool's shared file
+ * mapping: the same addresses, so pointers into the table stay valid, but its pages are never dirty in the page
+ * cache, never written back and never evicted. Writeback of hot rows rewritten every step was the largest cost of
+ * a pool on disk (docs/pmem.md, "Full scale"). */
+#define HEAD_MIN ((uint64_t)1 << 20)     /* records smaller than this keep no head */
+#define HEAD_CHUNK ((uint64_t)64 << 20)  /* copied and remapped this much at a time: bounded transient memory */
+#define HEAD_CAP 4096                    /* records with a head at most (fork remaps around each) */
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline char *head_lo(const char *payload) { return (char *)(((uintptr_t)payload + 4095) & ~(uintptr_t)4095); }
+
+/* Give a freed record's head back to the pool file: the pool may place any record there next, and everything in
+ * the pool must be the file's pages (fork, the budget and hole punching assume it). */
+static void restore_head(uint64_t *hd, void *p)
+{
+    rtk_spin_lock(&g_live_lock);
+    uint64_t i = hd[2], head = 0;
+    if (g_live && i < g_nlive && g_live[i].payload == (char *)p) {
+        head = g_live[i].head;
+        g_live[i].head = 0;
+    }
+    if (head) {
+        char *lo = head_lo(p);
+        if (mmap(lo, head, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, T.fd, (off_t)(lo - T.base)) == MAP_FAILED)
+            __atomic_add_fetch(&T.errors_other, 1, __ATOMIC_RELAXED);  /* stays anonymous: memory all the same */
+        else
+            T.head_restored += head;
+    }
+    rtk_spin_unlock(&g_live_lock);
+}
+
+static int all_zero(const char *p, uint64_t n)
+{
+    const uint64_t *w = (const uint64_t *)p;
+    uint64_t acc = 0;
+    for (uint64_t i = 0; i < n / 8; i++)
+        acc |= w[i];
+    for (uint64_t i = n & ~(uint64_t)7; i < n; i++)
+        acc |= (unsigned char)p[i];
+    return acc == 0;
+}
+
+/* The file's data in [off, off + len) into dst, whose pages start untouched (zero, not resident): only pages with
+ * a non-zero byte are written, so the head's anonymous pages grow with the rows in use, as the file's did. Data
+ * extents only, where the file system tells them apart (a sparse file; a preallocated one reports its unwritten
+ * extents as data, and reading those costs a zero page each). */
+static uint64_t copy_data(char *dst, uint64_t off, uint64_t len)
+{
+    uint64_t copied = 0, end = off + len;
+    for (uint64_t pos = off; pos < end;) {
+        off_t d = lseek(T.fd, (off_t)pos, SEEK_DATA);
+        if (d < 0 && errno == ENXIO)
+            break;  /* no data past pos */
+        off_t h = d < 0 ? -1 : lseek(T.fd, d, SEEK_HOLE);
+        if (d < 0 || h < 0) {
+            d = (off_t)pos, h = (off_t)end;  /* the file system cannot tell: look at it all */
+        }
+        if ((uint64_t)d >= end)
+            break;
+        uint64_t stop = (uint64_t)h < end ? (uint64_t)h : end;
+        for (uint64_t a = (uint64_t)d; a < stop;) {
+            uint64_t next = ((a & ~(uint64_t)4095) + 4096) < stop ? (a & ~(uint64_t)4095) + 4096 : stop;
+            if (!all_zero(T.base + a, next - a)) {
+                memcpy(dst + (a - off), T.base + a, next - a);
+                copied += next - a;
+            }
+            a = next;
+        }
+        pos = stop;
+    }
+    return copied;
+}
+
+/* Move [lo, lo + len) of the pool to anonymous memory, a chunk at a time; returns the bytes moved (a prefix). */
+static uint64_t move_to_dram(char *lo, uint64_t len)
+{
+    uint64_t done = 0;
+    while (done < len) {
+        uint64_t c = len - done < HEAD_CHUNK ? len - done : HEAD_CHUNK, off = (uint64_t)(lo - T.base) + done;
+        char *tmp = mmap(NULL, c, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (tmp == MAP_FAILED)
+            break;
+        T.head_copied += copy_data(tmp, off, c);
+        if (mremap(tmp, c, c, MREMAP_MAYMOVE | MREMAP_FIXED, lo + done) == MAP_FAILED) {
+            munmap(tmp, c);
+            break;
+        }
+        /* the file's copy goes: no page cache, no disk blocks, nothing to write back */
+        fallocate(T.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)c);
+        done += c;
+    }
+    return done;
+}
+
+/* At the first step mark, under the live lock (no record is placed or freed meanwhile; the job is between
+ * steps, so no kernel writes a table): every record of HEAD_MIN or more gets the same leading share, the budget
+ * over their total bytes. With rows in first-seen order, a table's first rows are its most used ones. */
+static void make_heads(void)
+{
+    if (!T.dram_head || T.state != T_ON || !g_live || T.fd < 0)
+        return;
+    double t0 = mono_s();
+    uint64_t budget = T.dram_head, avail = rtk_os_mem_available();
+    if (avail != SIZE_MAX && budget > avail / 2)
+        budget = avail / 2;  /* anonymous pages cannot be reclaimed without swap: leave the page cache room */
+    T.head_budget = budget;
+    rtk_spin_lock(&g_live_lock);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < g_nlive; i++)
+        if (g_live[i].n >= HEAD_MIN)
+            total += g_live[i].n;
+    double share = total <= budget ? 1.0 : (double)budget / (double)total;
+    for (uint32_t i = 0; i < g_nlive && T.head_records < HEAD_CAP; i++) {
+        live_t *r = &g_live[i];
+        if (r->n < HEAD_MIN)
+            continue;
+        char *lo = head_lo(r->payload), *end = (char *)(((uintptr_t)r->payload + r->n) & ~(uintptr_t)4095);
+        uint64_t want = (uint64_t)((double)(end - lo) * share) & ~(uint64_t)4095;
+        if (end <= lo || want < HEAD_MIN / 4 || T.head_bytes + want > budget)
+            continue;
+        r->head = move_to_dram(lo, want);
+        if (r->head) {
+            T.head_bytes += r->head;
+            T.head_records++;
+        }
+    }
+    if (T.head_records)
+        __atomic_store_n(&T.heads_on, 1, __ATOMIC_RELEASE);
+    rtk_spin_unlock(&g_live_lock);
+    T.head_s = mono_s() - t0;
+}
+
 void rtk_tier_free(void *p)
 {
     if (__builtin_expect(T.state == T_CHILD, 0)) {
@@ -391,6 +535,8 @@ void rtk_tier_free(void *p)
     }
     uint64_t n = hd[0], h = hd[1];
     hd[3] = 0;  /* a second free of p no longer matches */
+    if (__atomic_load_n(&T.heads_on, __ATOMIC_ACQUIRE))
+        restore_head(hd, p);
     release_pages(p, n, h);
     t_in_tier = 1;
     rtk_spin_lock(&g_live_lock);
@@ -505,6 +651,7 @@ void rtk_tier_step_mark(void)
     if (rtk_tier_pre) {
         rtk_tier_pre = 0;
         punch_free_space();
+        make_heads();  /* after the cold hint: heads are hot by design */
     }
     rtk_tier_pre = 0;
     T.steps++;
@@ -521,9 +668,25 @@ void rtk_tier_fork_child(void)
      * the kept descriptor: the file's name is gone) */
     int fd = T.fd >= 0 ? T.fd : open(T.path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-        void *a = mmap(T.base, T.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0);
-        if (a == MAP_FAILED)
-            snprintf(T.reason, sizeof T.reason, "forked child: pool view stays shared (%s)", strerror(errno));
+        /* around the DRAM heads: fork already gave the child its own copy of those */
+        static uint64_t heads[HEAD_CAP][2];
+        long nh = 0;
+        for (uint32_t i = 0; T.heads_on && g_live && i < g_nlive && nh < HEAD_CAP; i++)
+            if (g_live[i].head) {
+                heads[nh][0] = (uint64_t)(head_lo(g_live[i].payload) - T.base);
+                heads[nh][1] = heads[nh][0] + g_live[i].head;
+                nh++;
+            }
+        sort_ranges(heads, nh);
+        uint64_t cur = 0;
+        for (long i = 0; i <= nh; i++) {
+            uint64_t next = i < nh ? heads[i][0] : T.size;
+            if (next > cur && mmap(T.base + cur, next - cur, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd,
+                                   (off_t)cur) == MAP_FAILED)
+                snprintf(T.reason, sizeof T.reason, "forked child: pool view stays shared (%s)", strerror(errno));
+            if (i < nh)
+                cur = heads[i][1];
+        }
         if (fd != T.fd)
             close(fd);
     }
@@ -553,13 +716,6 @@ static uint64_t g_resident;
 static double g_t0, g_tl_last;
 static unsigned char *g_vec;
 #define VEC_PAGES (1u << 16)              /* mincore vector: 256 MiB of pool per call */
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t resident_of(char *lo, uint64_t len)
 {
@@ -640,8 +796,9 @@ static void sample_residency(int force)
     uint64_t total = 0;
     rtk_spin_lock(&g_live_lock);
     for (uint32_t i = 0; i < g_nlive; i++) {
-        g_live[i].resident = resident_of(g_live[i].payload, g_live[i].n);
-        total += g_live[i].resident;
+        live_t *r = &g_live[i];
+        r->resident = resident_of(r->payload, r->n);
+        total += r->resident - (r->head < r->resident ? r->head : r->resident);  /* the file's pages only */
     }
     rtk_spin_unlock(&g_live_lock);
     if (T.resident_max && total > T.resident_max)
@@ -733,6 +890,10 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
             "\"first_step_punches\": %llu, \"first_step_punched_bytes\": %llu, \"first_step_cold_hint_bytes\": %llu},", nl,
         g_no_remove ? "true" : "false", U(LD(g_remove_errors)), U(LD(T.deferred_frees)), U(T.gap_punches),
         U(T.gap_bytes), U(T.cold_hint_bytes));
+    rtk_out_put(&o, "%s\"dram_head\": {\"setting_bytes\": %llu, \"budget_bytes\": %llu, \"bytes\": %llu, "
+            "\"records\": %llu, \"copied_bytes\": %llu, \"restored_bytes\": %llu, \"seconds\": %.3f},", nl,
+        U(T.dram_head), U(T.head_budget), U(T.head_bytes), U(T.head_records), U(T.head_copied), U(T.head_restored),
+        T.head_s);
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
         nl, U(LD(T.child_frees)), nl, U(LD(T.errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now */
@@ -753,8 +914,9 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     /* the records and the timeline go to pmem-<pid>.json only (indent), not into the allocator's copy */
     int ntop = indent ? g_ntop : 0;
     for (int i = 0; i < ntop; i++)
-        rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"hot_fraction\": %.4f}",
-            i ? ", " : "", U(top[i].payload - T.base), U(top[i].n), U(top[i].resident),
+        rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"dram_head_bytes\": %llu, "
+                "\"hot_fraction\": %.4f}",
+            i ? ", " : "", U(top[i].payload - T.base), U(top[i].n), U(top[i].resident), U(top[i].head),
             top[i].n ? (top[i].resident >= top[i].n ? 1.0 : (double)top[i].resident / (double)top[i].n) : 0.0);
     rtk_out_put(&o, "],%s\"timeline\": [", nl);
     unsigned first_tl = g_ntl > TL_CAP ? g_ntl - TL_CAP : 0;
