@@ -73,12 +73,15 @@ def test_dram_heads_keep_data_and_survive_fork_and_free(prm, tmp_path):
                                    "RTKIT_PMEM_DRAM_HEAD": str(4 << 20)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "prmalloc_tier heads: ok\n" and proc.stderr == ""
-    head = pmem_doc(run_dir)["dram_head"]
+    doc = pmem_doc(run_dir)
+    head = doc["dram_head"]
     assert head["setting_bytes"] == 4 << 20 and head["budget_bytes"] == 4 << 20
     assert head["records"] == 2 and 3 << 20 <= head["bytes"] <= 4 << 20, head
     # only what was written is copied: a's three 64 KiB rows in its head's first 2 MiB ... and b's whole head
     assert head["bytes"] // 2 + (56 << 10) <= head["copied_bytes"] <= head["bytes"] // 2 + (128 << 10) + 8192, head
     assert head["restored_bytes"] == head["bytes"], head
+    # heads are anonymous memory: not counted as saved by the pool
+    assert doc["dram_bytes_saved_estimate"] == doc["tier_last_step_bytes"] - head["bytes"] > 0, doc
 
 
 def test_pool_full_falls_back_to_dram(prm, tmp_path):

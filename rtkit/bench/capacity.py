@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "else capacity / 8)")
     p.add_argument("--dram-head-gb", type=float, default=None,
                    help="(b): the leading rows of every pooled table kept in anonymous DRAM, never written to the "
-                        "pool file (pmem_dram_head; default: a third of DRAM at full scale, 0 with --resident-gb)")
+                        "pool file (pmem_dram_head; default: half of DRAM or of MemAvailable, whichever is less; 0 "
+                        "with --resident-gb, whose runs act out a small DRAM)")
     p.add_argument("--max-anon-gb", type=float, default=6.0,
                    help="stop (b) when its anonymous RSS passes this plus --dram-head-gb (default 6): the tables "
                         "belong in the pool")
@@ -404,8 +405,10 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     dram = int(args.dram_gb * GIB) if args.dram_gb else (capacity.mem_total() or 0)
     args.dram = dram
-    head_gb = args.dram_head_gb if args.dram_head_gb is not None else 0.0 if args.resident_gb else dram / 3 / GIB
-    args.dram_head = int(head_gb * GIB)
+    if args.dram_head_gb is not None:
+        args.dram_head = int(args.dram_head_gb * GIB)
+    else:  # what tier mode itself allows at the first step (half of MemAvailable): measured best (docs/pmem.md)
+        args.dram_head = 0 if args.resident_gb else min(dram, capacity.mem_available() or 0) // 2
     problem = check(args, dram)
     if problem:
         sys.stderr.write(problem + "\n")
@@ -419,8 +422,7 @@ def main(argv=None) -> int:
     tier = [f"pmem_path={pool_path}", f"pmem_size={pool_size}"]
     if args.resident_gb:
         tier.append(f"pmem_resident_max={int(args.resident_gb * GIB)}")
-    if args.dram_head:
-        tier.append(f"pmem_dram_head={args.dram_head}")
+    tier.append(f"pmem_dram_head={args.dram_head}")  # also 0: over the profile's
     tier += args.sets
     # (b) runs the `capacity` profile (what this benchmark shows to work), with this run's pool and budget
     plan.append(("b", args.scale_b, tier, "capacity"))
@@ -434,7 +436,7 @@ def main(argv=None) -> int:
         + (f"; (b) compacts every {args.compact_steps} steps, {hot_rows(args)} hot rows per feature"
            if args.compact_steps else "")
         + (f"; (b) keeps {args.dram_head / GIB:.1f}G of table heads in DRAM" if args.dram_head else "")
-        + f"; (b)'s anonymous RSS held under {(args.max_anon_gb * GIB + args.dram_head) / GIB:g}G\n")
+        + f"; (b)'s anonymous RSS held under {(args.max_anon_gb * GIB + args.dram_head) / GIB:.1f}G\n")
     results: Dict[str, Dict[str, Any]] = {}
     for name, scale, sets, profile in plan:
         gb = scale * dram / GIB

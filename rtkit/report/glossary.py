@@ -189,7 +189,9 @@ _F: List[Figure] = [
            "mean minor page faults per step, over the allocator's steps before its plan",
            _num(_sec("allocator", A.FAULTS_BEFORE_PLAN))),
     Figure("faults_after_plan", "mean minor faults/step after plan", "count", True,
-           "mean minor page faults per step, over the allocator's steps after its plan was in place",
+           "mean minor page faults per step, over the allocator's steps after its plan was in place (the step "
+           "marks' own work is not in it: the headroom faulted in at the plan's first mark is "
+           "large_heap.prefaulted_bytes)",
            _num(_sec("allocator", A.FAULTS_AFTER_PLAN))),
     Figure("reserved_bytes", "arena bytes reserved", "bytes", True, "most bytes the plan's classes hold (blocks of the large heap, its resident pages first)",
            _num(_sec("allocator", A.PLAN_RESERVED_BYTES))),
@@ -199,7 +201,8 @@ _F: List[Figure] = [
     Figure("tier_peak_bytes", "tier bytes held (peak)", "bytes", None, "most bytes held in the pool file at once",
            _tier(PM.TIER_PEAK_BYTES)),
     Figure("dram_saved_bytes", "anonymous memory saved (estimate)", "bytes", False,
-           "bytes held in the pool file at the last step (steady state): anonymous memory not used; the pool's "
+           "bytes held in the pool file at the last step (steady state), less the table heads in anonymous DRAM "
+           "(pmem_dram_head): anonymous memory not used; the pool's "
            "pages may still sit in DRAM as page cache (see pool resident)",
            _tier(PM.DRAM_SAVED_BYTES)),
     Figure("tier_fallbacks", "tier fallbacks to DRAM", "count", True,

@@ -60,7 +60,7 @@ def cost_words(report: Dict[str, Any]) -> List[str]:
         out.append(f"pool resident after warm-up (max) {fmt.nbytes(res)}")
     head = get(p, "dram_head.bytes")
     if head:
-        out.append(f"table heads in DRAM {fmt.nbytes(head)}")
+        out.append(f"table heads in anonymous DRAM {fmt.nbytes(head)}")
     fps = faults_per_step(p)
     if fps is not None:
         out.append(f"major faults/step (mean) {fmt.num(round(fps, 1))}")
@@ -82,7 +82,7 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     rows.append(("bytes in the pool (last step)", fmt.nbytes(get(p, "tier_last_step_bytes"))))
     res = resident_while_training(p)
     if res is not None:
-        rows.append(("resident in DRAM while training (max after warm-up)", fmt.nbytes(res)))
+        rows.append(("pool file pages in DRAM while training (max after warm-up)", fmt.nbytes(res)))
     if get(p, "dram_head.setting_bytes"):
         rows.append(("table heads in DRAM (pmem_dram_head)",
                      f"{fmt.nbytes(get(p, 'dram_head.bytes'))} of a {fmt.nbytes(get(p, 'dram_head.budget_bytes'))} "

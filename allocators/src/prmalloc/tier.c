@@ -51,7 +51,7 @@ static struct {
     int fd;                               /* the pool file, kept open once its name is unlinked (fork remaps it) */
     uint64_t deferred_frees, gap_punches, gap_bytes, cold_hint_bytes;
     /* DRAM heads (pmem_dram_head): what the first step mark moved, the budget it had, and what it cost */
-    uint64_t head_budget, head_bytes, head_copied, head_records, head_restored;
+    uint64_t head_budget, head_bytes, head_copied, head_records, head_restored, heads_at_mark;
     double head_s;
     int heads_on;
 } T;
@@ -656,6 +656,7 @@ void rtk_tier_step_mark(void)
     rtk_tier_pre = 0;
     T.steps++;
     T.bytes_at_mark = __atomic_load_n(&T.bytes, __ATOMIC_RELAXED);
+    T.heads_at_mark = T.head_bytes - T.head_restored;
 }
 
 void rtk_tier_fork_child(void)
@@ -896,8 +897,10 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
         T.head_s);
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
         nl, U(LD(T.child_frees)), nl, U(LD(T.errors_other)));
-    /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now */
-    rtk_out_put(&o, "%s\"dram_bytes_saved_estimate\": %llu,", nl, U(T.steps ? mark : bytes));
+    /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now, less the
+     * heads still in anonymous memory */
+    uint64_t saved = T.steps ? mark : bytes, heads_live = T.steps ? T.heads_at_mark : T.head_bytes - T.head_restored;
+    rtk_out_put(&o, "%s\"dram_bytes_saved_estimate\": %llu,", nl, U(saved > heads_live ? saved - heads_live : 0));
     long long rss[3];
     rss_parts(rss);
     static long long anon_peak;  /* sampled at every stats write (step marks, at most every 0.5 s, and exit) */
