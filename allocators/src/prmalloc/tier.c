@@ -753,8 +753,12 @@ static uint64_t enforce_budget(uint64_t total)
             live_t *r = &g_live[i];
             if (!r->resident)
                 continue;
-            uintptr_t lo = (uintptr_t)r->payload & ~(uintptr_t)4095;
-            uint64_t len = ((uintptr_t)r->payload + r->n + 4095 - lo) & ~(uint64_t)4095;
+            /* past the DRAM head: with swap, MADV_PAGEOUT would send its anonymous pages there */
+            uintptr_t lo = r->head ? (uintptr_t)head_lo(r->payload) + r->head : (uintptr_t)r->payload & ~(uintptr_t)4095;
+            uintptr_t hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095;
+            if (hi <= lo)
+                continue;
+            uint64_t len = hi - lo;
             if (T.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
                 sync_file_range(T.fd, (off64_t)(lo - (uintptr_t)T.base), (off64_t)len,
                                 SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
