@@ -407,8 +407,13 @@ def main(argv=None) -> int:
     args.dram = dram
     if args.dram_head_gb is not None:
         args.dram_head = int(args.dram_head_gb * GIB)
-    else:  # what tier mode itself allows at the first step (half of MemAvailable): measured best (docs/pmem.md)
-        args.dram_head = 0 if args.resident_gb else min(dram, capacity.mem_available() or 0) // 2
+    elif args.resident_gb:
+        args.dram_head = 0
+    else:  # what tier mode itself allows at the first step (half of MemAvailable), measured best (docs/pmem.md),
+        # within what the anonymous-RSS watchdog leaves
+        avail = capacity.mem_available() or 0
+        room = avail - int((args.max_anon_gb + args.min_available_gb) * GIB)
+        args.dram_head = max(0, min(min(dram, avail) // 2, room))
     problem = check(args, dram)
     if problem:
         sys.stderr.write(problem + "\n")
