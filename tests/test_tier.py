@@ -80,6 +80,14 @@ def test_dram_heads_keep_data_and_survive_fork_and_free(prm, tmp_path):
     # only what was written is copied: a's three 64 KiB rows in its head's first 2 MiB ... and b's whole head
     assert head["bytes"] // 2 + (56 << 10) <= head["copied_bytes"] <= head["bytes"] // 2 + (128 << 10) + 8192, head
     assert head["restored_bytes"] == head["bytes"], head
+    # a child forked before the mark still read the file under the heads: the mark kept the file's copies
+    assert head["file_copies_kept"] >= 2 and head["not_given_back"] == 0, head
+    # the first sample (right after the mark) counts the file pages outside the heads (at least b's 6 MiB past
+    # its head and a's two rows there); each record's DRAM is its file pages plus its head's
+    first = doc["timeline"][0]
+    assert first["resident_bytes"] >= (6 << 20) + (100 << 10), doc["timeline"][:2]
+    b_rec = max(doc["records"], key=lambda r: r["resident_bytes"])
+    assert b_rec["resident_bytes"] >= 8 << 20 and b_rec["dram_head_bytes"] == head["bytes"] // 2, doc["records"]
     # heads are anonymous memory: not counted as saved by the pool
     assert doc["dram_bytes_saved_estimate"] == doc["tier_last_step_bytes"] - head["bytes"] > 0, doc
 

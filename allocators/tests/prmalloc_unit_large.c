@@ -91,7 +91,7 @@ static int smaller_range_when_refused(void)
         if (!f || fscanf(f, "%lu", &vsz_pages) != 1)
             _exit(2);
         fclose(f);
-        size_t left = 256 * MiB, as = (size_t)vsz_pages * 4096 + left;
+        size_t left = 256 * MiB, as = (size_t)vsz_pages * (size_t)sysconf(_SC_PAGESIZE) + left;
         struct rlimit rl = {as, as};
         if (setrlimit(RLIMIT_AS, &rl) != 0)
             _exit(2);

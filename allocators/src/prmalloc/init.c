@@ -261,10 +261,12 @@ static void fork_prepare(void)
     rtk_arenas_fork_prepare();
     rtk_large_lock();
     rtk_publish_fork_prepare();
+    rtk_tier_fork_prepare();
 }
 
 static void fork_parent(void)
 {
+    rtk_tier_fork_parent();
     rtk_publish_fork_parent();
     rtk_large_unlock();
     rtk_arenas_fork_parent();

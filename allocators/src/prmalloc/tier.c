@@ -51,7 +51,9 @@ static struct {
     int fd;                               /* the pool file, kept open once its name is unlinked (fork remaps it) */
     uint64_t deferred_frees, gap_punches, gap_bytes, cold_hint_bytes;
     /* DRAM heads (pmem_dram_head): what the first step mark moved, the budget it had, and what it cost */
-    uint64_t head_budget, head_bytes, head_copied, head_records, head_restored, heads_at_mark;
+    uint64_t head_budget, head_bytes, head_copied, head_records, head_restored, heads_at_mark, head_punch_errors;
+    uint64_t head_kept_errors;            /* freed records whose head could not be given back: never reused */
+    int forked_before_heads;              /* a child may still map the pool's file pages privately */
     double head_s;
     int heads_on;
 } T;
@@ -59,7 +61,8 @@ static struct {
 /* Live pool records, for punching free space once at the first step mark and for the per-record view.
  * Index i of a record is kept in its tier header (hd[2]); a free swaps the last entry into its place. */
 #define LIVE_CAP (1u << 20)
-typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident; uint64_t head; } live_t;
+/* resident: the record's file pages in DRAM; head_resident: its DRAM head's pages */
+typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident, head, head_resident; } live_t;
 static live_t *g_live;
 static uint32_t g_nlive;
 static uint64_t g_high;                   /* highest record end ever handed out (offset from base) */
@@ -321,7 +324,7 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
     if ((uint64_t)(p - T.base) + usable > g_high)
         g_high = (uint64_t)(p - T.base) + usable;
     if (g_live && g_nlive < LIVE_CAP) {
-        g_live[g_nlive] = (live_t){p, usable, q, n, 0, 0};
+        g_live[g_nlive] = (live_t){p, usable, q, n, 0, 0, 0};
         hd[2] = g_nlive++;
     } else {
         g_live_overflow = 1;  /* an untracked record: the first step mark must not punch around the table */
@@ -400,24 +403,20 @@ static double mono_s(void)
 
 static inline char *head_lo(const char *payload) { return (char *)(((uintptr_t)payload + 4095) & ~(uintptr_t)4095); }
 
-/* Give a freed record's head back to the pool file: the pool may place any record there next, and everything in
- * the pool must be the file's pages (fork, the budget and hole punching assume it). */
-static void restore_head(uint64_t *hd, void *p)
+/* Give a freed record's head back to the pool file (under the live lock, with its entry): the pool may place any
+ * record there next, and everything in the pool must be the file's pages (fork, the budget and hole punching
+ * assume it). -1: it stays anonymous, and the record must not be reused. */
+static int restore_head(live_t *r)
 {
-    rtk_spin_lock(&g_live_lock);
-    uint64_t i = hd[2], head = 0;
-    if (g_live && i < g_nlive && g_live[i].payload == (char *)p) {
-        head = g_live[i].head;
-        g_live[i].head = 0;
-    }
-    if (head) {
-        char *lo = head_lo(p);
-        if (mmap(lo, head, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, T.fd, (off_t)(lo - T.base)) == MAP_FAILED)
-            __atomic_add_fetch(&T.errors_other, 1, __ATOMIC_RELAXED);  /* stays anonymous: memory all the same */
-        else
-            T.head_restored += head;
-    }
-    rtk_spin_unlock(&g_live_lock);
+    if (!r->head)
+        return 0;
+    char *lo = head_lo(r->payload);
+    if (mmap(lo, r->head, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, T.fd, (off_t)(lo - T.base)) == MAP_FAILED)
+        return -1;
+    madvise(lo, r->head, MADV_RANDOM);  /* as the rest of the pool */
+    T.head_restored += r->head;
+    r->head = 0;
+    return 0;
 }
 
 static int all_zero(const char *p, uint64_t n)
@@ -476,8 +475,11 @@ static uint64_t move_to_dram(char *lo, uint64_t len)
             munmap(tmp, c);
             break;
         }
-        /* the file's copy goes: no page cache, no disk blocks, nothing to write back */
-        fallocate(T.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)c);
+        /* the file's copy goes: no page cache, no disk blocks, nothing to write back; not while a child forked
+         * before this mark may still read these pages through its private view of the file */
+        if (T.forked_before_heads ||
+            fallocate(T.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)c) != 0)
+            T.head_punch_errors++;
         done += c;
     }
     return done;
@@ -497,13 +499,13 @@ static void make_heads(void)
     T.head_budget = budget;
     rtk_spin_lock(&g_live_lock);
     uint64_t total = 0;
-    for (uint32_t i = 0; i < g_nlive; i++)
-        if (g_live[i].n >= HEAD_MIN)
-            total += g_live[i].n;
+    for (uint32_t i = 0, k = 0; i < g_nlive && k < HEAD_CAP; i++)
+        if (g_live[i].n >= HEAD_MIN && !g_live[i].head)
+            total += g_live[i].n, k++;
     double share = total <= budget ? 1.0 : (double)budget / (double)total;
     for (uint32_t i = 0; i < g_nlive && T.head_records < HEAD_CAP; i++) {
         live_t *r = &g_live[i];
-        if (r->n < HEAD_MIN)
+        if (r->n < HEAD_MIN || r->head)
             continue;
         char *lo = head_lo(r->payload), *end = (char *)(((uintptr_t)r->payload + r->n) & ~(uintptr_t)4095);
         uint64_t want = (uint64_t)((double)(end - lo) * share) & ~(uint64_t)4095;
@@ -535,17 +537,26 @@ void rtk_tier_free(void *p)
     }
     uint64_t n = hd[0], h = hd[1];
     hd[3] = 0;  /* a second free of p no longer matches */
-    if (__atomic_load_n(&T.heads_on, __ATOMIC_ACQUIRE))
-        restore_head(hd, p);
-    release_pages(p, n, h);
+    /* Out of the live set, and its head given back, in one hold of the lock: the first mark's heads are made
+     * under it, so a record is either seen there whole or not at all. */
     t_in_tier = 1;
     rtk_spin_lock(&g_live_lock);
     uint64_t i = hd[2];
+    int kept = 0;
     if (g_live && i < g_nlive && g_live[i].payload == (char *)p) {
+        kept = restore_head(&g_live[i]) != 0;
         g_live[i] = g_live[--g_nlive];
         if (i < g_nlive)
             ((uint64_t *)(g_live[i].payload - TIER_HDR))[2] = i;
     }
+    rtk_spin_unlock(&g_live_lock);
+    if (kept) {  /* an anonymous range inside the pool: leaked rather than handed out as pool memory */
+        t_in_tier = 0;
+        __atomic_add_fetch(&T.head_kept_errors, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    release_pages(p, n, h);
+    rtk_spin_lock(&g_live_lock);
     int rc = rtkit_pmem_free(T.pool, h);
     rtk_spin_unlock(&g_live_lock);
     t_in_tier = 0;
@@ -648,8 +659,7 @@ static void punch_free_space(void)
 
 void rtk_tier_step_mark(void)
 {
-    if (rtk_tier_pre) {
-        rtk_tier_pre = 0;
+    if (__atomic_load_n(&rtk_tier_pre, __ATOMIC_RELAXED) && __atomic_exchange_n(&rtk_tier_pre, 0, __ATOMIC_ACQ_REL)) {
         punch_free_space();
         make_heads();  /* after the cold hint: heads are hot by design */
     }
@@ -657,6 +667,25 @@ void rtk_tier_step_mark(void)
     T.steps++;
     T.bytes_at_mark = __atomic_load_n(&T.bytes, __ATOMIC_RELAXED);
     T.heads_at_mark = T.head_bytes - T.head_restored;
+}
+
+/* fork waits for the live lock (a mark making heads holds it): the child then sees every moved range recorded */
+static int g_fork_locked;
+
+void rtk_tier_fork_prepare(void)
+{
+    g_fork_locked = __atomic_load_n(&T.state, __ATOMIC_ACQUIRE) == T_ON;
+    if (!g_fork_locked)
+        return;
+    rtk_spin_lock(&g_live_lock);
+    if (__atomic_load_n(&rtk_tier_pre, __ATOMIC_RELAXED))
+        T.forked_before_heads = 1;  /* the child's private view reads the file: heads must not punch it */
+}
+
+void rtk_tier_fork_parent(void)
+{
+    if (g_fork_locked)
+        rtk_spin_unlock(&g_live_lock);
 }
 
 void rtk_tier_fork_child(void)
@@ -735,6 +764,16 @@ static uint64_t resident_of(char *lo, uint64_t len)
     return pages * 4096;
 }
 
+/* the record's pool file pages in DRAM: all of it but its DRAM head */
+static uint64_t file_resident(const live_t *r)
+{
+    if (!r->head)
+        return resident_of(r->payload, r->n);
+    char *lo = head_lo(r->payload), *hi = lo + r->head, *end = r->payload + r->n;
+    return (lo > r->payload ? resident_of(r->payload, (uint64_t)(lo - r->payload)) : 0) +
+           (end > hi ? resident_of(hi, (uint64_t)(end - hi)) : 0);
+}
+
 /* Over the resident budget: write out and drop records, round-robin from where the last pass stopped, until a
  * quarter of the budget is free (the pages the next steps touch come back as major faults: the hot set). */
 static uint32_t g_evict_cursor;
@@ -763,7 +802,7 @@ static uint64_t enforce_budget(uint64_t total)
                 sync_file_range(T.fd, (off64_t)(lo - (uintptr_t)T.base), (off64_t)len,
                                 SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
             madvise((void *)lo, len, MADV_PAGEOUT);
-            uint64_t now = resident_of(r->payload, r->n);
+            uint64_t now = file_resident(r);
             g_evicted_bytes += r->resident > now ? r->resident - now : 0;
             total -= r->resident > now ? r->resident - now : 0;
             r->resident = now;
@@ -802,8 +841,9 @@ static void sample_residency(int force)
     rtk_spin_lock(&g_live_lock);
     for (uint32_t i = 0; i < g_nlive; i++) {
         live_t *r = &g_live[i];
-        r->resident = resident_of(r->payload, r->n);
-        total += r->resident - (r->head < r->resident ? r->head : r->resident);  /* the file's pages only */
+        r->resident = file_resident(r);
+        r->head_resident = r->head ? resident_of(head_lo(r->payload), r->head) : 0;
+        total += r->resident;
     }
     rtk_spin_unlock(&g_live_lock);
     if (T.resident_max && total > T.resident_max)
@@ -870,6 +910,13 @@ static void rss_parts(long long out[3])
 }
 
 
+/* the share of a record in DRAM: its file pages and its head's */
+static double hot_fraction(const live_t *r)
+{
+    uint64_t in = r->resident + r->head_resident;
+    return r->n ? (in >= r->n ? 1.0 : (double)in / (double)r->n) : 0.0;
+}
+
 long rtk_tier_format(char *buf, size_t cap, int indent)
 {
     rtk_out_t o = {buf, cap, 0, 0};
@@ -896,9 +943,10 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
         g_no_remove ? "true" : "false", U(LD(g_remove_errors)), U(LD(T.deferred_frees)), U(T.gap_punches),
         U(T.gap_bytes), U(T.cold_hint_bytes));
     rtk_out_put(&o, "%s\"dram_head\": {\"setting_bytes\": %llu, \"budget_bytes\": %llu, \"bytes\": %llu, "
-            "\"records\": %llu, \"copied_bytes\": %llu, \"restored_bytes\": %llu, \"seconds\": %.3f},", nl,
+            "\"records\": %llu, \"copied_bytes\": %llu, \"restored_bytes\": %llu, \"seconds\": %.3f, "
+            "\"file_copies_kept\": %llu, \"not_given_back\": %llu},", nl,
         U(T.dram_head), U(T.head_budget), U(T.head_bytes), U(T.head_records), U(T.head_copied), U(T.head_restored),
-        T.head_s);
+        T.head_s, U(T.head_punch_errors), U(LD(T.head_kept_errors)));
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(T.bad_frees)),
         nl, U(LD(T.child_frees)), nl, U(LD(T.errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now, less the
@@ -923,8 +971,8 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
     for (int i = 0; i < ntop; i++)
         rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"dram_head_bytes\": %llu, "
                 "\"hot_fraction\": %.4f}",
-            i ? ", " : "", U(top[i].payload - T.base), U(top[i].n), U(top[i].resident), U(top[i].head),
-            top[i].n ? (top[i].resident >= top[i].n ? 1.0 : (double)top[i].resident / (double)top[i].n) : 0.0);
+            i ? ", " : "", U(top[i].payload - T.base), U(top[i].n), U(top[i].resident + top[i].head_resident),
+            U(top[i].head), hot_fraction(&top[i]));
     rtk_out_put(&o, "],%s\"timeline\": [", nl);
     unsigned first_tl = g_ntl > TL_CAP ? g_ntl - TL_CAP : 0;
     for (unsigned i = first_tl; indent && i < g_ntl; i++) {

@@ -33,6 +33,8 @@ RTK_HIDDEN void rtk_tier_step_mark(void);
 RTK_HIDDEN long rtk_tier_format(char *buf, size_t cap, int indent);
 /* Write $RTKIT_RUN_DIR/pmem-<pid>.json when tier mode is configured. */
 RTK_HIDDEN void rtk_tier_write_file(const char *run_dir, long pid);
+RTK_HIDDEN void rtk_tier_fork_prepare(void);  /* last of the prepare handlers: it takes the live-record lock */
+RTK_HIDDEN void rtk_tier_fork_parent(void);
 RTK_HIDDEN void rtk_tier_fork_child(void);
 RTK_HIDDEN void rtk_tier_exit(void);
 
