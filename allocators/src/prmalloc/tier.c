@@ -55,7 +55,6 @@ static struct {
     uint64_t head_kept_errors;            /* freed records whose head could not be given back: never reused */
     int forked_before_heads;              /* a child may still map the pool's file pages privately */
     double head_s;
-    int heads_on;
 } T;
 
 /* Live pool records, for punching free space once at the first step mark and for the per-record view.
@@ -517,8 +516,6 @@ static void make_heads(void)
             T.head_records++;
         }
     }
-    if (T.head_records)
-        __atomic_store_n(&T.heads_on, 1, __ATOMIC_RELEASE);
     rtk_spin_unlock(&g_live_lock);
     T.head_s = mono_s() - t0;
 }
@@ -701,7 +698,7 @@ void rtk_tier_fork_child(void)
         /* around the DRAM heads: fork already gave the child its own copy of those */
         static uint64_t heads[HEAD_CAP][2];
         long nh = 0;
-        for (uint32_t i = 0; T.heads_on && g_live && i < g_nlive && nh < HEAD_CAP; i++)
+        for (uint32_t i = 0; T.head_records && g_live && i < g_nlive && nh < HEAD_CAP; i++)
             if (g_live[i].head) {
                 heads[nh][0] = (uint64_t)(head_lo(g_live[i].payload) - T.base);
                 heads[nh][1] = heads[nh][0] + g_live[i].head;
