@@ -234,7 +234,7 @@ BY_KEY: Dict[str, Setting] = {s.key: s for s in SETTINGS}
 BY_ENV: Dict[str, Setting] = {s.env: s for s in SETTINGS}
 
 # RTKIT_* variables that are not settings: set by rtkit itself for the child.
-INTERNAL_ENV = {"RTKIT_RUN_DIR", "RTKIT_PROFILE_PATH", "RTKIT_ACTIVE", "RTKIT_LIB_DIR", "RTKIT_PROFILE"}
+INTERNAL_ENV = {"RTKIT_RUN_DIR", "RTKIT_LAUNCH_SERVING", "RTKIT_LAUNCH_CLOCK", "RTKIT_PROFILE_PATH", "RTKIT_ACTIVE", "RTKIT_LIB_DIR", "RTKIT_PROFILE"}
 
 
 def lookup(key: str) -> Setting:

@@ -23,7 +23,7 @@ if up and role == "ps":
     open(os.path.join(up, f"ps-{i}"), "w").close()
 elif up:
     deadline = time.time() + 120
-    while len(os.listdir(up)) < len(c["cluster"]["ps"]) and time.time() < deadline:
+    while len(os.listdir(up)) < len(c["cluster"].get("ps", [])) and time.time() < deadline:
         time.sleep(0.02)
 if role == "ps":
     if mode == "psdie":
@@ -34,6 +34,10 @@ if mode == "psdie":
     while True:
         time.sleep(0.05)
 if mode == "hang":
+    while True:
+        time.sleep(0.05)
+if mode == "serve" and role == "worker":   # a TF2 PS-strategy worker: serves in Server.join() until stopped
+    open(os.environ["RTKIT_LAUNCH_SERVING"], "w").close()
     while True:
         time.sleep(0.05)
 if mode == "fail" and role == "worker" and i == 1:
@@ -167,6 +171,45 @@ def test_launch_prefixes_output_stops_ps_and_merges(tmp_path):
 
 
 @pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_ends_a_ps_strategy_job_when_the_chief_is_done_and_workers_serve(tmp_path):
+    """TF2 ParameterServerStrategy: workers block in Server.join() like the PS; the chief's end ends the job."""
+    proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "2", "--chief", mode="serve")
+    assert proc.returncode == 0, proc.stderr
+    assert "[chief:0] done chief 0" in proc.stdout
+    assert "the remaining workers serve the coordinator's steps" in proc.stderr
+    m = merge.merge(str(folder))
+    status = {r["task"]: r["status"] for r in m["tasks"]}
+    assert status == {"chief-0": "ok", "worker-0": "stopped", "worker-1": "stopped", "ps-0": "stopped"}
+    assert m["failures"] == [] and m["exit_code"] == 0
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_collective_workers_get_tf_config_as_tfjob_writes_it(tmp_path):
+    """MultiWorkerMirroredStrategy: --workers M alone; TF_CONFIG has no ps, tasks are worker 0..M-1 (and chief 0)."""
+    proc, folder = _launch(tmp_path, "--workers", "2", "--chief")
+    assert proc.returncode == 0, proc.stderr
+    for who in ("chief 0", "worker 0", "worker 1"):
+        role, i = who.split()
+        assert f"[{role}:{i}] done {who}" in proc.stdout
+    assert "parameter servers" not in proc.stderr
+    assert sorted(os.listdir(folder)) == ["chief-0", "cluster.json", "worker-0", "worker-1"]
+    cluster = json.loads((folder / "worker-1" / "report.json").read_text())["cluster"]
+    assert set(cluster["cluster"]) == {"chief", "worker"} and len(cluster["cluster"]["worker"]) == 2
+    assert (cluster["role"], cluster["index"], cluster["is_chief"]) == ("worker", 1, False)
+
+
+def test_launch_picks_ports_below_the_ephemeral_range():
+    """A port the kernel can hand to an outgoing connection may be taken before its task binds it."""
+    from rtkit.cluster import launcher
+
+    low, _ = launcher._ephemeral_range()
+    ports = launcher.pick_ports(6)
+    assert len(set(ports)) == 6
+    if low > launcher.PORT_FLOOR + 100:
+        assert all(p < low for p in ports), (ports, low)
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
 def test_launch_ps_set_only_reaches_ps_tasks_expanded(tmp_path):
     pool = tmp_path / "pool-{task}"
     proc, folder = _launch(tmp_path, "--ps", "2", "--workers", "1", "--ps-set", f"pmem_path={pool}")
@@ -233,7 +276,8 @@ def test_launch_dead_ps_ends_job_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--ps", "0", "--workers", "2"], "--ps must be at least 1"),
+    (["--ps", "0", "--workers", "0"], "--workers must be at least 1 when --ps is 0"),
+    (["--workers", "0", "--chief"], "--workers must be at least 1 when --ps is 0"),
     (["--ps", "1", "--workers", "0"], "--workers must be at least 1"),
     (["--ps", "1", "--workers", "1", "--ports", "1,x"], "expected comma-separated port numbers"),
     (["--ps", "1", "--workers", "1", "--ports", "40001"], "--ports lists 1 port(s), the cluster has 2"),

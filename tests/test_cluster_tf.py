@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from conftest import RTKIT, requires_tf
+from conftest import RTKIT, load_report, requires_tf
 from rtkit.cluster import merge, render
 
 pytestmark = requires_tf
@@ -189,3 +189,125 @@ def test_killed_ps_ends_job_with_its_name_and_restart_resumes_from_checkpoint(tm
     m = re.search(r"^\[worker:0\] rtkit-workload: .* steps=(\d+) global_step=(\d+) ", again.stdout, re.M)
     assert m, again.stdout[-3000:]
     assert (int(m.group(1)), int(m.group(2))) == (5, saved + 5)   # resumed from the saved step, not from 0
+
+
+# A TF2 parameter-server job as TensorFlow's "Parameter server training" tutorial writes it (not the bundled one).
+USER_PSS = r"""
+import sys
+import tensorflow as tf
+
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+if resolver.task_type in ("worker", "ps"):
+    tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+                         protocol="grpc", start=True).join()
+strategy = tf.distribute.ParameterServerStrategy(resolver)
+coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+    emb = tf.Variable(tf.random.stateless_uniform([5000, 8], seed=[1, 2]))
+    w = tf.Variable(tf.random.stateless_uniform([8, 1], seed=[3, 4]))
+    opt = tf.keras.optimizers.Adagrad(0.1)
+
+def dataset_fn():
+    ids = tf.random.stateless_uniform([4096], seed=[5, 6], maxval=5000, dtype=tf.int64)
+    return tf.data.Dataset.from_tensor_slices(ids).repeat().batch(128).map(lambda x: (x, tf.cast(x % 2, tf.float32)))
+
+it = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+@tf.function
+def step(iterator):
+    def fn(ids, y):
+        with tf.GradientTape() as tape:
+            logit = tf.squeeze(tf.matmul(tf.gather(emb, ids), w), 1)
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logit))
+        opt.apply_gradients(zip(tape.gradient(loss, [emb, w]), [emb, w]))
+        return loss
+    return strategy.run(fn, args=next(iterator))
+
+calls = 0
+for epoch in range(int(sys.argv[1])):
+    for _ in range(int(sys.argv[2])):
+        rv = coordinator.schedule(step, args=(it,))
+        calls += 1
+    coordinator.join()
+print("scheduled", calls, "loss", float(rv.fetch()))
+"""
+
+
+def _task_steps(folder):
+    return {r["task"]: r for r in merge.merge(str(folder))["tasks"]}
+
+
+def test_user_ps_strategy_job_trains_under_launch_with_steps_counted_on_the_coordinator(tmp_path):
+    script = tmp_path / "pss_train.py"
+    script.write_text(USER_PSS)
+    folder = tmp_path / "c"
+    proc = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "2", "--chief", "--cluster-dir", str(folder),
+                           "--", PY, str(script), "3", "40"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[chief:0] scheduled 120 loss" in proc.stdout
+    m = merge.merge(str(folder))
+    rows = {r["task"]: r for r in m["tasks"]}
+    assert rows["chief-0"]["steps"] == 120            # every schedule() is one step, exactly
+    assert m["training_steps"] == 120                 # the serving workers' steps are not counted twice
+    chief = load_report(folder / "chief-0")
+    assert chief["steps"]["api"] == "ClusterCoordinator.schedule"
+    assert chief["steps"]["signature"] == "ClusterCoordinator.schedule(step)"
+    for name in ("worker-0", "worker-1", "ps-0"):
+        assert rows[name]["status"] == "stopped" and not rows[name]["trains"]
+        assert rows[name]["steps"] > 0                # they follow the coordinator's step clock
+    assert rows["ps-0"]["allocator_state"] == "planned"   # a PS plans as in the TF1 path
+    assert "serving: worker:0, worker:1 ran the coordinator's steps" in render.render_text(m)
+
+
+def test_bundled_wdl_pss_variant_trains_and_every_task_plans(tmp_path, data_dir):
+    folder = tmp_path / "c"
+    proc = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "2", "--chief", "--cluster-dir", str(folder),
+                           "--", PY, "-m", "rtkit.workloads", "wdl", "--api", "pss", "--steps", "80",
+                           "--data-dir", data_dir, "--batch", "256", "--rows", "20000", "--emb-dim", "8",
+                           "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if "rtkit-workload: model=wdl api=pss" in x)
+    assert "steps=80 " in line
+    rows = _task_steps(folder)
+    assert rows["chief-0"]["steps"] == 80
+    assert {rows[n]["allocator_state"] for n in ("chief-0", "worker-0", "worker-1", "ps-0")} == {"planned"}
+
+
+# A MultiWorkerMirroredStrategy custom loop as TensorFlow's multi-worker tutorial writes it.
+USER_MWMS = r"""
+import json, os
+import tensorflow as tf
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+with strategy.scope():
+    w = tf.Variable(tf.ones([4, 1]))
+    opt = tf.keras.optimizers.SGD(0.01)
+
+@tf.function
+def step(x):
+    def fn(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.matmul(x, w) ** 2)
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+        return loss
+    return strategy.reduce("MEAN", strategy.run(fn, args=(x,)), axis=None)
+
+x = tf.ones([8, 4])
+for _ in range(10):
+    loss = step(x)
+print("done", task["type"], task["index"], strategy.num_replicas_in_sync, float(loss))
+"""
+
+
+def test_multi_worker_mirrored_job_under_launch_workers_only(tmp_path):
+    script = tmp_path / "mwms.py"
+    script.write_text(USER_MWMS)
+    folder = tmp_path / "c"
+    proc = subprocess.run([RTKIT, "launch", "--workers", "2", "--cluster-dir", str(folder), "--", PY, str(script)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    done = sorted(x.split("] ", 1)[1].split()[:4] for x in proc.stdout.splitlines() if "] done " in x)
+    assert done == [["done", "worker", "0", "2"], ["done", "worker", "1", "2"]]   # 2 replicas: they met
+    rows = _task_steps(folder)
+    assert {n: r["status"] for n, r in rows.items()} == {"worker-0": "ok", "worker-1": "ok"}

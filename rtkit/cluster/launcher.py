@@ -5,7 +5,10 @@ line with the task (``[worker:1] ...``), forwards SIGINT/SIGTERM/SIGHUP to all t
 workers (``--restart-failed N``: up to N times each), and ends the job:
 
 - all training tasks (chief, workers) done -> the parameter servers, which block in ``join()`` forever,
-  get SIGTERM (SIGKILL after a grace period); the job's exit code is 0;
+  get SIGTERM (SIGKILL after a grace period); the job's exit code is 0. A training task that blocks in
+  ``tf.distribute.Server.join()`` (a TF2 ``ParameterServerStrategy`` worker: the coordinator sends it
+  its steps) counts as done once the hooks say it serves (the file named by ``RTKIT_LAUNCH_SERVING``);
+  it is then stopped with the parameter servers;
 - a training task fails with no restart left -> the others are stopped, the exit code is that task's;
 - a parameter server dies -> TF cannot rebuild its variables without a checkpoint, so the job ends
   with one line naming it and the PS's exit code (restart with a checkpoint folder to resume).
@@ -25,20 +28,47 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from rtkit.cluster.spec import ClusterError, Task
 
 CLUSTER_FILE = "cluster.json"
+SERVING_DIR = ".serving"      # one empty file per task attempt that entered Server.join()
 STOP_GRACE_S = 10.0
 TRAINING_ROLES = ("chief", "worker")
 
 
+PORT_FLOOR = 20000   # below the kernel's usual ephemeral range; the pick moves lower if that range starts lower
+
+
+def _ephemeral_range() -> Tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            low, high = (int(v) for v in fh.read().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def pick_ports(count: int, host: str = "127.0.0.1") -> List[int]:
-    """`count` distinct free ports: all sockets stay bound until every port is chosen."""
+    """`count` distinct free ports, all bound (gRPC's way: every interface, SO_REUSEADDR) until every port is
+    chosen. Chosen below the ephemeral range: a port the kernel may hand to some outgoing connection (a task's
+    own gRPC client among them) before the task that owns it has bound it fails that task's server."""
+    low, _ = _ephemeral_range()
+    start = PORT_FLOOR if low - PORT_FLOOR > count * 4 else max(1024, low - 12000)
     socks = []
     try:
-        for _ in range(count):
+        port = start
+        while len(socks) < count and port < low:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("0.0.0.0", port))
+                socks.append(s)
+            except OSError:
+                s.close()
+            port += 1
+        while len(socks) < count:   # no room below the ephemeral range: let the kernel choose
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind((host, 0))
             socks.append(s)
@@ -50,8 +80,9 @@ def pick_ports(count: int, host: str = "127.0.0.1") -> List[int]:
 
 def build_cluster(ps: int, workers: int, chief: bool, ports: Optional[Sequence[int]] = None,
                   host: str = "localhost") -> Dict[str, List[str]]:
-    if ps < 1:
-        raise ClusterError("rtkit launch: --ps must be at least 1 (a parameter-server cluster needs a PS task)")
+    if ps < 1 and workers < 1:
+        raise ClusterError("rtkit launch: --workers must be at least 1 when --ps is 0 (a collective "
+                           "MultiWorkerMirroredStrategy cluster of workers)")
     if workers < (0 if chief else 1):
         raise ClusterError("rtkit launch: --workers must be at least 1 (or 0 with --chief)")
     total = ps + workers + (1 if chief else 0)
@@ -64,7 +95,8 @@ def build_cluster(ps: int, workers: int, chief: bool, ports: Optional[Sequence[i
         cluster["chief"] = [f"{host}:{next(it)}"]
     if workers:
         cluster["worker"] = [f"{host}:{next(it)}" for _ in range(workers)]
-    cluster["ps"] = [f"{host}:{next(it)}" for _ in range(ps)]
+    if ps:
+        cluster["ps"] = [f"{host}:{next(it)}" for _ in range(ps)]
     return cluster
 
 
@@ -139,9 +171,33 @@ class Launch:
                     pass
         proc.popen.stdout.close()
 
+    def _clock_file(self) -> str:
+        """The coordinator's step count, shared with the serving tasks (rtkit/hooks/tf2_cluster.py)."""
+        return os.path.join(self.out_dir, SERVING_DIR, "step-clock")
+
+    def _prepare_signals(self) -> None:
+        os.makedirs(os.path.join(self.out_dir, SERVING_DIR), exist_ok=True)
+        with open(self._clock_file(), "wb") as fh:
+            fh.write(bytes(8))
+
+    def _remove_signals(self) -> None:
+        """Every task has exited: the serving marks and the clock were this launch's own, nobody reads them now."""
+        import shutil
+
+        shutil.rmtree(os.path.join(self.out_dir, SERVING_DIR), ignore_errors=True)
+
+    def _serving_file(self, task: Task, attempt: int) -> str:
+        return os.path.join(self.out_dir, SERVING_DIR, f"{task.name}.{attempt}")
+
+    def _serving(self, proc: _Proc) -> bool:
+        """Whether this training task blocks in tf.distribute.Server.join() (a TF2 PS-strategy worker)."""
+        return os.path.exists(self._serving_file(proc.task, proc.attempt))
+
     def _start(self, task: Task, attempt: int) -> _Proc:
         env = dict(os.environ)
         env["TF_CONFIG"] = task.tf_config()
+        env["RTKIT_LAUNCH_SERVING"] = self._serving_file(task, attempt)
+        env["RTKIT_LAUNCH_CLOCK"] = self._clock_file()
         for var in ("RTKIT_RUN_DIR", "RTKIT_ACTIVE"):
             env.pop(var, None)
         role_args = []
@@ -204,6 +260,7 @@ class Launch:
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 previous[s] = signal.signal(s, forward)
+        self._prepare_signals()
         self._event("launch", None, tasks=[t.name for t in tasks])
         first_failure: Optional[int] = None
         restarts: Dict[str, int] = {}
@@ -245,10 +302,15 @@ class Launch:
                 if all(getattr(p, "_seen", False) for p in procs):
                     break
                 training = [p for p in procs if p.task.role in TRAINING_ROLES]   # restarts included
-                if (self._stopping is None and training and not received
-                        and all(p.popen.poll() is not None for p in training)
-                        and all(getattr(p, "_seen", False) for p in training)):
-                    self._say("all workers are done; stopping the parameter servers")
+                exited = [p for p in training if p.popen.poll() is not None and getattr(p, "_seen", False)]
+                serving = [p for p in training if p.popen.poll() is None and self._serving(p)]
+                if (self._stopping is None and training and not received and exited
+                        and len(exited) + len(serving) == len(training)):
+                    if serving:
+                        self._say("training is done (the remaining workers serve the coordinator's steps in "
+                                  "Server.join()); stopping the servers")
+                    elif any(p.task.role == "ps" for p in procs):
+                        self._say("all workers are done; stopping the parameter servers")
                     self._stop_all(procs, "workers done")
                 time.sleep(0.1)
         finally:
@@ -260,6 +322,7 @@ class Launch:
                     p.reader.join(timeout=5)
             for s, prev in previous.items():
                 signal.signal(s, prev)
+            self._remove_signals()
         if received:
             code = 128 + received[0]
         else:

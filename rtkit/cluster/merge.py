@@ -14,11 +14,17 @@ import statistics
 from typing import Any, Dict, List, Optional
 
 from rtkit.cluster.launcher import CLUSTER_FILE
-from rtkit.cluster.taskdir import TASK_FILE
+from rtkit.cluster.taskdir import FOLLOWER_SIGNATURE, TASK_FILE
 
 STRAGGLER_MARGIN = 0.25
 ROLE_ORDER = {"chief": 0, "worker": 1, "ps": 2, "evaluator": 3}
 TRAINING = ("chief", "worker")
+
+
+def _trains(t: Dict[str, Any]) -> bool:
+    """Whether a task's steps are the job's own training steps (not a PS's, nor a serving TF2 worker's, which
+    mirror the coordinator's: counted once, there)."""
+    return t["role"] in TRAINING and t.get("step_signature") != FOLLOWER_SIGNATURE
 TIMELINE_BINS = 60
 
 
@@ -51,7 +57,7 @@ def _from_report(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     run, steps, proc = report.get("run", {}), report.get("steps", {}), report.get("process", {})
     stats = steps.get("summary", {})
     return {**c, "status": run.get("status"), "exit_code": run.get("exit_code"), "signal": run.get("signal"),
-            "duration_s": run.get("duration_s"), "steps": steps.get("count", 0),
+            "duration_s": run.get("duration_s"), "steps": steps.get("count", 0), "step_signature": steps.get("signature"),
             "step_ms_median": stats.get("step_ms_median"), "steps_per_s": stats.get("steps_per_s"),
             "minor_faults_per_step": stats.get("minor_faults_per_step_median"),
             "peak_rss_bytes": proc.get("peak_rss_bytes"), "allocator_state": None,
@@ -96,7 +102,7 @@ def _timeline(tasks: List[Dict[str, Any]]) -> Dict[str, Any]:
     series = []
     for t in tasks:
         pts = t.get("steps_timeline") or []
-        if t["role"] in TRAINING and t.get("start_unix") is not None and pts:
+        if _trains(t) and t.get("start_unix") is not None and pts:
             series.append((t["start_unix"], pts))
     if not series:
         return {"t0_unix": None, "bin_s": None, "points": []}
@@ -164,15 +170,15 @@ def merge(path: str, margin: float = STRAGGLER_MARGIN) -> Dict[str, Any]:
             "task": name, "dir": t["dir"], "role": t["role"], "index": t.get("index", 0),
             "attempt": t.get("attempt", 0), "status": status, "exit_code": t.get("exit_code"),
             "signal": t.get("signal"), "steps": t.get("steps", 0), "step_ms_median": t.get("step_ms_median"),
-            "steps_per_s": sps, "examples_per_s": round(sps * eps, 1) if sps and eps and t["role"] in TRAINING else None,
+            "steps_per_s": sps, "examples_per_s": round(sps * eps, 1) if sps and eps and _trains(t) else None,
             "peak_rss_bytes": t.get("peak_rss_bytes"), "minor_faults_per_step": t.get("minor_faults_per_step"),
             "rss_anon_peak_bytes": t.get("rss_anon_peak_bytes"), "tier_peak_bytes": t.get("tier_peak_bytes"),
-            "allocator_state": t.get("allocator_state"),
+            "allocator_state": t.get("allocator_state"), "trains": _trains(t),
             "restarts": latest[name].get("attempt", 0) if t is latest[name] else None,
             "duration_s": t.get("duration_s"),
         })
     medians = {n: t["step_ms_median"] for n, t in latest.items()
-               if t["role"] in TRAINING and t.get("step_ms_median")}
+               if _trains(t) and t.get("step_ms_median")}
     cluster_median = statistics.median(medians.values()) if medians else None
     stragglers = []
     if cluster_median and len(medians) > 1:
@@ -180,7 +186,7 @@ def merge(path: str, margin: float = STRAGGLER_MARGIN) -> Dict[str, Any]:
             if m > cluster_median * (1 + margin):
                 stragglers.append({"task": n, "step_ms_median": m, "slower_by": round(m / cluster_median - 1, 3)})
     timeline = _timeline(tasks)
-    total_steps = sum(r["steps"] or 0 for r in rows if r["role"] in TRAINING)
+    total_steps = sum(r["steps"] or 0 for r in rows if r["trains"])
     span = (timeline.get("last_step_unix") or 0) - (timeline.get("first_step_unix") or 0)
     cluster_sps = round(total_steps / span, 3) if span > 0 else None
     failures = [r for r in rows if r["status"] not in ("ok", "stopped", None)]
@@ -199,5 +205,5 @@ def merge(path: str, margin: float = STRAGGLER_MARGIN) -> Dict[str, Any]:
         "timeline": {k: timeline.get(k) for k in ("t0_unix", "bin_s", "points")},
         "rss_by_task": {r["dir"]: t.get("rss_timeline") or [] for r, t in zip(rows, tasks)},
         "steps_by_task": {r["dir"]: t.get("steps_timeline") or [] for r, t in zip(rows, tasks)
-                          if r["role"] in TRAINING},
+                          if r["trains"]},
     }

@@ -63,6 +63,10 @@ def finding_lines(m: Dict[str, Any]) -> List[str]:
                          f"{fmt.ms(m['step_ms_median_of_workers'])} (margin {pct}%)")
     else:
         lines.append(f"stragglers: none (no worker's median step is more than {pct}% above the workers' median)")
+    followers = [f"{r['role']}:{r['index']}" for r in m["tasks"] if r["role"] != "ps" and not r.get("trains", True)]
+    if followers:
+        lines.append(f"serving: {', '.join(followers)} ran the coordinator's steps (TF2 parameter-server training); "
+                     f"their steps follow the coordinator's count and are not added to the training steps")
     for f in m["failures"]:
         how = f"killed by {f['signal']}" if f.get("signal") else f"exit code {f['exit_code']}"
         lines.append(f"failure: {f['task']} ({f['dir']}) {f['status']}, {how}")

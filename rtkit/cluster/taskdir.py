@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from rtkit.cluster.spec import Task
 
 TASK_FILE = "task.json"
+# the step signature of a serving TF2 task that follows the coordinator's count (rtkit/hooks/tf2_cluster.py)
+FOLLOWER_SIGNATURE = "cluster step clock advanced"
 TABLES_FILE = "ps-tables.json"  # written in the chief's run dir by rtkit/hooks/ps_tables.py
 TASK_SCHEMA = 1
 TIMELINE_POINTS = 60            # per series in task.json: enough for a plot, small for a merge
@@ -62,7 +64,7 @@ def summary(report: Dict[str, Any], task: Task, attempt: int, start_unix: float)
     return {
         "task_schema": TASK_SCHEMA, **task.as_dict(), "attempt": attempt, "start_unix": round(start_unix, 3),
         "duration_s": run.get("duration_s"), "status": run.get("status"), "exit_code": run.get("exit_code"),
-        "signal": run.get("signal"), "steps": steps.get("count", 0),
+        "signal": run.get("signal"), "steps": steps.get("count", 0), "step_signature": steps.get("signature"),
         "step_ms_median": stats.get("step_ms_median"), "steps_per_s": stats.get("steps_per_s"),
         "minor_faults_per_step": stats.get("minor_faults_per_step_median"),
         "peak_rss_bytes": proc.get("peak_rss_bytes"), "allocator_state": _allocator_state(report),

@@ -1,4 +1,4 @@
-# launch.py -- `rtkit launch --ps N --workers M [--chief] -- CMD ...`: a local TF parameter-server cluster under rtkit.
+# launch.py -- `rtkit launch [--ps N] --workers M [--chief] -- CMD ...`: a local TF cluster, every task under rtkit.
 from __future__ import annotations
 
 import argparse
@@ -19,13 +19,16 @@ def _count(text: str) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "launch", help="run a local TF parameter-server cluster, every task under `rtkit run`",
+        "launch", help="run a local TF cluster (parameter servers or collective workers), every task under `rtkit run`",
         description="Start PS, chief and worker tasks of CMD as separate processes on free localhost ports, each "
                     "under `rtkit run` with its TF_CONFIG; stream their output with a task prefix; stop the "
-                    "parameter servers when the workers are done; exit with the first failing task's code. "
-                    "The run directories of all tasks go to one cluster folder: `rtkit report FOLDER` merges them.",
-        usage="rtkit launch --ps N --workers M [--chief] [options] -- CMD [ARGS...]")
-    p.add_argument("--ps", type=_count, required=True, help="parameter-server tasks")
+                    "parameter servers (and TF2 workers serving in Server.join()) when training is done; exit "
+                    "with the first failing task's code. TF1 between-graph and TF2 ParameterServerStrategy jobs "
+                    "take --ps N (TF2: add --chief, the coordinator); MultiWorkerMirroredStrategy jobs take "
+                    "--workers M alone. The run directories of all tasks go to one cluster folder: "
+                    "`rtkit report FOLDER` merges them.",
+        usage="rtkit launch [--ps N] --workers M [--chief] [options] -- CMD [ARGS...]")
+    p.add_argument("--ps", type=_count, default=0, help="parameter-server tasks (default 0: a collective cluster)")
     p.add_argument("--workers", type=_count, required=True, help="worker tasks")
     p.add_argument("--chief", action="store_true", help="add a separate chief task (else worker 0 is the chief)")
     p.add_argument("--restart-failed", type=_count, default=0, metavar="K",

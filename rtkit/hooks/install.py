@@ -59,6 +59,9 @@ def on_tensorflow(tf) -> None:
         ps_tables.install(tf)
     except Exception as exc:
         rec.notes.append(f"parameter-server tables not recorded: {exc!r}")
+    from rtkit.hooks import tf2_cluster
+
+    tf2_cluster.install(tf, rec)
     values = settings()
     if values["sched"]:
         try:

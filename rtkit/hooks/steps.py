@@ -72,8 +72,8 @@ def _beats(sig: "_Signature", best: "_Signature") -> bool:
 class StepRecorder:
     def __init__(self):
         self.lock = threading.Lock()
-        self.sources: Dict[str, Dict[str, _Signature]] = {"session": {}, "keras": {}, "manual": {}}
-        self.best: Dict[str, Optional[_Signature]] = {"session": None, "keras": None, "manual": None}
+        self.sources: Dict[str, Dict[str, _Signature]] = {"session": {}, "keras": {}, "coordinator": {}, "manual": {}}
+        self.best: Dict[str, Optional[_Signature]] = {"session": None, "keras": None, "coordinator": None, "manual": None}
         self.notes: List[str] = []
         self.hook = {"status": "not_loaded", "detail": "TensorFlow was not imported", "tensorflow_version": None}
         self.step_mark = _find_step_mark()
@@ -127,8 +127,9 @@ class StepRecorder:
     # -- output
 
     def chosen(self):
-        """(source, signature) that counts as the training step: explicit marks first, then Keras, then sessions."""
-        for source in ("manual", "keras", "session"):
+        """(source, signature) that counts as the training step: explicit marks first, then Keras, then a TF2
+        coordinator's scheduled steps, then sessions."""
+        for source in ("manual", "keras", "coordinator", "session"):
             if self.best[source] is not None:
                 return source, self.best[source]
         return "none", None

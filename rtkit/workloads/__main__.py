@@ -54,8 +54,10 @@ def build_parser():
         prog="python -m rtkit.workloads",
         description="Train a bundled EmbeddingVariable-style workload on synthetic Criteo data.")
     p.add_argument("model", choices=MODELS)
-    p.add_argument("--api", choices=APIS, default="session",
-                   help="tf.compat.v1 Session, MonitoredTrainingSession or Keras fit (default session)")
+    p.add_argument("--api", choices=APIS + ("pss",), default="session",
+                   help="tf.compat.v1 Session, MonitoredTrainingSession or Keras fit (default session); pss: a TF2 "
+                        "ParameterServerStrategy job (cluster tasks from TF_CONFIG, e.g. under `rtkit launch --ps 1 "
+                        "--workers 2 --chief`)")
     p.add_argument("--input", choices=("prefetch", "legacy"), default="prefetch",
                    help="prefetch: parsing in Dataset.map with prefetch (default); legacy: CSV lines parsed "
                         "in the graph after get_next, no prefetch (a TF1-style script)")
@@ -126,6 +128,22 @@ def _cluster_task(argv):
         raise SystemExit(2)
 
 
+def _run_pss(args, task):
+    if task is None or task.source != "TF_CONFIG" or task.role not in ("chief", "worker", "ps"):
+        sys.stderr.write("rtkit.workloads: --api pss runs as a task of a ParameterServerStrategy cluster: set "
+                         "TF_CONFIG with ps, worker and chief tasks (e.g. `rtkit launch --ps 1 --workers 2 --chief`)\n")
+        return 2
+    from rtkit.workloads import pss  # imports TensorFlow
+
+    result = pss.run(model=args.model, steps=args.steps, batch=args.batch, rows=args.rows, data_dir=args.data_dir,
+                     seed=args.seed, emb_dim=args.emb_dim, capacity=args.capacity or pss.DEFAULT_CAPACITY,
+                     learning_rate=args.learning_rate, print_losses=args.print_losses, progress=not args.no_progress)
+    if result is not None:
+        sys.stdout.write(pss.summary_line(result) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
 def _zipf_ids(args):
     from rtkit.workloads import zipf
 
@@ -183,6 +201,8 @@ def main(argv=None):
         sys.stderr.write(f"rtkit.workloads: cannot create the data set in "
                          f"{args.data_dir or data.default_data_dir()}: {exc}\n")
         return 2
+    if args.api == "pss":
+        return _run_pss(args, task)
     from rtkit.workloads import ev  # imports TensorFlow
 
     ev.set_row_assign(args.row_assign)
