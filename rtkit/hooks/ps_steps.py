@@ -29,6 +29,13 @@ POLL_MIN_S = 0.02
 POLL_MAX_S = 1.0
 FLUSH_S = 1.0
 _started = False
+# set when another step signal proved right for this PS (a TF2 coordinator's step clock): TF2 jobs have no
+# global_step, and each failed read makes TensorFlow log an error line
+_superseded = threading.Event()
+
+
+def stop_polling() -> None:
+    _superseded.set()
 
 
 class PollStats:
@@ -68,7 +75,7 @@ def _poll(tf, server, ps_tasks: int, target: int, rec) -> None:
     found, flushed_t, interval = None, last_t, POLL_MIN_S
     with registry.internal():   # these reads are not steps of the session hooks
         sess = tf.compat.v1.Session(server.target, graph=graph, config=config)
-        while True:
+        while not _superseded.is_set():
             candidates = [found] if found is not None else range(ps_tasks)
             value = None
             for k in candidates:

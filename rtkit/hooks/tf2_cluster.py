@@ -68,11 +68,16 @@ def _follow_clock(clock: StepClock, rec, per_step: int) -> None:
     workers' steps), so its allocator profiles and plans at about the rhythm of the steps it runs."""
     last = clock.read()
     last_unix, last_t, last_faults = time.time(), time.perf_counter(), steps.minor_faults()
-    flushed = last_t
+    flushed, superseded = last_t, False
     while True:
         time.sleep(CLOCK_POLL_S)
         value = clock.read()
         if value - last >= per_step:
+            if not superseded:   # a coordinator exists: this is TF2 PS training, whose jobs have no global_step
+                from rtkit.hooks import ps_steps
+
+                ps_steps.stop_polling()
+                superseded = True
             now_unix, now, faults = time.time(), time.perf_counter(), steps.minor_faults()
             rec.record("manual", CLOCK_SIGNATURE, last_unix, (now - last_t) * 1000.0, faults - last_faults,
                        api="the coordinator's step clock (rtkit launch)")

@@ -72,10 +72,10 @@ class _Model(tf.Module):
 
     def __call__(self, batch):
         rows = batch["cat"] % self.capacity + tf.range(NUM_CAT, dtype=tf.int64) * self.capacity   # [B, 26]
-        deep = tf.gather(self.deep, rows)                                                        # [B, 26, d]
+        deep = tf.nn.embedding_lookup(self.deep, rows)   # [B, 26, d]; a table split over the PS tasks too
         dense = batch["dense"]
         if self.kind == "wdl":
-            wide = tf.reduce_sum(tf.gather(self.wide, rows), axis=1) + self._apply([self.linear], dense, True)
+            wide = tf.reduce_sum(tf.nn.embedding_lookup(self.wide, rows), axis=1) + self._apply([self.linear], dense, True)
             flat = tf.reshape(deep, [-1, deep.shape[1] * deep.shape[2]])
             h = self._apply(self.mlp, tf.concat([flat, dense], axis=1))
             return wide + self._apply([self.out], h, True)
