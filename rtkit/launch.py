@@ -18,10 +18,10 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _append_path_list(current: Optional[str], item: str, sep: str) -> str:
-    parts = [p for p in (current or "").split(sep) if p]
+def _append_path_list(current: Optional[str], item: str, sep: str, first: bool = False) -> str:
+    parts = [p for p in (current or "").split(sep) if p and not (first and p == item)]
     if item not in parts:
-        parts.append(item)
+        parts.insert(0, item) if first else parts.append(item)
     return sep.join(parts)
 
 
@@ -57,7 +57,9 @@ def build_child_env(resolved: cfg.Resolved, run_dir: str, base_env: Dict[str, st
             notes.append("allocator library librtkit_malloc.so not found in the installed package: "
                          "ran without it (reinstall rtkit with `pip install .` to build it)")
     if resolved["hooks"]:
-        env["PYTHONPATH"] = _append_path_list(env.get("PYTHONPATH"), BOOTSTRAP_DIR, os.pathsep)
+        # first: Python runs only the first sitecustomize on its path, so a user's own one in PYTHONPATH would
+        # shadow the bootstrap; the folder holds nothing else, and the bootstrap runs the user's one in turn
+        env["PYTHONPATH"] = _append_path_list(env.get("PYTHONPATH"), BOOTSTRAP_DIR, os.pathsep, first=True)
     return env
 
 

@@ -75,7 +75,7 @@ class StepRecorder:
         self.sources: Dict[str, Dict[str, _Signature]] = {"session": {}, "keras": {}, "manual": {}}
         self.best: Dict[str, Optional[_Signature]] = {"session": None, "keras": None, "manual": None}
         self.notes: List[str] = []
-        self.hook = {"status": "not_loaded", "detail": "TensorFlow was not imported", "tensorflow_version": None}
+        self.hook = {"status": "no_tensorflow", "detail": "TensorFlow was not imported", "tensorflow_version": None}
         self.step_mark = _find_step_mark()
         self.run_dir = os.environ.get("RTKIT_RUN_DIR") or None
         self.last_flush = time.monotonic()
@@ -171,7 +171,7 @@ class StepRecorder:
 
     def _write(self) -> None:
         data = self.snapshot()
-        if data["count"] == 0 and self.hook["status"] == "not_loaded":
+        if data["count"] == 0 and self.hook["status"] == "no_tensorflow":
             return  # a helper process that never touched TensorFlow: leave no file
         path = os.path.join(self.run_dir, f"steps-{os.getpid()}.json")
         try:
