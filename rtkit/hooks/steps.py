@@ -71,7 +71,7 @@ def _beats(sig: "_Signature", best: "_Signature") -> bool:
 
 class StepRecorder:
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # RLock: a signal handler may flush while this thread records
         self.sources: Dict[str, Dict[str, _Signature]] = {"session": {}, "keras": {}, "manual": {}}
         self.best: Dict[str, Optional[_Signature]] = {"session": None, "keras": None, "manual": None}
         self.notes: List[str] = []
@@ -180,7 +180,7 @@ class StepRecorder:
             pass  # an unwritable run dir was reported by the parent already
 
     def reset_after_fork(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # RLock: a signal handler may flush while this thread records
         for table in self.sources.values():
             table.clear()
         self.best = {k: None for k in self.best}
@@ -198,6 +198,9 @@ def recorder() -> StepRecorder:
         import atexit
 
         atexit.register(_recorder.flush)
+        from rtkit.hooks import signal_flush
+
+        signal_flush.install(_recorder.flush)   # SIGTERM/HUP/QUIT: flushed too, the exit status unchanged
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=lambda: _recorder and _recorder.reset_after_fork())
     return _recorder
