@@ -34,8 +34,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    from rtkit import early_signals
+
+    early_signals.hold()  # first: building the parser imports every command, and a signal meanwhile must not kill
+    try:                  # rtkit silently
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except BaseException:
+        early_signals.release()
+        raise
+    if getattr(getattr(args, "func", None), "__module__", None) != "rtkit.commands.run":
+        # only `rtkit run` reports a signal that came while it started
+        early_signals.release()
+        return _dispatch(parser, args)
+    try:
+        return _dispatch(parser, args)
+    finally:  # the report is written: rtkit exits with the job's code
+        early_signals.release(deliver=False)
+
+
+def _dispatch(parser: argparse.ArgumentParser, args) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

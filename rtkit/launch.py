@@ -18,10 +18,10 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _append_path_list(current: Optional[str], item: str, sep: str) -> str:
-    parts = [p for p in (current or "").split(sep) if p]
+def _append_path_list(current: Optional[str], item: str, sep: str, first: bool = False) -> str:
+    parts = [p for p in (current or "").split(sep) if p and not (first and p == item)]
     if item not in parts:
-        parts.append(item)
+        parts.insert(0, item) if first else parts.append(item)
     return sep.join(parts)
 
 
@@ -57,7 +57,9 @@ def build_child_env(resolved: cfg.Resolved, run_dir: str, base_env: Dict[str, st
             notes.append("allocator library librtkit_malloc.so not found in the installed package: "
                          "ran without it (reinstall rtkit with `pip install .` to build it)")
     if resolved["hooks"]:
-        env["PYTHONPATH"] = _append_path_list(env.get("PYTHONPATH"), BOOTSTRAP_DIR, os.pathsep)
+        # first: Python runs only the first sitecustomize on its path, so a user's own one in PYTHONPATH would
+        # shadow the bootstrap; the folder holds nothing else, and the bootstrap runs the user's one in turn
+        env["PYTHONPATH"] = _append_path_list(env.get("PYTHONPATH"), BOOTSTRAP_DIR, os.pathsep, first=True)
     return env
 
 
@@ -258,22 +260,45 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> Chi
     # terminal it stays in the foreground group (Ctrl-C and terminal reads keep working) and signals are sent
     # to its descendants one by one. rtkit becomes the subreaper of the tree, so descendants the child leaves
     # behind are found (and noted in the report) when it exits.
+    from rtkit import early_signals
+    from rtkit.tree_guard import TreeGuard
+
     own_group = not _in_terminal_foreground()
     _become_subreaper()
     fwd = _Forwarder(None, own_group)  # before the child exists: a signal from then on is never lost
+    guard = TreeGuard()
     with fwd:
+        if fwd.received is None and early_signals.pending() is not None:
+            fwd.received = early_signals.pending()   # came while rtkit started
+        if fwd.received is not None:
+            name = signal.Signals(fwd.received).name
+            return ChildResult(128 + fwd.received, name, "interrupted",
+                               f"interrupted by {name} before the command started", None, [], start, time.time())
+        guard.start(own_group)
+        mask = early_signals.child_mask()
+
+        def in_child():
+            if own_group and sys.version_info < (3, 11):
+                os.setpgrp()
+            if mask is not None:  # the command starts with the signal mask rtkit was given
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            guard.in_child()
+
         try:
-            group: Dict[str, object] = {}
-            if own_group:  # Popen's process_group is Python 3.11+
-                group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+            group: Dict[str, object] = {"preexec_fn": in_child}
+            if own_group and sys.version_info >= (3, 11):
+                group["process_group"] = 0
             proc = subprocess.Popen(command, env=env, **group)
         except FileNotFoundError:
+            guard.finish()
             return ChildResult(127, None, "not_started", f"command not found: {command[0]}", None, [], start,
                                time.time())
         except PermissionError:
+            guard.finish()
             return ChildResult(126, None, "not_started", f"permission denied: {command[0]}", None, [], start,
                                time.time())
         except OSError as exc:
+            guard.finish()
             return ChildResult(126, None, "not_started", f"cannot start {command[0]}: {exc.strerror}", None, [],
                                start, time.time())
         fwd.started(proc)
@@ -301,6 +326,7 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> Chi
                 status, ru = 0, None
                 break
     proc.returncode = 0  # reaped by wait4; keep Popen from waiting again
+    guard.finish()
     sampler.stop()
     end = time.time()
     rusage = None

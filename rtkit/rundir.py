@@ -95,9 +95,36 @@ def make_run_dir(out: str, name: str, exact: Optional[str]) -> Tuple[str, Option
                 n += 1
                 wanted = f"{base}-{n}"
     except OSError as exc:
-        fallback = tempfile.mkdtemp(prefix=f"rtkit-{stamp}-{name}-")
+        fallback = fallback_dir(name)
         return fallback, (f"rtkit: cannot write the run directory {wanted} ({exc.strerror}): "
                           f"using {fallback} instead; pass --out DIR with a writable folder")
+
+
+def fallback_dir(name: str) -> str:
+    """A fresh private folder in the system's temporary directory, for a run whose own place takes no files."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return tempfile.mkdtemp(prefix=f"rtkit-{stamp}-{name}-")
+
+
+_TEMPORARY = re.compile(r"^\..+\.tmp-\d+-\d+$|^.+\.tmp\.\d+\.\d+$")   # atomic.py's and the C writer's
+
+
+def remove_temporaries(folder: str) -> List[str]:
+    """Remove the half-written temporaries of rtkit's atomic writers (a full disk, a killed writer) from a run
+    directory this run made; returns their names. Finished files are kept."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if _TEMPORARY.match(name):
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
 
 
 MAX_TASK_ATTEMPTS = 10_000

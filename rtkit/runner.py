@@ -105,12 +105,10 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
         taskdir.finish(run_dir, report, task, attempt, result.start)
     report_path = os.path.join(run_dir, model.REPORT_FILE)
     try:
-        from rtkit import atomic
-
-        atomic.write_json(report_path, report)
-    except OSError as exc:
-        _eprint(f"rtkit: cannot write {report_path}: {exc.strerror}")
-        return result.exit_code, run_dir
+        report_path, run_dir = _write_report(report, run_dir, name)
+    except OSError as exc:  # nowhere takes it: the summary below still tells the essentials
+        _eprint(f"rtkit: cannot write {report_path}: {exc.strerror or exc}; no report file was kept")
+        html = False
     if html:
         try:
             from rtkit.report import html as html_report
@@ -129,6 +127,33 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
     if lines and not any(report_path in line for line in lines):
         _eprint(f"rtkit: report: {report_path}")
     return result.exit_code, run_dir
+
+
+def _write_report(report: Dict[str, Any], run_dir: str, name: str) -> Tuple[str, str]:
+    """Write report.json into the run directory, or, when its disk refuses (full, I/O error, read-only), into a
+    fallback folder with one line saying where; the refused place keeps no half-written file. Returns
+    (report path, run directory). OSError when the fallback refuses too."""
+    from rtkit import atomic
+    from rtkit.report import model
+
+    report_path = os.path.join(run_dir, model.REPORT_FILE)
+    try:
+        atomic.write_json(report_path, report)
+        return report_path, run_dir
+    except OSError as exc:
+        first_error = exc
+    rundir.remove_temporaries(run_dir)
+    fallback = rundir.fallback_dir(rundir.slug(name))
+    report["run"]["run_dir"] = fallback
+    report["notes"].append(f"report.json could not be written to {run_dir} ({first_error.strerror}); written here")
+    fallback_path = os.path.join(fallback, model.REPORT_FILE)
+    try:
+        atomic.write_json(fallback_path, report)
+    except OSError:
+        rundir.remove_temporaries(fallback)
+        raise first_error from None
+    _eprint(f"rtkit: cannot write {report_path} ({first_error.strerror}): the report went to {fallback_path}")
+    return fallback_path, fallback
 
 
 def summary_lines(report: Dict[str, Any]) -> List[str]:

@@ -281,6 +281,11 @@ def test_launch_dead_ps_ends_job_naming_it(tmp_path):
     (["--ps", "1", "--workers", "0"], "--workers must be at least 1"),
     (["--ps", "1", "--workers", "1", "--ports", "1,x"], "expected comma-separated port numbers"),
     (["--ps", "1", "--workers", "1", "--ports", "40001"], "--ports lists 1 port(s), the cluster has 2"),
+    (["--ps", "1000000", "--workers", "1"], "at most 256 tasks"),
+    (["--ps", "200", "--workers", "57", "--chief"], "at most 256 tasks"),
+    (["--ps", "1", "--workers", "1", "--ports", "99999,99998"], "--ports 99999: a port is 1 to 65535"),
+    (["--ps", "1", "--workers", "1", "--ports", "0,40001"], "--ports 0: a port is 1 to 65535"),
+    (["--ps", "1", "--workers", "1", "--ports", "40001,40001"], "--ports lists port 40001 twice"),
 ])
 def test_launch_bad_spec_exit_2_one_line(tmp_path, args, words):
     proc = run_rtkit(["launch", *args, "--out", str(tmp_path), "--", PY, "-c", "pass"])

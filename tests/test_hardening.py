@@ -394,3 +394,44 @@ def test_pmem_small_things(pmem_build, tmp_path, monkeypatch):
     junk.write_bytes(b"x" * 8192)
     proc = run_rtkit(["pmem", "check", str(junk)], env=env)
     assert proc.returncode == 2 and proc.stderr.count(str(junk)) == 1, proc.stderr
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A real 64 KiB tmpfs (mount needs root, or CAP_SYS_ADMIN): the disk the report is written to fills up."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(folder)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({proc.stderr.strip() or 'mount failed'})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_full_disk_report_goes_to_the_fallback_with_its_summary(full_fs, tmp_path):
+    fill = ("import os, sys\n"
+            f"path = os.path.join({str(full_fs)!r}, 'filler')\n"
+            "with open(path, 'wb', buffering=0) as fh:\n"
+            "    try:\n"
+            "        while True: fh.write(b'x' * 4096)\n"
+            "    except OSError as exc: print('full:', exc.strerror)\n")
+    fallback_root = tmp_path / "tmp"
+    fallback_root.mkdir()
+    proc = run_rtkit(["run", "--out", str(full_fs), "--name", "fill", "--", sys.executable, "-c", fill],
+                     env={"TMPDIR": str(fallback_root)})
+    assert proc.returncode == 0, proc.stderr   # the job's own exit code, whatever happened to the report
+    assert proc.stdout == "full: No space left on device\n"
+    assert "Traceback" not in proc.stderr
+    assert any(line.startswith("rtkit: ok (exit 0)") for line in proc.stderr.splitlines()), proc.stderr
+    moved = [line for line in proc.stderr.splitlines() if "the report went to" in line]
+    assert len(moved) == 1 and str(fallback_root) in moved[0] and "No space left on device" in moved[0], proc.stderr
+    dirs = os.listdir(fallback_root)
+    assert len(dirs) == 1, dirs
+    report = load_report(fallback_root / dirs[0])
+    assert report["run"]["status"] == "ok" and report["run"]["run_dir"] == str(fallback_root / dirs[0])
+    # nothing half-written stays on the full disk
+    left = [os.path.join(d, f) for d, _, files in os.walk(full_fs) for f in files if f != "filler"]
+    assert not [f for f in left if ".tmp" in f or f.endswith("report.json")], left

@@ -138,8 +138,9 @@ def test_user_preload_and_pythonpath_are_appended_not_replaced(tmp_path):
     proc = run_rtkit(["run", "--quiet", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script],
                      env={"LD_PRELOAD": preload, "PYTHONPATH": str(user_dir)}, check_rc=0)
     ld_preload, pythonpath = json.loads(proc.stdout)
-    assert pythonpath.split(os.pathsep)[0] == str(user_dir)
-    assert pythonpath.split(os.pathsep)[-1].endswith(os.path.join("rtkit", "bootstrap"))
+    # the bootstrap folder (it holds only sitecustomize.py) goes first, else a user's sitecustomize shadows it
+    assert pythonpath.split(os.pathsep)[1:] == [str(user_dir)]
+    assert pythonpath.split(os.pathsep)[0].endswith(os.path.join("rtkit", "bootstrap"))
     if preload:
         assert ld_preload.split()[0] == preload
     assert ld_preload.split()[-1].endswith("librtkit_malloc.so")
@@ -153,6 +154,31 @@ def test_user_sitecustomize_still_runs(tmp_path):
                       "import builtins; print(getattr(builtins, 'USER_SITE_RAN', False))"],
                      env={"PYTHONPATH": str(site)}, check_rc=0)
     assert proc.stdout.strip() == "True"
+    # and rtkit's own bootstrap ran too (a user's sitecustomize earlier on the path must not shadow it)
+    assert os.path.exists(tmp_path / "r" / "bootstrap-loaded")
+
+
+def test_script_without_tensorflow_summary_says_the_bootstrap_loaded(tmp_path):
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", "print('no tf here')"], check_rc=0)
+    assert "no Python process under rtkit loaded the bootstrap" not in proc.stderr
+    hook = load_report(tmp_path / "r")["steps"]["hook"]
+    assert hook["status"] == "no_tensorflow" and "bootstrap loaded" in hook["detail"], hook
+    assert "TensorFlow was never imported" in proc.stderr
+    # a command that is not Python never loads the bootstrap: that stays the line it was
+    run_rtkit(["run", "--run-dir", str(tmp_path / "sh"), "--", "true"], check_rc=0)
+    assert load_report(tmp_path / "sh")["steps"]["hook"]["status"] == "not_loaded"
+
+
+def test_import_sitecustomize_gives_the_users_own_module(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("USER_VALUE = 42\n")
+    script = "import sitecustomize; print(sitecustomize.__file__, getattr(sitecustomize, 'USER_VALUE', None))"
+    proc = run_rtkit(["run", "--quiet", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script],
+                     env={"PYTHONPATH": str(site)}, check_rc=0)
+    assert proc.stdout.split() == [str(site / "sitecustomize.py"), "42"]
+    # the bootstrap still loaded (it is what ran the user's module)
+    assert load_report(tmp_path / "r")["steps"]["hook"]["status"] == "no_tensorflow"
 
 
 def test_process_samples_and_rusage(tmp_path):

@@ -121,6 +121,27 @@ def test_bad_path_one_line_job_runs(prm, tmp_path, where):
         assert path.read_text() == "user data\n"
 
 
+def test_long_pool_path_works_and_too_long_says_one_line(prm, tmp_path):
+    deep = tmp_path.joinpath(*(["d" * 200] * 3))   # ~700 bytes: legal on Linux (PATH_MAX 4096)
+    deep.mkdir(parents=True)
+    pool = deep / "pool"
+    assert len(str(pool)) >= 600
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proc = run_tier(prm, "basic", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool)})
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout == "prmalloc_tier basic: ok\n", proc.stderr
+    doc = pmem_doc(run_dir)
+    assert doc["state"] == "on" and doc["pmem_path"] == str(pool) and doc["tier_allocs"] >= 1, doc
+    too_long = str(tmp_path / ("x" * 5000))
+    run2 = tmp_path / "run2"
+    run2.mkdir()
+    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(run2), "RTKIT_PMEM_PATH": too_long})
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_tier plain: ok\n"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "RTKIT_PMEM_PATH" in lines[0] and "longer than" in lines[0], proc.stderr
+    assert pmem_doc(run2)["state"] == "failed"
+
+
 def test_pool_held_by_another_process_stays_in_dram(prm, tmp_path):
     pool = tmp_path / "pool"
     pool.write_bytes(b"RTKPMEM1" + bytes(4088))

@@ -17,6 +17,22 @@ def _chain_next_sitecustomize():
         return
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    # `import sitecustomize` in the user's program then gives the user's module, as it would without rtkit
+    sys.modules["_rtkit_bootstrap"] = sys.modules.get("sitecustomize")
+    sys.modules["sitecustomize"] = module
+
+
+def _record_loaded():
+    """One empty marker in the run directory, so the report can tell "the bootstrap ran, TensorFlow never
+    came" from "no Python process ran under rtkit"; one open() per process, made by the first one only."""
+    run_dir = os.environ.get("RTKIT_RUN_DIR")
+    if not run_dir:
+        return
+    try:
+        os.close(os.open(os.path.join(run_dir, "bootstrap-loaded"),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666))
+    except OSError:
+        pass  # already there (another process), or an unwritable run directory the parent reports
 
 
 def _import_rtkit():
@@ -76,6 +92,7 @@ class _AfterImport:
 def _install():
     if os.environ.get("RTKIT_HOOKS", "1").strip().lower() in ("0", "false", "off", "no"):
         return
+    _record_loaded()
     _import_rtkit()
     from rtkit.hooks import install
 

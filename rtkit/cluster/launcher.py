@@ -36,6 +36,9 @@ CLUSTER_FILE = "cluster.json"
 SERVING_DIR = ".serving"      # one empty file per task attempt that entered Server.join()
 STOP_GRACE_S = 10.0
 TRAINING_ROLES = ("chief", "worker")
+# A local cluster of more tasks than this is a typo (each task is a TensorFlow process on this host)
+MAX_TASKS = 256
+MAX_PORT = 65535
 
 
 PORT_FLOOR = 20000   # below the kernel's usual ephemeral range; the pick moves lower if that range starts lower
@@ -70,9 +73,12 @@ def pick_ports(count: int, host: str = "127.0.0.1") -> List[int]:
             port += 1
         while len(socks) < count:   # no room below the ephemeral range: let the kernel choose
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
             socks.append(s)
+            s.bind((host, 0))
         return [s.getsockname()[1] for s in socks]
+    except OSError as exc:
+        raise ClusterError(f"rtkit launch: cannot find {count} free localhost ports ({exc.strerror}); "
+                           "start fewer tasks or pass --ports") from None
     finally:
         for s in socks:
             s.close()
@@ -86,9 +92,12 @@ def build_cluster(ps: int, workers: int, chief: bool, ports: Optional[Sequence[i
     if workers < (0 if chief else 1):
         raise ClusterError("rtkit launch: --workers must be at least 1 (or 0 with --chief)")
     total = ps + workers + (1 if chief else 0)
+    if total > MAX_TASKS:
+        raise ClusterError(f"rtkit launch: --ps {ps} --workers {workers}{' --chief' if chief else ''} makes {total} "
+                           f"tasks; a local cluster has at most {MAX_TASKS} tasks")
+    if ports:
+        _check_ports(ports, total)
     ports = list(ports) if ports else pick_ports(total)
-    if len(ports) != total:
-        raise ClusterError(f"rtkit launch: --ports lists {len(ports)} port(s), the cluster has {total} task(s)")
     cluster: Dict[str, List[str]] = {}
     it = iter(ports)
     if chief:
@@ -98,6 +107,20 @@ def build_cluster(ps: int, workers: int, chief: bool, ports: Optional[Sequence[i
     if ps:
         cluster["ps"] = [f"{host}:{next(it)}" for _ in range(ps)]
     return cluster
+
+
+def _check_ports(ports: Sequence[int], total: int) -> None:
+    """--ports as given: one valid, distinct port per task."""
+    for port in ports:
+        if not 1 <= port <= MAX_PORT:
+            raise ClusterError(f"rtkit launch: --ports {port}: a port is 1 to {MAX_PORT}")
+    if len(ports) != total:
+        raise ClusterError(f"rtkit launch: --ports lists {len(ports)} port(s), the cluster has {total} task(s)")
+    seen = set()
+    for port in ports:
+        if port in seen:
+            raise ClusterError(f"rtkit launch: --ports lists port {port} twice; give each task its own port")
+        seen.add(port)
 
 
 def check_ports_free(cluster: Dict[str, List[str]]) -> None:

@@ -71,11 +71,11 @@ def _beats(sig: "_Signature", best: "_Signature") -> bool:
 
 class StepRecorder:
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # RLock: a signal handler may flush while this thread records
         self.sources: Dict[str, Dict[str, _Signature]] = {"session": {}, "keras": {}, "coordinator": {}, "manual": {}}
         self.best: Dict[str, Optional[_Signature]] = {"session": None, "keras": None, "coordinator": None, "manual": None}
         self.notes: List[str] = []
-        self.hook = {"status": "not_loaded", "detail": "TensorFlow was not imported", "tensorflow_version": None}
+        self.hook = {"status": "no_tensorflow", "detail": "TensorFlow was not imported", "tensorflow_version": None}
         self.step_mark = _find_step_mark()
         self.run_dir = os.environ.get("RTKIT_RUN_DIR") or None
         self.last_flush = time.monotonic()
@@ -172,7 +172,7 @@ class StepRecorder:
 
     def _write(self) -> None:
         data = self.snapshot()
-        if data["count"] == 0 and self.hook["status"] == "not_loaded":
+        if data["count"] == 0 and self.hook["status"] == "no_tensorflow":
             return  # a helper process that never touched TensorFlow: leave no file
         path = os.path.join(self.run_dir, f"steps-{os.getpid()}.json")
         try:
@@ -181,7 +181,7 @@ class StepRecorder:
             pass  # an unwritable run dir was reported by the parent already
 
     def reset_after_fork(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # RLock: a signal handler may flush while this thread records
         for table in self.sources.values():
             table.clear()
         self.best = {k: None for k in self.best}
@@ -199,6 +199,9 @@ def recorder() -> StepRecorder:
         import atexit
 
         atexit.register(_recorder.flush)
+        from rtkit.hooks import signal_flush
+
+        signal_flush.install(_recorder.flush)   # SIGTERM/HUP/QUIT: flushed too, the exit status unchanged
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=lambda: _recorder and _recorder.reset_after_fork())
     return _recorder

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 SCHEMA_VERSION = 1
 REPORT_FILE = "report.json"
 COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler")
+BOOTSTRAP_MARKER = "bootstrap-loaded"  # made by the child's bootstrap (rtkit/bootstrap/sitecustomize.py) when it runs
 
 
 def read_child_files(run_dir: str, prefix: str) -> List[Tuple[int, Dict[str, Any]]]:
@@ -67,6 +68,9 @@ def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[i
              "hook": {"status": "not_loaded", "detail": "no Python process under rtkit loaded the bootstrap",
                       "tensorflow_version": None}}
     if not files:
+        if os.path.exists(os.path.join(run_dir, BOOTSTRAP_MARKER)):
+            empty["hook"] = {"status": "no_tensorflow", "tensorflow_version": None,
+                             "detail": "the bootstrap loaded; TensorFlow was never imported, so there was nothing to hook"}
         return empty, notes
     pid, data = max(files, key=lambda item: (len(item[1].get("per_step", [])), item[0] == child_pid))
     per_step = []

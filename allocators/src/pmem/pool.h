@@ -1,6 +1,8 @@
 /* pool.h -- the live pool object, thread caches and per-class shared pools (internal), and base.c's helpers. */
 #ifndef RTK_PMEM_POOL_H
 #define RTK_PMEM_POOL_H
+#include <limits.h>
+
 #include "pmem/pmem_internal.h"
 
 /* per-class shared pool: chains of free records moved from thread caches, and partly used segments */
@@ -57,7 +59,7 @@ struct rtkit_pmem_pool {
     /* recovery figures */
     uint64_t recovered_records, recovered_scanned, recovery_ns;
     uint32_t recovery_threads_used;
-    char path[512];
+    char path[PATH_MAX];
 };
 
 /* base.c */

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ int rtk_tier_pre = 1;                     /* 1 until the first step mark */
 
 static struct {
     int state;
-    char path[512];
+    char path[PATH_MAX];
     size_t size, min_size, resident_max, dram_head;
     int cold_hint;
     char errors[4][320];
@@ -43,7 +44,7 @@ static struct {
     pid_t owner;
     int plan_ready;
     char medium[16];
-    char reason[1024];
+    char reason[PATH_MAX + 512];
     /* counters (relaxed atomics: every placed request is >= min size, so these are rare) */
     uint64_t bytes, peak, allocs, frees, fallbacks, fallback_bytes, pre_allocs, pre_bytes, ll_allocs, ll_bytes;
     uint64_t bad_frees, child_frees, errors_other;
@@ -142,6 +143,8 @@ void rtk_tier_plan_ready(void) { __atomic_store_n(&T.plan_ready, 1, __ATOMIC_REL
 int rtk_tier_prestep(void) { return rtk_tier_pre; }
 
 /* ---------------------------------------------------------------- settings and the pool */
+static void say(const char *msg);
+
 void rtk_tier_read_settings(void)
 {
     const char *path = rtk_opt_str(RTK_OPT_PMEM_PATH);
@@ -156,10 +159,14 @@ void rtk_tier_read_settings(void)
     RECORD(rtk_opt_size(RTK_OPT_PMEM_DRAM_HEAD, &T.dram_head));
     rtk_opt_set_error_sink(NULL, 0);
     if (!path || strlen(path) >= sizeof T.path) {
-        if (path)
-            snprintf(T.reason, sizeof T.reason, "%s is longer than %zu bytes", rtk_settings[RTK_OPT_PMEM_PATH].env,
-                     sizeof T.path - 1);
         T.state = path ? T_FAILED : T_OFF;
+        if (path) {  /* no file can have this name (ENAMETOOLONG): said now, since no pool is ever opened */
+            snprintf(T.reason, sizeof T.reason, "%s is longer than %zu bytes (the system's PATH_MAX)",
+                     rtk_settings[RTK_OPT_PMEM_PATH].env, sizeof T.path - 1);
+            char line[sizeof T.reason + 64];
+            snprintf(line, sizeof line, "%s; tier mode off, allocations stay in DRAM", T.reason);
+            say(line);
+        }
         return;
     }
     snprintf(T.path, sizeof T.path, "%s", path);
@@ -255,7 +262,7 @@ static void tier_open(void)
         }
     }
     if (next == T_FAILED) {
-        char line[1200];
+        char line[sizeof T.reason + 128];
         snprintf(line, sizeof line, "%s: %s; tier mode off, allocations stay in DRAM",
                  rtk_settings[RTK_OPT_PMEM_PATH].env, T.reason);
         say(line);

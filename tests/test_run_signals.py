@@ -1,0 +1,178 @@
+# test_run_signals.py -- `rtkit run` under signals at any moment: a report or one line, the child's steps kept, no orphans.
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import RTKIT, load_report
+
+PY = sys.executable
+pytestmark = pytest.mark.timeout(300)
+
+
+def _env():
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    return env
+
+
+def _start(args, block=()):
+    """`rtkit ARGS` with `block` signals blocked from its first instruction: a signal sent at once then waits,
+    pending, for rtkit's own handlers, whatever the machine's load (the child still gets the caller's mask)."""
+    def preexec():
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # SIGQUIT's default action: no core file
+        if block:
+            signal.pthread_sigmask(signal.SIG_BLOCK, set(block))
+    return subprocess.Popen([RTKIT, *args], env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+
+
+def _wait_for(predicate, what, proc=None):
+    """Poll for an observable event; the loop bound only guards against a hang, it is never the pass condition."""
+    for _ in range(6000):
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"rtkit exited ({proc.returncode}) before {what}: {proc.stderr.read()}")
+        time.sleep(0.01)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def _report_or_one_line(proc, out_dir, sig):
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    reports = [os.path.join(d, "report.json") for d, _, files in os.walk(out_dir) if "report.json" in files]
+    if reports:
+        with open(reports[0]) as fh:
+            report = json.load(fh)
+        assert report["run"]["status"] == "interrupted", report["run"]
+        assert proc.returncode == 128 + sig, err
+        return report, err
+    lines = [line for line in err.splitlines() if signal.Signals(sig).name in line]
+    assert len(lines) == 1 and "no report" in lines[0], err
+    return None, err
+
+
+def test_sigterm_at_once_leaves_a_report(tmp_path):
+    # sent before rtkit ran a line of Python: pending until its first handler exists
+    proc = _start(["run", "--out", str(tmp_path), "--", PY, "-c", "import time; time.sleep(30)"],
+                  block=(signal.SIGTERM,))
+    proc.send_signal(signal.SIGTERM)
+    report, err = _report_or_one_line(proc, tmp_path, signal.SIGTERM)
+    assert report is not None, err
+    assert "before the command started" in (report["run"]["error"] or ""), report["run"]
+    assert "rtkit: interrupted" in err
+
+
+@pytest.mark.parametrize("moment", ["run_dir", "child_marker"])
+def test_sigterm_at_each_moment_leaves_a_report(tmp_path, moment):
+    marker = tmp_path / "child-started"
+    script = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)\n"
+    out = tmp_path / "out"
+    proc = _start(["run", "--out", str(out), "--", PY, "-c", script])
+    try:
+        if moment == "run_dir":
+            _wait_for(lambda: out.exists() and os.listdir(out), "the run directory", proc)
+        else:
+            _wait_for(marker.exists, "the child's marker", proc)
+        proc.send_signal(signal.SIGTERM)
+        report, err = _report_or_one_line(proc, out, signal.SIGTERM)
+        assert report is not None, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+STEPPING = ("import os, sys, time, threading, ctypes, rtkit\n"
+            "for _ in range(184):\n    rtkit.step()\n"
+            "open(sys.argv[1], 'w').close()\n"
+            "if sys.argv[2] == 'c_call':\n"
+            # the main thread blocked in C, as in TensorFlow's server.join(): no Python handler can run there
+            "    t = threading.Thread(target=time.sleep, args=(600,), daemon=True)\n    t.start()\n"
+            "    libc = ctypes.CDLL(None)\n    libc.pthread_join.argtypes = [ctypes.c_ulong, ctypes.c_void_p]\n"
+            "    libc.pthread_join(t.ident, None)\n"
+            "else:\n    time.sleep(600)\n")
+
+
+@pytest.mark.parametrize("sig, where", [(signal.SIGTERM, "sleep"), (signal.SIGHUP, "sleep"),
+                                        (signal.SIGQUIT, "sleep"), (signal.SIGTERM, "c_call")])
+def test_child_steps_survive_the_signal_with_its_exit_code(tmp_path, sig, where):
+    marker = tmp_path / "stepped"
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", STEPPING, str(marker), where])
+    try:
+        _wait_for(marker.exists, "184 steps", proc)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)   # hang guard: a handler that never ran would wait 600 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + sig, err       # as without rtkit: killed by the signal
+    report = load_report(tmp_path / "r")
+    assert report["run"]["signal"] == signal.Signals(sig).name
+    assert report["steps"]["count"] == 184, (report["steps"]["hook"], err)
+
+
+def _alive(pid, started):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] not in ("Z", "X") and fields[19] == started
+
+
+def _start_time(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[19]
+
+
+def test_kill_9_of_rtkit_takes_the_tree_with_it(tmp_path):
+    pids_file = tmp_path / "pids.json"
+    script = ("import json, os, subprocess, sys, time\n"
+              "a = subprocess.Popen(['sleep', '600'])\n"
+              "b = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"   # left the group too
+              f"tmp = {str(pids_file)!r} + '.tmp'\n"
+              "json.dump([os.getpid(), a.pid, b.pid], open(tmp, 'w'))\n"
+              f"os.rename(tmp, {str(pids_file)!r})\n"
+              "time.sleep(600)\n")
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    tree = []
+    try:
+        _wait_for(pids_file.exists, "the child's process tree", proc)
+        tree = [(pid, _start_time(pid)) for pid in json.loads(pids_file.read_text())]
+        proc.kill()
+        proc.wait(timeout=60)
+        _wait_for(lambda: not any(_alive(pid, started) for pid, started in tree), "the tree to go")
+    finally:
+        for pid, started in tree:
+            if _alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_forked_childs_signal_never_ends_its_parent(tmp_path):
+    marker = tmp_path / "forked"
+    script = ("import os, sys, time, rtkit\n"
+              "for _ in range(3):\n    rtkit.step()\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n    time.sleep(600)\n    os._exit(0)\n"
+              f"open({str(marker)!r} + '.tmp', 'w').write(str(pid))\n"
+              f"os.rename({str(marker)!r} + '.tmp', {str(marker)!r})\n"
+              "_, status = os.waitpid(pid, 0)\n"
+              "print('child signal', os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)\n"
+              "rtkit.step()\n")
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    try:
+        _wait_for(marker.exists, "the fork", proc)
+        os.kill(int(marker.read_text()), signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out == f"child signal {int(signal.SIGTERM)}\n"
+    assert load_report(tmp_path / "r")["steps"]["count"] == 4
