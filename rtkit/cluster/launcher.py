@@ -57,8 +57,12 @@ def pick_ports(count: int, host: str = "127.0.0.1") -> List[int]:
     """`count` distinct free ports, all bound (gRPC's way: every interface, SO_REUSEADDR) until every port is
     chosen. Chosen below the ephemeral range: a port the kernel may hand to some outgoing connection (a task's
     own gRPC client among them) before the task that owns it has bound it fails that task's server."""
+    import random
+
     low, _ = _ephemeral_range()
-    start = PORT_FLOOR if low - PORT_FLOOR > count * 4 else max(1024, low - 12000)
+    floor = PORT_FLOOR if low - PORT_FLOOR > count * 4 else max(1024, low - 12000)
+    # a random start: two launches at once (two jobs, two test runs) rarely walk the same ports
+    start = random.randrange(floor, max(floor + 1, low - count * 4))
     socks = []
     try:
         port = start
