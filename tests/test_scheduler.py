@@ -789,3 +789,24 @@ def test_make_callable_with_a_feed_list_is_staged(tmp_path, monkeypatch):
     (key, _), = h1_callables(sched, h)
     assert key[2] == ("scale:0",) and key[3]  # fed, and connected to the get
     assert not rtkit_threads()
+
+
+def test_the_step_is_the_step_owners_not_the_first_run_to_recur(tmp_path):
+    """The hooks' step owner alone decides what a step is: a run repeated 3 times before training (the initialiser,
+    run again by a script) does not become the scheduler's step because it recurred first; the train op's run, which
+    recurs most, is the step for both, and the scheduler's step figures are its steps."""
+    path = write_data(str(tmp_path / "data.csv"), 32 * 10)
+    m = Model(path)
+    sched = Scheduler(tf, settings(), str(tmp_path))
+    h = Hooked(sched, m.graph)
+    for _ in range(3):
+        h.run(m.init)
+    h.run(m.iterator.initializer)
+    for _ in range(10):
+        h.run([m.train, m.loss])
+    h.close()
+    source, step = h.steps.chosen()
+    assert source == "session" and "Adagrad" in step.name and step.count == 10
+    assert sched.step_signature == step.name
+    # the owner named the train run the step at its 4th run (it then recurred more than the initialiser's 3)
+    assert sched.report()["steps_seen"] == 7
