@@ -153,7 +153,7 @@ SETTINGS: List[Setting] = [
     _s("name", "str", "", "", "name of the run (default: the command's basename); part of the run directory name"),
     _s("sample_interval_ms", "int", 200, "ms", "how often `rtkit run` samples the child's RSS, faults, CPU and threads",
        minimum=10, maximum=60000),
-    _s("hooks", "bool", True, "", "instrument TensorFlow sessions and Keras fit inside the child to find and time steps"),
+    _s("hooks", "bool", True, "", "instrument TensorFlow (sessions, tf.function, Keras fit) inside the child to find and time steps"),
     _s("warmup_steps", "int", 3, "steps", "first steps left out of the step-time summary", minimum=0),
     _s("log", "choice", "info", "", "how much rtkit itself prints on stderr", choices=("quiet", "info", "debug")),
     # -- PRMalloc, the LD_PRELOAD allocator

@@ -3,8 +3,8 @@
 hooks: rtkit.hooks.install calls activate() right after TensorFlow is imported (when RTKIT_SCHED is on) and
 registers the Scheduler's methods at its own extension points: filter_config (each session's ConfigProto and
 per-stage pools), wrap_run (routing, in-graph SmartStage staging, tracing, tuning), wrap_callable
-(make_callable), filter_dataset (Keras fit's tf.data input), on_close (stop the session's staging runner)
-and at_exit (write scheduler-<pid>.json and trace-<pid>.json into the run directory). The hooks
+(make_callable), filter_dataset (Keras fit's tf.data input), on_close (stop the session's staging runner),
+on_step (subscribed to the hooks' step owner: the scheduler never decides what a step is) and at_exit (write scheduler-<pid>.json and trace-<pid>.json into the run directory). The hooks
 also pass `internal`, the context in which the scheduler's own session runs are not counted as steps,
 `before_run(ms)`, which adds the scheduler's time before a run (the wait for a staged batch) to that run's step
 time, and `timed_run`, which times and records a staged step (a callable that bypasses Session.run's path) as the

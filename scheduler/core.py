@@ -1,8 +1,9 @@
 # core.py -- the Scheduler: session config filter, per-run routing/in-graph staging/tracing/tuning, close and exit handling.
 """rtkit's hooks register these methods at their extension points: filter_config (config_filters),
 wrap_run (run_wrappers), wrap_callable (callable_wrappers), filter_dataset (dataset_filters), on_close
-(close_callbacks), at_exit (exit_callbacks). Each method is also callable directly, which is how the tests
-drive it before/without the hooks."""
+(close_callbacks), at_exit (exit_callbacks), and on_step as a subscriber of the hooks' step owner, which alone
+decides what a training step is: the scheduler never counts run signatures itself. Each method is also callable
+directly, which is how the tests drive it before/without the hooks."""
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +24,8 @@ from .trace import Trace
 from .tuner import Tuner
 
 TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without a profiler session, which FULL_TRACE would start and which two concurrent runs cannot share) to measure per-stage cost
-WARM_RUNS = 3            # runs of a signature before it counts as the step and tracing starts
+WARM_RUNS = 3            # steps of the chosen signature before tracing starts
+MAX_STEP_KEYS = 64       # run shapes remembered as the step's (for the decisions made before a run)
 MAX_NOTES = 50
 MAX_SAMPLES = 2000
 MAX_CALLABLES = 32       # staged callables kept per session (each holds an executor of the step's graph)
@@ -45,11 +47,6 @@ def _leaves(fetches, out: List) -> List:
     else:
         out.append(fetches)
     return out
-
-
-def _has_op(sig) -> bool:
-    """A run signature (sorted element names) that fetches an operation (a name without ':<index>')."""
-    return bool(sig) and any(":" not in name for name in sig)
 
 
 def _ends_with_prefetch(dataset) -> bool:
@@ -127,9 +124,10 @@ class Scheduler:
         self._runners: "weakref.WeakSet" = weakref.WeakSet()
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._sig_counts: Dict[tuple, int] = {}
-        self.step_signature: Optional[tuple] = None
-        self._signature_switched = False
+        self.step_signature: Optional[str] = None   # the step owner's name for the step (on_step)
+        # this scheduler's run keys (sorted fetch names) of runs the step owner called steps: what is decided before
+        # a run (tracing, the tuner's candidate) asks whether the run about to start is the step's
+        self._step_keys: set = set()
         self.step_runs = 0
         self.step_ms: List[float] = []
         self._traced_steps = 0
@@ -340,7 +338,7 @@ class Scheduler:
             self._error(f"run not analysed ({type(exc).__name__}: {exc}); ran unchanged")
             return run_next(fetches, feed_dict, options, run_metadata)
 
-        is_step = self._count_signature(sig)
+        is_step = sig in self._step_keys   # the step's run shape: known only after the step owner named it once
         tracing = is_step and self._traced_steps < TRACE_STEPS and self.step_runs > WARM_RUNS
         if is_step and not tracing and self.tuner is not None and not self.tuner.done and \
                 self._traced_steps >= TRACE_STEPS:
@@ -349,9 +347,10 @@ class Scheduler:
 
         opts, md = self._options(st, options, run_metadata, tracing)
         t_begin = time.time()
-        state = self._before(session, st, mode, is_step, tracing)
+        state = self._before(session, st, mode, tracing)
         t0 = time.time()
         self._report_before_run(mode, t0 - t_begin)
+        self._local.step_ms = None
         if state == "ready":  # a staged batch: the step's consumers read it from the get op
             result = self._run_staged(session, st, fetches, feed_dict, opts, md, connect)
         else:  # everything else, an unstaged step included, is the script's own run of the script's own graph
@@ -360,9 +359,7 @@ class Scheduler:
             except BaseException as exc:
                 self._unstaged_failed(state, exc)
                 raise
-        t1 = time.time()
-        if is_step:
-            self._after_step(st, mode, t_begin, t0, t1, tracing, md)
+        self._after_run(st, sig, mode, t0, time.time(), tracing, md)
         return result
 
     def _run_staged(self, session, st: _SessionState, fetches, feed_dict, opts, md, connect: Tuple[str, ...]):
@@ -439,11 +436,11 @@ class Scheduler:
         def call(*args, **kwargs):
             if getattr(sched._local, "bypass", False):
                 return fn(*args, **kwargs)
-            is_step = sched._count_signature(sig)
             t_begin = time.time()
-            state = sched._before(session, st, mode, is_step, False)
+            state = sched._before(session, st, mode, False)
             t0 = time.time()
             sched._report_before_run(mode, t0 - t_begin)
+            sched._local.step_ms = None
             if state == "ready":
                 md = kwargs.get("run_metadata")
                 opts, md = sched._options(st, kwargs.get("options"), md, False)
@@ -457,8 +454,7 @@ class Scheduler:
                     raise
                 finally:
                     sched._local.bypass = False
-            if is_step:
-                sched._after_step(st, mode, t_begin, t0, time.time(), False, None)
+            sched._after_run(st, sig, mode, t0, time.time(), False, None)
             return out
 
         call.__wrapped__ = fn
@@ -479,7 +475,7 @@ class Scheduler:
                     md = self.tf.compat.v1.RunMetadata()
         return opts, md
 
-    def _before(self, session, st: _SessionState, mode: str, is_step: bool, tracing: bool) -> Optional[str]:
+    def _before(self, session, st: _SessionState, mode: str, tracing: bool) -> Optional[str]:
         """Staging work before a run: stop the runner for an iterator reset; before a run that reads the input,
         take the staged batch ('ready': the run reads it from the get op) or learn that none is staged and none
         will come ('inline': the script's own graph runs and reads the iterator itself, with no extra run), or
@@ -555,11 +551,42 @@ class Scheduler:
             except Exception as exc:  # only the step's timing is affected
                 self._error(f"step timing not told of the staging wait ({type(exc).__name__}: {exc})")
 
-    def _after_step(self, st: _SessionState, mode: str, t_begin: float, t0: float, t1: float, tracing: bool,
-                    md) -> None:
-        """t_begin: the script's run began (before the wait for a staged batch); t0..t1: TF's run.
-        The step's time, which the tuner compares, is t_begin..t1: what the script waited for."""
-        ms = (t1 - t_begin) * 1000.0
+    def on_step(self, signature: str, ms: float) -> None:
+        """The step owner's word that a training step (of any API) just ended on this thread, `ms` long (what the
+        script waited for, a staged batch's wait included). A change of step signature (the train op overtaking
+        reads a hook made at session creation) discards what was measured on the earlier one."""
+        switched_from = None
+        with self._lock:
+            if signature != self.step_signature:
+                if self.step_signature is not None:
+                    switched_from = (self.step_signature, self.step_runs)
+                    self.step_ms = []
+                    self._traced_steps = 0
+                    self.stage_cost_ms = {k: 0.0 for k in self.stage_cost_ms}
+                    self.tuner = self._new_tuner()
+                    self.active.update(compute=self.plan.compute_sizes[0], input=self.plan.input_sizes[0],
+                                       stage=self.stage and self.tuner is None)
+                self.step_signature = signature
+                self.step_runs = 0
+                self._step_keys = set()
+            self.step_runs += 1
+        self._local.step_ms = float(ms)
+        if switched_from is not None and switched_from[1] >= WARM_RUNS:  # self.note takes the lock
+            self.note(f"the step is the run of {signature[:120]}, not the earlier {switched_from[0][:80]} "
+                      f"({switched_from[1]} runs: a hook's read)")
+
+    def _after_run(self, st: _SessionState, key: tuple, mode: str, t0: float, t1: float, tracing: bool,
+                   md) -> None:
+        """After one of the runs this scheduler wraps: when the step owner called it the step (on_step on this
+        thread, during the run), the step's part: t0..t1 is TF's run, the step's time is on_step's."""
+        ms = getattr(self._local, "step_ms", None)
+        self._local.step_ms = None
+        if ms is None:
+            return
+        with self._lock:
+            if len(self._step_keys) >= MAX_STEP_KEYS:
+                self._step_keys.clear()
+            self._step_keys.add(key)
         kind = getattr(self._local, "step_kind", None) if mode == "staged" else mode
         self.trace.add("steps", "step", t0 * 1e6, (t1 - t0) * 1e6, {"mode": kind or mode})
         if tracing:
@@ -578,37 +605,6 @@ class Scheduler:
             self.pin_result = _pools.pin_pools(self.plan, {
                 "compute": self.plan.index("compute", self.active["compute"]),
                 "input": self.plan.index("input", self.active["input"])}, share)
-
-    def _count_signature(self, sig) -> bool:
-        """Whether this run is the training step: the first signature to recur WARM_RUNS times, except that one
-        with an operation among its fetches (a train op) replaces a tensor-only one, once: MonitoredTrainingSession's
-        hooks read global_step several times at session creation, before the first step."""
-        switched_from = None
-        with self._lock:
-            n = self._sig_counts.get(sig, 0) + 1
-            self._sig_counts[sig] = n
-            if self.step_signature is None and n >= WARM_RUNS:
-                self.step_signature = sig
-            elif n >= WARM_RUNS and sig != self.step_signature and _has_op(sig) and \
-                    not _has_op(self.step_signature) and not self._signature_switched:
-                self._signature_switched = True
-                switched_from = self.step_signature
-                self.step_signature = sig
-                # what was measured on the other signature is not the step's: start over
-                self.step_runs = 0
-                self.step_ms = []
-                self._traced_steps = 0
-                self.stage_cost_ms = {k: 0.0 for k in self.stage_cost_ms}
-                self.tuner = self._new_tuner()
-                self.active.update(compute=self.plan.compute_sizes[0], input=self.plan.input_sizes[0],
-                                   stage=self.stage and self.tuner is None)
-            is_step = sig == self.step_signature
-            if is_step:
-                self.step_runs += 1
-        if switched_from is not None:  # self.note takes the lock
-            self.note(f"the step is the run of {', '.join(sig)[:120]}, not the earlier "
-                      f"{', '.join(switched_from)[:80]} (a hook's read)")
-        return is_step
 
     def _take_stats(self, md, st: _SessionState, label: str, input_run: bool = False, stage_of=None) -> None:
         if md is None or self.last_analysis is None:
@@ -774,7 +770,7 @@ class Scheduler:
             "stage_cost_source": f"RunMetadata step_stats of {self._traced_steps} traced step(s) and "
                                  f"{self._traced_inputs} traced put run(s); op time summed per stage",
             "input_share_pct": stages["input"]["share_pct"],
-            "step_signature": list(self.step_signature) if self.step_signature else None,
+            "step_signature": self.step_signature,
             "steps_seen": self.step_runs,
             "step_ms_median": med,
             "chosen": {"compute_threads": self.active["compute"], "input_threads": self.active["input"],

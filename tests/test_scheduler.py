@@ -11,8 +11,10 @@ import pytest
 
 from conftest import requires_tf
 from rtkit import config as rconfig
+from rtkit.hooks import registry, session as session_hooks
+from rtkit.hooks.steps import StepRecorder
 from rtkit.scheduler import pools
-from rtkit.scheduler.core import Scheduler
+from rtkit.scheduler.core import Scheduler, _leaves
 from rtkit.scheduler.staging import RUNNER_PREFIX as THREAD_PREFIX
 from rtkit.scheduler.stages import analyze
 
@@ -67,21 +69,52 @@ class Model:
             self.emb = emb
 
 
+def step_owner(sched):
+    """The hooks' step owner for this scheduler (a private StepRecorder it subscribes to), and the staged step's
+    timing through it, as rtkit.hooks.install wires them; once per scheduler."""
+    rec = getattr(sched, "_test_steps", None)
+    if rec is None:
+        rec = sched._test_steps = StepRecorder()
+        rec.step_mark = None
+        rec.subscribers = []
+        rec.subscribe(sched.on_step)
+        sched._timed_run = lambda session, fetch_names, target_names, call: session_hooks.timed(
+            lambda: session_hooks.signature_of_names(fetch_names, target_names), call, rec)
+    return rec
+
+
+def run_signature(graph, fetches):
+    """The session hooks' signature of a run of `fetches` (operations are targets, tensors fetches)."""
+    elements = [graph.as_graph_element(e, allow_tensor=True, allow_operation=True) for e in _leaves(fetches, [])]
+    ops = [e.name for e in elements if isinstance(e, tf.Operation)]
+    return session_hooks.signature_of_names([e.name for e in elements if not isinstance(e, tf.Operation)], ops)
+
+
 class Hooked:
-    """What rtkit's session hooks do, for one session: config filter, run wrapper, close callback."""
+    """What rtkit's session hooks do, for one session: config filter, run wrapper, step timing, close callback."""
 
     def __init__(self, sched, graph, config=None):
         self.sched = sched
+        self.steps = step_owner(sched)
         self.sess = tf1.Session(graph=graph, config=sched.filter_config(config))
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
-        s = self.sess
-        return self.sched.wrap_run(s, lambda f, fd=None, o=None, m=None: s.run(f, fd, o, m),
-                                   fetches, feed_dict, options, run_metadata)
+        s, rec = self.sess, self.steps
+
+        def run_next(f, fd=None, o=None, m=None):
+            return session_hooks.timed(lambda: run_signature(s.graph, f), lambda: s.run(f, fd, o, m), rec)
+
+        return self.sched.wrap_run(s, run_next, fetches, feed_dict, options, run_metadata)
 
     def make_callable(self, fetches, feed_list=None):
-        s = self.sess
-        return self.sched.wrap_callable(s, lambda f, fl=None, a=False: s.make_callable(f, fl, a), fetches, feed_list)
+        s, rec = self.sess, self.steps
+
+        def make_next(f, fl=None, a=False):
+            fn = s.make_callable(f, fl, a)
+            return lambda *args, **kw: session_hooks.timed(lambda: run_signature(s.graph, f), lambda: fn(*args, **kw),
+                                                           rec)
+
+        return self.sched.wrap_callable(s, make_next, fetches, feed_list)
 
     def close(self):
         self.sched.on_close(self.sess)
@@ -655,7 +688,11 @@ def test_a_staged_step_counts_its_wait_for_the_batch(tmp_path):
     calls = []
     path = write_data(str(tmp_path / "data.csv"), 32 * 12)
     m = Model(path, probe=slow)
-    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path), before_run=calls.append)
+    def before_run(ms):  # as rtkit.hooks.install passes it: told to the step timing, kept here to compare
+        calls.append(ms)
+        registry.before_run(ms)
+
+    sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path), before_run=before_run)
     h = Hooked(sched, m.graph)
     h.run(m.init)
     h.run(m.iterator.initializer)
@@ -752,3 +789,24 @@ def test_make_callable_with_a_feed_list_is_staged(tmp_path, monkeypatch):
     (key, _), = h1_callables(sched, h)
     assert key[2] == ("scale:0",) and key[3]  # fed, and connected to the get
     assert not rtkit_threads()
+
+
+def test_the_step_is_the_step_owners_not_the_first_run_to_recur(tmp_path):
+    """The hooks' step owner alone decides what a step is: a run repeated 3 times before training (the initialiser,
+    run again by a script) does not become the scheduler's step because it recurred first; the train op's run, which
+    recurs most, is the step for both, and the scheduler's step figures are its steps."""
+    path = write_data(str(tmp_path / "data.csv"), 32 * 10)
+    m = Model(path)
+    sched = Scheduler(tf, settings(), str(tmp_path))
+    h = Hooked(sched, m.graph)
+    for _ in range(3):
+        h.run(m.init)
+    h.run(m.iterator.initializer)
+    for _ in range(10):
+        h.run([m.train, m.loss])
+    h.close()
+    source, step = h.steps.chosen()
+    assert source == "session" and "Adagrad" in step.name and step.count == 10
+    assert sched.step_signature == step.name
+    # the owner named the train run the step at its 4th run (it then recurred more than the initialiser's 3)
+    assert sched.report()["steps_seen"] == 7

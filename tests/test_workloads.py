@@ -100,7 +100,7 @@ def test_killed_generation_leaves_no_data_file(tmp_path):
 # ---------------------------------------------------------------- the workloads (real TensorFlow)
 
 @requires_tf
-@pytest.mark.parametrize("api", ["session", "monitored", "keras"])
+@pytest.mark.parametrize("api", ["session", "monitored", "keras", "tf2"])
 @pytest.mark.parametrize("model", ["wdl", "dlrm"])
 def test_each_model_and_api_runs(model, api, data_dir):
     proc = _workload([model, "--api", api, "--steps", "3", "--batch", "256", "--rows", "4096",
@@ -133,7 +133,7 @@ def test_same_seed_gives_identical_losses(data_dir):
 
 @requires_tf
 @pytest.mark.filterwarnings("ignore:Your input ran out of data")      # Keras says so; expected here
-@pytest.mark.parametrize("api", ["session", "monitored", "keras"])
+@pytest.mark.parametrize("api", ["session", "monitored", "keras", "tf2"])
 def test_running_out_of_data_ends_the_run_normally(api, data_dir):
     from rtkit.workloads import run
 

@@ -1,5 +1,5 @@
 # sitecustomize.py -- runs at start-up of every Python process under `rtkit run`; hooks TensorFlow lazily.
-"""Installs an import watcher: when `tensorflow` or `keras` finishes importing, rtkit's hooks are installed.
+"""Installs an import watcher: when `tensorflow`, `keras` or `tf_keras` finishes importing, rtkit's hooks are installed.
 TensorFlow is never imported here. Any failure leaves the user's program unchanged. A sitecustomize that this
 one shadows (later on sys.path) is still run."""
 import os
@@ -102,7 +102,7 @@ def _install():
     def on_keras(module):
         install.on_keras(module)
 
-    sys.meta_path.insert(0, _AfterImport({"tensorflow": on_tf, "keras": on_keras}))
+    sys.meta_path.insert(0, _AfterImport({"tensorflow": on_tf, "keras": on_keras, "tf_keras": on_keras}))
 
 
 try:

@@ -33,20 +33,44 @@ def settings() -> dict:
     return {s.key: cfg.from_child_env(s.key) for s in cfg.SETTINGS}
 
 
+_hooked: list = []    # the APIs hooked in this process, in the words of the report's hook status
+_missing: list = []   # what could not be hooked, with its reason
+
+
+def _add(items: list, text: str) -> None:
+    if text not in items:   # TensorFlow may be hooked more than once
+        items.append(text)
+
+
+def _set_hook_status(rec, version=None) -> None:
+    version = version or rec.hook.get("tensorflow_version")
+    text = ("hooks on " + ", ".join(_hooked)) if _hooked else "no hooks"
+    rec.hook = {"status": "ok" if _hooked else "failed", "detail": "; ".join([text] + _missing),
+                "tensorflow_version": version}
+
+
 def on_tensorflow(tf) -> None:
     rec = recorder()
     _ensure_exit_hook()
     version = getattr(tf, "__version__", None)
+    hooked, missing = _hooked, _missing
     try:
         from tensorflow.python.client import pywrap_tf_session, session as session_module
 
         from rtkit.hooks import session
 
         session.install(session_module, pywrap_tf_session)
-        rec.hook = {"status": "ok", "detail": "hooks on tf.compat.v1 sessions and Keras fit", "tensorflow_version": version}
+        _add(hooked, "tf.compat.v1 sessions")
     except Exception as exc:
-        rec.hook = {"status": "failed", "detail": f"session hooks not installed: {exc!r}",
-                    "tensorflow_version": version}
+        _add(missing, f"session hooks not installed: {exc!r}")
+    try:
+        from rtkit.hooks import tf_function
+
+        tf_function.install()
+        _add(hooked, "tf.function calls")
+    except Exception as exc:   # an unknown TensorFlow: its tf.function steps go uncounted, the script runs as it is
+        _add(missing, f"tf.function hook not installed on TensorFlow {version}: {exc!r}")
+    _set_hook_status(rec, version)
     try:   # a parameter server has no Session.run of its own: give it the cluster's global step
         from rtkit.hooks import ps_steps
 
@@ -77,11 +101,15 @@ def on_tensorflow(tf) -> None:
 
 
 def on_keras(keras) -> None:
+    """Keras 3 (`keras`) or Keras 2 (`tf_keras`, what tf.keras is under TF_USE_LEGACY_KERAS=1)."""
     rec = recorder()
     _ensure_exit_hook()
+    name = f"{getattr(keras, '__name__', 'keras')} {getattr(keras, '__version__', '?')}"
     try:
         from rtkit.hooks import keras_fit
 
         keras_fit.install(keras)
-    except Exception as exc:
-        rec.notes.append(f"Keras fit hook not installed: {exc!r}")
+        _add(_hooked, f"Keras fit ({name})")
+    except Exception as exc:   # its batches then count as the tf.function calls they are, if they recur
+        _add(_missing, f"Keras fit of {name} not hooked: {exc!r}")
+    _set_hook_status(rec)

@@ -14,7 +14,7 @@ from typing import Callable, List
 config_filters: List[Callable] = []     # fn(config) -> config, at BaseSession.__init__
 run_wrappers: List[Callable] = []       # fn(session, run_next, fetches, feed_dict, options, run_metadata)
 callable_wrappers: List[Callable] = []  # fn(session, make_next, fetches, feed_list, accept_options) -> callable
-dataset_filters: List[Callable] = []    # fn(dataset) -> dataset, for Keras Model.fit's tf.data input
+dataset_filters: List[Callable] = []    # fn(dataset) -> dataset: Keras fit's tf.data input, eager iterators
 close_callbacks: List[Callable] = []    # fn(session), before BaseSession.close
 exit_callbacks: List[Callable] = []     # fn(), at interpreter exit
 
@@ -55,7 +55,12 @@ def timed_run(session, fetch_names, target_names, call):
 
 def register(component) -> None:
     """Join a component that offers filter_config, wrap_run, on_close and at_exit (the Scheduler does), and
-    optionally wrap_callable (Session.make_callable) and filter_dataset (Keras fit's tf.data input)."""
+    optionally wrap_callable (Session.make_callable), filter_dataset (tf.data input of Keras fit and of eager
+    loops) and on_step (a subscriber of the step owner, rtkit.hooks.steps)."""
+    from rtkit.hooks import steps
+
+    if hasattr(component, "on_step"):
+        steps.subscribe(component.on_step)
     config_filters.append(component.filter_config)
     run_wrappers.append(component.wrap_run)
     if hasattr(component, "wrap_callable"):

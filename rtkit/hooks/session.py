@@ -81,6 +81,25 @@ def signature_of_names(fetch_names, target_names) -> str:
     return "fetches=" + ",".join(sorted(fetch_names))
 
 
+def timed(signature, call, rec=None):
+    """call() (one TF call of a session), timed and handed to the step owner as a run of signature() (called after
+    the run, so the signature costs nothing when call() raises); rec: the process's step recorder by default."""
+    rec = rec or recorder()
+    start_unix, t0, f0 = time.time(), time.perf_counter(), minor_faults()
+    result = call()
+    elapsed_ms = (time.perf_counter() - t0) * 1000.0
+    pre_ms = registry.take_before_run_ms()  # e.g. the scheduler's wait for a staged batch: part of the step
+    start_unix -= pre_ms / 1000.0
+    elapsed_ms += pre_ms
+    # in a MonitoredSession.run, a run outside the hooked session's own is a hook's: never a step
+    candidate = not getattr(_where, "monitored", 0) or getattr(_where, "hooked", 0) > 0
+    try:
+        rec.record("session", signature(), start_unix, elapsed_ms, minor_faults() - f0, api_now(), candidate)
+    except Exception as exc:
+        rec.notes.append(f"step recording failed: {exc!r}")
+    return result
+
+
 def install(session_module, pywrap) -> None:
     base = session_module.BaseSession
     if getattr(base, _PATCHED_FLAG, False):
@@ -126,30 +145,14 @@ def install(session_module, pywrap) -> None:
     def _call_tf_sessionrun(self, options, feed_dict, fetch_list, target_list, run_metadata):
         if registry.is_internal():
             return orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata)
-        return _timed(lambda: signature_of(fetch_list, target_list, name_of),
-                      lambda: orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata))
+        return timed(lambda: signature_of(fetch_list, target_list, name_of),
+                     lambda: orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata))
 
     def timed_names(session, fetch_names, target_names, call):
         """registry.timed_run: a component's run of these fetches/targets (names) that does not pass here."""
         if registry.is_internal():
             return call()
-        return _timed(lambda: signature_of_names(fetch_names, target_names), call)
-
-    def _timed(signature, call):
-        start_unix, t0, f0 = time.time(), time.perf_counter(), minor_faults()
-        result = call()
-        elapsed_ms = (time.perf_counter() - t0) * 1000.0
-        pre_ms = registry.take_before_run_ms()  # e.g. the scheduler's wait for a staged batch: part of the step
-        start_unix -= pre_ms / 1000.0
-        elapsed_ms += pre_ms
-        # in a MonitoredSession.run, a run outside the hooked session's own is a hook's: never a step
-        candidate = not getattr(_where, "monitored", 0) or getattr(_where, "hooked", 0) > 0
-        try:
-            rec.record("session", signature(), start_unix, elapsed_ms,
-                       minor_faults() - f0, api_now(), candidate)
-        except Exception as exc:
-            rec.notes.append(f"step recording failed: {exc!r}")
-        return result
+        return timed(lambda: signature_of_names(fetch_names, target_names), call)
 
     def make_callable(self, fetches, feed_list=None, accept_options=False):
         wrappers = registry.callable_wrappers

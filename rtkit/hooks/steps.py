@@ -1,6 +1,22 @@
-# steps.py -- records every candidate step, decides which run signature is the training step, marks the allocator.
-"""A *training step* is the run signature that recurs most (the dominant fetch/target set) for sessions, each
-batch for Keras fit, and each rtkit.step() call for custom loops. Results go to RTKIT_RUN_DIR/steps-<pid>.json,
+# steps.py -- the one owner of "what is a training step": records every candidate, applies one rule, tells subscribers.
+"""Every API's hook hands its runs here: a tf.compat.v1 session run (Session.run, make_callable and
+MonitoredTrainingSession share one path) under its run signature, a tf.function call under its function's
+name, a Keras fit train batch, an explicit rtkit.step(). One rule picks the training step:
+
+* explicit marks first (rtkit.step(), a parameter server's global step or step clock), then Keras fit's
+  train batches, then a TF2 ClusterCoordinator's scheduled steps, then the calls rtkit infers steps from (session runs and tf.function calls, compared with each other);
+* among inferred calls, the signature that recurs most, at least MIN_RECURRENCE times (a run made once, such
+  as a variable initialiser, is never the step); a run with target ops (a train op) beats fetch-only runs
+  that recur at most twice as often (MonitoredTrainingSession's hooks read global_step a few extra times);
+* a tf.function that traces again on most of its calls (a new input signature each time) is a retracing
+  storm: reported with its trace count, never the step.
+
+Subscribers learn of each step as it ends: ``subscribe(callback)`` with ``callback(signature: str, ms: float)``,
+called on the thread that ran the step, after it ran, outside any rtkit lock; ``signature`` is the chosen
+signature's name (``targets=...``/``fetches=...`` for sessions, ``tf.function <module>.<name>``,
+``keras.Model.fit``, ``rtkit.step()``) and ``ms`` the step's wall time (for a session run, the scheduler's
+wait for a staged batch included). A subscriber that raises is noted once in the step file and kept. The
+allocator's rtkit_step_mark() is the first subscriber. Results go to RTKIT_RUN_DIR/steps-<pid>.json,
 rewritten atomically every few seconds and at exit, so a killed job still leaves most of its steps."""
 from __future__ import annotations
 
@@ -9,7 +25,7 @@ import os
 import resource
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from rtkit import atomic
 
@@ -17,15 +33,41 @@ FLUSH_INTERVAL_S = 5.0
 FLUSH_BUDGET = 0.02  # a periodic flush may take at most this share of the time between flushes
 MAX_RECORDS = 200_000  # per signature; beyond it steps are counted but their records dropped
 HOOK_RUN_PREFIX = "hook run: "
+MIN_RECURRENCE = 2     # calls of an inferred signature before it can be the step
+EXPLICIT_SOURCES = ("manual", "keras", "coordinator")   # a step each call, in this order of precedence
+INFERRED_SOURCES = ("function", "session")  # steps inferred from recurring calls, compared by one rule
+NO_STEP_HINT = "mark each step with rtkit.step() at the end of the loop body"
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+# /proc/self/statm, kept open (one pread instead of an open, read and close); in a TF process a read costs several
+# microseconds, as much as the rest of a step's recording, so a step reuses a value at most RSS_MAX_AGE_S old
+RSS_MAX_AGE_S = 0.005
+_statm = {"fd": None, "t": -1.0, "rss": None}
+
+
 def _rss_bytes() -> Optional[int]:
+    now = time.monotonic()
+    if now - _statm["t"] < RSS_MAX_AGE_S:
+        return _statm["rss"]
     try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * _PAGE
+        if _statm["fd"] is None:
+            _statm["fd"] = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        rss = int(os.pread(_statm["fd"], 128, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
-        return None
+        rss = None
+    _statm["t"], _statm["rss"] = now, rss
+    return rss
+
+
+def _reopen_statm_after_fork() -> None:
+    """The inherited descriptor reads the parent's /proc entry (/proc/self resolved at open): the child opens its own."""
+    fd, _statm["fd"], _statm["t"] = _statm["fd"], None, -1.0
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def minor_faults() -> int:
@@ -44,7 +86,7 @@ def _find_step_mark():
 
 
 class _Signature:
-    __slots__ = ("name", "count", "total_ms", "records", "api", "candidate")
+    __slots__ = ("name", "count", "total_ms", "records", "api", "candidate", "traces")
 
     def __init__(self, name: str, api: Optional[str] = None, candidate: bool = True):
         self.name = name
@@ -53,6 +95,19 @@ class _Signature:
         self.count = 0
         self.total_ms = 0.0
         self.records: List[tuple] = []
+        self.traces = 0              # tf.function: calls that traced a new concrete function
+
+    def retracing(self) -> bool:
+        """A tf.function that traced on more than half of its calls (each trace after the first is a retrace)."""
+        return self.traces > 1 and self.traces * 2 > self.count
+
+
+def _eligible(sig: "_Signature", source: str) -> bool:
+    if not sig.candidate:
+        return False
+    if source in EXPLICIT_SOURCES:
+        return True
+    return sig.count >= MIN_RECURRENCE and not sig.retracing()
 
 
 def _beats(sig: "_Signature", best: "_Signature") -> bool:
@@ -72,11 +127,16 @@ def _beats(sig: "_Signature", best: "_Signature") -> bool:
 class StepRecorder:
     def __init__(self):
         self.lock = threading.RLock()  # RLock: a signal handler may flush while this thread records
-        self.sources: Dict[str, Dict[str, _Signature]] = {"session": {}, "keras": {}, "coordinator": {}, "manual": {}}
-        self.best: Dict[str, Optional[_Signature]] = {"session": None, "keras": None, "coordinator": None, "manual": None}
+        self.sources: Dict[str, Dict[str, _Signature]] = {k: {} for k in EXPLICIT_SOURCES + INFERRED_SOURCES}
+        self.best: Dict[str, Optional[_Signature]] = {k: None for k in self.sources}
+        self.subscribers: List[Callable[[str, float], None]] = []
+        self._failed_subscribers: set = set()
         self.notes: List[str] = []
         self.hook = {"status": "no_tensorflow", "detail": "TensorFlow was not imported", "tensorflow_version": None}
         self.step_mark = _find_step_mark()
+        if self.step_mark is not None:   # the allocator's phase (profile, plan, serve) follows the steps
+            mark = self.step_mark
+            self.subscribe(lambda signature, ms: mark())
         self.run_dir = os.environ.get("RTKIT_RUN_DIR") or None
         self.last_flush = time.monotonic()
         self.flush_interval = FLUSH_INTERVAL_S
@@ -90,11 +150,17 @@ class StepRecorder:
         with self.lock:
             self.keras_epochs.append((round(seconds, 4), batches, validation))
 
+    def subscribe(self, callback: Callable[[str, float], None]) -> None:
+        """callback(signature, ms) after each training step (see the module's doc); once per callback."""
+        if callback not in self.subscribers:
+            self.subscribers.append(callback)
+
     def record(self, source: str, signature: str, start_unix: float, step_ms: float, faults: int,
-               api: Optional[str] = None, candidate: bool = True) -> None:
-        """One run of `signature`. candidate=False: a run that can never be the training step, however often it
-        recurs (a SessionRunHook's own session.run inside a MonitoredSession step); it is kept apart from the
-        same fetches run as steps, and listed among the other signatures."""
+               api: Optional[str] = None, candidate: bool = True, traced: bool = False) -> bool:
+        """One run of `signature`; returns whether it was the training step. candidate=False: a run that can never
+        be the training step, however often it recurs (a SessionRunHook's own session.run inside a MonitoredSession
+        step); it is kept apart from the same fetches run as steps, and listed among the other signatures.
+        traced: a tf.function call that traced a new concrete function."""
         rss = _rss_bytes()
         if not candidate:
             signature = HOOK_RUN_PREFIX + signature
@@ -105,18 +171,30 @@ class StepRecorder:
                 sig = table[signature] = _Signature(signature, api, candidate)
             sig.count += 1
             sig.total_ms += step_ms
+            if traced:
+                sig.traces += 1
             if len(sig.records) < MAX_RECORDS:
-                sig.records.append((round(start_unix, 6), round(step_ms, 4), faults, rss))
+                sig.records.append((start_unix, step_ms, faults, rss))   # rounded when written
             if api is not None:
                 sig.api = api   # the latest: a signature first seen while a session was being set up keeps no stale name
             best = self.best[source]
-            if sig.candidate and (best is None or _beats(sig, best)):
+            if best is sig and not _eligible(sig, source):   # it began to retrace: the best of the rest
+                self.best[source] = best = max((s for s in table.values() if _eligible(s, source)),
+                                               key=lambda s: s.count, default=None)
+            elif _eligible(sig, source) and (best is None or _beats(sig, best)):
                 self.best[source] = best = sig
-            is_step = best is sig
-        if is_step and self.step_mark is not None:
-            self.step_mark()
+            is_step = best is sig and self._chosen_locked()[1] is sig
+        if is_step:
+            for fn in tuple(self.subscribers):
+                try:
+                    fn(sig.name, step_ms)
+                except Exception as exc:
+                    if fn not in self._failed_subscribers:
+                        self._failed_subscribers.add(fn)
+                        self.notes.append(f"step subscriber {getattr(fn, '__qualname__', fn)} failed: {exc!r}")
         if time.monotonic() - self.last_flush > self.flush_interval:
             self.flush()
+        return is_step
 
     def manual_step(self) -> None:
         now_unix, now, faults = time.time(), time.perf_counter(), minor_faults()
@@ -127,17 +205,41 @@ class StepRecorder:
     # -- output
 
     def chosen(self):
-        """(source, signature) that counts as the training step: explicit marks first, then Keras, then a TF2
-        coordinator's scheduled steps, then sessions."""
-        for source in ("manual", "keras", "coordinator", "session"):
+        """(source, signature) that counts as the training step (see the module's doc for the rule)."""
+        with self.lock:
+            return self._chosen_locked()
+
+    def _chosen_locked(self):
+        for source in EXPLICIT_SOURCES:
             if self.best[source] is not None:
                 return source, self.best[source]
-        return "none", None
+        source, best = "none", None
+        for name in INFERRED_SOURCES:
+            sig = self.best[name]
+            if sig is not None and (best is None or _beats(sig, best)):
+                source, best = name, sig
+        return source, best
+
+    def no_step_reason(self) -> Optional[str]:
+        """Why no step was counted although TensorFlow ran, with the way to mark steps; None when steps were."""
+        if self._chosen_locked()[1] is not None:
+            return None
+        storms = [s for s in self.sources["function"].values() if s.retracing()]
+        if storms:
+            worst = max(storms, key=lambda s: s.traces)
+            return (f"no step signature: {worst.name} retraced on every call ({worst.traces} traces in "
+                    f"{worst.count} calls; pass tensors, not Python values, or give it an input_signature); "
+                    + NO_STEP_HINT)
+        if self.hook.get("status") == "no_tensorflow":
+            return None
+        return ("no step signature: no tf.function, Session.run or Keras fit call recurred (an eager loop of ops "
+                "has none); " + NO_STEP_HINT)
 
     def snapshot(self) -> dict:
         with self.lock:
-            source, sig = self.chosen()
-            others = [{"signature": s.name, "count": s.count, "total_ms": round(s.total_ms, 3), "source": src}
+            source, sig = self._chosen_locked()
+            others = [dict({"signature": s.name, "count": s.count, "total_ms": round(s.total_ms, 3), "source": src},
+                           **({"traces": s.traces} if s.traces else {}))
                       for src, table in self.sources.items() for s in table.values() if s is not sig]
             others.sort(key=lambda o: -o["count"])
             records = list(sig.records) if sig else []
@@ -153,10 +255,12 @@ class StepRecorder:
                 "signature": sig.name if sig else None,
                 "count": sig.count if sig else 0,
                 "truncated_steps": (sig.count - len(records)) if sig else 0,
-                "per_step": [{"t_unix": r[0], "step_ms": r[1], "minor_faults": r[2], "rss_bytes": r[3]} for r in records],
+                "per_step": [{"t_unix": round(r[0], 6), "step_ms": round(r[1], 4), "minor_faults": r[2], "rss_bytes": r[3]}
+                             for r in records],
                 "other_signatures": others[:20],
                 "hook": hook,
                 "allocator_step_mark": self.step_mark is not None,
+                "no_step_reason": self.no_step_reason(),
                 "notes": list(self.notes),
             }
 
@@ -181,6 +285,7 @@ class StepRecorder:
             pass  # an unwritable run dir was reported by the parent already
 
     def reset_after_fork(self) -> None:
+        _reopen_statm_after_fork()
         self.lock = threading.RLock()  # RLock: a signal handler may flush while this thread records
         for table in self.sources.values():
             table.clear()
@@ -209,3 +314,8 @@ def recorder() -> StepRecorder:
 
 def manual_step() -> None:
     recorder().manual_step()
+
+
+def subscribe(callback: Callable[[str, float], None]) -> None:
+    """callback(signature, ms) after each training step of this process (see the module's doc)."""
+    recorder().subscribe(callback)

@@ -90,6 +90,7 @@ def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[i
         "hook": {"status": hook.get("status", "ok"), "detail": hook.get("detail"),
                  "tensorflow_version": hook.get("tensorflow_version")},
         "other_signatures": data.get("other_signatures", []),
+        "no_step_reason": data.get("no_step_reason"),
     }
     keras = keras_summary(data.get("keras_epochs") or [])
     if keras:

@@ -200,7 +200,8 @@ def cpu_seconds(report: Dict[str, Any]) -> Optional[float]:
     return G.cpu_seconds(report)
 
 
-_API_OF_SOURCE = {"keras": "Keras Model.fit", "manual": "rtkit.step()", "session": "tf.compat.v1 sessions"}
+_API_OF_SOURCE = {"keras": "Keras Model.fit", "manual": "rtkit.step()", "session": "tf.compat.v1 sessions",
+                  "function": "tf.function calls"}
 
 
 def steps_api(report: Dict[str, Any]) -> Optional[str]:
@@ -387,6 +388,8 @@ def steps_section(report: Dict[str, Any], view: str = "terminal") -> Section:
              + (f" ... ({len(epochs)} epochs)" if len(epochs) > 12 else ""))
     if st.get("signature"):
         _add(s.rows, "signature", None, text=_shorten(str(st.get("signature")), 200))
+    if not count and st.get(ST.NO_STEP_REASON):
+        _add(s.rows, "why none", None, text=str(st.get(ST.NO_STEP_REASON)))
     hook = st.get("hook") or {}
     if hook:
         text = str(hook.get("status") or fmt.MISSING)

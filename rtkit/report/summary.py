@@ -50,8 +50,9 @@ def steps_line(r: Dict[str, Any]) -> str:
     count = G.value(r, "steps")
     if not count:
         hook = st.get("hook") if isinstance(st.get("hook"), dict) else {}
-        why = hook.get("status")
-        return "rtkit: steps: none counted" + (f" (hooks: {why}: {hook.get('detail')})" if why and why != "ok" else "")
+        why, reason = hook.get("status"), st.get(ST.NO_STEP_REASON)
+        return "rtkit: steps: none counted" + (f" (hooks: {why}: {hook.get('detail')})" if why and why != "ok" else
+                                               f" ({reason})" if reason else "")
     api = sec.steps_api(r)
     text = f"rtkit: steps: {fmt.num(count)} counted" + (f" from {api}" if api else "")
     measured, warm = G.value(r, "measured_steps"), get(st, ST.WARMUP_STEPS)

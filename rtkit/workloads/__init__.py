@@ -7,7 +7,7 @@ TensorFlow is imported only when a workload runs (``rtkit.workloads.data`` needs
 """
 
 MODELS = ("wdl", "dlrm")
-APIS = ("session", "monitored", "keras")
+APIS = ("session", "monitored", "keras", "tf2")
 
 
 def run(model="wdl", api="session", **kwargs):

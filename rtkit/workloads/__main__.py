@@ -55,9 +55,9 @@ def build_parser():
         description="Train a bundled EmbeddingVariable-style workload on synthetic Criteo data.")
     p.add_argument("model", choices=MODELS)
     p.add_argument("--api", choices=APIS + ("pss",), default="session",
-                   help="tf.compat.v1 Session, MonitoredTrainingSession or Keras fit (default session); pss: a TF2 "
-                        "ParameterServerStrategy job (cluster tasks from TF_CONFIG, e.g. under `rtkit launch --ps 1 "
-                        "--workers 2 --chief`)")
+                   help="tf.compat.v1 Session, MonitoredTrainingSession, Keras fit or tf2 (a tf.function + "
+                        "GradientTape custom loop) (default session); pss: a TF2 ParameterServerStrategy job "
+                        "(cluster tasks from TF_CONFIG, e.g. under `rtkit launch --ps 1 --workers 2 --chief`)")
     p.add_argument("--input", choices=("prefetch", "legacy"), default="prefetch",
                    help="prefetch: parsing in Dataset.map with prefetch (default); legacy: CSV lines parsed "
                         "in the graph after get_next, no prefetch (a TF1-style script)")
@@ -167,7 +167,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.table_gb is not None:
-        if args.capacity is not None or args.api == "keras" or args.table_gb <= 0:
+        if args.capacity is not None or args.api in ("keras", "tf2") or args.table_gb <= 0:
             parser.error("--table-gb needs a graph API (session, monitored), a positive size and no --capacity")
         from rtkit.workloads.data import NUM_CAT
         widths = (args.emb_dim, 1) if args.model == "wdl" else (args.emb_dim,)
@@ -180,7 +180,7 @@ def main(argv=None):
         parser.error("--distinct and --zipf-exponent go with --ids zipf")
     if args.zipf_exponent is not None and not 0.0 < args.zipf_exponent < 4.0:
         parser.error("--zipf-exponent: expected a number in (0, 4), e.g. 0.9")
-    if (args.ids == "zipf" or args.compact_steps) and (args.api == "keras" or args.input != "prefetch"):
+    if (args.ids == "zipf" or args.compact_steps) and (args.api in ("keras", "tf2") or args.input != "prefetch"):
         parser.error("--ids zipf and --compact-steps need a graph API (session, monitored) and --input prefetch")
     if args.compact_steps and args.row_assign != "first-seen":
         parser.error("--compact-steps moves first-seen rows; drop it or use --row-assign first-seen")

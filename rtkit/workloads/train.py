@@ -1,4 +1,4 @@
-# train.py -- training loops of the bundled workloads: tf.compat.v1 Session, MonitoredTrainingSession, Keras fit.
+# train.py -- training loops of the bundled workloads: tf.compat.v1 Session, MonitoredTrainingSession, Keras fit, TF2 loop.
 """Runs one workload and returns its figures.
 
 Every training step of the graph APIs is exactly one ``run`` of the same fetch list ``[train_op,
@@ -14,9 +14,10 @@ import tensorflow as tf
 from rtkit.workloads import data as data_mod
 from rtkit.workloads import ev, inputs, models, zipf
 
-APIS = ("session", "monitored", "keras")
+APIS = ("session", "monitored", "keras", "tf2")
 GRAPH_CAPACITY = 1 << 17    # embedding rows per feature (hash-table workloads)
 KERAS_CAPACITY = 1 << 14    # Keras variant: Hashing(num_bins) per feature
+TF2_CAPACITY = 1 << 15      # TF2 loop: dense tf.Variable rows per feature (allocated whole, unlike a hash table)
 
 
 def _session_config(threads_inter, threads_intra):
@@ -117,17 +118,30 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                     compactor.report(sess)
 
 
-def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
-                 threads_inter, threads_intra, log, input_mode="prefetch", latency_ms=0.0):
-    import keras
-
+def _eager_threads(threads_inter, threads_intra, api):
     try:
         if threads_inter is not None:
             tf.config.threading.set_inter_op_parallelism_threads(int(threads_inter))
         if threads_intra is not None:
             tf.config.threading.set_intra_op_parallelism_threads(int(threads_intra))
     except RuntimeError as exc:   # the eager runtime was already started in this process
-        sys.stderr.write(f"rtkit.workloads: thread settings ignored for keras: {exc}\n")
+        sys.stderr.write(f"rtkit.workloads: thread settings ignored for {api}: {exc}\n")
+
+
+def _tf2_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
+               threads_inter, threads_intra, log, input_mode="prefetch", latency_ms=0.0):
+    from rtkit.workloads import tf2
+
+    _eager_threads(threads_inter, threads_intra, "tf2")
+    ds = inputs.keras_dataset(path, batch, epochs, input_mode, latency_ms)
+    tf2.train(model, ds, steps, emb_dim, capacity, seed, learning_rate, log)
+
+
+def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
+                 threads_inter, threads_intra, log, input_mode="prefetch", latency_ms=0.0):
+    import keras
+
+    _eager_threads(threads_inter, threads_intra, "keras")
     keras.utils.set_random_seed(seed)
     net = models.build_keras_model(model, emb_dim=emb_dim, capacity=capacity, seed=seed)
     net.compile(optimizer=keras.optimizers.Adagrad(learning_rate),
@@ -158,8 +172,8 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
 
     epochs=None repeats the data forever; with a number the run may end early (OutOfRange), and
     `steps` in the result is the number of steps that actually ran. capacity=None: 131072 rows
-    per feature for the graph APIs, 16384 for Keras (whose Adagrad does work proportional to the
-    table size each step). input_mode: "prefetch" (parsing in Dataset.map, prefetch) or "legacy" (CSV
+    per feature for the graph APIs, 32768 for tf2 (dense tables), 16384 for Keras (whose Adagrad does work
+    proportional to the table size each step). input_mode: "prefetch" (parsing in Dataset.map, prefetch) or "legacy" (CSV
     lines parsed in the graph after get_next, no prefetch, input_latency_ms per batch). zipf_ids=(distinct,
     exponent): batches generated in the input graph (rtkit.workloads.zipf), no file; graph APIs only.
     compact: ev.Compactor's arguments (hot-row compaction at step boundaries), graph APIs only."""
@@ -170,8 +184,8 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
     if input_mode not in inputs.INPUTS:
         raise ValueError(f"unknown input mode {input_mode!r}; expected one of {', '.join(inputs.INPUTS)}")
     if capacity is None:
-        capacity = KERAS_CAPACITY if api == "keras" else GRAPH_CAPACITY
-    if (zipf_ids is not None or compact) and api == "keras":
+        capacity = {"keras": KERAS_CAPACITY, "tf2": TF2_CAPACITY}.get(api, GRAPH_CAPACITY)
+    if (zipf_ids is not None or compact) and api in ("keras", "tf2"):
         raise ValueError("zipf ids and compaction need a graph API (session, monitored)")
     path = None if zipf_ids is not None else data_mod.ensure_dataset(data_dir, rows, seed, progress=progress)
     log = _LossLog(print_losses)
@@ -179,6 +193,9 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
     if api == "keras":
         _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
                      threads_inter, threads_intra, log, input_mode, input_latency_ms)
+    elif api == "tf2":
+        _tf2_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
+                   threads_inter, threads_intra, log, input_mode, input_latency_ms)
     else:
         _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
                      _session_config(threads_inter, threads_intra), log, input_mode, input_latency_ms,
