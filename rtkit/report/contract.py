@@ -98,7 +98,7 @@ class Scheduler:
     TRIAL_STEP_MS = "step_ms_median"      # in each trial
     SPEEDUP = "speedup_over_first_x"
     PIPELINE_ENABLED = "pipeline.enabled"
-    # schema 2 (issue 11): what the pipeline and the tuner did; absent from schema 1 reports
+    # what the pipeline and the tuner did; absent from reports of schedulers that neither staged nor tuned
     STATE = "state"                       # one line in words
     STAGED_STEPS, NOT_STAGED_REASON = "pipeline.staged_steps", "pipeline.not_staged_reason"
     # steps that read the input with nothing staged: the script's own run of its own graph (no put, no extra run)

@@ -50,7 +50,6 @@ static int read_settings(void)
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_DEBUG, &c->debug));
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_LARGE, &c->large));
     RECORD(rtk_opt_int(RTK_OPT_MALLOC_DECAY_STEPS, &v)); c->decay_steps = v;
-    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_PLAN_RELEASE, &c->plan_release));
     const char *plan = rtk_opt_str(RTK_OPT_MALLOC_PLAN);
     if (plan)
         snprintf(c->plan_path, sizeof c->plan_path, "%s", plan);
@@ -124,7 +123,6 @@ static void do_init(void)
             rtk_log_line("%s", rtk_g.errors[i]);
     rtk_g.plan_source = "none";
     rtk_g.profile_reason = "";
-    rtk_log_set_debug(rtk_g.cfg.debug);
     /* until the allocator is on, every malloc is glibc's: a budget no request overdraws (in practice) */
     rtk_hot.sample_bytes = SIZE_MAX / 2;
     rtk_hot.fast_max = SIZE_MAX;

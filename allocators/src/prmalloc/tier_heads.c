@@ -9,8 +9,8 @@
 /* ---------------------------------------------------------------- DRAM heads (pmem_dram_head)
  * A record's head is its first whole pages, remapped as private anonymous memory over the pool's shared file
  * mapping: the same addresses, so pointers into the table stay valid, but its pages are never dirty in the page
- * cache, never written back and never evicted. Writeback of hot rows rewritten every step was the largest cost of
- * a pool on disk (docs/pmem.md, "Full scale"). */
+ * cache, never written back and never evicted: the rows a job rewrites every step would otherwise be written back
+ * to a pool on disk again and again (docs/pmem.md, "Full scale"). */
 #define HEAD_MIN ((uint64_t)1 << 20)     /* records smaller than this keep no head */
 #define HEAD_CHUNK ((uint64_t)64 << 20)  /* copied and remapped this much at a time: bounded transient memory */
 
