@@ -90,6 +90,7 @@ class Setting:
     minimum: Optional[int] = None
     maximum: Optional[int] = None
     c: bool = False     # read by the C libraries: allocators/build.py generates their settings header from these rows
+    deprecated: str = ""  # a retired setting: what to do instead. Set anywhere, it is ignored with one warning line
 
     @property
     def env(self) -> str:
@@ -132,6 +133,9 @@ class Setting:
         if not isinstance(raw, (str, int, float)):
             raise ValueError(self.accepted())
         return str(raw)
+
+    def retired_message(self, where: str) -> str:
+        return f"rtkit: {where} {self.env} is retired and ignored: {self.deprecated}"
 
     def to_env(self, value: Any) -> str:
         """The string the child process sees; the C side parses exactly this."""
@@ -182,8 +186,9 @@ SETTINGS: List[Setting] = [
        c=True),
     _s("malloc_large", "bool", True, "", "serve allocations >= min_size that no planned class takes from rtkit's retained "
        "large-object heap (from the first step), not glibc", c=True),
-    _s("malloc_plan_release", "bool", False, "", "no effect, kept so old command lines still run: a plan's classes "
-       "now hold the large heap's own blocks, so installing one takes no fresh pages to offset", c=True),
+    _s("malloc_plan_release", "bool", False, "", "retired",
+       deprecated="remove it: a plan's classes hold the large heap's own blocks, so installing a plan takes no "
+       "fresh pages to give back"),
     _s("malloc_decay_steps", "int", 16, "steps", "idle pages of the large-object heap beyond its high-water mark since "
        "the plan, and planned classes unused, are given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c=True),
     # -- PMEM segment allocator and tiering
@@ -323,6 +328,9 @@ def load_profile(name_or_path: str, _chain: tuple = ()) -> Profile:
         if key not in BY_KEY:
             raise ConfigError(f"profile '{path}': unknown setting '{key}': run `rtkit config --list` to see the settings")
         setting = BY_KEY[key]
+        if setting.deprecated:
+            errors.append(setting.retired_message(f"profile '{path}':"))
+            continue
         try:
             values[key] = setting.parse(raw)
         except OutOfRange:
@@ -387,8 +395,9 @@ class Resolved:
         return self.values[key]
 
     def child_env(self) -> Dict[str, str]:
-        """RTKIT_* variables for the child: every setting, so the C side and the hooks see final values."""
-        return {BY_KEY[k].env: BY_KEY[k].to_env(v) for k, v in self.values.items()}
+        """RTKIT_* variables for the child: every setting, so the C side and the hooks see final values (a
+        retired one is not passed on: nothing reads it)."""
+        return {BY_KEY[k].env: BY_KEY[k].to_env(v) for k, v in self.values.items() if not BY_KEY[k].deprecated}
 
     def as_report(self) -> Dict[str, Dict[str, Any]]:
         return {k: {"value": self.values[k], "source": self.sources[k], "env": BY_KEY[k].env} for k in self.values}
@@ -409,6 +418,7 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
     values = {s.key: s.default for s in SETTINGS}
     sources = {s.key: "default" for s in SETTINGS}
     errors: List[str] = []
+    retired: Dict[str, str] = {}  # one line per retired setting, however many places set it
     profile_name = profile or env.get("RTKIT_PROFILE") or None
     if profile_name:
         prof = load_profile(profile_name)
@@ -424,6 +434,9 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
             errors.append(f"rtkit: unknown environment variable {name} ignored: run `rtkit config --list` "
                           "to see the settings")
             continue
+        if setting.deprecated:
+            retired.setdefault(setting.key, setting.retired_message("environment"))
+            continue
         try:
             values[setting.key] = setting.parse(raw)
             sources[setting.key] = "env"
@@ -434,6 +447,9 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
             errors.append(msg)
     for key, raw in cli.items():
         setting = lookup(key)
+        if setting.deprecated:
+            retired.setdefault(setting.key, setting.retired_message("--set"))
+            continue
         try:
             values[setting.key] = setting.parse(raw)
         except OutOfRange:
@@ -444,6 +460,7 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
         except ValueError:
             raise ConfigError(f"rtkit: --set {setting.key}={raw!r} is not valid: expected {setting.accepted()}") from None
         sources[setting.key] = "cli"
+    errors.extend(retired.values())
     return Resolved(values=values, sources=sources, profile=profile_name, errors=errors)
 
 
@@ -477,7 +494,8 @@ def doc_table() -> str:
     for s in SETTINGS:
         default = format_size(s.default) if s.kind == "size" else s.to_env(s.default)
         unit = f" {s.unit}" if s.unit and s.kind != "size" else ""
-        rows.append(f"| `{s.env}` | {s.kind} | `{default}`{unit} | {s.doc} |")
+        doc = f"retired, ignored with one warning line: {s.deprecated}" if s.deprecated else s.doc
+        rows.append(f"| `{s.env}` | {s.kind} | `{default}`{unit} | {doc} |")
     return "\n".join(rows)
 
 

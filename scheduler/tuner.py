@@ -24,7 +24,7 @@ Config = Tuple[int, int, bool]  # (compute pool threads, input pool threads, inp
 MIN_GAIN = 0.03
 MIN_ROUNDS = 3      # a candidate must win every round: with 3, chance alone picks one of 3 others ~1 time in 3
 MAX_ROUNDS = 6
-JOB_STEPS = 1000    # the job length the tuning cost is stated for (issue 11: <= 5% of a 1000-step job)
+JOB_STEPS = 1000    # the job length the tuning cost is stated for (tuning must cost <= 5% of a 1000-step job)
 
 
 class Tuner:

@@ -171,3 +171,31 @@ def test_bundled_profiles_say_what_they_set():
             assert prof.values.get("sched") is False, name
         elif "scheduler" in text:
             assert prof.values.get("sched") is True, name
+
+
+# ---- retired settings: ignored with one line naming the setting and what to do, wherever they are set
+
+RETIRED = [s for s in cfg.SETTINGS if s.deprecated]
+
+
+def test_a_retired_setting_warns_once_and_is_ignored(tmp_path):
+    assert RETIRED, "the table has a retired row to check"
+    s = RETIRED[0]
+    prof = tmp_path / "old.toml"
+    prof.write_text(f"[settings]\n{s.key} = {json.dumps(s.to_env(not s.default) if s.kind != 'bool' else not s.default)}\n")
+    res = cfg.resolve(cli={s.key: "1"}, env={s.env: "1"}, profile=str(prof))
+    lines = [e for e in res.errors if s.env in e]
+    assert len(lines) == 2, res.errors  # one for the profile (its own file), one for the command line and environment
+    assert all("retired and ignored" in e and s.deprecated in e for e in lines)
+    assert res[s.key] == s.default and res.sources[s.key] == "default"
+    assert s.env not in res.child_env()
+
+
+def test_rtkit_run_says_one_line_for_a_retired_setting_and_runs_the_job(tmp_path):
+    s = RETIRED[0]
+    proc = run_rtkit(["run", "--out", str(tmp_path), "--set", f"{s.key}=1", "--", "python3", "-c", "print('ran')"],
+                     env={s.env: "1", "RTKIT_MALLOC": "0"}, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0] == "ran", proc.stderr
+    said = [line for line in proc.stderr.splitlines() if s.env in line and "retired and ignored" in line]
+    # one warning line before the job runs (the run's summary repeats its notes, as for any bad value)
+    assert len([line for line in said if not line.startswith("rtkit: note:")]) == 1, proc.stderr

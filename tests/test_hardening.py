@@ -1,4 +1,4 @@
-# test_hardening.py -- issue 10: planted links, bounded inputs, who reserves arenas, kept pools, limits, one-line errors, signals.
+# test_hardening.py -- hostile inputs: planted links, bounded inputs, who reserves arenas, kept pools, limits, one-line errors, signals.
 import glob
 import io
 import json

@@ -660,7 +660,7 @@ def test_monitored_training_session_hooks_reading_global_step_are_not_the_step(t
 
 
 def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():
-    """Issue 11: with staging off on a staged graph, an unstaged step is the script's own run: the summary says so
+    """With staging off on a staged graph, an unstaged step is the script's own run: the summary says so
     (and reports of schedulers that did not count unstaged steps do not claim it)."""
     from rtkit.report import words
 

@@ -735,7 +735,7 @@ def _count_tf_calls(monkeypatch):
 
 @pytest.mark.parametrize("stage_on", [False, True])
 def test_a_step_is_one_tf_call_with_staging_off_or_on(tmp_path, monkeypatch, stage_on):
-    """Issue 11: with staging off on a staged graph (what the tuner leaves when it keeps the script's configuration)
+    """With staging off on a staged graph (what the tuner leaves when it keeps the script's configuration)
     a step is the script's own run, one TF call and no put; staged, it is one call too (the put runs on the runner)."""
     (tmp_path / "a").mkdir()
     base, _, _, h0 = train(tmp_path / "a", stage=False)

@@ -92,7 +92,8 @@ def test_options_module_is_the_only_getenv():
 # depends on file B when A needs a symbol B defines (functions and variables alike; inline helpers in headers are
 # not symbols and belong to no file). The graph of every file under allocators/src must have no cycle.
 
-def _dependency_graph(tmp_path):
+def _symbols(tmp_path):
+    """{file: global symbols it defines}, {file: symbols it needs}, for every C file under allocators/src."""
     build = _build_module()
     flags = [*build.CFLAGS, *build._gen_flags(str(tmp_path))]
     defines, needs = {}, {}
@@ -103,6 +104,11 @@ def _dependency_graph(tmp_path):
         nm = lambda *opt: subprocess.run(["nm", *opt, obj], capture_output=True, text=True, check=True).stdout
         defines[name] = {line.split()[-1] for line in nm("--defined-only", "-g").splitlines() if line.strip()}
         needs[name] = {line.split()[-1] for line in nm("--undefined-only").splitlines() if line.strip()}
+    return defines, needs
+
+
+def _dependency_graph(tmp_path):
+    defines, needs = _symbols(tmp_path)
     owner = {sym: name for name, syms in defines.items() for sym in syms}
     return {name: {owner[s] for s in needs[name] if s in owner and owner[s] != name} for name in defines}
 
@@ -135,9 +141,24 @@ def _cycle(graph):
 @pytest.mark.skipif(not shutil.which("nm"), reason="nm (binutils) is not installed")
 def test_no_circle_between_c_files(tmp_path):
     graph = _dependency_graph(tmp_path)
-    assert graph["prmalloc/tier.c"] and graph["prmalloc/init.c"], "the graph must see real dependencies"
+    assert graph["prmalloc/tier_pool.c"] and graph["prmalloc/init.c"], "the graph must see real dependencies"
     cycle = _cycle(graph)
     assert cycle is None, "calls go in a circle: " + " -> ".join(cycle)
+
+
+# The system calls the tier makes, each behind a primitive of common/os.h (as mimalloc's prim.h): a file of the
+# tier that names one of them directly bypasses the one layer that saves errno and words the failure.
+SYSCALLS = {"mmap", "munmap", "mremap", "madvise", "mincore", "open", "open64", "close", "unlink", "lstat",
+            "lstat64", "flock", "statfs", "statfs64", "lseek", "lseek64", "fallocate", "fallocate64",
+            "sync_file_range", "getrusage", "clock_gettime", "getpid"}
+
+
+@pytest.mark.skipif(not shutil.which("nm"), reason="nm (binutils) is not installed")
+def test_tier_calls_the_os_only_through_os_h(tmp_path):
+    _, needs = _symbols(tmp_path)
+    tier = {name: needs[name] & SYSCALLS for name in needs if os.path.basename(name).startswith("tier")}
+    assert len(tier) >= 4 and needs[os.path.join("common", "os_file.c")] & SYSCALLS, "the check must see the calls"
+    assert not any(tier.values()), {name: sorted(calls) for name, calls in tier.items() if calls}
 
 
 def test_cycle_finder_finds_a_cycle():

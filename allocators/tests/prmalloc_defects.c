@@ -1,4 +1,4 @@
-/* prmalloc_defects.c -- one reproducer per defect found in review (issue 9), chosen by argv[1]; run under
+/* prmalloc_defects.c -- one reproducer per plan, arena and free-path invariant, chosen by argv[1]; run under
  * LD_PRELOAD with the FAST plan settings of test_prmalloc.py. Cases that must abort print what went wrong
  * when they survive; the others print "prmalloc_defects CASE: ok". */
 #define _GNU_SOURCE
@@ -313,9 +313,8 @@ static void glibc_thp(void)
         free(keep[i]);
 }
 
-/* A plan's classes are made of the large heap's resident pages (issue 9: the arena took one fresh contiguous
- * span and pre-faulted it at the planning mark, while the heap's idle pages, scattered between live blocks,
- * stayed resident too). Steps of eight 1-4 MiB blocks; in the first steps, before profiling starts (run with
+/* A plan's classes are made of the large heap's resident pages (a fresh span pre-faulted at the planning mark
+ * would sit beside the heap's idle pages, scattered between live blocks and still resident). Steps of eight 1-4 MiB blocks; in the first steps, before profiling starts (run with
  * RTKIT_MALLOC_PROFILE_START=3), each big block is followed by a small block of a new size that stays live, so
  * the idle extents are scattered. Anonymous RSS from just before the planning mark to three steps after it must
  * grow by far less than the classes hold: their blocks are the pages the heap already holds. */
@@ -356,7 +355,7 @@ static void plan_reuse(void)
     for (int i = 0; i < 3; i++)
         step_scattered(NULL, NULL);
     long grew = rss_anon_kib() - rss0, faults = minor_faults() - f0;
-    /* the classes hold 20 MiB; the old arena grew RssAnon by 36 MiB here. A block that no resident extent holds
+    /* the classes hold 20 MiB, all of it in pages the heap already has. A block that no resident extent holds
      * whole (the heap's idle pages lie in pieces) may still take a few MiB of new pages. */
     if (grew > 5 * 1024 || faults > 2048)
         printf("plan install grew RssAnon by %ld KiB with %ld minor faults\n", grew, faults);

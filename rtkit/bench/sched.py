@@ -1,4 +1,4 @@
-# sched.py -- `python -m rtkit.bench.sched`: the scheduler's bench (issue 11): input modes x APIs x configurations, interleaved, one Markdown table.
+# sched.py -- `python -m rtkit.bench.sched`: the scheduler's bench: input modes x APIs x configurations, interleaved, one Markdown table.
 """Every cell (input mode x API) runs every configuration once per round; the rounds interleave the whole
 matrix (cells in order, then reversed; configurations rotated within a cell), so a drift of the machine spreads
 over all of them. Each run is one `rtkit run` of the bundled wdl workload (rtkit/bench/runner.run_one).
@@ -193,7 +193,7 @@ def summarize(cells: List[Dict], names: List[str], runs: List[Dict]) -> List[Dic
 def render(bench: Dict[str, Any]) -> str:
     a = bench["settings"]
     m = bench.get("machine") or {}
-    out = ["# rtkit scheduler bench (issue 11)", "",
+    out = ["# rtkit scheduler bench", "",
            f"- command: `{bench['command_line']}`",
            f"- wdl, batch {a['batch']}, {a['steps']} steps per run, {a['rows']} rows; {a['rounds']} interleaved "
            f"rounds (cells forward then backward, configurations rotated); started {bench['start_time']}, "

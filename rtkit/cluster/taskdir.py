@@ -51,7 +51,7 @@ def _tier(report: Dict[str, Any]) -> Dict[str, Any]:
     pm = report.get("pmem")
     if not isinstance(pm, dict):
         return {}
-    # the anonymous-RSS peak is written by prmalloc/tier.c beside the contract's keys (not declared there)
+    # the anonymous-RSS peak is written by prmalloc/tier_stats.c beside the contract's keys (not declared there)
     return {"rss_anon_peak_bytes": pm.get("process_rss_anon_peak_sampled_bytes"),
             "tier_peak_bytes": pm.get(Pmem.TIER_PEAK_BYTES) or None}
 

@@ -1,6 +1,6 @@
 # contract.py -- the report's keys, declared once per component: what each writer puts in report.json and each reader takes.
 """Writers: the parent (run, process, steps: rtkit/runner.py and report/model.py), the C library
-(allocator-<pid>.json from prmalloc/stats.c, pmem-<pid>.json from prmalloc/tier.c) and the scheduler
+(allocator-<pid>.json from prmalloc/stats.c, pmem-<pid>.json from prmalloc/tier_stats.c) and the scheduler
 (scheduler-<pid>.json from scheduler/core.py). Readers (sections.py, terminal.py, html.py, compare.py) look a
 figure up under exactly the path declared here, never under guessed alternatives. A declared key that a
 report lacks is listed by missing() and shown as a note in its section, so a key renamed on one side
@@ -78,7 +78,7 @@ class Allocator:
 
 
 class Pmem:
-    """pmem-<pid>.json (prmalloc/tier.c): the allocator's PMEM tier; the report's `pmem` section."""
+    """pmem-<pid>.json (prmalloc/tier_stats.c): the allocator's PMEM tier; the report's `pmem` section."""
     STATE, PATH, MEDIUM = "state", "pmem_path", "medium"
     TIER_BYTES, TIER_PEAK_BYTES = "tier_bytes", "tier_peak_bytes"
     TIER_ALLOCS, TIER_FALLBACKS = "tier_allocs", "tier_fallbacks"
@@ -99,7 +99,7 @@ class Scheduler:
     TRIAL_STEP_MS = "step_ms_median"      # in each trial
     SPEEDUP = "speedup_over_first_x"
     PIPELINE_ENABLED = "pipeline.enabled"
-    # schema 2 (issue 11): what the pipeline and the tuner did; absent from schema 1 reports
+    # what the pipeline and the tuner did; absent from reports of schedulers that neither staged nor tuned
     STATE = "state"                       # one line in words
     STAGED_STEPS, NOT_STAGED_REASON = "pipeline.staged_steps", "pipeline.not_staged_reason"
     # steps that read the input with nothing staged: the script's own run of its own graph (no put, no extra run)

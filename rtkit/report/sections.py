@@ -235,10 +235,6 @@ def allocator_state(alloc: Any) -> Optional[str]:
     return None if v is None else str(v)
 
 
-def allocator_faults(alloc: Any) -> Tuple[Any, Any]:
-    return get(alloc, A.FAULTS_BEFORE_PLAN), get(alloc, A.FAULTS_AFTER_PLAN)
-
-
 def allocator_profile_span(alloc: Any) -> Optional[Tuple[float, float]]:
     """(first, last) step the allocator profiled, when it says."""
     a, b = get(alloc, A.PROFILE_START), get(alloc, A.PROFILE_END)
@@ -261,19 +257,6 @@ def allocator_per_step(alloc: Any) -> List[Tuple[Any, float, float]]:
 
 def plan_classes(alloc: Any) -> Any:
     return get(alloc, A.PLAN_CLASSES)
-
-
-def plan_reserved(alloc: Any) -> Any:
-    return get(alloc, A.PLAN_RESERVED_BYTES)
-
-
-def sched_speedup(sched: Any) -> Any:
-    return get(sched, S.SPEEDUP)
-
-
-def sched_occupancy(sched: Any) -> Any:
-    """Mean number of input batches queued ahead."""
-    return get(sched, S.OCCUPANCY_MEAN)
 
 
 def sched_chosen(sched: Any) -> Any:

@@ -1,5 +1,5 @@
 # tier.py -- the `tier` view of a report: what tier mode's pool held, what of it stayed in DRAM, what it cost on disk.
-"""Read from the `pmem` section (pmem-<pid>.json, prmalloc/tier.c) and the `process` section (the child's
+"""Read from the `pmem` section (pmem-<pid>.json, prmalloc/tier_stats.c) and the `process` section (the child's
 /proc/PID/io at exit). Kept apart from sections.py and terminal.py's wording: they call three functions.
 
 - tier_view(report): {"off", "rows", "tables"} for sections.py's `tier` Section (rows + the largest pooled

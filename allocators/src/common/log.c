@@ -6,8 +6,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int g_debug;
-
 void rtk_log_vline(const char *fmt, va_list ap)
 {
     char buf[1024];
@@ -33,19 +31,6 @@ void rtk_log_vline(const char *fmt, va_list ap)
 
 void rtk_log_line(const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    rtk_log_vline(fmt, ap);
-    va_end(ap);
-}
-
-void rtk_log_set_debug(int on) { g_debug = on; }
-int rtk_log_debug_on(void) { return g_debug; }
-
-void rtk_log_debug(const char *fmt, ...)
-{
-    if (!g_debug)
-        return;
     va_list ap;
     va_start(ap, fmt);
     rtk_log_vline(fmt, ap);

@@ -11,9 +11,4 @@
 RTK_HIDDEN void rtk_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 RTK_HIDDEN void rtk_log_vline(const char *fmt, va_list ap);
 
-/* Debug lines: written only after rtk_log_set_debug(1) (e.g. RTKIT_MALLOC_DEBUG=1). */
-RTK_HIDDEN void rtk_log_set_debug(int on);
-RTK_HIDDEN int rtk_log_debug_on(void);
-RTK_HIDDEN void rtk_log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 #endif

@@ -45,4 +45,41 @@ RTK_HIDDEN long rtk_os_read_file(const char *path, char *buf, size_t cap);
 RTK_HIDDEN long rtk_os_read_file_flags(const char *path, char *buf, size_t cap, int flags);
 RTK_HIDDEN const char *rtk_os_read_error(long err);
 
+/* ---- primitives of file-backed memory (the tier pool): each wraps one system call, keeps errno as the caller
+ * had it, and returns 0 or -errno unless it says otherwise */
+RTK_HIDDEN long rtk_os_pid(void);
+/* Advice over [p, p + size): how the kernel should treat those pages. */
+enum {
+    RTK_ADVISE_RANDOM = 1,  /* no read-ahead */
+    RTK_ADVISE_REMOVE,      /* free the backing store (a hole in a file mapping; the range reads as zero) */
+    RTK_ADVISE_PAGEOUT,     /* write out and reclaim now */
+    RTK_ADVISE_COLD,        /* reclaim these first under pressure */
+};
+RTK_HIDDEN int rtk_os_advise(void *p, size_t size, int advice);
+/* Map fd's [off, off + size) at exactly `at` (over what is there): shared (writes reach the file) or private. */
+RTK_HIDDEN int rtk_os_map_file_at(void *at, size_t size, int fd, uint64_t off, int shared);
+/* Move the pages of [from, from + size) to exactly `to` (over what is there); from is unmapped. */
+RTK_HIDDEN int rtk_os_move_at(void *from, size_t size, void *to);
+/* Which of the pages of [p, p + size) are in memory: one byte per page in vec, bit 0 set when resident. */
+RTK_HIDDEN int rtk_os_resident(void *p, size_t size, unsigned char *vec);
+RTK_HIDDEN int rtk_os_open_rw(const char *path);
+RTK_HIDDEN int rtk_os_open_ro(const char *path);
+RTK_HIDDEN void rtk_os_close(int fd);
+RTK_HIDDEN int rtk_os_unlink(const char *path);
+/* Create `path` (O_EXCL|O_NOFOLLOW, empty) as a marker: 0 when this call made it, -EEXIST when it was there. */
+RTK_HIDDEN int rtk_os_create_marker(const char *path);
+/* What sits at `path`: RTK_PATH_ABSENT (nothing, or unreachable), RTK_PATH_LOCKED (a regular file another
+ * process holds a flock on), RTK_PATH_PRESENT (anything else). Never blocks, never follows a link. */
+enum { RTK_PATH_ABSENT = 0, RTK_PATH_LOCKED, RTK_PATH_PRESENT };
+RTK_HIDDEN int rtk_os_path_probe(const char *path);
+/* 1 when path lies on a RAM file system (tmpfs, ramfs), else 0. */
+RTK_HIDDEN int rtk_os_on_ram_fs(const char *path);
+/* The first data byte at or after pos, and the first hole after that, of fd (SEEK_DATA/SEEK_HOLE): 0, -ENXIO
+ * when no data follows pos, other -errno when the file system cannot tell. */
+RTK_HIDDEN int rtk_os_next_data(int fd, uint64_t pos, uint64_t *data, uint64_t *hole);
+/* Free fd's blocks in [off, off + size), keeping its size. */
+RTK_HIDDEN int rtk_os_punch_hole(int fd, uint64_t off, uint64_t size);
+/* Write fd's dirty pages in [off, off + size) and wait for them. */
+RTK_HIDDEN int rtk_os_write_back(int fd, uint64_t off, uint64_t size);
+
 #endif

@@ -10,6 +10,7 @@
 
 #include "common/options.h"
 #include "common/os.h"
+#include "common/say.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/glibc_heap.h"
 #include "prmalloc/init.h"
@@ -27,9 +28,7 @@ static __thread int t_in_init __attribute__((tls_model("initial-exec")));
 
 /* A bad RTKIT_MALLOC_* value falls back to the table's default (the stderr line says so); only a bad RTKIT_MALLOC
  * itself leaves the allocator a plain pass-through. Each message is kept for the stats file. */
-#define RECORD(call) do { rtk_opt_set_error_sink(rtk_g.errors[rtk_g.nerrors < RTK_MAX_ERRORS ? rtk_g.nerrors \
-                                                 : RTK_MAX_ERRORS - 1], sizeof rtk_g.errors[0]); \
-                          if ((call) != 0 && rtk_g.nerrors < RTK_MAX_ERRORS) rtk_g.nerrors++; } while (0)
+#define RECORD(call) RTK_KEEP_ERROR(RTK_KEPT(rtk_g.errors, &rtk_g.nerrors), call)
 
 static int read_settings(void)
 {
@@ -51,8 +50,6 @@ static int read_settings(void)
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_DEBUG, &c->debug));
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_LARGE, &c->large));
     RECORD(rtk_opt_int(RTK_OPT_MALLOC_DECAY_STEPS, &v)); c->decay_steps = v;
-    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_PLAN_RELEASE, &c->plan_release));
-    rtk_opt_set_error_sink(NULL, 0);
     const char *plan = rtk_opt_str(RTK_OPT_MALLOC_PLAN);
     if (plan)
         snprintf(c->plan_path, sizeof c->plan_path, "%s", plan);
@@ -120,24 +117,12 @@ static void do_init(void)
     int malloc_bad = read_settings();
     rtk_tier_read_settings();
     rtk_opt_set_quiet(0);
-    if (rtk_g.nerrors && rtk_g.is_root) {
-        /* shells (pyenv shims) do not pass our marker on: with a run directory, a marker file there makes
-         * the report once per run */
-        int say = 1;
-        if (rtk_g.cfg.run_dir[0]) {
-            char marker[sizeof rtk_g.cfg.run_dir + 40];
-            snprintf(marker, sizeof marker, "%s/.malloc-settings-reported", rtk_g.cfg.run_dir);
-            int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-            say = fd >= 0 || errno != EEXIST;
-            if (fd >= 0)
-                close(fd);
-        }
-        for (int i = 0; say && i < rtk_g.nerrors; i++)
+    /* shells (pyenv shims) do not pass our marker on: the run directory's marker file makes it once per run */
+    if (rtk_g.nerrors && rtk_g.is_root && rtk_say_once(rtk_g.cfg.run_dir, ".malloc-settings-reported"))
+        for (int i = 0; i < rtk_g.nerrors; i++)
             rtk_log_line("%s", rtk_g.errors[i]);
-    }
     rtk_g.plan_source = "none";
     rtk_g.profile_reason = "";
-    rtk_log_set_debug(rtk_g.cfg.debug);
     /* until the allocator is on, every malloc is glibc's: a budget no request overdraws (in practice) */
     rtk_hot.sample_bytes = SIZE_MAX / 2;
     rtk_hot.fast_max = SIZE_MAX;

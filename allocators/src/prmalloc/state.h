@@ -37,7 +37,7 @@ RTK_HIDDEN void rtk_publish_fork_child(void);
 enum { RTK_STATE_OFF = 0, RTK_STATE_DISABLED, RTK_STATE_PASSTHROUGH, RTK_STATE_PROFILING, RTK_STATE_PLANNED };
 
 typedef struct rtk_config {
-    int enabled, thp, census, debug, large, plan_release;
+    int enabled, thp, census, debug, large;
     long profile_start, profile_stable, profile_max, decay_steps;
     size_t min_size, arena_limit;
     char plan_path[1024];

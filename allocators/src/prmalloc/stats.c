@@ -50,10 +50,10 @@ long rtk_stats_format(char *buf, size_t cap)
     rtk_out_put(&o, "],\n  \"config\": {\"malloc\": %s, \"malloc_profile_start\": %ld, \"malloc_profile_stable\": %ld, "
             "\"malloc_profile_max\": %ld, \"malloc_min_size\": %zu, \"malloc_arena_limit\": %zu, \"malloc_thp\": %s, "
             "\"malloc_census\": %s, \"malloc_debug\": %s, \"malloc_large\": %s, \"malloc_decay_steps\": %ld, "
-            "\"malloc_plan_release\": %s, \"malloc_plan\": ",
+            "\"malloc_plan\": ",
         c->enabled ? "true" : "false", c->profile_start, c->profile_stable, c->profile_max, c->min_size,
         c->arena_limit, c->thp ? "true" : "false", c->census ? "true" : "false", c->debug ? "true" : "false",
-        c->large ? "true" : "false", c->decay_steps, c->plan_release ? "true" : "false");
+        c->large ? "true" : "false", c->decay_steps);
     rtk_out_str(&o, c->plan_path);
     rtk_out_put(&o, ", \"malloc_plan_process\": ");
     rtk_out_str(&o, rtk_opt_str(RTK_OPT_MALLOC_PLAN_PROCESS));

@@ -17,7 +17,6 @@ RTK_HIDDEN void rtk_tier_read_settings(void);
 /* Place a request in the pool. longlived: 0 = the caller is before the first step mark (any size >= min),
  * 1 = after it (only sizes the profiler saw outliving steps). NULL: not placed, caller uses DRAM. */
 RTK_HIDDEN void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived);
-RTK_HIDDEN int rtk_tier_prestep(void);
 RTK_HIDDEN void rtk_tier_free(void *p);
 RTK_HIDDEN size_t rtk_tier_usable(const void *p);
 /* realloc of a pool payload p to n bytes: 1 when p can stay (a mild shrink), 0 when it must move (*old: its

@@ -1,0 +1,147 @@
+/* os_file.c -- the OS primitives of file-backed memory: advice, fixed mappings, residency, holes, markers. */
+#define _GNU_SOURCE
+#include "common/os.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#define TMPFS_MAGIC_ 0x01021994
+#define RAMFS_MAGIC_ 0x858458f6
+
+/* 0 when rc is 0, else -errno with the caller's errno put back */
+static int result(int rc, int saved)
+{
+    int e = rc == 0 ? 0 : -errno;
+    errno = saved;
+    return e;
+}
+
+long rtk_os_pid(void) { return (long)getpid(); }
+
+int rtk_os_advise(void *p, size_t size, int advice)
+{
+    static const int native[] = {0, MADV_RANDOM, MADV_REMOVE, MADV_PAGEOUT, MADV_COLD};
+    if (advice <= 0 || advice >= (int)(sizeof native / sizeof native[0]))
+        return -EINVAL;
+    int saved = errno;
+    return result(madvise(p, size, native[advice]), saved);
+}
+
+int rtk_os_map_file_at(void *at, size_t size, int fd, uint64_t off, int shared)
+{
+    int saved = errno;
+    void *p = mmap(at, size, PROT_READ | PROT_WRITE, (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_FIXED, fd, (off_t)off);
+    return result(p == MAP_FAILED ? -1 : 0, saved);
+}
+
+int rtk_os_move_at(void *from, size_t size, void *to)
+{
+    int saved = errno;
+    void *p = mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    return result(p == MAP_FAILED ? -1 : 0, saved);
+}
+
+int rtk_os_resident(void *p, size_t size, unsigned char *vec)
+{
+    int saved = errno;
+    return result(mincore(p, size, vec), saved);
+}
+
+int rtk_os_open_rw(const char *path)
+{
+    int saved = errno;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    return fd >= 0 ? (errno = saved, fd) : result(-1, saved);
+}
+
+int rtk_os_open_ro(const char *path)
+{
+    int saved = errno;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    return fd >= 0 ? (errno = saved, fd) : result(-1, saved);
+}
+
+void rtk_os_close(int fd)
+{
+    int saved = errno;
+    close(fd);
+    errno = saved;
+}
+
+int rtk_os_unlink(const char *path)
+{
+    int saved = errno;
+    return result(unlink(path), saved);
+}
+
+int rtk_os_create_marker(const char *path)
+{
+    int saved = errno;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return result(-1, saved);
+    close(fd);
+    errno = saved;
+    return 0;
+}
+
+int rtk_os_path_probe(const char *path)
+{
+    int saved = errno;
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        errno = saved;
+        return RTK_PATH_ABSENT;
+    }
+    int fd = S_ISREG(st.st_mode) ? open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
+    int locked = fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) != 0;
+    if (fd >= 0)
+        close(fd);
+    errno = saved;
+    return locked ? RTK_PATH_LOCKED : RTK_PATH_PRESENT;
+}
+
+int rtk_os_on_ram_fs(const char *path)
+{
+    int saved = errno;
+    struct statfs sf;
+    int ram = statfs(path, &sf) == 0 && (sf.f_type == TMPFS_MAGIC_ || sf.f_type == RAMFS_MAGIC_);
+    errno = saved;
+    return ram;
+}
+
+int rtk_os_next_data(int fd, uint64_t pos, uint64_t *data, uint64_t *hole)
+{
+    int saved = errno;
+    off_t d = lseek(fd, (off_t)pos, SEEK_DATA);
+    if (d < 0)
+        return result(-1, saved);
+    off_t h = lseek(fd, d, SEEK_HOLE);
+    if (h < 0) {
+        errno = saved;
+        return -EOPNOTSUPP;  /* never -ENXIO here: data was found */
+    }
+    *data = (uint64_t)d;
+    *hole = (uint64_t)h;
+    errno = saved;
+    return 0;
+}
+
+int rtk_os_punch_hole(int fd, uint64_t off, uint64_t size)
+{
+    int saved = errno;
+    return result(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size), saved);
+}
+
+int rtk_os_write_back(int fd, uint64_t off, uint64_t size)
+{
+    int saved = errno;
+    return result(sync_file_range(fd, (off64_t)off, (off64_t)size,
+                                  SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER),
+                  saved);
+}

@@ -1,0 +1,140 @@
+/* tier_budget.c -- tier mode's residency samples (which pool pages are in DRAM) and the resident budget. */
+#define _GNU_SOURCE
+#include "prmalloc/tier_internal.h"
+
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+/* ---------------------------------------------------------------- residency over time (the tier view) */
+/* A sample per stats write (step marks, at most every 0.5 s, and exit), at most one a second: which pool pages
+ * are in DRAM now (mincore over every live record) and the process's major faults. */
+static double g_t0, g_tl_last;
+static unsigned char *g_vec;
+#define VEC_PAGES (1u << 16)              /* mincore vector: 256 MiB of pool per call */
+
+static uint64_t resident_of(char *lo, uint64_t len)
+{
+    uint64_t pages = 0;
+    uintptr_t a = (uintptr_t)lo & ~(uintptr_t)4095, end = (uintptr_t)lo + len;
+    while (a < end) {
+        uint64_t n = (end - a + 4095) / 4096;
+        if (n > VEC_PAGES)
+            n = VEC_PAGES;
+        if (rtk_os_resident((void *)a, n * 4096, g_vec) != 0)
+            return pages * 4096;
+        for (uint64_t i = 0; i < n; i++)
+            pages += g_vec[i] & 1;
+        a += n * 4096;
+    }
+    return pages * 4096;
+}
+
+/* the record's pool file pages in DRAM: all of it but its DRAM head */
+static uint64_t file_resident(const live_t *r)
+{
+    if (!r->head)
+        return resident_of(r->payload, r->n);
+    char *lo = rtk_tier_head_lo(r->payload), *hi = lo + r->head, *end = r->payload + r->n;
+    return (lo > r->payload ? resident_of(r->payload, (uint64_t)(lo - r->payload)) : 0) +
+           (end > hi ? resident_of(hi, (uint64_t)(end - hi)) : 0);
+}
+
+/* Over the resident budget: write out and drop records, round-robin from where the last pass stopped, until a
+ * quarter of the budget is free (the pages the next steps touch come back as major faults: the hot set). */
+static uint32_t g_evict_cursor;
+
+static uint64_t enforce_budget(uint64_t total)
+{
+    uint64_t goal = rtk_tier.resident_max / 4 * 3;
+    rtk_spin_lock(&rtk_tier.live_lock);
+    /* one pass drops only part of what it asks for (pages still under writeback, or referenced again meanwhile):
+     * a few passes while they make progress */
+    for (int pass = 0; pass < 4 && total > goal; pass++) {
+        uint64_t before = total;
+        for (uint32_t k = 0; k < rtk_tier.nlive && total > goal; k++) {
+            uint32_t i = (g_evict_cursor + k) % rtk_tier.nlive;
+            live_t *r = &rtk_tier.live[i];
+            if (!r->resident)
+                continue;
+            /* past the DRAM head: with swap, MADV_PAGEOUT would send its anonymous pages there */
+            uintptr_t lo = r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head
+                                   : (uintptr_t)r->payload & ~(uintptr_t)4095;
+            uintptr_t hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095;
+            if (hi <= lo)
+                continue;
+            uint64_t len = hi - lo;
+            if (rtk_tier.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
+                rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), len);
+            rtk_os_advise((void *)lo, len, RTK_ADVISE_PAGEOUT);
+            uint64_t now = file_resident(r);
+            rtk_tier_view.dropped_bytes += r->resident > now ? r->resident - now : 0;
+            total -= r->resident > now ? r->resident - now : 0;
+            r->resident = now;
+            g_evict_cursor = i + 1;
+        }
+        if (total >= before)
+            break;
+    }
+    rtk_tier_view.passes++;
+    rtk_spin_unlock(&rtk_tier.live_lock);
+    return total;
+}
+
+static int top_records(live_t *out);
+
+void rtk_tier_sample(int force)
+{
+    if (rtk_tier.state != T_ON || !rtk_tier.live)
+        return;
+    double now = rtk_tier_now_s();
+    if (!g_t0)
+        g_t0 = now;
+    if (!force && rtk_tier_view.ntimeline && now - g_tl_last < 1.0)
+        return;
+    if (!g_vec) {
+        g_vec = rtk_os_map(VEC_PAGES, 0);
+        if (!g_vec)
+            return;
+    }
+    g_tl_last = now;
+    uint64_t total = 0;
+    rtk_spin_lock(&rtk_tier.live_lock);
+    for (uint32_t i = 0; i < rtk_tier.nlive; i++) {
+        live_t *r = &rtk_tier.live[i];
+        r->resident = file_resident(r);
+        r->head_resident = r->head ? resident_of(rtk_tier_head_lo(r->payload), r->head) : 0;
+        total += r->resident;
+    }
+    rtk_spin_unlock(&rtk_tier.live_lock);
+    if (rtk_tier.resident_max && total > rtk_tier.resident_max)
+        total = enforce_budget(total);
+    rtk_tier_view.resident = total;
+    /* the records while training runs (at exit the job has already freed most of them) */
+    if (LD(rtk_tier.bytes) >= LD(rtk_tier.bytes_at_mark) / 2)
+        rtk_tier_view.ntop = top_records(rtk_tier_view.top);
+    rtk_tier_view.timeline[rtk_tier_view.ntimeline % TL_CAP] =
+        (tl_t){rtk_tier.steps, now - g_t0, total, LD(rtk_tier.bytes), rtk_os_major_faults()};
+    rtk_tier_view.ntimeline++;
+}
+
+/* the largest live records (at most 16), largest first, into out; returns how many */
+static int top_records(live_t *out)
+{
+    int k = 0;
+    rtk_spin_lock(&rtk_tier.live_lock);
+    for (uint32_t i = 0; rtk_tier.live && i < rtk_tier.nlive; i++) {
+        live_t r = rtk_tier.live[i];
+        int j = k < TOP_N ? k++ : TOP_N;
+        if (j == TOP_N && r.n <= out[TOP_N - 1].n)
+            continue;
+        if (j == TOP_N)
+            j = TOP_N - 1;
+        while (j > 0 && out[j - 1].n < r.n) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = r;
+    }
+    rtk_spin_unlock(&rtk_tier.live_lock);
+    return k;
+}
+

@@ -1,0 +1,92 @@
+/* tier_internal.h -- what the tier-mode files share: the tier's state, its table of live pool records, the view. */
+#ifndef RTK_PRMALLOC_TIER_INTERNAL_H
+#define RTK_PRMALLOC_TIER_INTERNAL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/lock.h"
+#include "common/os.h"
+#include "prmalloc/tier.h"
+#include "rtkit/pmem.h"
+
+#define TIER_HDR 32                       /* size, handle, live index, tag in front of every payload */
+#define TIER_PAGE 4096
+#define LIVE_CAP (1u << 20)               /* records in the live table at most */
+#define HEAD_CAP 4096                     /* records with a DRAM head at most (fork remaps around each) */
+#define TL_CAP 1024                       /* residency samples kept (a ring) */
+#define TOP_N 16                          /* largest records kept for the report */
+
+enum { T_OFF = 0, T_IDLE, T_CREATING, T_ON, T_FAILED, T_BUSY, T_CHILD };
+
+/* A live pool record. resident: its file pages in DRAM; head: its DRAM head's bytes; head_resident: their pages
+ * in DRAM. Its index in the table is kept in its tier header (hd[2]); a free swaps the last entry into its place. */
+typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident, head, head_resident; } live_t;
+
+typedef struct {
+    int state;
+    char path[PATH_MAX];
+    size_t size, min_size, resident_max, dram_head;
+    int cold_hint;
+    char errors[4][320];
+    int nerrors;
+    rtkit_pmem_pool *pool;
+    char *base;
+    long owner;
+    int plan_ready;
+    char medium[16];
+    char reason[PATH_MAX + 512];
+    /* counters (relaxed atomics: every placed request is >= min size, so these are rare) */
+    uint64_t bytes, peak, allocs, frees, fallbacks, fallback_bytes, pre_allocs, pre_bytes, ll_allocs, ll_bytes;
+    uint64_t bad_frees, child_frees, errors_other;
+    uint64_t bytes_at_mark, steps;
+    unsigned ll_sizes;                    /* long-lived sizes known */
+    int fd;                               /* the pool file, kept open once its name is unlinked (fork remaps it) */
+    uint64_t deferred_frees, gap_punches, gap_bytes, cold_hint_bytes;
+    int no_remove;                        /* the file system cannot punch holes: freed pages stay */
+    uint64_t remove_errors;
+    /* DRAM heads (pmem_dram_head): what the first step mark moved, the budget it had, and what it cost */
+    uint64_t head_budget, head_bytes, head_copied, head_records, head_restored, heads_at_mark, head_punch_errors;
+    uint64_t head_kept_errors;            /* freed records whose head could not be given back: never reused */
+    int forked_before_heads;              /* a child may still map the pool's file pages privately */
+    double head_s;
+    /* the live records: for punching free space at the first step mark, the heads, the budget, the view */
+    live_t *live;
+    uint32_t nlive;
+    uint64_t high;                        /* highest record end ever handed out (offset from base) */
+    rtk_spin_t live_lock;
+    int live_overflow;                    /* a record the table could not hold: the first mark punches nothing */
+    int exiting;
+} rtk_tier_t;
+
+RTK_HIDDEN extern rtk_tier_t rtk_tier;
+
+/* One residency sample: at a step count and time, the pool pages in DRAM, the pool's bytes, the major faults. */
+typedef struct { uint64_t step; double t_s; uint64_t resident, tier_bytes, major_faults; } tl_t;
+
+/* What the residency samples found (tier_budget.c), for the report (tier_stats.c). */
+typedef struct {
+    tl_t timeline[TL_CAP];
+    unsigned ntimeline;                   /* samples taken; the ring keeps the last TL_CAP */
+    uint64_t resident;                    /* pool bytes in DRAM at the last sample */
+    uint64_t passes, dropped_bytes;       /* resident-budget passes and what they dropped */
+    live_t top[TOP_N];                    /* the largest records at the last sample while training ran */
+    int ntop;
+} rtk_tier_view_t;
+
+RTK_HIDDEN extern rtk_tier_view_t rtk_tier_view;
+
+static inline double rtk_tier_now_s(void) { return (double)rtk_os_now_ns() * 1e-9; }
+/* A DRAM head starts at the payload's first whole page: the tier header below it stays in the file. */
+static inline char *rtk_tier_head_lo(const char *payload)
+{
+    return (char *)(((uintptr_t)payload + TIER_PAGE - 1) & ~(uintptr_t)(TIER_PAGE - 1));
+}
+
+/* tier_heads.c: give a freed record's head back to the pool file (under the live lock); -1: it stays anonymous. */
+RTK_HIDDEN int rtk_tier_restore_head(live_t *r);
+/* tier_budget.c: sample residency (at most once a second unless forced) and enforce pmem_resident_max. */
+RTK_HIDDEN void rtk_tier_sample(int force);
+
+#endif

@@ -1,0 +1,185 @@
+/* tier_stats.c -- tier mode's report: the "pmem" JSON object and the pmem-<pid>.json file. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jsonbuf.h"
+#include "prmalloc/tier_internal.h"
+
+#define U(x) ((unsigned long long)(x))
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+static const char *state_name(int s)
+{
+    switch (s) {
+    case T_IDLE: return "idle";
+    case T_CREATING: return "creating";
+    case T_ON: return "on";
+    case T_FAILED: return "failed";
+    case T_BUSY: return "busy";
+    case T_CHILD: return "forked_child";
+    default: return "off";
+    }
+}
+
+/* RssAnon / RssFile / RssShmem of this process, in bytes (-1 when unknown) */
+static void rss_parts(long long out[3])
+{
+    static const char *keys[3] = {"RssAnon:", "RssFile:", "RssShmem:"};
+    char buf[8192];
+    out[0] = out[1] = out[2] = -1;
+    if (rtk_os_read_file("/proc/self/status", buf, sizeof buf) < 0)
+        return;
+    for (int i = 0; i < 3; i++) {
+        const char *s = strstr(buf, keys[i]);
+        if (s)
+            out[i] = atoll(s + strlen(keys[i])) * 1024;
+    }
+}
+
+
+/* the share of a record in DRAM: its file pages and its head's */
+static double hot_fraction(const live_t *r)
+{
+    uint64_t in = r->resident + r->head_resident;
+    return r->n ? (in >= r->n ? 1.0 : (double)in / (double)r->n) : 0.0;
+}
+
+long rtk_tier_format(char *buf, size_t cap, int indent)
+{
+    const rtk_tier_t *t = &rtk_tier;
+    const rtk_tier_view_t *v = &rtk_tier_view;
+    rtk_out_t o = {buf, cap, 0, 0};
+    const char *nl = indent ? "\n  " : " ";
+    int st = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
+    rtk_out_put(&o, "{%s\"schema_version\": 1,%s\"pid\": %ld,%s\"state\": \"%s\",%s\"pmem_path\": ", nl, nl, rtk_os_pid(), nl,
+        state_name(st), nl);
+    rtk_out_str(&o, t->path);
+    rtk_out_put(&o, ",%s\"medium\": ", nl);
+    rtk_out_str(&o, t->medium);
+    rtk_out_put(&o, ",%s\"pmem_size\": %llu,%s\"pmem_min_size\": %llu,%s\"durable\": false,", nl,
+        U(st == T_OFF ? 0 : t->size), nl, U(t->min_size), nl);
+    uint64_t bytes = LD(t->bytes), mark = LD(t->bytes_at_mark);
+    rtk_out_put(&o, "%s\"tier_bytes\": %llu,%s\"tier_peak_bytes\": %llu,%s\"tier_last_step_bytes\": %llu,", nl, U(bytes),
+        nl, U(LD(t->peak)), nl, U(mark));
+    rtk_out_put(&o, "%s\"tier_allocs\": %llu,%s\"tier_frees\": %llu,%s\"tier_fallbacks\": %llu,%s\"tier_fallback_bytes\": %llu,",
+        nl, U(LD(t->allocs)), nl, U(LD(t->frees)), nl, U(LD(t->fallbacks)), nl, U(LD(t->fallback_bytes)));
+    rtk_out_put(&o, "%s\"placed_before_first_step\": {\"allocs\": %llu, \"bytes\": %llu},"
+            "%s\"placed_long_lived\": {\"allocs\": %llu, \"bytes\": %llu, \"sizes_known\": %u, \"active\": %s},",
+        nl, U(LD(t->pre_allocs)), U(LD(t->pre_bytes)), nl, U(LD(t->ll_allocs)), U(LD(t->ll_bytes)), t->ll_sizes,
+        LD(t->plan_ready) ? "true" : "false");
+    rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu, \"deferred_frees\": %llu, "
+            "\"first_step_punches\": %llu, \"first_step_punched_bytes\": %llu, \"first_step_cold_hint_bytes\": %llu},", nl,
+        t->no_remove ? "true" : "false", U(LD(t->remove_errors)), U(LD(t->deferred_frees)), U(t->gap_punches),
+        U(t->gap_bytes), U(t->cold_hint_bytes));
+    rtk_out_put(&o, "%s\"dram_head\": {\"setting_bytes\": %llu, \"budget_bytes\": %llu, \"bytes\": %llu, "
+            "\"records\": %llu, \"copied_bytes\": %llu, \"restored_bytes\": %llu, \"seconds\": %.3f, "
+            "\"file_copies_kept\": %llu, \"not_given_back\": %llu},", nl,
+        U(t->dram_head), U(t->head_budget), U(t->head_bytes), U(t->head_records), U(t->head_copied), U(t->head_restored),
+        t->head_s, U(t->head_punch_errors), U(LD(t->head_kept_errors)));
+    rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(t->bad_frees)),
+        nl, U(LD(t->child_frees)), nl, U(LD(t->errors_other)));
+    /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now, less the
+     * heads still in anonymous memory */
+    uint64_t saved = t->steps ? mark : bytes, heads_live = t->steps ? t->heads_at_mark : t->head_bytes - t->head_restored;
+    rtk_out_put(&o, "%s\"dram_bytes_saved_estimate\": %llu,", nl, U(saved > heads_live ? saved - heads_live : 0));
+    long long rss[3];
+    rss_parts(rss);
+    static long long anon_peak;  /* sampled at every stats write (step marks, at most every 0.5 s, and exit) */
+    if (rss[0] > anon_peak)
+        anon_peak = rss[0];
+    rtk_out_put(&o, "%s\"process_rss_anon_bytes\": %lld,%s\"process_rss_anon_peak_sampled_bytes\": %lld,"
+            "%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
+        nl, rss[0], nl, anon_peak, nl, rss[1], nl, rss[2]);
+    /* the tier view: pool pages in DRAM (mincore), the largest records, and residency over time */
+    rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"pmem_resident_max\": %llu,%s\"budget_passes\": %llu,"
+            "%s\"budget_dropped_bytes\": %llu,%s\"records_live\": %u,%s\"records\": [", nl, U(v->resident), nl,
+        U(t->resident_max), nl, U(v->passes), nl, U(v->dropped_bytes), nl, t->nlive, nl);
+    const live_t *top = v->top;
+    /* the records and the timeline go to pmem-<pid>.json only (indent), not into the allocator's copy */
+    int ntop = indent ? v->ntop : 0;
+    for (int i = 0; i < ntop; i++)
+        rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"dram_head_bytes\": %llu, "
+                "\"hot_fraction\": %.4f}",
+            i ? ", " : "", U(top[i].payload - t->base), U(top[i].n), U(top[i].resident + top[i].head_resident),
+            U(top[i].head), hot_fraction(&top[i]));
+    rtk_out_put(&o, "],%s\"timeline\": [", nl);
+    unsigned first_tl = v->ntimeline > TL_CAP ? v->ntimeline - TL_CAP : 0;
+    for (unsigned i = first_tl; indent && i < v->ntimeline; i++) {
+        const tl_t *x = &v->timeline[i % TL_CAP];
+        rtk_out_put(&o, "%s{\"step\": %llu, \"t_s\": %.3f, \"resident_bytes\": %llu, \"tier_bytes\": %llu, "
+                "\"major_faults\": %llu}", i > first_tl ? ", " : "", U(x->step), x->t_s, U(x->resident),
+            U(x->tier_bytes), U(x->major_faults));
+    }
+    rtk_out_put(&o, "],");
+    rtk_out_put(&o, "%s\"pool\": ", nl);
+    if (t->pool && st == T_ON) {  /* not in a forked child: a pool lock may be held by a thread it lost */
+        rtkit_pmem_stats s;
+        rtkit_pmem_stats_get(t->pool, &s);
+        rtk_out_put(&o, "{\"pmem_segment_size\": %llu, \"pmem_block_size\": %u, \"pmem_max_record\": %u, "
+                "\"segments\": %u, \"segments_free\": %llu, \"segments_class\": %llu, \"segments_extent\": %llu, "
+                "\"allocated_bytes\": %llu, \"requested_bytes\": %llu, \"extents\": %llu, \"extent_bytes\": %llu, "
+                "\"fragmentation\": %.4f, \"is_pmem\": %s, \"persist\": \"%s\", \"background_runs\": %llu, "
+                "\"background_moves\": %llu, \"moved_records\": %llu, \"classes\": [",
+            U(s.segment_size), s.block_size, s.max_record, s.nsegments, U(s.segments_free), U(s.segments_class),
+            U(s.segments_extent), U(s.allocated_bytes), U(s.requested_bytes), U(s.extents), U(s.extent_bytes),
+            s.fragmentation, s.is_pmem ? "true" : "false",
+            s.persist_kind == RTKIT_PMEM_PERSIST_FLUSH ? "flush" : s.persist_kind == RTKIT_PMEM_PERSIST_MSYNC ? "msync"
+                                                                                                            : "none",
+            U(s.background_runs), U(s.background_moves), U(s.moved_records));
+        int seen = 0, first = 1;
+        for (uint32_t c = 1; c < 65536; c++) {
+            rtkit_pmem_class_stats cs;
+            if (rtkit_pmem_class_stats_get(t->pool, c, &cs) != 0) {
+                if (seen)
+                    break;
+                continue;
+            }
+            seen = 1;
+            if (cs.allocated <= 0 && !cs.segments)
+                continue;
+            rtk_out_put(&o, "%s{\"record_size_bytes\": %u, \"allocated\": %lld, \"segments\": %u}", first ? "" : ", ",
+                cs.record_size, (long long)cs.allocated, cs.segments);
+            first = 0;
+        }
+        rtk_out_put(&o, "]}");
+        rtk_out_put(&o, ",%s\"background_moves\": %llu", nl, U(s.background_moves));
+    } else {
+        rtk_out_put(&o, "null,%s\"background_moves\": 0", nl);
+    }
+    rtk_out_put(&o, ",%s\"notes\": [", nl);
+    int n = 0;
+    if (t->reason[0]) {
+        rtk_out_str(&o, t->reason);
+        n++;
+    }
+    for (int i = 0; i < t->nerrors; i++, n++) {
+        rtk_out_put(&o, n ? ", " : "");
+        rtk_out_str(&o, t->errors[i]);
+    }
+    if (st == T_ON && strcmp(t->medium, "tmpfs") == 0)
+        rtk_out_put(&o, "%s\"pool on tmpfs: its pages are shared memory, still RAM; DRAM saved counts anonymous memory only\"",
+            n++ ? ", " : "");
+    if (st == T_IDLE)
+        rtk_out_put(&o, "%s\"no allocation qualified yet: the pool is created at the first one\"", n++ ? ", " : "");
+    rtk_out_put(&o, "]%s}", indent ? "\n" : " ");
+    return o.full ? -1 : (long)o.off;
+}
+
+static char g_tbuf[262144];
+
+void rtk_tier_write_file(const char *run_dir, long pid)
+{
+    if (rtk_tier.state == T_OFF || !run_dir || !run_dir[0])
+        return;
+    rtk_tier_sample(rtk_tier.exiting);
+    long n = rtk_tier_format(g_tbuf, sizeof g_tbuf - 1, 1);
+    if (n < 0)
+        return;
+    g_tbuf[n++] = '\n';
+    char path[1200];
+    snprintf(path, sizeof path, "%s/pmem-%ld.json", run_dir, pid);
+    rtk_os_write_file_atomic(path, g_tbuf, (size_t)n);
+}
+
