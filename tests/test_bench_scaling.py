@@ -41,7 +41,7 @@ def test_one_command_gives_every_row_sane_figures_and_rtkit_plans(tmp_path):
         assert ratio.endswith("x") and float(ratio[:-1]) > 0
         assert float(faults) >= 0 and float(waits) >= 0 and float(preempt) >= 0
         assert r[8] == "1/1"
-        assert r[7] == ("planned" if r[1] == "rtkit" else "-")
+        assert re.fullmatch(r"planned \(\d+\)", r[7]) if r[1] == "rtkit" else r[7] == "-"
     bench = json.load(open(os.path.join(out, "scaling.json")))
     runs = bench["replay"]["runs"]
     assert len(runs) == 4 and all(r["status"] == "ok" for r in runs)
@@ -70,6 +70,11 @@ def test_default_threads_double_up_to_the_cores():
     assert scaling.parse_threads("1,2,4,8,16") == [1, 2, 4, 8, 16]
     with pytest.raises(scaling.BenchError):
         scaling.parse_threads("2,2")
+
+
+def test_default_warmup_is_past_rtkits_longest_profiling():
+    assert scaling.default_warmup({}) == 2 + 20 + 1
+    assert scaling.default_warmup({"RTKIT_MALLOC_PROFILE_MAX": "5"}) == 2 + 5 + 1
 
 
 def test_pattern_of_the_bundled_census_is_the_steady_wdl_step():

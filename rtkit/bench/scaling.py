@@ -3,9 +3,9 @@
 wdl training step every step: the sizes and lifetimes of rtkit/bench/census.py's pattern, every page written once,
 a share of the blocks freed by the next thread in the next step, rtkit_step_mark() at the end of each step (so
 rtkit profiles and plans as it does under TensorFlow). Every (threads, peer) pair is one process; the rounds
-interleave them (per thread count, the peers rotated every round: A B C, B C A, ...). Per run, over the steps after
---warmup: the median step time, minor faults a step (getrusage of the process) and voluntary context switches a step
-inside the threads' allocation phases (getrusage(RUSAGE_THREAD) around them, summed over the threads: the times a
+interleave them (per thread count, the peers rotated every round: A B C, B C A, ...). Per run, over the steps
+after --warmup (by default past rtkit's longest profiling): the median step time, minor faults a step (getrusage
+of the process) and voluntary context switches a step inside the threads' allocation phases (getrusage(RUSAGE_THREAD) around them, summed over the threads: the times a
 thread blocked in the kernel while allocating or freeing, i.e. futex waits on allocator locks and mmap/fault waits
 on the address-space lock; the step barriers are outside it). The table shows the medians over rounds and the
 ratio of the step time to glibc's at the same thread count.
@@ -110,15 +110,27 @@ def replay_env(peer: peers.Peer, library: Optional[str], run_dir: str, rtkit_env
     return env
 
 
-def _allocator_state(run_dir: str) -> Optional[str]:
+def _allocator_stats(run_dir: str) -> Dict[str, Any]:
+    """rtkit's own stats file of the run (allocator-<pid>.json), or {} when it left none."""
     for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
         if name.startswith("allocator-") and name.endswith(".json"):
             try:
                 with open(os.path.join(run_dir, name)) as fh:
-                    return json.load(fh).get("state")
+                    return json.load(fh)
             except (OSError, ValueError):
-                return None
-    return None
+                return {}
+    return {}
+
+
+def default_warmup(rtkit_env: Dict[str, str]) -> int:
+    """Steps before the figures: rtkit's warm-up and its longest profiling (malloc_profile_start +
+    malloc_profile_max, as set for its runs), so every peer is measured over steps where rtkit has its plan."""
+    total = 1
+    for key in ("malloc_profile_start", "malloc_profile_max"):
+        setting = _config.lookup(key)
+        text = rtkit_env.get(setting.env, os.environ.get(setting.env))
+        total += int(setting.parse(text)) if text is not None else int(setting.default)
+    return total
 
 
 def run_metrics(result: Dict[str, Any], warmup: int) -> Dict[str, Optional[float]]:
@@ -165,7 +177,9 @@ def run_replay(program: str, pattern_path: str, peer: peers.Peer, library: Optio
         return rec
     rec.update(status="ok", result=result, **run_metrics(result, a.warmup))
     if peer.library == peers.RTKIT_MALLOC_LIBRARY:
-        rec["allocator_state"] = _allocator_state(run_dir) or STATE_NAMES.get(result.get("rtkit_state"))
+        own = _allocator_stats(run_dir)
+        rec["allocator_state"] = own.get("state") or STATE_NAMES.get(result.get("rtkit_state"))
+        rec["plan_step"] = (own.get("plan") or {}).get("made_at_step")
     return rec
 
 
@@ -192,6 +206,7 @@ def summarize_replay(runs: Sequence[Dict[str, Any]], names: Sequence[str], threa
                 row[key] = stats.median([r.get(key) for r in ok])
             states = sorted({r["allocator_state"] for r in ok if r.get("allocator_state")})
             row["allocator_state"] = "/".join(states) if states else None
+            row["plan_step_max"] = max((r["plan_step"] for r in ok if r.get("plan_step") is not None), default=None)
             group[name] = row
         base = group.get(BASELINE, {}).get("step_ms_median")
         for name in names:
@@ -200,19 +215,39 @@ def summarize_replay(runs: Sequence[Dict[str, Any]], names: Sequence[str], threa
     return rows
 
 
+def window_notes(runs: Sequence[Dict[str, Any]], warmup: int, steps: int) -> List[str]:
+    """Say when the figures' window is not the planned steady state it is meant to be."""
+    notes = []
+    if warmup >= steps:
+        notes.append(f"--warmup {warmup} >= --steps {steps}: the figures cover every step, warm-up included")
+    late = sorted({(r["threads"], r["round"]) for r in runs if r.get("allocator_state") is not None and
+                   (r.get("plan_step") is None or r["plan_step"] >= warmup)})
+    if late:
+        notes.append("rtkit had not planned before the figures' window in runs (threads, round) "
+                     f"{', '.join(map(str, late))}: their figures include its profiling (raise --warmup)")
+    return notes
+
+
 def _num(v: Optional[float], digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _state(row: Dict[str, Any]) -> str:
+    if not row["allocator_state"]:
+        return "-"
+    plan = row.get("plan_step_max")
+    return row["allocator_state"] + (f" ({plan})" if plan is not None else "")
+
+
 def replay_table(rows: Sequence[Dict[str, Any]]) -> str:
     lines = ["| threads | allocator | step ms (median) | vs glibc | minor faults/step | lock waits/step "
-             "(voluntary cs) | preemptions/step (involuntary cs) | rtkit state | runs ok |",
+             "(voluntary cs) | preemptions/step (involuntary cs) | rtkit state (plan at step) | runs ok |",
              "|---:|---|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         lines.append(f"| {r['threads']} | {r['peer']} | {_num(r['step_ms_median'])} | "
                      f"{_num(r['step_ratio_to_glibc'])}x | {_num(r['minor_faults_per_step'], 1)} | "
                      f"{_num(r['voluntary_switches_per_step'], 1)} | {_num(r['involuntary_switches_per_step'], 1)} | "
-                     f"{r['allocator_state'] or '-'} | {r['runs_ok']}/{r['runs']} |")
+                     f"{_state(r)} | {r['runs_ok']}/{r['runs']} |")
     return "\n".join(lines)
 
 
@@ -262,9 +297,10 @@ def _args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help=f"allocators of the replay; those whose library is missing are skipped with a note "
                         f"(default {','.join(DEFAULT_PEERS)}; glibc is the ratios' baseline)")
     p.add_argument("--rounds", type=int, default=5, help="replay rounds (default 5)")
-    p.add_argument("--steps", type=int, default=30, help="replay steps per run (default 30)")
-    p.add_argument("--warmup", type=int, default=8, help="replay steps left out of the figures: rtkit profiles and "
-                                                         "plans in them (default 8)")
+    p.add_argument("--steps", type=int, default=40, help="replay steps per run (default 40)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="replay steps left out of the figures, for every peer (default rtkit's malloc_profile_start + "
+                        "malloc_profile_max + 1 = 23: rtkit has planned before the figures start)")
     p.add_argument("--scale", type=float, default=1.0, help="share of the census's blocks per thread and step "
                                                             "(default 1: one whole wdl step per thread)")
     p.add_argument("--hold-steps", type=int, default=8, help="steps a long-lived block stays live (default 8)")
@@ -288,7 +324,7 @@ def _args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     for name in ("rounds", "steps", "workload_rounds", "workload_steps", "batch", "hold_steps"):
         if getattr(a, name) < 1:
             raise BenchError(f"--{name.replace('_', '-')} {getattr(a, name)}: expected a whole number >= 1")
-    if a.warmup < 0:
+    if a.warmup is not None and a.warmup < 0:
         raise BenchError(f"--warmup {a.warmup}: expected a whole number >= 0")
     if not 0 <= a.cross_percent <= 100:
         raise BenchError(f"--cross-percent {a.cross_percent}: expected 0..100")
@@ -361,6 +397,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         return 0
     threads = parse_threads(a.threads) if a.threads else default_threads()
     rtkit_env = _settings_env(a.set)
+    if a.warmup is None:
+        a.warmup = default_warmup(rtkit_env)
     chosen, libraries, notes = _available([n.strip() for n in a.peers.split(",")], "--peers")
     names = [p.name for p in chosen]
     if BASELINE not in names:
@@ -397,6 +435,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         _say(a, f"replay {i}/{len(order)} r{k} {name} threads={n}: {rec['status']} "
                 f"{_num(rec.get('step_ms_median'))} ms/step {rec.get('error') or ''}".rstrip())
     bench["replay"]["rows"] = summarize_replay(bench["replay"]["runs"], names, threads)
+    bench["notes"] += window_notes(bench["replay"]["runs"], a.warmup, a.steps)
     if not a.no_workload:
         wchosen, wlibs, wnotes = _available([n.strip() for n in a.workload_configs.split(",")], "--workload-configs")
         bench["notes"] += wnotes
