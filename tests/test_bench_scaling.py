@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from rtkit.bench import census, scaling
+from conftest import requires_tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,3 +93,19 @@ def test_pattern_of_the_bundled_census_is_the_steady_wdl_step():
     # long-lived blocks come only from the hash-node buckets
     assert {s for s, _, k in rows if k == census.LONG} and all(16 <= s < 64 for s, _, k in rows if k == census.LONG)
     assert all(c >= 1 for _, c, _ in census.scaled(rows, 0.0001))
+
+
+@requires_tf
+def test_recorded_census_of_real_wdl_runs_gives_a_pattern(tmp_path):
+    path = str(tmp_path / "census.json")
+    proc = subprocess.run([sys.executable, "-m", "rtkit.bench.scaling", "--record-census", path], cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    rec = census.load(path)
+    assert [r["steps"] for r in rec["runs"]] == list(census.RECORD_STEPS)
+    rows = census.pattern(rec)
+    assert any(k == census.LONG for _, _, k in rows) and any(s >= 32768 for s, _, _ in rows)
+    # the same record again is refused: its runs' folder exists
+    again = subprocess.run([sys.executable, "-m", "rtkit.bench.scaling", "--record-census", path], cwd=REPO,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert again.returncode == 2 and "--record-census" in again.stderr

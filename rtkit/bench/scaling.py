@@ -391,7 +391,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     a = _args(argv)
     if a.record_census:
         work = a.record_census + ".runs"
-        os.makedirs(work, exist_ok=False)
+        try:
+            os.makedirs(work, mode=0o700)
+        except OSError as exc:
+            raise BenchError(f"--record-census {a.record_census}: cannot make {work} for its runs "
+                             f"({exc.strerror}): choose a new path") from None
         atomic.write_json(a.record_census, census.record(work, runner.rtkit_command()))
         print(f"census recorded: {a.record_census} (runs in {work})")
         return 0
