@@ -24,7 +24,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wdl_census.json")
-RECORD_STEPS = (6, 16)
+RECORD_STEPS = (6, 30)  # the longer run passes profile_start + profile_max (22): it always has a plan
 RECORD_WORKLOAD = ["wdl", "--batch", "2048", "--rows", "40000", "--no-progress"]
 # the buckets whose blocks are the workload's long-lived ones: hash nodes of new ids are 16 to 32 bytes
 LONG_LIVED_BUCKETS = (16, 32)
