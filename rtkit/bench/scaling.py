@@ -215,6 +215,10 @@ def summarize_replay(runs: Sequence[Dict[str, Any]], names: Sequence[str], threa
     return rows
 
 
+def _ratio(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
 def window_notes(runs: Sequence[Dict[str, Any]], warmup: int, steps: int) -> List[str]:
     """Say when the figures' window is not the planned steady state it is meant to be."""
     notes = []
@@ -245,7 +249,7 @@ def replay_table(rows: Sequence[Dict[str, Any]]) -> str:
              "|---:|---|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         lines.append(f"| {r['threads']} | {r['peer']} | {_num(r['step_ms_median'])} | "
-                     f"{_num(r['step_ratio_to_glibc'])}x | {_num(r['minor_faults_per_step'], 1)} | "
+                     f"{_ratio(r['step_ratio_to_glibc'])} | {_num(r['minor_faults_per_step'], 1)} | "
                      f"{_num(r['voluntary_switches_per_step'], 1)} | {_num(r['involuntary_switches_per_step'], 1)} | "
                      f"{_state(r)} | {r['runs_ok']}/{r['runs']} |")
     return "\n".join(lines)
@@ -281,7 +285,7 @@ def workload_table(rows: Sequence[Dict[str, Any]]) -> str:
     for r in rows:
         rss = r["peak_rss_bytes"]
         lines.append(f"| {r['threads']} | {r['config']} | {_num(r['step_ms_median'])} | "
-                     f"{_num(r['step_ratio_to_glibc'])}x | {_num(r['minor_faults_per_step'], 1)} | "
+                     f"{_ratio(r['step_ratio_to_glibc'])} | {_num(r['minor_faults_per_step'], 1)} | "
                      f"{'-' if rss is None else f'{rss / (1 << 20):.0f}'} | {r['runs_ok']} |")
     return "\n".join(lines)
 
@@ -407,7 +411,12 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     names = [p.name for p in chosen]
     if BASELINE not in names:
         raise BenchError(f"--peers must include {BASELINE} (the ratios' baseline)")
-    for note in notes:
+    wchosen, wlibs, wnotes = [], {}, []
+    if not a.no_workload:
+        wchosen, wlibs, wnotes = _available([n.strip() for n in a.workload_configs.split(",")], "--workload-configs")
+        if BASELINE not in [p.name for p in wchosen]:
+            raise BenchError(f"--workload-configs must include {BASELINE} (the ratios' baseline)")
+    for note in notes + wnotes:
         _say(a, f"{PROG}: {note}")
     rows = census.pattern(census.load(a.census))
     whole = census.scaled(rows, a.scale)
@@ -427,7 +436,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
                      "scale": a.scale, "hold_steps": a.hold_steps, "cross_percent": a.cross_percent,
                      "rtkit_settings": rtkit_env, "blocks_per_thread_step": shape["blocks"],
                      "bytes_per_thread_step": shape["bytes"], "long_lived_blocks": shape["long_lived_blocks"]},
-        "notes": notes, "replay": {"runs": [], "rows": []}, "workload": None}
+        "notes": notes + wnotes, "replay": {"runs": [], "rows": []}, "workload": None}
     t0 = time.monotonic()
     order = replay_order(names, threads, a.rounds)
     by_name = {p.name: p for p in chosen}
@@ -441,11 +450,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     bench["replay"]["rows"] = summarize_replay(bench["replay"]["runs"], names, threads)
     bench["notes"] += window_notes(bench["replay"]["runs"], a.warmup, a.steps)
     if not a.no_workload:
-        wchosen, wlibs, wnotes = _available([n.strip() for n in a.workload_configs.split(",")], "--workload-configs")
-        bench["notes"] += wnotes
         wnames = [p.name for p in wchosen]
-        if BASELINE not in wnames:
-            raise BenchError(f"--workload-configs must include {BASELINE} (the ratios' baseline)")
         from rtkit.workloads import data
         data.ensure_dataset(progress=False)
         wpeers = workload_peers(wchosen, threads)
