@@ -231,19 +231,23 @@ def build_bench(out_dir, extra_flags=()):
     """Micro-benchmarks (allocators/bench/*.c): plain programs, run under LD_PRELOAD by bench/run_micro.py."""
     bench_dir = os.path.join(out_dir, "bench")
     os.makedirs(bench_dir, exist_ok=True)
-    built = []
-    for src in sorted(glob.glob(os.path.join(HERE, "bench", "*.c"))):
-        name = os.path.splitext(os.path.basename(src))[0]
-        target = os.path.join(bench_dir, name)
-        # group benches (pmem_*) link their group's sources like its tests; the rest are plain programs
-        folders, ldflags, cflags = _rule_for(name) or ([], [], [])
-        if name.startswith("pmem_") and os.path.exists("/usr/include/libpmemobj.h"):
-            ldflags = [*ldflags, "-lpmemobj"]  # the PMEM bench compares against PMDK's allocator
-        # -fno-builtin: keep the malloc/free pairs being measured
-        _run([CC, *CFLAGS, *_gen_flags(out_dir), *extra_flags, *cflags, "-fno-builtin", "-o", target, src, *_sources(folders),
-              *ldflags, "-ldl", "-lm"])
-        built.append(target)
-    return built
+    return [build_bench_program(src, bench_dir, extra_flags)
+            for src in sorted(glob.glob(os.path.join(HERE, "bench", "*.c")))]
+
+
+def build_bench_program(src, bench_dir, extra_flags=()):
+    """One micro-benchmark (allocators/bench/NAME.c) into bench_dir/NAME; returns its path."""
+    os.makedirs(bench_dir, exist_ok=True)
+    name = os.path.splitext(os.path.basename(src))[0]
+    target = os.path.join(bench_dir, name)
+    # group benches (pmem_*) link their group's sources like its tests; the rest are plain programs
+    folders, ldflags, cflags = _rule_for(name) or ([], [], [])
+    if name.startswith("pmem_") and os.path.exists("/usr/include/libpmemobj.h"):
+        ldflags = [*ldflags, "-lpmemobj"]  # the PMEM bench compares against PMDK's allocator
+    # -fno-builtin: keep the malloc/free pairs being measured
+    _run([CC, *CFLAGS, *_gen_flags(bench_dir), *extra_flags, *cflags, "-fno-builtin", "-o", target, src,
+          *_sources(folders), *ldflags, "-ldl", "-lm"])
+    return target
 
 
 def main(argv=None):

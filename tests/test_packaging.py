@@ -125,6 +125,7 @@ def test_wheel_is_complete_and_imports_outside_the_checkout(tmp_path):
     for pkg in _source_packages():
         assert pkg.replace(".", "/") + "/__init__.py" in names, pkg
     assert "rtkit/bootstrap/sitecustomize.py" in names and "rtkit/scheduler/core.py" in names
+    assert "rtkit/bench/wdl_census.json" in names  # the scaling bench's recorded census
 
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), wheels[0]],
                    check=True, capture_output=True, timeout=300)
