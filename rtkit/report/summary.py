@@ -117,7 +117,7 @@ def tier_line(r: Dict[str, Any]) -> Optional[str]:
     if falls:
         parts.append(_fig(r, "tier_fallbacks"))
     parts += tier.cost_words(r)
-    return head + "; " + _join(parts)
+    return head + "; " + _join(parts) + "".join(f"; {w}" for w in tier.warning_words(r))
 
 
 def scheduler_line(r: Dict[str, Any]) -> Optional[str]:

@@ -70,6 +70,24 @@ def cost_words(report: Dict[str, Any]) -> List[str]:
     return out
 
 
+def warning_words(report: Dict[str, Any]) -> List[str]:
+    """What tier mode did without the training steps it needs, for the summary: no step mark ever reached it
+    (so only placement before a first step ran), and where that placement stopped because the pool churned."""
+    p = _pmem(report)
+    if p is None or p.get(PM.STATE) != "on" or p.get("step_marks") is None:
+        return []
+    pre = p.get("placed_before_first_step") or {}
+    out = []
+    if p.get("step_marks") == 0:
+        out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
+                   f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
+                   "mark steps (see `steps:`) or run without pmem_path")
+    if pre.get("stopped_for_churn"):
+        out.append("placement before the first step stopped once most of what it placed was freed again "
+                   "(short-lived, not tables); later requests stayed in DRAM")
+    return out
+
+
 def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     """off: why there is nothing to show (or None); rows: (name, text); tables: (title, headers, rows)."""
     view: Dict[str, Any] = {"off": None, "rows": [], "tables": []}

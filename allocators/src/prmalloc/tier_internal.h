@@ -17,6 +17,13 @@
 #define HEAD_CAP 4096                     /* records with a DRAM head at most (fork remaps around each) */
 #define TL_CAP 1024                       /* residency samples kept (a ring) */
 #define TOP_N 16                          /* largest records kept for the report */
+/* Before the first step, freed records keep their pages for the next record (graph construction churns the
+ * pool) up to this many bytes; past it a free punches its pages at once, so a job whose steps rtkit never sees
+ * holds at most this much more than it would in DRAM. */
+#define TIER_DEFER_MAX (32ull << 20)
+/* Placement before the first step bets that what is allocated then is tables. Once the frees say otherwise
+ * (this many bytes freed, and more than 3/4 of what was placed), later requests stay in DRAM until a step. */
+#define TIER_CHURN_STOP (256ull << 20)
 
 enum { T_OFF = 0, T_IDLE, T_CREATING, T_ON, T_FAILED, T_BUSY, T_CHILD };
 
@@ -43,7 +50,9 @@ typedef struct {
     uint64_t bytes_at_mark, steps;
     unsigned ll_sizes;                    /* long-lived sizes known */
     int fd;                               /* the pool file, kept open once its name is unlinked (fork remaps it) */
-    uint64_t deferred_frees, gap_punches, gap_bytes, cold_hint_bytes;
+    uint64_t deferred_frees, deferred_bytes, gap_punches, gap_bytes, cold_hint_bytes;
+    uint64_t pre_freed_bytes;             /* bytes of records placed before the first step and freed before it */
+    int pre_stopped;                      /* placement before the first step stopped: the pool churned */
     int no_remove;                        /* the file system cannot punch holes: freed pages stay */
     uint64_t remove_errors;
     /* DRAM heads (pmem_dram_head): what the first step mark moved, the budget it had, and what it cost */

@@ -205,7 +205,8 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
 {
     if (t_in_tier)
         return NULL;  /* the pool's own set-up (libpmem, thread creation) allocates: DRAM */
-    if (longlived ? !__atomic_load_n(&rtk_tier.plan_ready, __ATOMIC_ACQUIRE) || !ll_has(n) : !rtk_tier_pre)
+    if (longlived ? !__atomic_load_n(&rtk_tier.plan_ready, __ATOMIC_ACQUIRE) || !ll_has(n)
+                  : !rtk_tier_pre || __atomic_load_n(&rtk_tier.pre_stopped, __ATOMIC_RELAXED))
         return NULL;
     int st = __atomic_load_n(&rtk_tier.state, __ATOMIC_ACQUIRE);
     if (st != T_ON) {
@@ -286,17 +287,24 @@ static void release_pages(void *p, uint64_t n, uint64_t h)
 {
     if (rtk_tier.no_remove || rtk_tier.exiting)
         return;  /* at exit the whole file goes at once */
-    if (rtk_tier_pre) {
-        /* graph construction churns the pool: the next record reuses these pages (no new fault, no new dirty
-         * page); what is still free at the first step mark is punched then */
-        __atomic_add_fetch(&rtk_tier.deferred_frees, 1, __ATOMIC_RELAXED);
-        return;
-    }
     /* to the end of the record, not of the payload: file read-ahead may have brought in pages past it */
     uint64_t req, usable;
     uintptr_t end = (uintptr_t)p + n;
     if (rtkit_pmem_record_size(rtk_tier.pool, h, &req, &usable) == 0)
         end = (uintptr_t)rtkit_pmem_ptr(rtk_tier.pool, h) + usable;
+    if (rtk_tier_pre) {
+        uint64_t freed = __atomic_add_fetch(&rtk_tier.pre_freed_bytes, n, __ATOMIC_RELAXED);
+        if (freed >= TIER_CHURN_STOP && freed > __atomic_load_n(&rtk_tier.pre_bytes, __ATOMIC_RELAXED) / 4 * 3)
+            __atomic_store_n(&rtk_tier.pre_stopped, 1, __ATOMIC_RELAXED);
+        /* graph construction churns the pool: the next record reuses these pages (no new fault, no new dirty
+         * page), up to a bound; what is still free at the first step mark is punched then */
+        uint64_t span = end - (uintptr_t)p;
+        if (__atomic_add_fetch(&rtk_tier.deferred_bytes, span, __ATOMIC_RELAXED) <= TIER_DEFER_MAX) {
+            __atomic_add_fetch(&rtk_tier.deferred_frees, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        __atomic_sub_fetch(&rtk_tier.deferred_bytes, span, __ATOMIC_RELAXED);
+    }
     uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, hi = end & ~(uintptr_t)4095;
     int rc = hi > lo ? rtk_os_advise((void *)lo, hi - lo, RTK_ADVISE_REMOVE) : 0;
     if (rc != 0) {

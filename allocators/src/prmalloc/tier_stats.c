@@ -65,14 +65,17 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
         nl, U(LD(t->peak)), nl, U(mark));
     rtk_out_put(&o, "%s\"tier_allocs\": %llu,%s\"tier_frees\": %llu,%s\"tier_fallbacks\": %llu,%s\"tier_fallback_bytes\": %llu,",
         nl, U(LD(t->allocs)), nl, U(LD(t->frees)), nl, U(LD(t->fallbacks)), nl, U(LD(t->fallback_bytes)));
-    rtk_out_put(&o, "%s\"placed_before_first_step\": {\"allocs\": %llu, \"bytes\": %llu},"
+    rtk_out_put(&o, "%s\"step_marks\": %llu,", nl, U(LD(t->steps)));
+    rtk_out_put(&o, "%s\"placed_before_first_step\": {\"allocs\": %llu, \"bytes\": %llu, \"freed_bytes\": %llu, "
+            "\"stopped_for_churn\": %s},"
             "%s\"placed_long_lived\": {\"allocs\": %llu, \"bytes\": %llu, \"sizes_known\": %u, \"active\": %s},",
-        nl, U(LD(t->pre_allocs)), U(LD(t->pre_bytes)), nl, U(LD(t->ll_allocs)), U(LD(t->ll_bytes)), t->ll_sizes,
-        LD(t->plan_ready) ? "true" : "false");
+        nl, U(LD(t->pre_allocs)), U(LD(t->pre_bytes)), U(LD(t->pre_freed_bytes)), LD(t->pre_stopped) ? "true" : "false",
+        nl, U(LD(t->ll_allocs)), U(LD(t->ll_bytes)), t->ll_sizes, LD(t->plan_ready) ? "true" : "false");
     rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu, \"deferred_frees\": %llu, "
+            "\"deferred_bytes\": %llu, \"deferred_max_bytes\": %llu, "
             "\"first_step_punches\": %llu, \"first_step_punched_bytes\": %llu, \"first_step_cold_hint_bytes\": %llu},", nl,
-        t->no_remove ? "true" : "false", U(LD(t->remove_errors)), U(LD(t->deferred_frees)), U(t->gap_punches),
-        U(t->gap_bytes), U(t->cold_hint_bytes));
+        t->no_remove ? "true" : "false", U(LD(t->remove_errors)), U(LD(t->deferred_frees)), U(LD(t->deferred_bytes)),
+        U(TIER_DEFER_MAX), U(t->gap_punches), U(t->gap_bytes), U(t->cold_hint_bytes));
     rtk_out_put(&o, "%s\"dram_head\": {\"setting_bytes\": %llu, \"budget_bytes\": %llu, \"bytes\": %llu, "
             "\"records\": %llu, \"copied_bytes\": %llu, \"restored_bytes\": %llu, \"seconds\": %.3f, "
             "\"file_copies_kept\": %llu, \"not_given_back\": %llu},", nl,
