@@ -417,6 +417,7 @@ RTK_EXPORT int rtkit_pmem_close(rtkit_pmem_pool *p) {
     int rc = 0;
     if (!p->anonymous) {
         /* a clean close makes everything durable: payloads never persisted, and in volatile mode the headers */
+        rtk_write_summaries(p);  /* before the sync and the clean flag: current whenever the flag is set */
         if (p->pkind != RTKIT_PMEM_PERSIST_NONE) rc = rtkit_pmem_sync(p);
         write_mutable(p, 1);
     }
