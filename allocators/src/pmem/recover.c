@@ -223,7 +223,10 @@ int rtk_recover(struct rtkit_pmem_pool *p) {
         return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
                         "%llu records carry a valid checksum but the wrong class for their segment",
                         (unsigned long long)errors);
-    /* writes, now that every check passed: extents whose allocation never returned are freed */
+    /* writes, now that every check passed. The clean flag goes first: from the first change on, the summaries
+     * of the last clean close are stale, and a kill before the next clean close must not leave them trusted */
+    if (!p->anonymous) rtk_write_mutable(p, 0);
+    /* extents whose allocation never returned are freed */
     if (ext_changed) {
         for (uint64_t s = 0; s < g->nsegs; s++) {
             uint64_t e = p->vseg[s];
