@@ -21,7 +21,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 def _append_path_list(current: Optional[str], item: str, sep: str, first: bool = False) -> str:
     parts = [p for p in (current or "").split(sep) if p and not (first and p == item)]
     if item not in parts:
-        parts.insert(0, item) if first else parts.append(item)
+        parts.insert(0 if first else len(parts), item)
     return sep.join(parts)
 
 

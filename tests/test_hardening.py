@@ -435,3 +435,13 @@ def test_full_disk_report_goes_to_the_fallback_with_its_summary(full_fs, tmp_pat
     # nothing half-written stays on the full disk
     left = [os.path.join(d, f) for d, _, files in os.walk(full_fs) for f in files if f != "filler"]
     assert not [f for f in left if ".tmp" in f or f.endswith("report.json")], left
+
+
+def test_temporaries_of_a_refused_write_are_removed_finished_files_kept(tmp_path):
+    from rtkit import rundir
+
+    names = [".report.json.tmp-41-3", "allocator-7.json.tmp.7.2", "steps-7.json", "report.json", "notes.tmp"]
+    for name in names:
+        (tmp_path / name).write_text("x")
+    assert sorted(rundir.remove_temporaries(str(tmp_path))) == [".report.json.tmp-41-3", "allocator-7.json.tmp.7.2"]
+    assert sorted(os.listdir(tmp_path)) == ["notes.tmp", "report.json", "steps-7.json"]

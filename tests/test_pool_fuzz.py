@@ -1,4 +1,4 @@
-# test_pool_fuzz.py -- pool files under corruption: a flipped header byte is reported, never taken as a torn write and freed.
+# test_pool_fuzz.py -- pool files under corruption: a changed or zeroed header, a swapped segment is reported, never dropped.
 import json
 import os
 import subprocess
@@ -42,7 +42,9 @@ FUZZ = textwrap.dedent(r"""
     data_off, seg = layout["data_offset"], layout["segment_size"]
     pristine = open(base, "rb").read()
     freed = [h for h, n in made[::4]]
-    kinds = ["record_bit", "record_byte", "free_record_byte", "pool_header_bit", "pool_header_byte", "segment_table_bit"]
+    kinds = ["record_bit", "record_byte", "free_record_byte", "pool_header_bit", "pool_header_byte", "segment_table_bit",
+             "zeroed_header", "segment_swap", "table_entry_swap"]
+    nsegs = layout["nsegments"]
     counts = {"trials": 0, "detected": 0, "harmless": 0, "crashes": 0, "silent_header_accepts": 0,
               "records_lost_or_changed_silently": 0, "changed_by_refused_open": 0, "by_kind": {}}
 
@@ -60,17 +62,29 @@ FUZZ = textwrap.dedent(r"""
     for t in range(trials):
         kind = kinds[t % len(kinds)]
         raw = bytearray(pristine)
-        if kind in ("record_bit", "record_byte", "free_record_byte"):
+        used = sorted({(h - 16 - data_off) // seg for h in expect})
+        if kind == "zeroed_header":  # a live record's whole header (a class record or an extent)
+            h = rng.choice(list(expect))
+            raw[h - 16:h] = bytes(16)
+        elif kind in ("segment_swap", "table_entry_swap"):
+            a = rng.choice(used)
+            b = rng.choice([x for x in range(nsegs) if x != a])
+            if kind == "segment_swap":
+                pa, pb = data_off + a * seg, data_off + b * seg
+                raw[pa:pa + seg], raw[pb:pb + seg] = raw[pb:pb + seg], raw[pa:pa + seg]
+            else:
+                pa, pb = 4096 + 8 * a, 4096 + 8 * b
+                raw[pa:pa + 8], raw[pb:pb + 8] = raw[pb:pb + 8], raw[pa:pa + 8]
+        elif kind in ("record_bit", "record_byte", "free_record_byte"):
             h = rng.choice(freed if kind == "free_record_byte" else list(expect))
             off = h - 16 + rng.randrange(16)
         elif kind.startswith("pool_header"):
             off = rng.randrange(80)  # the immutable part (magic .. csum)
         else:
-            used = sorted({(h - 16 - data_off) // seg for h in expect})
             off = 4096 + 8 * rng.choice(used) + rng.randrange(8)
         if kind.endswith("bit"):
             raw[off] ^= 1 << rng.randrange(8)
-        else:
+        elif kind.endswith("byte"):
             raw[off] = (raw[off] + rng.randrange(1, 256)) % 256
         path = os.path.join(folder, "t.pool")
         with open(path, "wb") as fh:
@@ -113,17 +127,20 @@ FUZZ = textwrap.dedent(r"""
 
 def test_pool_fuzz_counts(pmem_lib, pool_dir):
     env = dict(os.environ, RTKIT_LIB_DIR=pmem_lib)
-    proc = subprocess.run([sys.executable, "-c", FUZZ, pool_dir, "300", "20261130"], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", FUZZ, pool_dir, "450", "20261130"], env=env, capture_output=True,
                           text=True, timeout=500)
     assert proc.returncode == 0, f"the fuzz child crashed or failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     print("pool fuzz:", json.dumps(counts))
-    assert counts["trials"] == 300
+    assert counts["trials"] == 450
     assert counts["silent_header_accepts"] == 0, counts
-    assert counts["records_lost_or_changed_silently"] == 0, counts
+    assert counts["records_lost_or_changed_silently"] == 0, counts   # every corruption detected, or harmless
     assert counts["changed_by_refused_open"] == 0, counts
-    for kind in ("record_bit", "record_byte", "pool_header_bit", "pool_header_byte", "segment_table_bit"):
+    for kind in ("record_bit", "record_byte", "pool_header_bit", "pool_header_byte", "segment_table_bit",
+                 "zeroed_header", "table_entry_swap"):
         assert counts["by_kind"][kind]["detected"] == 50, counts  # every change to live metadata is reported
+    swaps = counts["by_kind"]["segment_swap"]
+    assert swaps["detected"] + swaps["harmless"] == 50 and swaps["bad"] == 0, counts
 
 
 def _one_pool(pm, path):
@@ -134,25 +151,34 @@ def _one_pool(pm, path):
     return keep, big
 
 
+@pytest.mark.parametrize("change", ["flipped", "zeroed"])
 @pytest.mark.parametrize("which", ["class", "extent"])
-def test_flipped_record_header_is_corruption_not_a_torn_write(pmem_lib, pool_dir, monkeypatch, which):
+def test_changed_record_header_is_corruption_not_a_torn_write(pmem_lib, pool_dir, monkeypatch, which, change):
     monkeypatch.setenv("RTKIT_LIB_DIR", pmem_lib)
     from rtkit.allocators import pmem
     pmem._load()
     path = os.path.join(pool_dir, "c.pool")
     keep, big = _one_pool(pmem, path)
     target = keep if which == "class" else big
-    with open(path, "r+b") as fh:  # one byte of the record's requested size
-        fh.seek(target - 16 + 4)
-        b = fh.read(1)
-        fh.seek(target - 16 + 4)
-        fh.write(bytes([b[0] ^ 0x01]))
+    layout = pmem.info(path)
+    seg = (target - 16 - layout["data_offset"]) // layout["segment_size"]
+    with open(path, "r+b") as fh:
+        if change == "flipped":  # one byte of the record's requested size
+            fh.seek(target - 16 + 4)
+            b = fh.read(1)
+            fh.seek(target - 16 + 4)
+            fh.write(bytes([b[0] ^ 0x01]))
+        else:  # the whole header: the record looks like a free slot, only the segment's summary knows it lived
+            fh.seek(target - 16)
+            fh.write(bytes(16))
     before = open(path, "rb").read()
     report = pmem.check(path)
-    assert not report["ok"] and "corrupt" in report["first_error"]
+    assert not report["ok"] and ("corrupt" if change == "flipped" else "summary") in report["first_error"], report
     proc = run_rtkit(["pmem", "check", path], env={"RTKIT_LIB_DIR": pmem_lib})
-    assert proc.returncode == 1 and "CORRUPT" in proc.stdout
+    assert proc.returncode == 1 and "result          CORRUPT" in proc.stdout, proc.stdout
     assert proc.stderr.count(path) == 1, proc.stderr  # the path once, not "c.pool: c.pool: ..."
+    if change == "zeroed":
+        assert f"segment {seg}: 0 live record(s) found" in proc.stderr, proc.stderr
     with pytest.raises(pmem.CorruptPoolError) as err:
         pmem.Pool.open(path)
     assert str(err.value).count(path) == 1 and "was not changed" in str(err.value)
@@ -182,3 +208,36 @@ def test_header_size_validated(pmem_lib, pool_dir, monkeypatch):
     with pytest.raises(pmem.CorruptPoolError) as err:
         pmem.Pool.open(path)
     assert "header size" in str(err.value)
+
+
+def test_torn_is_said_only_after_a_crash(pmem_lib, pool_dir, monkeypatch):
+    monkeypatch.setenv("RTKIT_LIB_DIR", pmem_lib)
+    from rtkit.allocators import pmem
+    pmem._load()
+    path = os.path.join(pool_dir, "f.pool")
+    with pmem.Pool.create(path, 4 << 20, segment_size=64 << 10, rebalance_ms=0) as pool:
+        pool.alloc(300)
+        gone = pool.alloc(300)
+        pool.free(gone)
+    with open(path, "r+b") as fh:  # a free slot's header changed in a cleanly closed pool: harmless, not "torn"
+        fh.seek(gone - 16 + 9)
+        fh.write(b"\x55")
+    proc = run_rtkit(["pmem", "check", path], env={"RTKIT_LIB_DIR": pmem_lib})
+    assert proc.returncode == 0 and "result          ok" in proc.stdout, proc.stdout
+    assert "crash" not in proc.stdout and "changed headers 1" in proc.stdout, proc.stdout
+
+
+def test_older_pool_format_gives_one_clear_line(pmem_lib, pool_dir, monkeypatch):
+    monkeypatch.setenv("RTKIT_LIB_DIR", pmem_lib)
+    from rtkit.allocators import pmem
+    pmem._load()
+    path = os.path.join(pool_dir, "old.pool")
+    _one_pool(pmem, path)
+    with open(path, "r+b") as fh:
+        fh.seek(8)
+        fh.write((2).to_bytes(4, "little"))
+    with pytest.raises(pmem.VersionMismatchError, match="version 2 was written by an older rtkit"):
+        pmem.Pool.open(path)
+    proc = run_rtkit(["pmem", "check", path], env={"RTKIT_LIB_DIR": pmem_lib})
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "older rtkit" in proc.stderr

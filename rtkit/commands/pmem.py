@@ -99,9 +99,12 @@ def main(args: argparse.Namespace) -> int:
                              f"({_human(report['bytes_allocated'])}, {_human(report['requested_bytes'])} requested), "
                              f"{report['records_free']} free slots, {report['extents']} extents "
                              f"({_human(report['extent_bytes'])})\n")
-            if report["records_torn"]:
+            if report["records_torn"] and not report["clean"]:
                 sys.stdout.write(f"torn headers    {report['records_torn']} (allocations or frees cut short by a "
                                  "crash; they count as free)\n")
+            elif report["records_torn"]:  # closed cleanly: no crash cut anything short, something changed them
+                sys.stdout.write(f"changed headers {report['records_torn']} of free slots (changed after the clean "
+                                 "close; no live record among them, they stay free)\n")
             sys.stdout.write(f"result          {'ok' if report['ok'] else 'CORRUPT: ' + report['first_error']}\n")
     if not report["ok"]:
         print(f"rtkit pmem {action}: {args.path}: {report['first_error']}", file=sys.stderr)

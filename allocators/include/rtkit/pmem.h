@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define RTKIT_PMEM_FORMAT_VERSION 2  /* 2: record headers commit-ordered (version 1 pools still open) */
+#define RTKIT_PMEM_FORMAT_VERSION 3  /* 3: a per-segment summary of live records, written at a clean close */
 #define RTKIT_PMEM_RECORD_HEADER 16 /* bytes of persistent header in front of every payload */
 
 enum {

@@ -120,7 +120,7 @@ int rtk_geom_compute(struct rtk_geom *g, uint64_t size, uint64_t seg_size, uint3
     }
     uint64_t n = size / seg_size;
     while (n > 0) {
-        uint64_t meta = RTK_META_HDR + n * 8;
+        uint64_t meta = RTK_META_HDR + n * (8 + sizeof(struct rtk_sum));
         meta = (meta + seg_size - 1) / seg_size * seg_size;
         if (meta + n * seg_size <= size) break;
         n--;
@@ -132,7 +132,8 @@ int rtk_geom_compute(struct rtk_geom *g, uint64_t size, uint64_t seg_size, uint3
     }
     g->size = size;
     g->nsegs = n;
-    g->data_off = (RTK_META_HDR + n * 8 + seg_size - 1) / seg_size * seg_size;
+    g->sum_off = RTK_META_HDR + n * 8;
+    g->data_off = (g->sum_off + n * sizeof(struct rtk_sum) + seg_size - 1) / seg_size * seg_size;
     g->seg_shift = is_pow2(seg_size) ? (uint32_t)__builtin_ctzll(seg_size) : 0;
     return 0;
 }
@@ -174,7 +175,12 @@ int rtk_read_header(int fd, const char *path, struct rtk_hdr *h, struct rtk_geom
         return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "file too small to be an rtkit pool");
     if (memcmp(h->magic, RTK_MAGIC, 8))
         return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "not an rtkit pool (bad magic)");
-    if (h->version != RTKIT_PMEM_FORMAT_VERSION && h->version != 1)
+    if (h->version == 1 || h->version == 2)
+        return rtk_fail(RTKIT_PMEM_EVERSION, EINVAL, path,
+                        "pool format version %u was written by an older rtkit; this one reads version %d (it adds a "
+                        "summary of live records that every check and open verifies): copy the records out with the "
+                        "rtkit that made the pool, then create a new one", h->version, RTKIT_PMEM_FORMAT_VERSION);
+    if (h->version != RTKIT_PMEM_FORMAT_VERSION)
         return rtk_fail(RTKIT_PMEM_EVERSION, EINVAL, path, "pool format version %u, this library reads version %d",
                         h->version, RTKIT_PMEM_FORMAT_VERSION);
     if (h->csum != rtk_hdr_csum(h))

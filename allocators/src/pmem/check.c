@@ -144,6 +144,18 @@ static int inspect(const char *path, rtkit_pmem_check_report *r, int lock) {
             note(r, "segment %llu: unknown kind %u", (unsigned long long)s, k);
         }
     }
+    if (r->clean) /* a clean close wrote each segment's summary: a record whose header changed cannot hide */
+        for (uint64_t s = 0; s < g.nsegs; s++) {
+            const struct rtk_sum *want = (const struct rtk_sum *)(base + g.sum_off) + s;
+            uint64_t e = tab[s];
+            struct rtk_sum now;
+            if (!rtk_seg_entry_ok(e, s, g.uuid)) continue; /* said above */
+            rtk_seg_summary(&g, base, e, s, &now);
+            if (now.live != want->live || now.hash != want->hash)
+                note(r, "segment %llu: %llu live record(s) found, the summary of the last clean close says %llu (a "
+                     "record header, the segment or its summary changed)", (unsigned long long)s,
+                     (unsigned long long)now.live, (unsigned long long)want->live);
+        }
     munmap(base, g.size);
     close(fd);
     if (r->errors) {

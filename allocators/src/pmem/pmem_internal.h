@@ -10,7 +10,7 @@
 
 #define RTK_EXPORT __attribute__((visibility("default")))
 #define RTK_HDR RTKIT_PMEM_RECORD_HEADER
-#define RTK_META_HDR 4096u /* pool header area; the segment table follows */
+#define RTK_META_HDR 4096u /* pool header area; the segment table follows, then the segment summaries */
 #define RTK_MAGIC "RTKPMEM1"
 #define RTK_MAX_CLASSES 65535u
 
@@ -40,7 +40,7 @@ enum { RTK_SEG_FREE = 0, RTK_SEG_CLASS = 1, RTK_SEG_EXTENT = 2, RTK_SEG_TAIL = 3
  * zeroed before its table entry says "class"; an extent's header is complete before its table entry says
  * "extent". So a crash can leave only a FREE or zero word beside a stale check (a torn write: free), and an
  * ALLOC word whose check does not match, or a word in no known state, is corruption: check reports it and
- * open refuses the pool instead of freeing the record. (Version 1 pools keep the old lenient reading.) */
+ * open refuses the pool instead of freeing the record. */
 enum { RTK_REC_ALLOC = 0xA1, RTK_REC_FREE = 0xF3 };
 struct rtk_rec {
     _Atomic uint64_t word;
@@ -73,6 +73,20 @@ static inline uint64_t rtk_seg_entry(unsigned kind, unsigned cls, uint32_t gen, 
 
 static inline int rtk_seg_entry_ok(uint64_t e, uint64_t seg, uint64_t uuid) {
     return e == 0 || rtk_seg_entry(SEG_KIND(e), SEG_CLS(e), SEG_GEN(e), seg, uuid) == e;
+}
+
+/* Segment summary (format 3), one per segment after the table, written at a clean close: how many records live in
+ * the segment and a hash of their offsets and header words, of the table entry and of the segment's index. A
+ * record is live when its own header says so, so without a second witness a zeroed header, or a segment whose
+ * bytes were swapped with a free one, looks free and its record would be dropped. While the pool's clean flag is
+ * set the summaries are current: open and check then count the live records again and call any difference
+ * corruption. The flag is cleared at open, before any change, so a crash never leaves stale summaries trusted. */
+struct rtk_sum {
+    uint64_t live, hash;
+};
+static inline uint64_t rtk_sum_rec(uint64_t off, uint64_t word) { return rtk_mix64(off * 0x9e3779b97f4a7c15ull ^ word); }
+static inline uint64_t rtk_sum_hash(uint64_t entry, uint64_t seg, uint64_t uuid, uint64_t live, uint64_t acc) {
+    return rtk_mix64(acc ^ rtk_mix64(entry ^ seg * 0xc2b2ae3d27d4eb4full ^ uuid) ^ live * 0x165667b19e3779f9ull);
 }
 
 static inline uint64_t rtk_hash_bytes(const void *p, size_t n) {
@@ -118,6 +132,7 @@ void rtk_vstack_free(struct rtk_vstack *s);
 /* geometry shared by the live pool and the offline checker */
 struct rtk_geom {
     uint64_t size, seg_size, nsegs, data_off, uuid;
+    uint64_t sum_off; /* the segment summaries (struct rtk_sum each) */
     uint32_t block, shift, max_record, ncls, cmin;
     uint32_t seg_shift; /* log2(seg_size) when a power of two, else 0 */
     uint32_t strict;    /* format >= 2: an allocated record whose check fails is corruption, never a torn write */
@@ -130,6 +145,29 @@ int rtk_geom_compute(struct rtk_geom *g, uint64_t size, uint64_t seg_size, uint3
 static inline uint32_t rtk_rs(const struct rtk_geom *g, unsigned cls) { return cls << g->shift; }
 static inline uint64_t rtk_nslots(const struct rtk_geom *g, unsigned cls) { return g->seg_size / rtk_rs(g, cls); }
 static inline uint64_t rtk_seg_off(const struct rtk_geom *g, uint64_t s) { return g->data_off + s * g->seg_size; }
+
+/* the live records of segment `s` as table entry `e` describes it, summarised (extent tails: pass a free entry) */
+static inline void rtk_seg_summary(const struct rtk_geom *g, const char *base, uint64_t e, uint64_t s,
+                                   struct rtk_sum *out) {
+    uint64_t live = 0, acc = 0, soff = g->data_off + s * g->seg_size;
+    unsigned k = SEG_KIND(e);
+    if (k == RTK_SEG_EXTENT || k == RTK_SEG_CLASS) {
+        uint32_t rs = k == RTK_SEG_EXTENT ? (uint32_t)g->seg_size : (SEG_CLS(e) << g->shift);
+        uint64_t ns = k == RTK_SEG_EXTENT ? 1 : g->seg_size / rs;
+        for (uint64_t i = 0; i < ns; i++) {
+            const struct rtk_rec *r = (const struct rtk_rec *)(base + soff + i * rs);
+            uint64_t w = atomic_load_explicit(&r->word, memory_order_relaxed);
+            uint64_t off = soff + i * rs + RTK_HDR;
+            if (REC_STATE(w) == RTK_REC_ALLOC &&
+                atomic_load_explicit(&r->check, memory_order_relaxed) == rtk_rec_check(w, off, SEG_GEN(e), g->uuid)) {
+                live++;
+                acc += rtk_sum_rec(off, w);
+            }
+        }
+    }
+    out->live = live;
+    out->hash = rtk_sum_hash(e, s, g->uuid, live, acc);
+}
 
 int rtk_fail(int code, int err, const char *path, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 #endif

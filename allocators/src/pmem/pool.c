@@ -174,7 +174,7 @@ static int map_file(struct rtkit_pmem_pool *p, const char *path, int force_msync
     return 0;
 }
 
-static void write_mutable(struct rtkit_pmem_pool *p, int clean) {
+void rtk_write_mutable(struct rtkit_pmem_pool *p, int clean) {
     struct rtk_hdr *h = (struct rtk_hdr *)p->base;
     if (!clean) h->open_count++;
     h->clean = (uint64_t)clean;
@@ -189,9 +189,8 @@ static int finish_open(struct rtkit_pmem_pool *p, const rtkit_pmem_options *o) {
         return rtk_fail(RTKIT_PMEM_ESYS, EAGAIN, p->path, "no thread-specific key left");
     p->have_key = 1;
     p->asym = env_cfg.no_membarrier ? 0 : rtk_membarrier_register();  /* env_cfg: read by resolve_runtime */
-    int rc = rtk_recover(p);
+    int rc = rtk_recover(p);  /* it also clears the clean flag, before its first write */
     if (rc) return rc;
-    if (!p->anonymous) write_mutable(p, 0);
     if (p->rebalance_ms > 0) {
         if (pthread_create(&p->bg, NULL, rtk_background_main, p) == 0) p->bg_running = 1;
     }
@@ -417,8 +416,9 @@ RTK_EXPORT int rtkit_pmem_close(rtkit_pmem_pool *p) {
     int rc = 0;
     if (!p->anonymous) {
         /* a clean close makes everything durable: payloads never persisted, and in volatile mode the headers */
+        rtk_write_summaries(p);  /* before the sync and the clean flag: current whenever the flag is set */
         if (p->pkind != RTKIT_PMEM_PERSIST_NONE) rc = rtkit_pmem_sync(p);
-        write_mutable(p, 1);
+        rtk_write_mutable(p, 1);
     }
     if (p->file_ino) open_note(p, 0);
     unmap_data(p);

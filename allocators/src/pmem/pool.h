@@ -66,5 +66,7 @@ struct rtkit_pmem_pool {
 void *rtk_map_anon(size_t len);
 uint64_t rtk_now_ns(void);
 void rtk_persist(struct rtkit_pmem_pool *p, const void *addr, uint64_t len);
+/* pool.c: the header's open count and clean flag (clean 0 also counts an open), persisted */
+void rtk_write_mutable(struct rtkit_pmem_pool *p, int clean);
 int rtk_read_header(int fd, const char *path, struct rtk_hdr *h, struct rtk_geom *g);
 #endif

@@ -85,6 +85,29 @@ static void *recover_worker(void *arg) {
     return NULL;
 }
 
+void rtk_write_summaries(struct rtkit_pmem_pool *p) {
+    const struct rtk_geom *g = &p->g;
+    struct rtk_sum *sums = (struct rtk_sum *)(p->base + g->sum_off);
+    for (uint64_t s = 0; s < g->nsegs; s++) rtk_seg_summary(g, p->base, atomic_load(&p->segtab[s]), s, &sums[s]);
+}
+
+/* a cleanly closed pool: every segment's live records as its summary says (pmem_internal.h), before any change */
+static int verify_summaries(struct rtkit_pmem_pool *p) {
+    const struct rtk_geom *g = &p->g;
+    const struct rtk_sum *sums = (const struct rtk_sum *)(p->base + g->sum_off);
+    for (uint64_t s = 0; s < g->nsegs; s++) {
+        struct rtk_sum now;
+        rtk_seg_summary(g, p->base, p->vseg[s], s, &now);
+        if (now.live != sums[s].live || now.hash != sums[s].hash)
+            return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
+                            "segment %llu: %llu live record(s) found, the summary of the last clean close says %llu "
+                            "(a record header, the segment or its summary changed); the pool was not changed: run "
+                            "`rtkit pmem check`", (unsigned long long)s, (unsigned long long)now.live,
+                            (unsigned long long)sums[s].live);
+    }
+    return 0;
+}
+
 int rtk_recover(struct rtkit_pmem_pool *p) {
     const struct rtk_geom *g = &p->g;
     uint64_t t0 = rtk_now_ns();
@@ -99,6 +122,10 @@ int rtk_recover(struct rtkit_pmem_pool *p) {
             return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path, "segment %llu: bad kind %u / class %u",
                             (unsigned long long)s, k, SEG_CLS(e));
         p->vseg[s] = e;
+    }
+    if (p->was_clean) {
+        int rc = verify_summaries(p);
+        if (rc) return rc;
     }
     uint64_t ext_changed = 0;
     for (uint64_t s = 0; s < g->nsegs; s++) {
@@ -196,7 +223,10 @@ int rtk_recover(struct rtkit_pmem_pool *p) {
         return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
                         "%llu records carry a valid checksum but the wrong class for their segment",
                         (unsigned long long)errors);
-    /* writes, now that every check passed: extents whose allocation never returned are freed */
+    /* writes, now that every check passed. The clean flag goes first: from the first change on, the summaries
+     * of the last clean close are stale, and a kill before the next clean close must not leave them trusted */
+    if (!p->anonymous) rtk_write_mutable(p, 0);
+    /* extents whose allocation never returned are freed */
     if (ext_changed) {
         for (uint64_t s = 0; s < g->nsegs; s++) {
             uint64_t e = p->vseg[s];

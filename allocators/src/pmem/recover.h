@@ -5,4 +5,5 @@
 
 /* 0, or the failure's code (ECORRUPT names the first inconsistency) */
 int rtk_recover(struct rtkit_pmem_pool *p);
+void rtk_write_summaries(struct rtkit_pmem_pool *p);
 #endif
