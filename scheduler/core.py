@@ -185,8 +185,9 @@ class Scheduler:
             self.note(f"tf.config.threading could not be set (runtime already initialised): {exc}")
 
     def filter_dataset(self, dataset):
-        """Keras fit on a tf.data input: the input pool's size as the dataset's private thread pool and, with
-        staging on, a final prefetch of sched_stage_depth batches; an option the script set itself wins."""
+        """A tf.data input of Keras fit or of an eager loop: the input pool's size as the dataset's private thread
+        pool and, with staging on, a final prefetch of sched_stage_depth batches; an option the script set itself
+        wins."""
         try:
             if not isinstance(dataset, self.tf.data.Dataset):
                 return dataset
@@ -727,7 +728,7 @@ class Scheduler:
             if c["inline_steps"]:
                 parts.append(f"{c['inline_steps']} unstaged: the script's own graph ran, 0 extra runs per step")
         if self.keras.get("datasets"):
-            parts.append(f"Keras: stage options on {len(self.keras['datasets'])} tf.data input(s)")
+            parts.append(f"stage options on {len(self.keras['datasets'])} tf.data input(s) (Keras fit or an eager loop)")
         if self.tuner is not None:
             t = self.tuner.report()
             if not t["done"]:
