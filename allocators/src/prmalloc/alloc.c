@@ -27,8 +27,8 @@ static void *libc_alloc(size_t n, size_t align, int zero)
 /* RTKIT_MALLOC_DEBUG's deeper check: a freed block of rtkit's memory gets its first bytes poisoned; when it
  * is handed out again they must still be poison (or zero: pages given back read as zero), else the program
  * wrote to it after freeing it. Reported with one line, counted; the block is still handed out. */
-#define POISON_BYTES 64
-#define POISON 0xdb
+#define POISON_BYTES RTK_POISON_BYTES
+#define POISON RTK_POISON
 
 static void debug_poison(void *p, size_t size)
 {
@@ -185,8 +185,13 @@ size_t rtk_usable_size(const void *p)
         return rtk_tier_usable(p);
     if (rtk_in_large(p)) {
         rtk_arena_t *a = rtk_arena_of(p);
-        return a ? rtk_arena_block_size(a, p) : rtk_large_usable(p);
+        /* a free block has no usable bytes (glibc reports 0 for a free chunk) */
+        if (a)
+            return rtk_arena_block_live(a, p) ? rtk_arena_block_size(a, p) : 0;
+        return rtk_large_usable(p);
     }
+    if (rtk_stash_holds(p))
+        return 0;
     return rtk_libc_usable(p);
 }
 
@@ -249,8 +254,8 @@ void *rtk_realloc(void *p, size_t n)
         rtk_slot()->realloc_calls++;
     if (a) {
         /* out of or within an arena: keep the block when the new size still fits it and is large */
-        size_t old = rtk_arena_block_size(a, p);
-        if (!old)
+        size_t old = rtk_arena_block_live(a, p) ? rtk_arena_block_size(a, p) : 0;
+        if (!old)  /* a free block (on its class's stack): glibc's "realloc(): invalid pointer" */
             rtk_heap_corrupt("realloc()", "invalid pointer", p);
         if (n <= old && n >= rtk_hot.min_size && !a->retired)
             return p;
@@ -261,6 +266,8 @@ void *rtk_realloc(void *p, size_t n)
     /* a glibc block stays glibc's: it grows in place (or by mremap) wherever glibc can, as without rtkit */
     if (!rtk_hot.inspect || rtk_hot.mode != RTK_MODE_READY)
         return __libc_realloc(p, n);
+    if (rtk_stash_holds(p))  /* freed by the program, kept by rtkit: glibc would not know it is free */
+        rtk_heap_corrupt("realloc()", "invalid pointer", p);
     size_t old_cs = rtk_chunk_bytes(p);
     if (old_cs >= rtk_hot.track_min)
         rtk_profile_free(p);

@@ -142,6 +142,7 @@ static void do_init(void)
     rtk_g.state = RTK_STATE_PASSTHROUGH;
     rtk_g.faults_mark = rtk_os_minor_faults();
     /* the large-object heap: address space only until used (its size bounds what it can ever hold) */
+    rtk_large_set_debug(rtk_g.cfg.debug);
     if (rtk_g.cfg.large && rtk_large_init(RTK_LARGE_LIMIT, 0) == 0) {
         rtk_publish_any();
         rtk_glibc_heap_setup(rtk_g.cfg.thp);  /* the small objects left to glibc: huge pages for its thread heaps */

@@ -221,7 +221,7 @@ EXPORT void *API(aligned_alloc)(size_t align, size_t n)
 
 EXPORT void *API(memalign)(size_t align, size_t n)
 {
-    if (align > ((size_t)1 << 62)) {
+    if (align > ((size_t)1 << 63)) {  /* no power of two: glibc's EINVAL (2^63 itself is too large: ENOMEM) */
         errno = EINVAL;
         return NULL;
     }

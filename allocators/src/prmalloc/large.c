@@ -53,6 +53,11 @@ static size_t g_peak;                        /* most pages in use at once since 
 static size_t g_keep;                        /* idle pages the decay spares (within the high-water mark) */
 static uint64_t g_blocks, g_decayed, g_trims;
 static size_t g_prefaulted;                  /* bytes */
+static int g_debug;                          /* RTKIT_MALLOC_DEBUG: free extents' starts hold the poison */
+
+void rtk_large_set_debug(int on) { g_debug = on; }
+
+static void poison_page(uint32_t x) { memset(g_base + ((size_t)x << PAGE_SHIFT), RTK_POISON, RTK_POISON_BYTES); }
 
 static unsigned bin_of(uint32_t n)
 {
@@ -149,6 +154,8 @@ static void insert_free(uint32_t x, uint32_t n, unsigned rel, uint32_t step)
         g_meta[x + n - 1].tag = TAG(T_FEND, n, 0);
     g_meta[x].step = step;
     list_push(x);
+    if (g_debug && !(rel & T_REL))
+        poison_page(x);  /* a start inside old data (a split, a shrink) must not read as a write after free */
     if (rel & T_REL)
         g_released += n;
     else
@@ -200,7 +207,8 @@ static uint32_t find_free(uint32_t need, int resident_only)
 
 static void *alloc_block(size_t n, size_t align, size_t *usable, int resident_only)
 {
-    if (!g_base || n > ((size_t)g_pages << PAGE_SHIFT))
+    /* both bounds before the 32-bit page counts: a larger alignment would lose its high bits there */
+    if (!g_base || n > ((size_t)g_pages << PAGE_SHIFT) || align > ((size_t)g_pages << PAGE_SHIFT))
         return NULL;
     uint32_t np = (uint32_t)((n + PAGE - 1) >> PAGE_SHIFT), ap = align > PAGE ? (uint32_t)(align >> PAGE_SHIFT) : 1;
     if (np == 0)
@@ -236,8 +244,11 @@ static void *alloc_block(size_t n, size_t align, size_t *usable, int resident_on
         g_top = a + np;
     }
     uint32_t a = (x + ap - 1) & ~(ap - 1);
-    if (a > x)
+    if (a > x) {
         insert_free(x, a - x, rel, step);
+        if (g_debug)
+            poison_page(a);  /* inside the extent: old data, not a freed block's start */
+    }
     uint32_t tail = len - (a - x) - np;
     if (tail)
         insert_free(a + np, tail, rel, step);

@@ -60,6 +60,14 @@ RTK_HIDDEN size_t rtk_large_reserve(size_t bytes);
 /* malloc_trim: give back every idle page now. Returns the bytes released. */
 RTK_HIDDEN size_t rtk_large_trim(void);
 RTK_HIDDEN void rtk_large_info(rtk_large_info_t *out);
+/* RTKIT_MALLOC_DEBUG's poison: the first bytes of a freed block of rtkit's memory. A block handed out again
+ * must still hold it (or zero: pages given back read as zero), else the program wrote to it after freeing it. */
+#define RTK_POISON_BYTES 64
+#define RTK_POISON 0xdb
+/* Debug mode: the heap keeps that rule true of every block it hands out, so only the program's writes break it:
+ * the start of every resident free extent holds the poison (a split or a shrink starts one inside old data), and
+ * a block that starts inside a free extent, not at its start, gets it too. */
+RTK_HIDDEN void rtk_large_set_debug(int on);
 RTK_HIDDEN void rtk_large_lock(void);
 RTK_HIDDEN void rtk_large_unlock(void);
 RTK_HIDDEN void rtk_large_reset_lock(void);

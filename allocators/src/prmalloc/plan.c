@@ -97,11 +97,12 @@ static size_t natural_align(size_t size)
     return a < RTK_MIN_BLOCK_ALIGN ? RTK_MIN_BLOCK_ALIGN : a;
 }
 
+/* what the arena takes: each block is a large-heap block of whole pages (a 64-byte class costs a page a block) */
 static size_t plan_reserved(const rtk_plan_t *p, size_t page)
 {
     size_t r = 0;
     for (int i = 0; i < p->nclasses; i++)
-        r += round_up(p->cls[i].size * p->cls[i].blocks, page);
+        r += round_up(p->cls[i].size, page) * p->cls[i].blocks;
     return r;
 }
 

@@ -25,10 +25,11 @@ long rtk_planfile_read(const char *path, char *buf, size_t cap, char *why, size_
 
 int rtk_planfile_fits(const rtk_plan_t *p, size_t limit, size_t page, char *why, size_t why_cap)
 {
-    /* the parser bounds each class to 1 TiB, so the sum over RTK_MAX_CLASSES cannot overflow */
+    /* what the arena takes: whole pages per block (a 64-byte class costs a page a block). The parser bounds
+     * size x blocks to 1 TiB, so a class is below 2^45 here and the sum over RTK_MAX_CLASSES cannot overflow */
     size_t total = 0;
     for (int i = 0; i < p->nclasses; i++)
-        total += (p->cls[i].size * p->cls[i].blocks + page - 1) / page * page;
+        total += (p->cls[i].size + page - 1) / page * page * p->cls[i].blocks;
     long pages = sysconf(_SC_PHYS_PAGES);
     size_t phys = pages > 0 ? (size_t)pages * page : 0;
     if (total > limit) {

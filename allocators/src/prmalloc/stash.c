@@ -1,4 +1,5 @@
 /* stash.c -- the fallback stash: once planned, freed large glibc blocks are kept for the next fallback that fits. */
+#include "prmalloc/alloc.h"
 #include "prmalloc/stash.h"
 
 /* A class that runs out after the plan (a step keeps one block more live than the profile saw: TF ordering ops
@@ -54,6 +55,13 @@ int rtk_stash_push(void *p, size_t cs)
         return 0;
     int kept = 0;
     rtk_spin_lock(&g_stash_lock);
+    /* a kept block is free: glibc never sees its second free, so the stash catches it (and would otherwise
+     * hand the block to two callers) */
+    for (int i = 0; i < g_nstash; i++)
+        if (g_stash[i] == p) {
+            rtk_spin_unlock(&g_stash_lock);
+            rtk_heap_corrupt("free()", "double free of", p);
+        }
     size_t usable = rtk_libc_usable(p);
     if (g_nstash < RTK_STASH && g_stash_bytes + usable <= g_stash_cap) {
         g_stash[g_nstash] = p;
@@ -63,6 +71,18 @@ int rtk_stash_push(void *p, size_t cs)
     }
     rtk_spin_unlock(&g_stash_lock);
     return kept;
+}
+
+int rtk_stash_holds(const void *p)
+{
+    if (!__atomic_load_n(&g_nstash, __ATOMIC_ACQUIRE))
+        return 0;
+    int held = 0;
+    rtk_spin_lock(&g_stash_lock);
+    for (int i = 0; i < g_nstash && !held; i++)
+        held = g_stash[i] == p;
+    rtk_spin_unlock(&g_stash_lock);
+    return held;
 }
 
 /* the most recently kept block that fits n at align without wasting more than n */

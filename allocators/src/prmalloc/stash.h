@@ -8,8 +8,11 @@
 RTK_HIDDEN void rtk_stash_enable(const rtk_plan_t *p, size_t min_size);
 /* Empty the stash into glibc and keep nothing more (profiling again). */
 RTK_HIDDEN void rtk_stash_disable(void);
-/* Keep a freed glibc chunk of cs bytes. 1 when kept: the caller must not free it. */
+/* Keep a freed glibc chunk of cs bytes. 1 when kept: the caller must not free it. A block kept already is freed
+ * twice: one line and abort, as glibc does. */
 RTK_HIDDEN int rtk_stash_push(void *p, size_t cs);
+/* 1 when p is a kept (so freed) block: realloc or a size query of it is the program's bug. */
+RTK_HIDDEN int rtk_stash_holds(const void *p);
 /* A kept block that fits n at align, or NULL. */
 RTK_HIDDEN void *rtk_stash_pop(size_t n, size_t align);
 RTK_HIDDEN void rtk_stash_fork_prepare(void);
