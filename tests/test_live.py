@@ -164,6 +164,7 @@ def test_report_after_the_end_keeps_the_snapshots_cost(finished):
     assert not os.path.exists(os.path.join(job.run_dir, "live.json"))
     live = report["live"]
     assert live["snapshots"] > 0 and live["snapshot_ms_median"] > 0 and 0 < live["share_of_interval"]
+    assert 0 < live["snapshot_cpu_ms_median"] and 0 < live["cpu_share_of_interval"]
     assert live["window"]["steps"] > 0
 
 
@@ -274,3 +275,15 @@ def test_exporters_that_cannot_start_say_one_line_and_the_job_runs(tmp_path):
     tb_lines = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: tensorboard_dir")]
     port_lines = [line for line in proc.stderr.splitlines() if line.startswith(f"rtkit: metrics_port {port}:")]
     assert len(tb_lines) == 1 and len(port_lines) == 1, proc.stderr
+
+
+def test_top_on_a_cluster_folder_is_one_line_per_task(tmp_path):
+    folder = tmp_path / "job-cluster"
+    for task in ("worker-0", "worker-1", "ps-0"):
+        run_rtkit(["run", "--quiet", "--run-dir", str(folder / task), "--", sys.executable, "-c", "pass"], check_rc=0)
+    out = run_rtkit(["top", str(folder), "--once"], check_rc=0).stdout.splitlines()
+    assert "3 task run(s)" in out[0]
+    rows = {line.split()[0]: line.split() for line in out[2:] if line.strip()}
+    assert set(rows) == {"task", "worker-0", "worker-1", "ps-0"}
+    assert all(rows[t][1] == "ok" for t in ("worker-0", "worker-1", "ps-0"))
+    assert rows["task"][:3] == ["task", "state", "steps"]

@@ -19,7 +19,7 @@ from rtkit.report import model
 
 LIVE_FILE = "live.json"
 WINDOW_STEPS = 100      # `rtkit top`'s window: the latest steps the windowed figures are over
-BUDGET = 0.02           # a snapshot may take at most this share of the time between snapshots
+BUDGET = 0.02           # a snapshot may take at most this share of the time between snapshots (in CPU time)
 
 
 def window(report: Dict[str, Any], steps: int = WINDOW_STEPS) -> Dict[str, Any]:
@@ -120,12 +120,13 @@ class Live:
                 self.snapshot_once()
             except Exception:  # a snapshot is a convenience: never let it end the run or its report
                 continue
-            # long jobs have long step lists: space snapshots so that they stay a small share of the time
-            wait = max(self.interval_s or 2.0, self.costs_ms[-1] / 1000.0 / BUDGET)
+            # long jobs have long step lists: space snapshots so that they stay a small share of the CPU time
+            # (the CPU time: on a loaded machine the wall time also counts the waits for a core)
+            wait = max(self.interval_s or 2.0, self.cpu_costs_ms[-1] / 1000.0 / BUDGET)
 
     def cost(self) -> Dict[str, Any]:
         """What the snapshots cost, measured: count, median and max wall time each, median CPU time each, and
-        the median wall time's share of the interval."""
+        the medians' shares of the interval."""
         c, cpu = self.costs_ms, self.cpu_costs_ms
         med = statistics.median(c) if c else None
         return {"interval_s": self.interval_s, "snapshots": len(c),
@@ -133,7 +134,9 @@ class Live:
                 "snapshot_ms_max": round(max(c), 3) if c else None,
                 "snapshot_cpu_ms_median": round(statistics.median(cpu), 3) if cpu else None,
                 "share_of_interval": round(med / 1000.0 / self.interval_s, 5)
-                if med is not None and self.interval_s > 0 else None}
+                if med is not None and self.interval_s > 0 else None,
+                "cpu_share_of_interval": round(statistics.median(cpu) / 1000.0 / self.interval_s, 5)
+                if cpu and self.interval_s > 0 else None}
 
     def final_section(self, report: Dict[str, Any]) -> Dict[str, Any]:
         """report.json's `live` section: the last window's figures and what the snapshots cost."""
