@@ -8,7 +8,7 @@ import sys
 from typing import List, Optional
 
 # Sub-commands in the order `rtkit --help` lists them.
-COMMANDS = ["run", "launch", "report", "compare", "config", "demo", "bench", "pmem"]
+COMMANDS = ["run", "launch", "report", "top", "recommend", "compare", "config", "demo", "bench", "pmem"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -160,6 +160,13 @@ SETTINGS: List[Setting] = [
     _s("hooks", "bool", True, "", "instrument TensorFlow (sessions, tf.function, Keras fit) inside the child to find and time steps"),
     _s("warmup_steps", "int", 3, "steps", "first steps left out of the step-time summary", minimum=0),
     _s("log", "choice", "info", "", "how much rtkit itself prints on stderr", choices=("quiet", "info", "debug")),
+    _s("live_interval_ms", "int", 2000, "ms", "how often `rtkit run` rewrites RUN_DIR/live.json (the report so far, "
+       "for `rtkit report` and `rtkit top` while the job runs); 0: no live snapshot", minimum=0, maximum=600000),
+    _s("tensorboard_dir", "path", "", "", "write the per-step figures as TensorBoard scalars into this folder "
+       "(rtkit run --tensorboard)"),
+    _s("metrics_port", "int", 0, "", "serve the live figures as OpenMetrics (Prometheus) on this TCP port while "
+       "the job runs; 0: off (rtkit run --metrics-port)", minimum=0, maximum=65535),
+    _s("metrics_host", "str", "127.0.0.1", "", "address the metrics endpoint binds to (rtkit run --metrics-host)"),
     # -- PRMalloc, the LD_PRELOAD allocator
     _s("malloc", "bool", True, "", "preload librtkit_malloc.so (census, profiling, planned arenas)", c=True),
     _s("malloc_route_tf", "bool", True, "",

@@ -254,7 +254,8 @@ class _Forwarder:
             signal.signal(s, prev)
 
 
-def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> ChildResult:
+def run_child(command: List[str], env: Dict[str, str], interval_s: float, on_start=None) -> ChildResult:
+    """on_start(sampler): called once the child runs (the live snapshot, rtkit/live/); returns what to stop()."""
     start = time.time()
     # Without a terminal the child leads its own process group, so that a signal reaches all of it; at a
     # terminal it stays in the foreground group (Ctrl-C and terminal reads keep working) and signals are sent
@@ -304,6 +305,7 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> Chi
         fwd.started(proc)
         sampler = Sampler(proc.pid, start, interval_s)
         sampler.start_thread()
+        live = on_start(sampler) if on_start else None
         io = None
         # wait for the exit without reaping: the zombie's /proc/PID/io holds its final disk figures
         # (dirty pages of an unlinked pool file are cancelled during the exit itself)
@@ -328,6 +330,8 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float) -> Chi
     proc.returncode = 0  # reaped by wait4; keep Popen from waiting again
     guard.finish()
     sampler.stop()
+    if live:
+        live.stop()
     end = time.time()
     rusage = None
     if ru is not None:

@@ -91,7 +91,10 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
             del base_env[var]
     child_env = launch.build_child_env(resolved, run_dir, base_env, notes)
     interval = resolved["sample_interval_ms"] / 1000.0
-    result = launch.run_child(command, child_env, interval)
+    from rtkit.live import start as live_start
+
+    live = live_start(command, resolved, run_dir, child_env, base_env, notes, assemble, task)
+    result = launch.run_child(command, child_env, interval, on_start=live.start)
     if result.error:
         _eprint(f"rtkit: {result.error}")
         notes.append(result.error)
@@ -99,6 +102,7 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
         _eprint(f"rtkit: {result.leftovers}")
         notes.append(result.leftovers)
     report = assemble(command, resolved, run_dir, child_env, base_env, result, notes)
+    report["live"] = live.final_section(report)
     if task is not None:
         from rtkit.cluster import taskdir
 
@@ -109,6 +113,9 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
     except OSError as exc:  # nowhere takes it: the summary below still tells the essentials
         _eprint(f"rtkit: cannot write {report_path}: {exc.strerror or exc}; no report file was kept")
         html = False
+        live.finish(report, keep_snapshot=True)
+    else:
+        live.finish(report)
     if html:
         try:
             from rtkit.report import html as html_report

@@ -37,6 +37,10 @@ def main(args: argparse.Namespace) -> int:
         from rtkit.cluster import show
         return show.report(args)
     report, run_dir = load(args.run_dir)
+    from rtkit.report.load import running_since
+    as_of = running_since(report)
+    if as_of and not args.json:   # a snapshot of a job still running: its figures cover the time until then
+        print(f"rtkit: running, as of {as_of} (live snapshot; the full report is written when the job ends)")
     if args.json:
         json.dump(report, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")

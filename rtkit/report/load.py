@@ -15,9 +15,23 @@ class ReportError(UserError):
     """The one line shown to the user (exit code 2)."""
 
 
+LIVE_FILE = "live.json"   # the snapshot `rtkit run` rewrites while the job runs (rtkit/live/snapshot.py)
+
+
 def report_path(path: str) -> str:
-    """RUN_DIR or a report.json path -> the report.json path."""
-    return os.path.join(path, "report.json") if os.path.isdir(path) else path
+    """RUN_DIR or a report.json path -> the report.json path; a running job's live.json while it has no report."""
+    if not os.path.isdir(path):
+        return path
+    final, live = os.path.join(path, "report.json"), os.path.join(path, LIVE_FILE)
+    return live if not os.path.isfile(final) and os.path.isfile(live) else final
+
+
+def running_since(report: Dict[str, Any]) -> Any:
+    """'<time>' when `report` is a running job's snapshot, else None."""
+    run, live = report.get("run"), report.get("live")
+    if isinstance(run, dict) and run.get("status") == "running" and isinstance(live, dict):
+        return str(live.get("as_of") or "an unknown time")
+    return None
 
 
 def load(path: str) -> Tuple[Dict[str, Any], str]:
@@ -28,7 +42,8 @@ def load(path: str) -> Tuple[Dict[str, Any], str]:
         raise ReportError(f"rtkit: run directory '{path}' does not exist")
     file = report_path(path)
     if not os.path.isfile(file):
-        raise ReportError(f"rtkit: '{path}' has no report.json (not a run directory, or the run has not finished)")
+        raise ReportError(f"rtkit: '{path}' has no report.json and no {LIVE_FILE} (not an rtkit run directory, or "
+                          "its job has not started yet)")
     # Safety rule (docs/safety.md): a report is bounded before it is trusted: a regular file of at most
     # MAX_REPORT_BYTES, nesting and numbers that json can hold; anything else is one line.
     try:

@@ -1,0 +1,159 @@
+# recommend.py -- `rtkit recommend`: from a run's report, the settings or profile to try next, each with its measured reason.
+"""Rules read the report (finished, or a running job's live snapshot) under the contract's keys, and each one
+that fires gives: what to try, the measured reason, the effect to expect, and the exact command (the run's own
+command and the settings it was given on the command line, with the change). None fires: it says so, with the
+figures that were looked at. Rules, in order:
+
+- input: the scheduler measured the input stage's share of the op time, and no step was staged
+  -> `--profile throughput` (stage the input ahead of compute, tune the thread pools);
+- plan: the allocator profiled this run and the steps before its plan faulted far more than those after
+  -> `--plan RUN_DIR/malloc-plan.txt` (the rerun serves planned sizes from its first step);
+- capacity: the run's peak RSS is a large share of the memory available (the caller's: MemAvailable now, or
+  --mem-available for another machine) -> `--profile capacity` with a pool sized from the run."""
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional
+
+from rtkit.report import fmt
+from rtkit.report import glossary as G
+from rtkit.report.contract import Allocator as A, Scheduler as S
+from rtkit.report.fmt import get
+
+INPUT_SHARE_PCT = 15.0        # an input stage below this share of the op time leaves little for staging to hide
+FAULTS_GAIN = 10.0            # faults/step before the plan must exceed those after by this many...
+FAULTS_RATIO = 2.0            # ...and by this factor, for --plan to be worth a rerun
+MEMORY_SHARE = 0.5            # peak RSS above this share of the memory available: tables against DRAM
+POOL_HEADROOM = 1.5           # the pool file is sized at this many times the run's peak RSS (tables grow)
+PLAN_FILE = "malloc-plan.txt"
+
+
+@dataclass
+class Recommendation:
+    rule: str            # input | plan | capacity | none
+    change: str          # what to try, as flags
+    reason: str          # the measured reason
+    expect: str          # the expected effect
+    command: Optional[str]
+
+
+def _cli_args(report: Dict[str, Any], drop: tuple = ()) -> List[str]:
+    """The flags the run was given (--profile and its --set values), less the keys in `drop`."""
+    run = report.get("run") or {}
+    args: List[str] = []
+    if run.get("profile") and "profile" not in drop:
+        args += ["--profile", str(run["profile"])]
+    for key, s in sorted((run.get("settings") or {}).items()):
+        if isinstance(s, dict) and s.get("source") == "cli" and key not in drop:
+            if key == "malloc_plan":
+                args += ["--plan", str(s.get("value"))]
+            else:
+                value = s.get("value")
+                value = ("on" if value else "off") if isinstance(value, bool) else value
+                args += ["--set", f"{key}={value}"]
+    return args
+
+
+def _command(report: Dict[str, Any], extra: List[str], drop: tuple = ()) -> Optional[str]:
+    cmd = (report.get("run") or {}).get("command")
+    if not isinstance(cmd, list) or not cmd:
+        return None
+    return shlex.join(["rtkit", "run", *_cli_args(report, drop), *extra, "--", *map(str, cmd)])
+
+
+def _input_rule(report: Dict[str, Any]) -> Optional[Recommendation]:
+    s = report.get("scheduler")
+    share = get(s, S.INPUT_SHARE) if isinstance(s, dict) else None
+    staged = get(s, S.STAGED_STEPS) if isinstance(s, dict) else None
+    if not fmt.is_num(share) or share < INPUT_SHARE_PCT or (fmt.is_num(staged) and staged > 0):
+        return None
+    med = G.value(report, "step_ms_median")
+    hidden = med * share / 100.0 if fmt.is_num(med) else None
+    expect = ("staging runs the input stage of the next step while this one computes: at most the input's "
+              f"share hidden, {fmt.ms(hidden)} of the {G.name('step_ms_median')} {fmt.ms(med)}"
+              if hidden is not None else "at most the input stage's share of the step time hidden")
+    return Recommendation(
+        "input", "--profile throughput",
+        f"the scheduler measured the input stage at {share:.0f}% of the op time, and no step was staged "
+        f"({G.name('pipelined_steps')} {fmt.num(staged or 0)})",
+        expect + "; the tuner also tries thread splits in the first steps",
+        _command(report, ["--profile", "throughput"], drop=("profile", "sched", "sched_stage", "sched_tune")))
+
+
+def _plan_rule(report: Dict[str, Any], run_dir: str) -> Optional[Recommendation]:
+    a = report.get("allocator")
+    if not isinstance(a, dict) or get(a, A.PLAN_SOURCE) != "profiled":
+        return None
+    before, after = G.value(report, "faults_before_plan"), G.value(report, "faults_after_plan")
+    at = get(a, A.PLAN_MADE_AT_STEP)
+    plan = os.path.join(run_dir, PLAN_FILE)
+    if not (fmt.is_num(before) and fmt.is_num(after) and fmt.is_num(at)) or not os.path.isfile(plan):
+        return None
+    if before - after < FAULTS_GAIN or before < FAULTS_RATIO * max(after, 1.0):
+        return None
+    saved = (before - after) * at
+    return Recommendation(
+        "plan", f"--plan {plan}",
+        f"{G.name('faults_before_plan')} {fmt.num(before)} against {G.name('faults_after_plan')} "
+        f"{fmt.num(after)}: the plan was in use from step {at}, the steps before it were profiled",
+        f"a rerun with this plan serves the planned sizes from its first step: about {fmt.num(round(saved))} "
+        f"fewer minor faults over the first {at} steps, and the arena hit rate of the whole run near "
+        f"{G.name('hit_rate_after_plan')} {G.text(report, 'hit_rate_after_plan')} "
+        f"(this run: {G.text(report, 'hit_rate')})",
+        _command(report, ["--plan", plan], drop=("malloc_plan",)))
+
+
+def _capacity_rule(report: Dict[str, Any], available: Optional[int], where: str) -> Optional[Recommendation]:
+    peak = G.value(report, "peak_rss_bytes")
+    if G.tier_on(report) or not fmt.is_num(peak) or not available or peak < MEMORY_SHARE * available:
+        return None
+    size_g = max(1, int(-(-peak * POOL_HEADROOM // (1 << 30))))
+    pool = "/tmp/rtkit-capacity.pool"
+    growth = G.value(report, "rss_growth_bytes")
+    return Recommendation(
+        "capacity", f"--profile capacity --set pmem_path={pool} --set pmem_size={size_g}G",
+        f"{G.name('peak_rss_bytes')} {fmt.nbytes(peak)} is {peak / available:.0%} of the memory available "
+        f"({fmt.nbytes(available)}, {where})",
+        "tier mode puts the long-lived large allocations (tables, optimizer slots) in a pool file the page cache "
+        f"keeps in DRAM as far as it fits: anonymous memory down by the tables' size (peak RSS "
+        f"{fmt.nbytes(peak)}, {G.name('rss_growth_bytes')} {fmt.nbytes(growth)}); steps slow down as rows are "
+        f"faulted in from the file (docs/pmem.md). The pool is sized {POOL_HEADROOM}x the peak RSS; put "
+        "pmem_path on a local disk with that much room",
+        _command(report, ["--profile", "capacity", "--set", f"pmem_path={pool}", "--set", f"pmem_size={size_g}G"],
+                 drop=("profile", "pmem_path", "pmem_size")))
+
+
+def recommend(report: Dict[str, Any], run_dir: str, available: Optional[int], where: str) -> List[Recommendation]:
+    """The rules that fire on `report` (of `run_dir`), against `available` bytes of memory (`where`: whence)."""
+    found = [r for r in (_input_rule(report), _plan_rule(report, run_dir),
+                         _capacity_rule(report, available, where)) if r]
+    if found:
+        return found
+    looked = [f"{G.name(fid)} {G.text(report, fid)}" for fid in
+              ("step_ms_median", "faults_before_plan", "faults_after_plan", "peak_rss_bytes")]
+    share = get(report.get("scheduler"), S.INPUT_SHARE) if isinstance(report.get("scheduler"), dict) else None
+    looked.append(f"input stage share {fmt.num(share)}%" if fmt.is_num(share) else
+                  "input stage share not measured (the scheduler was off: --set sched=on measures it)")
+    return [Recommendation("none", "", "nothing to gain that this report shows: " + "; ".join(looked),
+                           "keep these settings", None)]
+
+
+def lines(report: Dict[str, Any], recs: List[Recommendation]) -> List[str]:
+    from rtkit.report.load import running_since
+
+    run = report.get("run") or {}
+    as_of = running_since(report)
+    head = f"rtkit recommend: {run.get('name')} ({'running, as of ' + as_of if as_of else run.get('status')})"
+    out = [head]
+    for i, r in enumerate(recs, 1):
+        if r.rule == "none":
+            out += [f"  {r.reason}"]
+            continue
+        out += [f"{i}. {r.change}", f"   why: {r.reason}", f"   expect: {r.expect}", f"   run: {r.command}"]
+    return out
+
+
+def as_json(recs: List[Recommendation]) -> List[Dict[str, Any]]:
+    return [asdict(r) for r in recs]

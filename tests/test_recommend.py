@@ -1,0 +1,99 @@
+# test_recommend.py -- `rtkit recommend` on real reports of the bundled workloads that show each rule's condition.
+import json
+import os
+import shlex
+import sys
+
+import pytest
+
+from conftest import RTKIT, load_report, requires_tf, run_rtkit
+
+SMALL = ["--batch", "256", "--rows", "4096", "--capacity", "4096", "--no-progress"]
+PLAN_SIZE = ["--rows", "16384", "--capacity", "16384", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("criteo"))
+
+
+def _workload(data_dir, *args, small=SMALL):
+    return [sys.executable, "-m", "rtkit.workloads", "wdl", *args, *small, "--data-dir", data_dir]
+
+
+def _recommend(run_dir, *extra):
+    proc = run_rtkit(["recommend", run_dir, "--json", *extra], check_rc=0)
+    return {r["rule"]: r for r in json.loads(proc.stdout)}
+
+
+def _follow(rec, run_dir):
+    """Run the recommended command as printed (its `rtkit` is this checkout's), into `run_dir`."""
+    argv = shlex.split(rec["command"])
+    assert argv[:2] == ["rtkit", "run"] and "--" in argv
+    run_rtkit(["run", "--run-dir", run_dir, *argv[2:]], check_rc=0)
+    return load_report(run_dir)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory, data_dir):
+    """A plain run at the default batch (2048): the allocator profiles its first steps, which fault ~100 times
+    a step, then plans (a fraction of a fault a step after). At batch 256 the profiled steps fault a few times
+    a step: too little for the rule to call for a rerun, rightly."""
+    run_dir = str(tmp_path_factory.mktemp("rec") / "profiled")
+    run_rtkit(["run", "--run-dir", run_dir, "--", *_workload(data_dir, "--steps", "30", small=PLAN_SIZE)],
+              check_rc=0)
+    return run_dir
+
+
+@requires_tf
+def test_plan_rule_names_the_runs_plan_and_the_rerun_serves_it_from_the_start(profiled, tmp_path):
+    report = load_report(profiled)
+    recs = _recommend(profiled, "--mem-available", "100G")
+    assert set(recs) == {"plan"}
+    before = report["allocator"]["minor_faults_per_step_before_plan"]
+    assert f"{os.path.join(profiled, 'malloc-plan.txt')}" in recs["plan"]["change"]
+    assert f"{before:.3g}"[:3] in recs["plan"]["reason"]
+    again = _follow(recs["plan"], str(tmp_path / "rerun"))
+    assert again["allocator"]["plan"]["source"] == "loaded"
+    # the claim: planned sizes are served from the first step, so the whole run's hit rate rises
+    assert again["allocator"]["hit_rate"] > report["allocator"]["hit_rate"]
+    # nothing left to gain on the rerun (a loaded plan; the scheduler off; memory given as plenty)
+    nothing = _recommend(str(tmp_path / "rerun"), "--mem-available", "100G")
+    assert set(nothing) == {"none"} and "nothing to gain" in nothing["none"]["reason"]
+    assert nothing["none"]["command"] is None
+
+
+@requires_tf
+def test_capacity_rule_sizes_the_pool_from_the_peak_rss(profiled):
+    report = load_report(profiled)
+    peak = report["process"]["peak_rss_bytes"]
+    recs = _recommend(profiled, "--mem-available", str(peak))   # the job fills the memory it may use
+    cap = recs["capacity"]
+    want_g = max(1, -(-int(peak * 1.5) // (1 << 30)))
+    assert f"--set pmem_size={want_g}G" in cap["command"] and "--profile capacity" in cap["command"]
+    assert "100% of the memory available" in cap["reason"]
+    text = run_rtkit(["recommend", profiled, "--mem-available", str(peak)], check_rc=0).stdout
+    assert "--profile capacity" in text and "run: rtkit run" in text
+
+
+@requires_tf
+def test_input_rule_on_a_legacy_input_with_read_latency(tmp_path, data_dir):
+    run_dir = str(tmp_path / "legacy")
+    run_rtkit(["run", "--run-dir", run_dir, "--set", "sched=on", "--",
+               *_workload(data_dir, "--steps", "30", "--input", "legacy", "--input-latency-ms", "20")], check_rc=0)
+    share = load_report(run_dir)["scheduler"]["input_share_pct"]
+    recs = _recommend(run_dir, "--mem-available", "100G")
+    rec = recs["input"]
+    assert rec["change"] == "--profile throughput" and f"{share:.0f}% of the op time" in rec["reason"]
+    argv = shlex.split(rec["command"])
+    # the run's own command, and the scheduler switches the profile sets are left to it
+    assert argv[argv.index("--") + 1:] == _workload(data_dir, "--steps", "30", "--input", "legacy",
+                                                    "--input-latency-ms", "20")
+    assert "sched=on" not in rec["command"] and argv[2:4] == ["--profile", "throughput"]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    proc = run_rtkit(["recommend", str(tmp_path)])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    proc = run_rtkit(["recommend", str(tmp_path), "--mem-available", "lots"])
+    assert proc.returncode == 2 and "--mem-available" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
