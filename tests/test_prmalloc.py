@@ -209,15 +209,18 @@ def test_plan_save_load_and_reject(prm, tmp_path):
     assert doc["profile"]["reason"] == "loaded" and doc["per_step"][0]["arena_hits"] == 3
     assert doc["hit_rate"] == 1.0
 
-    # unnamed: the arenas come with the process's first step mark (a helper that never marks reserves nothing)
+    # unnamed: the arenas come with the step mark that ends the warm-up, where profiling would start (a helper
+    # that never marks reserves nothing)
     later = tmp_path / "e"
     later.mkdir()
     proc = run_c(prm, "prmalloc_steps", args=["8", sizes],
-                 extra={"RTKIT_RUN_DIR": str(later), "RTKIT_MALLOC_PLAN": str(plan)})
+                 extra={"RTKIT_RUN_DIR": str(later), "RTKIT_MALLOC_PLAN": str(plan),
+                        "RTKIT_MALLOC_PROFILE_START": "2"})
     assert proc.returncode == 0 and proc.stderr == ""
     doc = stats(later)
-    assert doc["plan"]["source"] == "loaded" and doc["per_step"][0]["arena_hits"] == 0
-    assert all(s["arena_hits"] == 3 for s in doc["per_step"][1:])
+    assert doc["plan"]["source"] == "loaded" and [s["arena_hits"] for s in doc["per_step"][:2]] == [0, 0]
+    assert all(s["arena_hits"] == 3 for s in doc["per_step"][2:])
+    assert doc["hit_rate_after_plan"] == 1.0
 
     # another job's sizes: the plan is detected as not matching, retired, and the job is profiled afresh
     proc = run_c(prm, "prmalloc_steps", args=["16", "5M,7M"],
