@@ -57,6 +57,8 @@ class Allocator:
     PLAN_PATH = "plan.plan_path"
     HIT_RATE_AFTER_PLAN = "hit_rate_after_plan"
     AFTER_PLAN_FROM_STEP = "after_plan_from_step"   # optional: the first step counted after the plan
+    # optional: FAULTS_AFTER_PLAN's own sum and count (per_step from AFTER_PLAN_FROM_STEP on adds up to them)
+    FAULTS_AFTER_PLAN_SUM, AFTER_PLAN_STEPS = "minor_faults_after_plan", "after_plan_steps"
     ERRORS = "errors"                     # what went wrong in the library, one string each
     TIER = "pmem"                         # the tier's figures, embedded; the report's pmem section holds them
     STEP_FAULTS = "minor_faults"          # in each per-step record

@@ -274,7 +274,9 @@ def _measured(r: Dict[str, Any], key: str) -> List[float]:
     return [x.get(key) for x in per[int(warm):] if isinstance(x, dict)]
 
 
-def _after_plan_faults(r: Dict[str, Any]) -> List[float]:
+def after_plan_faults(r: Dict[str, Any]) -> List[float]:
+    """The per-step faults the allocator's after-plan mean is taken over: its steps from after_plan_from_step on
+    (the first step served by the plan included, as the C side counts it)."""
     a = r.get("allocator") if isinstance(r, dict) else None
     per = get(a, A.PER_STEP)
     start = get(a, A.AFTER_PLAN_FROM_STEP)
@@ -283,7 +285,7 @@ def _after_plan_faults(r: Dict[str, Any]) -> List[float]:
     if not isinstance(per, list) or not fmt.is_num(start):
         return []
     return [x.get(A.STEP_FAULTS) for x in per if isinstance(x, dict) and fmt.is_num(x.get(A.STEP))
-            and x[A.STEP] > start]
+            and x[A.STEP] >= start]
 
 
 # figure id -> (per-step samples of a run, statistic is a mean, band multiplier: tails are noisier)
@@ -294,7 +296,7 @@ _NOISE_FROM = {
     "step_ms_p5": (lambda r: _measured(r, "step_ms"), False, 2.0),
     "step_ms_p95": (lambda r: _measured(r, "step_ms"), False, 3.0),
     "faults_per_step_median": (lambda r: _measured(r, "minor_faults"), False, 1.0),
-    "faults_after_plan": (_after_plan_faults, True, 1.0),
+    "faults_after_plan": (after_plan_faults, True, 1.0),
 }
 # below these absolute differences a ratio says nothing, whatever the spread (a 0.05 vs 1.9 faults/step ratio)
 _ABS_FLOOR = {"faults_per_step_median": 1.0, "faults_after_plan": 1.0, "faults_before_plan": 1.0,
