@@ -672,3 +672,20 @@ def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():
     assert words.pipeline(sc) == "no step pipelined (staging off: the script's own graph ran, 0 extra runs per step)"
     old = {"pipeline": {"staged_steps": 24}, **tuned_off}
     assert "0 extra runs" not in words.pipeline(old)
+
+
+def test_not_default_lists_only_settings_whose_value_differs(runs):
+    """A profile that restates defaults (throughput includes default, which sets malloc/hooks to their defaults)
+    changes only what it sets to other values: "not default" names those, as compare's "what differs" does."""
+    from rtkit import config
+    out, _, _ = runs
+    rep = load_report(out["plain"])
+    rep["run"]["settings"] = config.resolve(profile="throughput").as_report()
+    text = terminal.render(rep, width=120)
+    listed = re.findall(r"^\s+(\w+)\s+.*\[(?:cli|env|profile:[\w-]+)\]$", text, re.M)
+    n = re.search(r"settings\s+(\d+) not default", text)
+    base = copy.deepcopy(rep)
+    base["run"]["settings"] = config.resolve().as_report()
+    differ = [d["key"] for d in compare_mod.compare(base, rep)["settings_differ"]]
+    assert differ and sorted(listed) == differ and n and int(n.group(1)) == len(differ), text
+    assert all(config.BY_KEY[k].default != rep["run"]["settings"][k]["value"] for k in listed)

@@ -69,14 +69,7 @@ def compare(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str 
             v = G.verdict(fid, a, b, va, vb)
             rows.append({"key": fid, "label": f.name, "group": group, "a": va, "b": vb, **v,
                          "differs": v["ratio"] is not None and not v["within_noise"] and abs(v["ratio"] - 1) > SAME_BAND})
-    changed = []
-    sa = get(a, "run.settings") or {}
-    sb = get(b, "run.settings") or {}
-    for k in sorted(set(sa) | set(sb)):
-        va, vb = get(sa, f"{k}.value"), get(sb, f"{k}.value")
-        if va != vb:
-            changed.append({"key": k, "a": va, "b": vb, "source_a": get(sa, f"{k}.source"),
-                            "source_b": get(sb, f"{k}.source")})
+    changed = sec.settings_differ(get(a, "run.settings") or {}, get(b, "run.settings") or {})
     wa, wb = _who(a, path_a), _who(b, path_b)
     comp = [{"component": c, "a": wa[c], "b": wb[c]} for c in ("allocator", "tier", "scheduler") if wa[c] != wb[c]]
     if (wa["profile"] or None) != (wb["profile"] or None):
