@@ -86,6 +86,8 @@ def _verdict_text(m: Dict[str, Any], wide: bool) -> str:
     if m["better"]:
         return f"{m['better'].upper()} better"
     if m["within_noise"]:
+        if m.get("noise_why") and abs((m["ratio"] or 1.0) - 1.0) > SAME_BAND:
+            return f"within noise ({m['noise_why']})" if wide else "within noise"
         if m.get("noise") and m["noise"] > SAME_BAND:
             return f"within noise (+-{m['noise'] * 100:.0f}%)" if wide else "within noise"
         return "same (within 2%)" if wide else "same"
@@ -126,7 +128,8 @@ def render(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str =
         lines.append("what differs: no setting, profile or component (same configuration)")
     lines.append("")
     lines.extend(_wrap("figures (B/A below 1.0: smaller in B; 'within noise': inside the runs' own per-step "
-                       "spread):", width, ""))
+                       f"spread, or too little to tell: under {G.MIN_SAMPLES} steps or epochs a run, or one number a "
+                       f"run within {G.WHOLE_RUN_BAND + 1:g}x):", width, ""))
     cells = [["figure", "A", "B", "B/A", ""]]
     group = None
     heads = set()

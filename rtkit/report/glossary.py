@@ -297,12 +297,22 @@ _NOISE_FROM = {
     "step_ms_p95": (lambda r: _measured(r, "step_ms"), False, 3.0),
     "faults_per_step_median": (lambda r: _measured(r, "minor_faults"), False, 1.0),
     "faults_after_plan": (after_plan_faults, True, 1.0),
+    "epoch_s_median": (lambda r: get(r, "steps." + ST.KERAS_EPOCH_S) or [], False, 1.0),
+    "epoch_step_ms": (lambda r: get(r, "steps." + ST.KERAS_EPOCH_S) or [], False, 1.0),
 }
 # below these absolute differences a ratio says nothing, whatever the spread (a 0.05 vs 1.9 faults/step ratio)
 _ABS_FLOOR = {"faults_per_step_median": 1.0, "faults_after_plan": 1.0, "faults_before_plan": 1.0,
               "tier_fallbacks": 1.0, "pipelined_steps": 1.0, "tuning_gain_pct": 2.0,
-              "tuning_cost_pct": 1.0}
+              "tuning_cost_pct": 1.0, "major_faults": 100.0, "minor_faults": 1000.0}
 SAME_BAND = 0.02      # ratios closer to 1.0 than this are the same whatever the spread
+# The noise rule. A figure taken over samples (steps, epochs) gets a verdict only with at least MIN_SAMPLES of
+# them in each run (fewer say nothing of their own spread: a median of 5 epochs) and a ratio beyond both runs'
+# spread (noise_band). A figure that is one number per run (the whole run's time and fault counts) has no spread
+# of its own: it gets a verdict only beyond WHOLE_RUN_BAND (a 1.27x wall time on a shared machine is not one) and,
+# for counts, beyond its absolute floor (4 vs 14 major faults is not one).
+MIN_SAMPLES = 10
+WHOLE_RUN_BAND = 0.5
+_WHOLE_RUN = {"minor_faults", "major_faults", "cpu_s", "cpu_ms_per_step", "duration_s"}
 
 
 def noise_band(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any = None, vb: Any = None) -> Optional[float]:
@@ -321,8 +331,13 @@ def noise_band(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any = None, v
     return 2.0 * mult * ((ra * va) ** 2 + (rb * vb) ** 2) ** 0.5 / abs(va)
 
 
+def _sample_count(fid: str, r: Dict[str, Any]) -> int:
+    return len([v for v in _NOISE_FROM[fid][0](r) if fmt.is_num(v)])
+
+
 def verdict(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any, vb: Any) -> Dict[str, Any]:
-    """{'ratio', 'better': 'a'|'b'|None, 'noise': band (fraction of A) or None, 'within_noise': bool}."""
+    """{'ratio', 'better': 'a'|'b'|None, 'noise': band (fraction of A) or None, 'within_noise': bool, and
+    'noise_why' when the noise rule, not the spread, holds the verdict back}."""
     f = FIGURES[fid]
     ratio = fmt.safe_ratio(vb, va)
     band = noise_band(fid, a, b, va, vb)
@@ -333,6 +348,13 @@ def verdict(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any, vb: Any) ->
     quiet = abs(ratio - 1.0) <= max(SAME_BAND, band or 0.0)
     if floor is not None and abs(vb - va) < floor:
         quiet = True
+        out["noise_why"] = f"difference under {floor:g}"
+    if fid in _WHOLE_RUN and abs(ratio - 1.0) <= WHOLE_RUN_BAND:
+        quiet = True
+        out["noise_why"] = "one sample per run"
+    if fid in _NOISE_FROM and min(_sample_count(fid, a), _sample_count(fid, b)) < MIN_SAMPLES:
+        quiet = True
+        out["noise_why"] = f"under {MIN_SAMPLES} samples"
     if quiet:
         out["within_noise"] = True
         return out
