@@ -480,8 +480,8 @@ def test_component_sections_terminal(runs):
     assert re.search(r"plan classes\s+3 classes, 6 blocks, spacing 1\.25", text)
     assert re.search(r"arena bytes reserved\s+1\.50 GiB", text)
     assert re.search(r"arena hit rate \(whole run\)\s+97\.5%", text)
-    assert re.search(r"mean minor faults/step before plan\s+2,100", text)
-    assert re.search(r"mean minor faults/step after plan\s+0\.25", text)
+    assert re.search(r"mean minor faults/step before plan \(step to step\)\s+2,100", text)
+    assert re.search(r"mean minor faults/step after plan \(step to step\)\s+0\.25", text)
     assert re.search(r"^\s+64\.0 KiB\s+2\s+128\.0 KiB$", text, re.M)
     assert re.search(r"pool bytes\s+1\.00 GiB", text) and re.search(r"background moves\s+7", text)
     assert re.search(r"scheduler configuration\s+compute_threads=2, input_threads=1", text)
@@ -494,7 +494,7 @@ def test_component_sections_terminal(runs):
     assert 4 <= len(lines) <= 9
     assert any("allocator: planned, arena hit rate (whole run) 97.5%" in l for l in lines)
     assert any("scheduler:" in l and "tuning gain 15%" in l for l in lines)
-    assert any("memory:" in l and "mean minor faults/step after plan 0.25" in l for l in lines)
+    assert any("memory:" in l and "mean minor faults/step after plan (step to step) 0.25" in l for l in lines)
     # schema 1 scheduler: pipelines are not counted as steps, so nothing is called pipelined
     assert not any("pipelined steps" in l for l in lines)
 

@@ -131,8 +131,9 @@ _F: List[Figure] = [
     Figure("steps_per_s", "steps/s at median step time", "per_s", False,
            "1000 / median step time: the step rate the training loop sustains, without time between steps "
            "(Keras: validation, callbacks)", _num(_sec("steps", ST.STEPS_PER_S))),
-    Figure("faults_per_step_median", "median minor faults/step", "count", True,
-           "median, over the measured steps, of the minor page faults the training process took during the step",
+    Figure("faults_per_step_median", "median minor faults/step (in step)", "count", True,
+           "median, over the measured steps, of the minor page faults the training process took inside the step: "
+           "the hooks' window around each step (a Session.run, a Keras batch), time between steps left out",
            _num(_sec("steps", ST.FAULTS_PER_STEP))),
     Figure("epochs", "Keras epochs", "count", None, "epochs Keras fit ran (each with its validation, if any)",
            _keras(ST.KERAS_EPOCHS)),
@@ -185,12 +186,14 @@ _F: List[Figure] = [
            _num(_sec("allocator", A.HIT_RATE))),
     Figure("hit_rate_after_plan", "arena hit rate after plan", "pct", False,
            "the same share over the steps after the plan was in place", _num(_sec("allocator", A.HIT_RATE_AFTER_PLAN))),
-    Figure("faults_before_plan", "mean minor faults/step before plan", "count", True,
-           "mean minor page faults per step, over the allocator's steps before its plan",
+    Figure("faults_before_plan", "mean minor faults/step before plan (step to step)", "count", True,
+           "mean minor page faults per step, over the allocator's steps before its plan, each from one step mark to "
+           "the next: what runs between steps (input waits, Keras validation and callbacks) included",
            _num(_sec("allocator", A.FAULTS_BEFORE_PLAN))),
-    Figure("faults_after_plan", "mean minor faults/step after plan", "count", True,
-           "mean minor page faults per step, over the allocator's steps after its plan was in place (the step "
-           "marks' own work is not in it: the headroom faulted in at the plan's first mark is "
+    Figure("faults_after_plan", "mean minor faults/step after plan (step to step)", "count", True,
+           "mean minor page faults per step, over the allocator's steps after its plan was in place, each from one "
+           "step mark to the next: what runs between steps (input waits, Keras validation and callbacks) included, "
+           "the marks' own work not (the headroom faulted in at the plan's first mark is "
            "large_heap.prefaulted_bytes)",
            _num(_sec("allocator", A.FAULTS_AFTER_PLAN))),
     Figure("reserved_bytes", "arena bytes reserved", "bytes", True, "most bytes the plan's classes hold (blocks of the large heap, its resident pages first)",
