@@ -80,8 +80,10 @@ def plan_words(r: Dict[str, Any]) -> Optional[str]:
     source, rejected = get(a, A.PLAN_SOURCE), get(a, A.PLAN_REJECTED)
     at, path = get(a, A.PLAN_MADE_AT_STEP), get(a, A.PLAN_PATH)
     if rejected:
-        return f"plan {path or 'file'} rejected ({rejected})" + (f", profiled again at step {at}"
-                                                                if source == "profiled" and fmt.is_num(at) else "")
+        # the file the user gave (the settings echo), not the plan this run profiled afresh and saved
+        given = get(a, A.PLAN_GIVEN) or path
+        return f"plan {given or 'file'} not used ({rejected})" + (f", profiled again at step {at}"
+                                                                 if source == "profiled" and fmt.is_num(at) else "")
     if source == "loaded":
         return f"plan loaded from {path}" if path else "plan loaded"
     if source == "profiled":
