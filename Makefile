@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS="tests/test_pmem.py -x"
 
-.PHONY: all install native test test-fast demo bench bench-deps browser-deps asan clean readme-settings
+.PHONY: all install native test test-fast compat demo bench bench-deps browser-deps asan clean readme-settings
 
 all: install
 
@@ -37,6 +37,35 @@ test: install
 # The fast subset (no TensorFlow runs, no wheel build): well under a minute.
 test-fast: install
 	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# The hook and step tests against each TensorFlow release users run: one venv per version under $(COMPAT_DIR)
+# (kept, so a rerun only runs the tests), rtkit installed editable into each. Not part of `make test`: CI keeps
+# the newest, which .venv already holds. A version's failures do not stop the others; the last line names them.
+# Releases before the newest get COMPAT_OLD_PINS: pip pairs them with today's protobuf 7, which TensorFlow 2.20
+# and older do not run with (MonitoredTrainingSession's graph write fails in text_format, rtkit or not).
+# e.g. make compat COMPAT_TF="2.20 2.19"
+COMPAT_TF       ?= 2.21 2.20 2.19
+COMPAT_NEWEST   ?= 2.21
+COMPAT_OLD_PINS ?= protobuf<7
+COMPAT_DIR      ?= build/compat
+COMPAT_TESTS    ?= tests/test_hooks_tf.py $(wildcard tests/test_steps*.py)
+compat:
+	@failed=""; for v in $(COMPAT_TF); do \
+	  env="$(COMPAT_DIR)/tf-$$v"; echo "== tensorflow-cpu $$v ($$env)"; \
+	  if [ ! -f "$$env/.deps" ]; then \
+	    $(PYTHON) -m venv "$$env" && \
+	    "$$env/bin/python" -m pip install -q --upgrade pip "setuptools>=77" wheel "cffi>=1.15" && \
+	    "$$env/bin/python" -m pip install -q "tensorflow-cpu==$$v.*" "pytest>=7" "pytest-timeout>=2.1" && \
+	    touch "$$env/.deps" || { failed="$$failed $$v(install)"; continue; }; \
+	  fi; \
+	  if [ "$$v" != "$(COMPAT_NEWEST)" ]; then "$$env/bin/python" -m pip install -q "$(COMPAT_OLD_PINS)" \
+	    || { failed="$$failed $$v(install)"; continue; }; fi; \
+	  PYTHONWARNINGS="ignore:Editable installation" "$$env/bin/python" -m pip install -q --no-build-isolation -e . \
+	    || { failed="$$failed $$v(install)"; continue; }; \
+	  "$$env/bin/python" -c "import tensorflow as tf; print('tensorflow', tf.__version__)" 2>/dev/null; \
+	  "$$env/bin/pytest" -q -p no:cacheprovider $(COMPAT_TESTS) $(PYTEST_ARGS) || failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "compat: failed on$$failed"; exit 1; fi; echo "compat: passed on $(COMPAT_TF)"
 
 demo: install
 	$(VENV)/bin/rtkit demo

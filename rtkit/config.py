@@ -187,7 +187,8 @@ SETTINGS: List[Setting] = [
     _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)",
        c=True),
     _s("malloc_plan_process", "str", "", "", "program name (e.g. python3) that reserves the plan's arenas as it starts; "
-       "by default only the process that marks a step reserves them, at its first step", c=True),
+       "by default only the process that marks steps reserves them, after its warm-up (malloc_profile_start steps)",
+       c=True),
     _s("malloc_census", "bool", True, "", "count every allocation per step and size class", c=True),
     _s("malloc_debug", "bool", False, "", "debug lines from the allocator (double and foreign frees of rtkit's memory abort in every mode)",
        c=True),

@@ -25,15 +25,15 @@ def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optio
             options: Optional[Mapping[str, Any]] = None, defaults: Optional[Mapping[str, Any]] = None,
             who: str = "rtkit run") -> cfg.Resolved:
     """Settings for a run from the CLI: `--set KEY=VALUE` items; `options` (dedicated flags such as --out) win over
-    them when given, `defaults` apply where neither set the key; `plan` must be an existing file. Bad input
-    raises UserError with the one line to show."""
+    them when given, `defaults` apply where neither set the key; a plan file the allocator cannot read is one
+    line on stderr, and the job runs. Bad input raises UserError with the one line to show."""
     try:
         cli_values: Dict[str, Any] = cfg.parse_assignments(list(sets))
         cli_values.update({k: v for k, v in (options or {}).items() if v})
         for key, value in (defaults or {}).items():
             cli_values.setdefault(key, value)
         if plan:
-            cli_values["malloc_plan"] = _plan_file(plan, who)
+            cli_values["malloc_plan"] = _plan_path(plan)
         resolved = cfg.resolve(cli=cli_values, profile=profile)
     except cfg.ConfigError as exc:
         msg = str(exc)
@@ -43,22 +43,33 @@ def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optio
     room = capacity.pool_room_problem(resolved["pmem_path"], resolved["pmem_size"])
     if room:  # tier mode without room would fail inside the job (or fill the disk): say so before it starts
         raise UserError(f"{who}: error: {room}")
+    problem = _plan_problem(resolved["malloc_plan"])
+    if problem:  # whichever route named it (--plan, --set, environment, profile): the job runs without it
+        _eprint(f"{who}: {cfg.BY_KEY['malloc_plan'].env}={resolved['malloc_plan']} not used: {problem}; the job "
+                "runs without it (give RUN_DIR/malloc-plan.txt of an earlier run that made a plan)")
     return resolved
 
 
-def _plan_file(plan: str, who: str) -> str:
-    """--plan's file, checked as the allocator reads it (docs/safety.md): a regular file; the link resolved here,
-    since the allocator does not follow links."""
-    hint = "(use RUN_DIR/malloc-plan.txt of an earlier run)"
+def _plan_path(plan: str) -> str:
+    """--plan's file as the allocator will read it: the link resolved here, since the allocator does not follow
+    links; a path that does not exist is passed on as given (the job runs, and the report says why it was not
+    used)."""
+    return os.path.realpath(plan) if os.path.exists(plan) else os.path.abspath(plan)
+
+
+def _plan_problem(path: str) -> Optional[str]:
+    """Why the allocator would not read the plan file (docs/safety.md: regular files only), or None."""
+    if not path:
+        return None
     try:
-        st = os.stat(plan)
+        st = os.stat(path)
     except OSError as exc:
-        raise UserError(f"{who}: error: --plan {plan}: {(exc.strerror or 'cannot be read').lower()} {hint}") from None
+        return (exc.strerror or "cannot be read").lower()
     if stat.S_ISDIR(st.st_mode):
-        raise UserError(f"{who}: error: --plan {plan}: is a directory; give the plan file in it {hint}")
+        return "is a directory (the plan is the file malloc-plan.txt in a run directory)"
     if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{who}: error: --plan {plan}: not a regular file (a FIFO or device is never read) {hint}")
-    return os.path.realpath(plan)
+        return "not a regular file (a FIFO or device is never read)"
+    return None
 
 
 def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] = None, html: bool = False,

@@ -124,13 +124,31 @@ def test_crafted_huge_plan_is_rejected_at_once(prm, tmp_path):
     assert doc["plan"]["source"] != "loaded"
 
 
-@pytest.mark.parametrize("kind", ["dir", "fifo"])
+MARKS = "import ctypes\nm = ctypes.CDLL(None).rtkit_step_mark\nfor _ in range(10):\n    b = bytearray(1 << 20); m()\nprint('ran')\n"
+
+
+@pytest.mark.parametrize("kind", ["missing", "dir", "fifo"])
 def test_cli_plan_names_what_is_wrong(tmp_path, kind):
+    # --plan and --set malloc_plan= behave alike: the job runs, one line before it names the file and why it is
+    # not used, and the summary names the file given (not the plan the run then profiled and saved)
     target = tmp_path / "p"
-    os.mkdir(target) if kind == "dir" else os.mkfifo(target)
-    proc = run_rtkit(["run", "--plan", str(target), "--run-dir", str(tmp_path / "r"), "--", "true"], timeout=60)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert ("is a directory" if kind == "dir" else "not a regular file") in proc.stderr
+    if kind == "dir":
+        os.mkdir(target)
+    elif kind == "fifo":
+        os.mkfifo(target)
+    why = {"missing": "no such file", "dir": "is a directory", "fifo": "not a regular file"}[kind]
+    lines = []
+    for route in (["--plan", str(target)], ["--set", f"malloc_plan={target}"]):
+        run_dir = tmp_path / f"r{len(lines)}"
+        proc = run_rtkit(["run", *route, "--run-dir", str(run_dir), "--", sys.executable, "-c", MARKS], timeout=120)
+        assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr
+        said = [line for line in proc.stderr.splitlines() if line.startswith("rtkit run:")]
+        assert len(said) == 1 and str(target) in said[0] and why in said[0] and "the job runs" in said[0], said
+        alloc = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: allocator:")]
+        assert alloc and f"plan {target} not used" in alloc[0], proc.stderr
+        assert load_report(str(run_dir))["allocator"]["plan"]["source"] == "profiled"
+        lines.append(alloc[0])
+    assert lines[0] == lines[1]
 
 
 # ---- 3. only the process that marks steps reserves arenas

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO, requires_tf
+from rtkit.report import glossary
 
 BUILD = os.path.join(REPO, "allocators", "build.py")
 pytestmark = pytest.mark.timeout(300)
@@ -209,15 +210,18 @@ def test_plan_save_load_and_reject(prm, tmp_path):
     assert doc["profile"]["reason"] == "loaded" and doc["per_step"][0]["arena_hits"] == 3
     assert doc["hit_rate"] == 1.0
 
-    # unnamed: the arenas come with the process's first step mark (a helper that never marks reserves nothing)
+    # unnamed: the arenas come with the step mark that ends the warm-up, where profiling would start (a helper
+    # that never marks reserves nothing)
     later = tmp_path / "e"
     later.mkdir()
     proc = run_c(prm, "prmalloc_steps", args=["8", sizes],
-                 extra={"RTKIT_RUN_DIR": str(later), "RTKIT_MALLOC_PLAN": str(plan)})
+                 extra={"RTKIT_RUN_DIR": str(later), "RTKIT_MALLOC_PLAN": str(plan),
+                        "RTKIT_MALLOC_PROFILE_START": "2"})
     assert proc.returncode == 0 and proc.stderr == ""
     doc = stats(later)
-    assert doc["plan"]["source"] == "loaded" and doc["per_step"][0]["arena_hits"] == 0
-    assert all(s["arena_hits"] == 3 for s in doc["per_step"][1:])
+    assert doc["plan"]["source"] == "loaded" and [s["arena_hits"] for s in doc["per_step"][:2]] == [0, 0]
+    assert all(s["arena_hits"] == 3 for s in doc["per_step"][2:])
+    assert doc["hit_rate_after_plan"] == 1.0
 
     # another job's sizes: the plan is detected as not matching, retired, and the job is profiled afresh
     proc = run_c(prm, "prmalloc_steps", args=["16", "5M,7M"],
@@ -279,8 +283,13 @@ def test_tensorflow_under_preload(prm, tmp_path):
     doc = stats(tmp_path)
     assert doc["steps"] == 25 and doc["state"] == "planned" and doc["plan"]["source"] == "profiled"
     assert doc["totals"]["arena_hits"] > 0 and doc["hit_rate_after_plan"] > 0.9
-    after = [s for s in doc["per_step"] if s["step"] > doc["profile"]["end_step"]]
+    after = [s for s in doc["per_step"] if s["step"] >= doc["after_plan_from_step"]]
     assert after and sum(s["arena_hits"] for s in after) > 0
+    # the mean and its steps agree: the report's readers take the same steps the C side counted
+    samples = glossary.after_plan_faults({"allocator": doc})
+    assert samples == [s["minor_faults"] for s in after]
+    assert (len(samples), sum(samples)) == (doc["after_plan_steps"], doc["minor_faults_after_plan"])
+    assert doc["minor_faults_per_step_after_plan"] == pytest.approx(sum(samples) / len(samples), abs=0.005)
     # recurring exhaustion after the plan (TF ordering ops differently under load) used to fault 50-105
     # pages a step here: glibc unmapped/trimmed the fallback blocks at free; the fallback stash keeps them
     detail = [(s["step"], s["minor_faults"], s["fallbacks"]) for s in after]

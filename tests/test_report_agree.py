@@ -121,7 +121,7 @@ def test_what_each_run_says_is_true(api_runs):
         if label == "plan" and rep["allocator"]["plan"]["source"] == "loaded":
             assert "plan loaded from" in alloc_line
         elif rep["allocator"]["plan"].get("rejected_reason"):
-            assert "rejected" in alloc_line
+            assert "not used" in alloc_line
         elif rep["allocator"]["state"] == "planned":
             assert "plan profiled" in alloc_line
         with open(os.path.join(run["dir"], "report.html")) as fh:

@@ -81,7 +81,7 @@ def test_the_real_reports_render_with_values(alloc_report):
     assert int(_row(a, "arena hits (whole run)").replace(",", "")) > 0
     assert re.match(r"\d+ classes, \d+ blocks", _row(a, "plan classes"))
     assert _row(a, "arena bytes reserved").endswith(("KiB", "MiB", "GiB"))
-    assert _row(a, "mean minor faults/step before plan") != "-"
+    assert _row(a, "mean minor faults/step before plan (step to step)") != "-"
     p = sections["pmem"]
     assert _row(p, "state") == "on" and _row(p, "tier bytes held (peak)").endswith(("KiB", "MiB", "GiB"))
     text = terminal.render(alloc_report)

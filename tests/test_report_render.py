@@ -3,6 +3,7 @@ import copy
 import json
 import os
 import re
+import statistics
 import sys
 from html.parser import HTMLParser
 
@@ -371,7 +372,11 @@ def test_compare_ratios_on_a_modified_copy(runs, tmp_path):
     """A copy of a real report with known changes: ratios and verdicts must follow exactly."""
     out, _, _ = runs
     a = load_report(out["plain"])
+    # enough steps, tightly spread, for the step figures to get verdicts (the noise rule wants samples)
+    a["steps"]["per_step"] = [{"step": i + 1, "step_ms": 10.0 + (i % 3) * 0.01, "minor_faults": 40} for i in range(30)]
+    a["steps"]["warmup_steps"] = 0
     b = copy.deepcopy(a)
+    b["steps"]["per_step"] = [dict(x, step_ms=x["step_ms"] * 0.8, minor_faults=0) for x in a["steps"]["per_step"]]
     a["steps"]["summary"].update(step_ms_median=10.0, step_ms_p95=20.0, steps_per_s=100.0,
                                  minor_faults_per_step_median=40)
     b["steps"]["summary"].update(step_ms_median=8.0, step_ms_p95=30.0, steps_per_s=125.0,
@@ -475,8 +480,8 @@ def test_component_sections_terminal(runs):
     assert re.search(r"plan classes\s+3 classes, 6 blocks, spacing 1\.25", text)
     assert re.search(r"arena bytes reserved\s+1\.50 GiB", text)
     assert re.search(r"arena hit rate \(whole run\)\s+97\.5%", text)
-    assert re.search(r"mean minor faults/step before plan\s+2,100", text)
-    assert re.search(r"mean minor faults/step after plan\s+0\.25", text)
+    assert re.search(r"mean minor faults/step before plan \(step to step\)\s+2,100", text)
+    assert re.search(r"mean minor faults/step after plan \(step to step\)\s+0\.25", text)
     assert re.search(r"^\s+64\.0 KiB\s+2\s+128\.0 KiB$", text, re.M)
     assert re.search(r"pool bytes\s+1\.00 GiB", text) and re.search(r"background moves\s+7", text)
     assert re.search(r"scheduler configuration\s+compute_threads=2, input_threads=1", text)
@@ -489,7 +494,7 @@ def test_component_sections_terminal(runs):
     assert 4 <= len(lines) <= 9
     assert any("allocator: planned, arena hit rate (whole run) 97.5%" in l for l in lines)
     assert any("scheduler:" in l and "tuning gain 15%" in l for l in lines)
-    assert any("memory:" in l and "mean minor faults/step after plan 0.25" in l for l in lines)
+    assert any("memory:" in l and "mean minor faults/step after plan (step to step) 0.25" in l for l in lines)
     # schema 1 scheduler: pipelines are not counted as steps, so nothing is called pipelined
     assert not any("pipelined steps" in l for l in lines)
 
@@ -672,3 +677,46 @@ def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():
     assert words.pipeline(sc) == "no step pipelined (staging off: the script's own graph ran, 0 extra runs per step)"
     old = {"pipeline": {"staged_steps": 24}, **tuned_off}
     assert "0 extra runs" not in words.pipeline(old)
+
+
+def test_not_default_lists_only_settings_whose_value_differs(runs):
+    """A profile that restates defaults (throughput includes default, which sets malloc/hooks to their defaults)
+    changes only what it sets to other values: "not default" names those, as compare's "what differs" does."""
+    from rtkit import config
+    out, _, _ = runs
+    rep = load_report(out["plain"])
+    rep["run"]["settings"] = config.resolve(profile="throughput").as_report()
+    text = terminal.render(rep, width=120)
+    listed = re.findall(r"^\s+(\w+)\s+.*\[(?:cli|env|profile:[\w-]+)\]$", text, re.M)
+    n = re.search(r"settings\s+(\d+) not default", text)
+    base = copy.deepcopy(rep)
+    base["run"]["settings"] = config.resolve().as_report()
+    differ = [d["key"] for d in compare_mod.compare(base, rep)["settings_differ"]]
+    assert differ and sorted(listed) == differ and n and int(n.group(1)) == len(differ), text
+    assert all(config.BY_KEY[k].default != rep["run"]["settings"][k]["value"] for k in listed)
+
+
+def test_compare_gives_no_verdict_on_single_samples_or_few_epochs(runs):
+    """Whole-run figures are one sample per run and a median of 5 epochs says nothing of its spread: within
+    noise, unless the difference is past the rule's bands (glossary.MIN_SAMPLES, WHOLE_RUN_BAND, the floors)."""
+    out, _, _ = runs
+    a = load_report(out["plain"])
+    b = copy.deepcopy(a)
+    a["process"]["major_faults"], b["process"]["major_faults"] = 4, 14
+    a["run"]["duration_s"], b["run"]["duration_s"] = 10.0, 12.7
+    for r, epochs in ((a, [4.0, 4.1, 3.9, 4.2, 4.0]), (b, [3.0, 3.1, 2.9, 3.0, 3.05])):
+        r["steps"]["keras"] = {"epochs": 5, "epoch_s": epochs, "epoch_s_median": sorted(epochs)[2]}
+    m = {x["key"]: x for x in compare_mod.compare(a, b)["metrics"]}
+    for key in ("major_faults", "duration_s", "epoch_s_median"):
+        assert m[key]["within_noise"] and m[key]["better"] is None, (key, m[key])
+    text = compare_mod.render(a, b, width=120)
+    assert re.search(r"major faults \(whole run\)\s+4\s+14\s+3\.50x\s+within noise", text), text
+    # past the bands: 3x wall time, thousands of major faults, 20 epochs each clearly apart
+    b["run"]["duration_s"] = 30.0
+    a["process"]["major_faults"], b["process"]["major_faults"] = 400, 1400
+    for r, e in ((a, 4.0), (b, 3.0)):
+        epochs = [e + 0.01 * (i % 3) for i in range(20)]
+        r["steps"]["keras"] = {"epochs": 20, "epoch_s": epochs, "epoch_s_median": statistics.median(epochs)}
+    m = {x["key"]: x for x in compare_mod.compare(a, b)["metrics"]}
+    assert m["duration_s"]["better"] == "a" and m["major_faults"]["better"] == "a"
+    assert m["epoch_s_median"]["better"] == "b"

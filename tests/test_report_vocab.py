@@ -22,3 +22,16 @@ def test_one_name_per_figure_and_each_says_its_statistic():
                                                                                    "pipelined_steps"):
             # a per-step figure names its statistic (median, mean, percentile) or how it is derived
             assert any(w in f.name for w in ("median", "mean", "p5", "p95", "per train batch", "/ steps")), f.name
+
+
+def test_each_per_step_fault_figure_names_its_span():
+    # two per-step fault figures measure different spans (the hooks' window inside a step; the allocator's step
+    # mark to the next, what runs between steps included) and stand on one summary line: each says which
+    spans = {"(in step)": "inside the step", "(step to step)": "from one step mark to the next"}
+    faulty = [f for f in G.FIGURES.values() if "faults/step" in f.name]
+    assert len(faulty) >= 3
+    for f in faulty:
+        span = [s for s in spans if f.name.endswith(s)]
+        assert len(span) == 1, f.name
+        assert spans[span[0]] in f.meaning, (f.name, f.meaning)
+    assert {s for f in faulty for s in spans if f.name.endswith(s)} == set(spans)

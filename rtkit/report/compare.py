@@ -69,14 +69,7 @@ def compare(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str 
             v = G.verdict(fid, a, b, va, vb)
             rows.append({"key": fid, "label": f.name, "group": group, "a": va, "b": vb, **v,
                          "differs": v["ratio"] is not None and not v["within_noise"] and abs(v["ratio"] - 1) > SAME_BAND})
-    changed = []
-    sa = get(a, "run.settings") or {}
-    sb = get(b, "run.settings") or {}
-    for k in sorted(set(sa) | set(sb)):
-        va, vb = get(sa, f"{k}.value"), get(sb, f"{k}.value")
-        if va != vb:
-            changed.append({"key": k, "a": va, "b": vb, "source_a": get(sa, f"{k}.source"),
-                            "source_b": get(sb, f"{k}.source")})
+    changed = sec.settings_differ(get(a, "run.settings") or {}, get(b, "run.settings") or {})
     wa, wb = _who(a, path_a), _who(b, path_b)
     comp = [{"component": c, "a": wa[c], "b": wb[c]} for c in ("allocator", "tier", "scheduler") if wa[c] != wb[c]]
     if (wa["profile"] or None) != (wb["profile"] or None):
@@ -93,6 +86,8 @@ def _verdict_text(m: Dict[str, Any], wide: bool) -> str:
     if m["better"]:
         return f"{m['better'].upper()} better"
     if m["within_noise"]:
+        if m.get("noise_why") and abs((m["ratio"] or 1.0) - 1.0) > SAME_BAND:
+            return f"within noise ({m['noise_why']})" if wide else "within noise"
         if m.get("noise") and m["noise"] > SAME_BAND:
             return f"within noise (+-{m['noise'] * 100:.0f}%)" if wide else "within noise"
         return "same (within 2%)" if wide else "same"
@@ -133,7 +128,8 @@ def render(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str =
         lines.append("what differs: no setting, profile or component (same configuration)")
     lines.append("")
     lines.extend(_wrap("figures (B/A below 1.0: smaller in B; 'within noise': inside the runs' own per-step "
-                       "spread):", width, ""))
+                       f"spread, or too little to tell: under {G.MIN_SAMPLES} steps or epochs a run, or one number a "
+                       f"run within {G.WHOLE_RUN_BAND + 1:g}x):", width, ""))
     cells = [["figure", "A", "B", "B/A", ""]]
     group = None
     heads = set()

@@ -55,9 +55,12 @@ class Allocator:
     PLAN_MADE_AT_STEP = "plan.made_at_step"
     PLAN_SOURCE = "plan.source"           # "profiled" | "loaded" | "none"
     PLAN_REJECTED = "plan.rejected_reason"  # why a loaded plan was not used (null when none was rejected)
-    PLAN_PATH = "plan.plan_path"
+    PLAN_PATH = "plan.plan_path"           # the plan in use: the file loaded, or the one this run saved
+    PLAN_GIVEN = "config.malloc_plan"      # the plan file the run was given (empty: none)
     HIT_RATE_AFTER_PLAN = "hit_rate_after_plan"
     AFTER_PLAN_FROM_STEP = "after_plan_from_step"   # optional: the first step counted after the plan
+    # optional: FAULTS_AFTER_PLAN's own sum and count (per_step from AFTER_PLAN_FROM_STEP on adds up to them)
+    FAULTS_AFTER_PLAN_SUM, AFTER_PLAN_STEPS = "minor_faults_after_plan", "after_plan_steps"
     ERRORS = "errors"                     # what went wrong in the library, one string each
     TIER = "pmem"                         # the tier's figures, embedded; the report's pmem section holds them
     STEP_FAULTS = "minor_faults"          # in each per-step record

@@ -80,8 +80,10 @@ def plan_words(r: Dict[str, Any]) -> Optional[str]:
     source, rejected = get(a, A.PLAN_SOURCE), get(a, A.PLAN_REJECTED)
     at, path = get(a, A.PLAN_MADE_AT_STEP), get(a, A.PLAN_PATH)
     if rejected:
-        return f"plan {path or 'file'} rejected ({rejected})" + (f", profiled again at step {at}"
-                                                                if source == "profiled" and fmt.is_num(at) else "")
+        # the file the user gave (the settings echo), not the plan this run profiled afresh and saved
+        given = get(a, A.PLAN_GIVEN) or path
+        return f"plan {given or 'file'} not used ({rejected})" + (f", profiled again at step {at}"
+                                                                 if source == "profiled" and fmt.is_num(at) else "")
     if source == "loaded":
         return f"plan loaded from {path}" if path else "plan loaded"
     if source == "profiled":
@@ -131,8 +133,9 @@ _F: List[Figure] = [
     Figure("steps_per_s", "steps/s at median step time", "per_s", False,
            "1000 / median step time: the step rate the training loop sustains, without time between steps "
            "(Keras: validation, callbacks)", _num(_sec("steps", ST.STEPS_PER_S))),
-    Figure("faults_per_step_median", "median minor faults/step", "count", True,
-           "median, over the measured steps, of the minor page faults the training process took during the step",
+    Figure("faults_per_step_median", "median minor faults/step (in step)", "count", True,
+           "median, over the measured steps, of the minor page faults the training process took inside the step: "
+           "the hooks' window around each step (a Session.run, a Keras batch), time between steps left out",
            _num(_sec("steps", ST.FAULTS_PER_STEP))),
     Figure("epochs", "Keras epochs", "count", None, "epochs Keras fit ran (each with its validation, if any)",
            _keras(ST.KERAS_EPOCHS)),
@@ -185,12 +188,14 @@ _F: List[Figure] = [
            _num(_sec("allocator", A.HIT_RATE))),
     Figure("hit_rate_after_plan", "arena hit rate after plan", "pct", False,
            "the same share over the steps after the plan was in place", _num(_sec("allocator", A.HIT_RATE_AFTER_PLAN))),
-    Figure("faults_before_plan", "mean minor faults/step before plan", "count", True,
-           "mean minor page faults per step, over the allocator's steps before its plan",
+    Figure("faults_before_plan", "mean minor faults/step before plan (step to step)", "count", True,
+           "mean minor page faults per step, over the allocator's steps before its plan, each from one step mark to "
+           "the next: what runs between steps (input waits, Keras validation and callbacks) included",
            _num(_sec("allocator", A.FAULTS_BEFORE_PLAN))),
-    Figure("faults_after_plan", "mean minor faults/step after plan", "count", True,
-           "mean minor page faults per step, over the allocator's steps after its plan was in place (the step "
-           "marks' own work is not in it: the headroom faulted in at the plan's first mark is "
+    Figure("faults_after_plan", "mean minor faults/step after plan (step to step)", "count", True,
+           "mean minor page faults per step, over the allocator's steps after its plan was in place, each from one "
+           "step mark to the next: what runs between steps (input waits, Keras validation and callbacks) included, "
+           "the marks' own work not (the headroom faulted in at the plan's first mark is "
            "large_heap.prefaulted_bytes)",
            _num(_sec("allocator", A.FAULTS_AFTER_PLAN))),
     Figure("reserved_bytes", "arena bytes reserved", "bytes", True, "most bytes the plan's classes hold (blocks of the large heap, its resident pages first)",
@@ -309,7 +314,9 @@ def _measured(r: Dict[str, Any], key: str) -> List[float]:
     return [x.get(key) for x in per[int(warm):] if isinstance(x, dict)]
 
 
-def _after_plan_faults(r: Dict[str, Any]) -> List[float]:
+def after_plan_faults(r: Dict[str, Any]) -> List[float]:
+    """The per-step faults the allocator's after-plan mean is taken over: its steps from after_plan_from_step on
+    (the first step served by the plan included, as the C side counts it)."""
     a = r.get("allocator") if isinstance(r, dict) else None
     per = get(a, A.PER_STEP)
     start = get(a, A.AFTER_PLAN_FROM_STEP)
@@ -318,7 +325,7 @@ def _after_plan_faults(r: Dict[str, Any]) -> List[float]:
     if not isinstance(per, list) or not fmt.is_num(start):
         return []
     return [x.get(A.STEP_FAULTS) for x in per if isinstance(x, dict) and fmt.is_num(x.get(A.STEP))
-            and x[A.STEP] > start]
+            and x[A.STEP] >= start]
 
 
 # figure id -> (per-step samples of a run, statistic is a mean, band multiplier: tails are noisier)
@@ -329,13 +336,23 @@ _NOISE_FROM = {
     "step_ms_p5": (lambda r: _measured(r, "step_ms"), False, 2.0),
     "step_ms_p95": (lambda r: _measured(r, "step_ms"), False, 3.0),
     "faults_per_step_median": (lambda r: _measured(r, "minor_faults"), False, 1.0),
-    "faults_after_plan": (_after_plan_faults, True, 1.0),
+    "faults_after_plan": (after_plan_faults, True, 1.0),
+    "epoch_s_median": (lambda r: get(r, "steps." + ST.KERAS_EPOCH_S) or [], False, 1.0),
+    "epoch_step_ms": (lambda r: get(r, "steps." + ST.KERAS_EPOCH_S) or [], False, 1.0),
 }
 # below these absolute differences a ratio says nothing, whatever the spread (a 0.05 vs 1.9 faults/step ratio)
 _ABS_FLOOR = {"faults_per_step_median": 1.0, "faults_after_plan": 1.0, "faults_before_plan": 1.0,
               "tier_fallbacks": 1.0, "pipelined_steps": 1.0, "tuning_gain_pct": 2.0,
-              "tuning_cost_pct": 1.0}
+              "tuning_cost_pct": 1.0, "major_faults": 100.0, "minor_faults": 1000.0}
 SAME_BAND = 0.02      # ratios closer to 1.0 than this are the same whatever the spread
+# The noise rule. A figure taken over samples (steps, epochs) gets a verdict only with at least MIN_SAMPLES of
+# them in each run (fewer say nothing of their own spread: a median of 5 epochs) and a ratio beyond both runs'
+# spread (noise_band). A figure that is one number per run (the whole run's time and fault counts) has no spread
+# of its own: it gets a verdict only beyond WHOLE_RUN_BAND (a 1.27x wall time on a shared machine is not one) and,
+# for counts, beyond its absolute floor (4 vs 14 major faults is not one).
+MIN_SAMPLES = 10
+WHOLE_RUN_BAND = 0.5
+_WHOLE_RUN = {"minor_faults", "major_faults", "cpu_s", "cpu_ms_per_step", "duration_s"}
 
 
 def noise_band(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any = None, vb: Any = None) -> Optional[float]:
@@ -354,8 +371,13 @@ def noise_band(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any = None, v
     return 2.0 * mult * ((ra * va) ** 2 + (rb * vb) ** 2) ** 0.5 / abs(va)
 
 
+def _sample_count(fid: str, r: Dict[str, Any]) -> int:
+    return len([v for v in _NOISE_FROM[fid][0](r) if fmt.is_num(v)])
+
+
 def verdict(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any, vb: Any) -> Dict[str, Any]:
-    """{'ratio', 'better': 'a'|'b'|None, 'noise': band (fraction of A) or None, 'within_noise': bool}."""
+    """{'ratio', 'better': 'a'|'b'|None, 'noise': band (fraction of A) or None, 'within_noise': bool, and
+    'noise_why' when the noise rule, not the spread, holds the verdict back}."""
     f = FIGURES[fid]
     ratio = fmt.safe_ratio(vb, va)
     band = noise_band(fid, a, b, va, vb)
@@ -366,6 +388,13 @@ def verdict(fid: str, a: Dict[str, Any], b: Dict[str, Any], va: Any, vb: Any) ->
     quiet = abs(ratio - 1.0) <= max(SAME_BAND, band or 0.0)
     if floor is not None and abs(vb - va) < floor:
         quiet = True
+        out["noise_why"] = f"difference under {floor:g}"
+    if fid in _WHOLE_RUN and abs(ratio - 1.0) <= WHOLE_RUN_BAND:
+        quiet = True
+        out["noise_why"] = "one sample per run"
+    if fid in _NOISE_FROM and min(_sample_count(fid, a), _sample_count(fid, b)) < MIN_SAMPLES:
+        quiet = True
+        out["noise_why"] = f"under {MIN_SAMPLES} samples"
     if quiet:
         out["within_noise"] = True
         return out

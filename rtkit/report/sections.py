@@ -296,13 +296,11 @@ def run_section(report: Dict[str, Any]) -> Section:
     _add(s.rows, "started", run.get("start_time"))
     _add(s.rows, "profile", None, text=run.get("profile") or "(none)")
     settings = run.get("settings") or {}
-    changed = [(k, v) for k, v in sorted(settings.items()) if isinstance(v, dict) and v.get("source") != "default"]
+    changed = settings_differ(default_settings(settings), settings)
     if changed:
         s.rows.append(("settings", f"{len(changed)} not default:"))
-        for k, v in changed:
-            val = v.get("value")
-            text = _setting_text(k, val)
-            s.rows.append((f"  {k}", f"{text}  [{v.get('source')}]"))
+        for d in changed:
+            s.rows.append((f"  {d['key']}", f"{_setting_text(d['key'], d['b'])}  [{d['source_b']}]"))
     elif settings:
         s.rows.append(("settings", "all defaults"))
     env = run.get("child_env") or {}
@@ -320,6 +318,33 @@ def run_section(report: Dict[str, Any]) -> Section:
         _add(s.rows, "host", None, text=f"{host.get('cpus', '?')} CPUs, {fmt.nbytes(host.get('memory_bytes'))}")
     _add(s.rows, "run dir", run.get("run_dir"))
     return s
+
+
+def settings_differ(sa: Dict[str, Any], sb: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Settings whose value differs between two settings echoes (run.settings), by key: the one rule behind
+    `rtkit compare`'s "what differs" and a run's "not default" (a setting a profile or flag set to its default
+    value is no difference)."""
+    out = []
+    sa, sb = sa if isinstance(sa, dict) else {}, sb if isinstance(sb, dict) else {}
+    for k in sorted(set(sa) | set(sb)):
+        va, vb = get(sa, f"{k}.value"), get(sb, f"{k}.value")
+        if va != vb:
+            out.append({"key": k, "a": va, "b": vb, "source_a": get(sa, f"{k}.source"), "source_b": get(sb, f"{k}.source")})
+    return out
+
+
+def default_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """The settings echo of a run with every setting at its default (the settings table's), for the keys of
+    `settings`; a key the table no longer has keeps its recorded value when that came from the default."""
+    from rtkit import config  # imports nothing of rtkit
+    out = {}
+    for k, v in (settings.items() if isinstance(settings, dict) else ()):
+        st = config.BY_KEY.get(k)
+        if st is not None:
+            out[k] = {"value": st.default, "source": "default"}
+        elif isinstance(v, dict) and v.get("source") == "default":
+            out[k] = {"value": v.get("value"), "source": "default"}
+    return out
 
 
 def _setting_text(key: str, value: Any) -> str:

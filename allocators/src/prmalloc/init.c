@@ -65,11 +65,10 @@ static void fork_child(void);
 
 /* Safety rule (docs/safety.md): RTKIT_MALLOC_PLAN is inherited by every descendant, but only the process that
  * marks steps (or the one RTKIT_MALLOC_PLAN_PROCESS names) reserves the plan's arenas; a shell and its `sleep`s
- * never do. 0: no plan, 1: deferred, 3: being loaded, 2: done. */
-static int g_plan_pending;
+ * never do. */
 
-/* At init: load the plan now in the named process; elsewhere defer it to the first step mark. Returns 1 when
- * the plan was deferred (profiling, too, then waits for that mark). */
+/* At init: load the plan now in the named process; elsewhere defer it to a step mark (step.c says which).
+ * Returns 1 when the plan was deferred (profiling, too, then waits for that mark). */
 static int plan_gate_at_init(void)
 {
     if (!rtk_g.cfg.plan_path[0])
@@ -78,25 +77,8 @@ static int plan_gate_at_init(void)
         rtk_step_load_plan();
         return 0;
     }
-    g_plan_pending = 1;
+    rtk_step_defer_plan();
     return 1;
-}
-
-/* At a step mark: the first one loads a deferred plan (other marking threads wait for it). */
-static void plan_gate_at_mark(void)
-{
-    int expect = 1;
-    if (__atomic_load_n(&g_plan_pending, __ATOMIC_ACQUIRE) == 2)
-        return;
-    if (__atomic_compare_exchange_n(&g_plan_pending, &expect, 3, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        rtk_step_load_plan();
-        if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
-            rtk_step_start_profiling(rtk_g.steps);
-        __atomic_store_n(&g_plan_pending, 2, __ATOMIC_RELEASE);
-        return;
-    }
-    while (__atomic_load_n(&g_plan_pending, __ATOMIC_ACQUIRE) == 3)
-        rtk_cpu_relax();
 }
 
 static void do_init(void)
@@ -190,8 +172,6 @@ EXPORT void rtkit_step_mark(void)
             __atomic_add_fetch(&rtk_g.steps, 1, __ATOMIC_RELAXED);
         return;
     }
-    if (g_plan_pending)
-        plan_gate_at_mark();
     rtk_step_mark();
 }
 

@@ -144,6 +144,10 @@ long rtk_stats_format(char *buf, size_t cap)
         rtk_out_put(&o, "null");
     rtk_out_put(&o, ",\n  \"minor_faults_per_step_after_plan\": ");
     put_avg(&o, rtk_g.faults_after_sum, rtk_g.faults_after_steps);
+    /* the mean's own sum and count: per_step's records from after_plan_from_step on add up to them (the ring
+     * keeps the last RTK_RING_STEPS) */
+    rtk_out_put(&o, ",\n  \"minor_faults_after_plan\": %llu, \"after_plan_steps\": %llu",
+                (unsigned long long)rtk_g.faults_after_sum, (unsigned long long)rtk_g.faults_after_steps);
     rtk_out_put(&o, ",\n  \"per_step\": [");
     uint32_t n = rtk_g.steps < RTK_RING_STEPS ? rtk_g.steps : RTK_RING_STEPS;
     for (uint32_t i = 0; i < n; i++) {

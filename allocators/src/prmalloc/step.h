@@ -4,8 +4,10 @@
 
 #include "prmalloc/state.h"
 
-/* Load, check and install the plan file named by the settings (init, before any step). */
+/* Load, check and install the plan file named by the settings (at init, or at the mark rtk_step_defer_plan names). */
 RTK_HIDDEN void rtk_step_load_plan(void);
+/* Load the plan file at the step mark that ends the warm-up instead (a process that never marks reserves nothing). */
+RTK_HIDDEN void rtk_step_defer_plan(void);
 RTK_HIDDEN void rtk_step_start_profiling(uint32_t step);
 /* Set min_size and everything derived from it (fast path bound, large heap threshold). */
 RTK_HIDDEN void rtk_step_set_min_size(size_t min_size);
