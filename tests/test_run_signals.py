@@ -34,7 +34,7 @@ def _start(args, block=()):
 
 def _wait_for(predicate, what, proc=None):
     """Poll for an observable event; the loop bound only guards against a hang, it is never the pass condition."""
-    for _ in range(6000):
+    for _ in range(18000):  # 3 minutes
         if predicate():
             return
         if proc is not None and proc.poll() is not None:
