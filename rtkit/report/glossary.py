@@ -238,8 +238,9 @@ _F: List[Figure] = [
     Figure("live_step_ms_p95", "p95 step time, last window", "ms", True,
            "95th percentile of the latest measured steps' wall times (up to 100)",
            _num(_sec("live", "window.step_ms_p95"))),
-    Figure("live_faults_per_step", "median minor faults/step, last window", "count", True,
-           "median minor page faults per step over the latest measured steps (up to 100)",
+    Figure("live_faults_per_step", "median minor faults/step, last window (in step)", "count", True,
+           "median minor page faults per step over the latest measured steps (up to 100), counted by the hooks "
+           "inside the step",
            _num(_sec("live", "window.minor_faults_per_step_median"))),
     Figure("rss_now_bytes", "RSS (latest sample)", "bytes", True,
            "resident memory of the command and its children at the parent's latest sample",

@@ -199,3 +199,13 @@ int rtk_read_header(int fd, const char *path, struct rtk_hdr *h, struct rtk_geom
     g->strict = h->version >= 2;
     return 0;
 }
+
+/* The header's mutable words (open count, clean flag, their checksum): open and recovery clear the flag before
+ * their first write, a clean close sets it last. */
+void rtk_write_mutable(struct rtkit_pmem_pool *p, int clean) {
+    struct rtk_hdr *h = (struct rtk_hdr *)p->base;
+    if (!clean) h->open_count++;
+    h->clean = (uint64_t)clean;
+    h->mcsum = rtk_hdr_mcsum(h);
+    rtk_persist(p, &h->open_count, 3 * sizeof(uint64_t));
+}

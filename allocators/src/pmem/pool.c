@@ -174,14 +174,6 @@ static int map_file(struct rtkit_pmem_pool *p, const char *path, int force_msync
     return 0;
 }
 
-void rtk_write_mutable(struct rtkit_pmem_pool *p, int clean) {
-    struct rtk_hdr *h = (struct rtk_hdr *)p->base;
-    if (!clean) h->open_count++;
-    h->clean = (uint64_t)clean;
-    h->mcsum = rtk_hdr_mcsum(h);
-    rtk_persist(p, &h->open_count, 3 * sizeof(uint64_t));
-}
-
 static int finish_open(struct rtkit_pmem_pool *p, const rtkit_pmem_options *o) {
     resolve_runtime(p, o);
     p->segtab = (_Atomic uint64_t *)(p->base + RTK_META_HDR);
