@@ -287,3 +287,32 @@ def test_top_on_a_cluster_folder_is_one_line_per_task(tmp_path):
     assert set(rows) == {"task", "worker-0", "worker-1", "ps-0"}
     assert all(rows[t][1] == "ok" for t in ("worker-0", "worker-1", "ps-0"))
     assert rows["task"][:3] == ["task", "state", "steps"]
+
+
+@requires_tf
+def test_launch_tasks_serve_their_own_labelled_endpoints(tmp_path):
+    base = _free_port()
+    folder, tb = tmp_path / "cluster", tmp_path / "tb"
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    with open(tmp_path / "launch.log", "w") as log:
+        launcher = subprocess.Popen(
+            [RTKIT, "launch", "--ps", "1", "--workers", "1", "--cluster-dir", str(folder),
+             "--set", f"metrics_port={base}", "--set", f"tensorboard_dir={tb}", "--", sys.executable, "-m",
+             "rtkit.workloads", "wdl", "--steps", "400", "--batch", "256", "--rows", "4096", "--capacity", "4096",
+             "--data-dir", str(tmp_path / "data"), "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-progress"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            # no chief: worker 0 first, then the parameter server (the order of `rtkit launch --ports`)
+            worker = _until(lambda: (lambda m: m if m and m.get("rtkit_steps") and m["rtkit_steps"][0][1] >= 1
+                                     else None)(_scrape(base)), "worker 0's endpoint with a step", launcher)
+            assert worker["rtkit_running"][0][0] == {"run": "rtkit.workloads", "role": "worker", "index": "0"}
+            ps = _until(lambda: _scrape(base + 1), "ps 0's endpoint", launcher)
+            assert ps["rtkit_running"][0][0]["role"] == "ps" and ps["rtkit_running"][0][0]["index"] == "0"
+            view = run_rtkit(["top", str(folder), "--once"], check_rc=0).stdout
+            rows = {line.split()[0]: line.split()[1] for line in view.splitlines()[2:] if line.strip()}
+            assert rows.get("worker-0") == "running" and rows.get("ps-0") == "running", view
+        finally:
+            code = launcher.wait()
+    assert code == 0
+    assert sorted(os.listdir(tb)) == ["rtkit-ps-0", "rtkit-worker-0"]

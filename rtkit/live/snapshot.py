@@ -107,8 +107,14 @@ class Live:
                 atomic.write_json(os.path.join(self.run_dir, LIVE_FILE), report, indent=None)
             except OSError:
                 pass   # the run directory was reported unwritable already; report.json says the rest
-        for exp in self.exporters:
-            exp.update(report)
+        for exp in list(self.exporters):
+            try:
+                exp.update(report)
+            except Exception as exc:   # an exporter that fails is dropped, once said; the job and the rest go on
+                self.exporters.remove(exp)
+                line = f"{exp.name}: stopped: {type(exc).__name__}: {exc}"
+                print(f"rtkit: {line}", file=sys.stderr, flush=True)
+                self.notes.append(line)
         self.costs_ms.append((time.perf_counter() - t0) * 1000.0)
         self.cpu_costs_ms.append((time.thread_time() - c0) * 1000.0)
         return report

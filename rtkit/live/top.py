@@ -17,7 +17,12 @@ from rtkit.report import load as L
 
 SINGLE = ("steps", "live_steps_per_s", "live_step_ms_median", "live_step_ms_p95", "rss_now_bytes",
           "live_faults_per_step", "major_faults_now", "allocator_state", "allocator_plan", "hit_rate",
-          "tier_bytes", "pool_resident_now_bytes", "sched_chosen", "pipelined_steps", "sched_verdict")
+          "tier_bytes", "pool_resident_now_bytes", "sched_chosen", "pipelined_steps", "tuning_gain_pct")
+# a finished job's report has no live figures: its whole-run figures take their place
+FINISHED = {"live_steps_per_s": "steps_per_s", "live_step_ms_median": "step_ms_median",
+            "live_step_ms_p95": "step_ms_p95", "rss_now_bytes": "peak_rss_bytes",
+            "live_faults_per_step": "faults_per_step_median", "major_faults_now": "major_faults",
+            "pool_resident_now_bytes": "tier_peak_bytes"}
 # one line per task of a cluster folder: (glossary id, column title)
 TASK_COLUMNS = (("steps", "steps"), ("live_steps_per_s", "steps/s"), ("live_step_ms_median", "median ms"),
                 ("live_step_ms_p95", "p95 ms"), ("rss_now_bytes", "RSS"), ("live_faults_per_step", "faults/step"),
@@ -51,10 +56,14 @@ def state_words(report: Dict[str, Any]) -> str:
     return f"finished: {run.get('status')} (exit {run.get('exit_code')})"
 
 
+def figure_ids(report: Dict[str, Any], ids) -> List[str]:
+    return list(ids) if L.running_since(report) else [FINISHED.get(fid, fid) for fid in ids]
+
+
 def single_frame(report: Dict[str, Any]) -> List[str]:
     run = report.get("run") or {}
     lines = [f"rtkit top  {run.get('name') or ''}  {state_words(report)}   (q quits)", ""]
-    rows = [(G.name(fid), G.text(report, fid)) for fid in SINGLE]
+    rows = [(G.name(fid), G.text(report, fid)) for fid in figure_ids(report, SINGLE)]
     width = max(len(n) for n, _ in rows)
     lines += [f"  {n:<{width}}  {v}" for n, v in rows]
     return lines
@@ -70,7 +79,8 @@ def cluster_frame(path: str, tasks: List[str]) -> List[str]:
             table.append([os.path.basename(t), str(exc)[:60]])
             continue
         state = "running" if L.running_since(report) else str((report.get("run") or {}).get("status"))
-        table.append([os.path.basename(t), state] + [G.text(report, fid) for fid, _ in TASK_COLUMNS])
+        ids = figure_ids(report, [fid for fid, _ in TASK_COLUMNS])
+        table.append([os.path.basename(t), state] + [G.text(report, fid) for fid in ids])
     widths = [max(len(r[i]) for r in table if i < len(r)) for i in range(len(table[0]))]
     for r in table:
         lines.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip())

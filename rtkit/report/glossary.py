@@ -114,6 +114,28 @@ def _keras(path: str) -> Callable[[Dict[str, Any]], Any]:
     return _num(_sec("steps", path))
 
 
+def _running(fn: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
+    """A figure of a running job's snapshot only (run.status running), a number."""
+    def read(r: Dict[str, Any]) -> Any:
+        if get(r, "run.status") != "running":
+            return None
+        v = fn(r)
+        return v if fmt.is_num(v) else None
+    return read
+
+
+def _last_sample(r: Dict[str, Any], key: str) -> Any:
+    s = get(r, "process." + P.SAMPLES)
+    v = s[-1].get(key) if isinstance(s, list) and s and isinstance(s[-1], dict) else None
+    return v if fmt.is_num(v) else None
+
+
+def _tier_last(r: Dict[str, Any]) -> Any:
+    tl = _sec("pmem", PM.TIMELINE)(r) if tier_on(r) else None
+    v = tl[-1].get("resident_bytes") if isinstance(tl, list) and tl and isinstance(tl[-1], dict) else None
+    return v if fmt.is_num(v) else None
+
+
 _F: List[Figure] = [
     # steps (the training process's hooks; statistics over the measured steps: counted minus warm-up)
     Figure("steps", "steps counted", "count", None,
@@ -226,43 +248,31 @@ _F: List[Figure] = [
            _num(_sec("scheduler", S.TUNING_COST_1000))),
     Figure("occupancy_mean", "mean pipeline occupancy", "count", False,
            "mean number of input batches ready when a step asked for one", _num(_sec("scheduler", S.OCCUPANCY_MEAN))),
-    Figure("sched_verdict", "tuning verdict", "text", None,
-           "what the scheduler's tuner concluded, in words (null until the job ends: the scheduler writes at exit)",
-           _sec("scheduler", S.TUNING_VERDICT)),
-    # a running job (the live snapshot, `rtkit top`, the exporters): the latest steps and the latest sample
+    # a running job (the live snapshot, `rtkit top`, the exporters): the latest steps and the latest sample;
+    # only a running job's snapshot has them (a finished report's views show the whole-run figures)
     Figure("live_steps_per_s", "steps/s at median step time, last window", "per_s", False,
            "1000 / the median step time of the latest measured steps (the last window: up to 100 steps)",
-           _num(_sec("live", "window.steps_per_s"))),
+           _running(_sec("live", "window.steps_per_s"))),
     Figure("live_step_ms_median", "median step time, last window", "ms", True,
-           "median wall time of the latest measured steps (up to 100)", _num(_sec("live", "window.step_ms_median"))),
+           "median wall time of the latest measured steps (up to 100)",
+           _running(_sec("live", "window.step_ms_median"))),
     Figure("live_step_ms_p95", "p95 step time, last window", "ms", True,
            "95th percentile of the latest measured steps' wall times (up to 100)",
-           _num(_sec("live", "window.step_ms_p95"))),
+           _running(_sec("live", "window.step_ms_p95"))),
     Figure("live_faults_per_step", "median minor faults/step, last window (in step)", "count", True,
            "median minor page faults per step over the latest measured steps (up to 100), counted by the hooks "
            "inside the step",
-           _num(_sec("live", "window.minor_faults_per_step_median"))),
+           _running(_sec("live", "window.minor_faults_per_step_median"))),
     Figure("rss_now_bytes", "RSS (latest sample)", "bytes", True,
            "resident memory of the command and its children at the parent's latest sample",
-           lambda r: _last_sample(r, "rss_bytes")),
+           _running(lambda r: _last_sample(r, "rss_bytes"))),
     Figure("major_faults_now", "major faults (so far)", "count", True,
            "major page faults of the command and its children up to the latest sample",
-           lambda r: _last_sample(r, "major_faults")),
+           _running(lambda r: _last_sample(r, "major_faults"))),
     Figure("pool_resident_now_bytes", "pool resident (latest sample)", "bytes", None,
-           "tier mode: pool pages in DRAM (mincore) at the tier's latest timeline sample", lambda r: _tier_last(r)),
+           "tier mode: pool pages in DRAM (mincore) at the tier's latest timeline sample", _running(_tier_last)),
 ]
 
-
-def _last_sample(r: Dict[str, Any], key: str) -> Any:
-    s = get(r, "process." + P.SAMPLES)
-    v = s[-1].get(key) if isinstance(s, list) and s and isinstance(s[-1], dict) else None
-    return v if fmt.is_num(v) else None
-
-
-def _tier_last(r: Dict[str, Any]) -> Any:
-    tl = _sec("pmem", PM.TIMELINE)(r) if tier_on(r) else None
-    v = tl[-1].get("resident_bytes") if isinstance(tl, list) and tl and isinstance(tl[-1], dict) else None
-    return v if fmt.is_num(v) else None
 
 FIGURES: Dict[str, Figure] = {f.id: f for f in _F}
 
