@@ -538,6 +538,6 @@ void rtk_large_info(rtk_large_info_t *out)
     rtk_spin_unlock(&g_lock);
 }
 
-void rtk_large_lock(void) { rtk_spin_lock(&g_lock); }
-void rtk_large_unlock(void) { rtk_spin_unlock(&g_lock); }
-void rtk_large_reset_lock(void) { rtk_spin_reset(&g_lock); }
+void rtk_large_lock(void) { rtk_spin_fork_prepare(&g_lock); }
+void rtk_large_unlock(void) { rtk_spin_fork_parent(&g_lock); }
+void rtk_large_reset_lock(void) { rtk_spin_fork_child(&g_lock); }

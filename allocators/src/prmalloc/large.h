@@ -68,6 +68,7 @@ RTK_HIDDEN void rtk_large_info(rtk_large_info_t *out);
  * the start of every resident free extent holds the poison (a split or a shrink starts one inside old data), and
  * a block that starts inside a free extent, not at its start, gets it too. */
 RTK_HIDDEN void rtk_large_set_debug(int on);
+/* fork's handlers (common/lock.h: a lock the forking thread holds itself is left alone) */
 RTK_HIDDEN void rtk_large_lock(void);
 RTK_HIDDEN void rtk_large_unlock(void);
 RTK_HIDDEN void rtk_large_reset_lock(void);

@@ -109,6 +109,6 @@ void *rtk_stash_pop(size_t n, size_t align)
     return p;
 }
 
-void rtk_stash_fork_prepare(void) { rtk_spin_lock(&g_stash_lock); }
-void rtk_stash_fork_parent(void) { rtk_spin_unlock(&g_stash_lock); }
-void rtk_stash_fork_child(void) { rtk_spin_reset(&g_stash_lock); }
+void rtk_stash_fork_prepare(void) { rtk_spin_fork_prepare(&g_stash_lock); }
+void rtk_stash_fork_parent(void) { rtk_spin_fork_parent(&g_stash_lock); }
+void rtk_stash_fork_child(void) { rtk_spin_fork_child(&g_stash_lock); }

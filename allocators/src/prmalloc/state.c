@@ -11,9 +11,9 @@ rtk_state_t rtk_g;  /* everything the stats writer reports (stats.c) */
 
 static rtk_spin_t g_publish_lock = RTK_SPIN_INIT;
 
-void rtk_publish_fork_prepare(void) { rtk_spin_lock(&g_publish_lock); }
-void rtk_publish_fork_parent(void) { rtk_spin_unlock(&g_publish_lock); }
-void rtk_publish_fork_child(void) { rtk_spin_reset(&g_publish_lock); }
+void rtk_publish_fork_prepare(void) { rtk_spin_fork_prepare(&g_publish_lock); }
+void rtk_publish_fork_parent(void) { rtk_spin_fork_parent(&g_publish_lock); }
+void rtk_publish_fork_child(void) { rtk_spin_fork_child(&g_publish_lock); }
 
 void rtk_publish_any(void)
 {

@@ -674,7 +674,7 @@ void rtk_tier_fork_prepare(void)
     g_fork_locked = __atomic_load_n(&T.state, __ATOMIC_ACQUIRE) == T_ON;
     if (!g_fork_locked)
         return;
-    rtk_spin_lock(&g_live_lock);
+    rtk_spin_fork_prepare(&g_live_lock);
     if (__atomic_load_n(&rtk_tier_pre, __ATOMIC_RELAXED))
         T.forked_before_heads = 1;  /* the child's private view reads the file: heads must not punch it */
 }
@@ -682,7 +682,7 @@ void rtk_tier_fork_prepare(void)
 void rtk_tier_fork_parent(void)
 {
     if (g_fork_locked)
-        rtk_spin_unlock(&g_live_lock);
+        rtk_spin_fork_parent(&g_live_lock);
 }
 
 void rtk_tier_fork_child(void)
@@ -690,7 +690,7 @@ void rtk_tier_fork_child(void)
     rtk_tier_min = SIZE_MAX;
     if (T.state != T_ON)
         return;
-    rtk_spin_reset(&g_live_lock);
+    rtk_spin_fork_child(&g_live_lock);
     /* the pool is MAP_SHARED: turn the child's view into a private copy so its writes stay its own (through
      * the kept descriptor: the file's name is gone) */
     int fd = T.fd >= 0 ? T.fd : open(T.path, O_RDONLY | O_CLOEXEC);
