@@ -20,7 +20,8 @@ void rtk_publish_any(void)
     rtk_spin_lock(&g_publish_lock);
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     uintptr_t tl = __atomic_load_n(&rtk_hot.tier_lo, __ATOMIC_ACQUIRE), ts = __atomic_load_n(&rtk_hot.tier_span, __ATOMIC_ACQUIRE);
-    uintptr_t ll = __atomic_load_n(&rtk_large_lo, __ATOMIC_ACQUIRE), ls = __atomic_load_n(&rtk_large_span, __ATOMIC_ACQUIRE);
+    /* all the large heap may grow to: it grows without publishing again */
+    uintptr_t ll = __atomic_load_n(&rtk_large_lo, __ATOMIC_ACQUIRE), ls = __atomic_load_n(&rtk_large_reach, __ATOMIC_ACQUIRE);
     if (ls) {
         if (ll < lo)
             lo = ll;
