@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from test_prmalloc import FAST, _env, run_c, stats
+from test_prmalloc import BUILD, FAST, _env, run_c, stats
 from test_prmalloc_defects import plan_text
 
 pytestmark = pytest.mark.timeout(300)
@@ -140,3 +140,32 @@ def test_usable_size_of_a_freed_block_is_zero(prm, tmp_path):
 def test_double_free_of_a_kept_fallback_block_aborts(prm, tmp_path):
     # RTKIT_MALLOC_LARGE=0: the stash kept a block freed twice and handed it out twice
     _aborted(_case(prm, "stash_double_free", tmp_path, "marks", {"RTKIT_MALLOC_LARGE": "0"}), "double free")
+
+
+# ---- once under AddressSanitizer: a preload cannot take malloc from the sanitizer's interceptors, so the same
+# cases are linked against the allocator's sources (prmalloc_unit_peer_cases). Left out there: the cases whose
+# fallback is the sanitizer's own allocator in that build (huge alignments and too-large requests trip its internal
+# checks), the one on glibc's stdio locks (stdio allocates from the sanitizer), and RLIMIT_AS (its shadow memory
+# alone exceeds any such limit).
+ASAN_CASES = ["fork_signal", "heap_growth", "debug_churn", "usable_freed"]
+
+
+@pytest.mark.slow  # its own ASan build
+def test_peer_cases_under_asan(tmp_path):
+    out = tmp_path / "asan"
+    subprocess.run([sys.executable, BUILD, "--tests", "--only", "prmalloc", "--asan", "--out", str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    exe = str(out / "tests" / "prmalloc_unit_peer_cases")
+    for case in ASAN_CASES:
+        for mode in MODES:
+            env = _env(str(out), {**FAST, "ASAN_OPTIONS": "detect_leaks=0", "RTKIT_RUN_DIR": str(tmp_path),
+                                  "RTKIT_MALLOC_DEBUG": "1" if case == "debug_churn" else "0"}, preload=False)
+            args = [exe, case] + (["marks"] if mode == "marks" else [])
+            proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=HANG_S * 2)
+            assert proc.returncode == 0, (case, mode, proc.stderr[-3000:])
+            assert proc.stdout == f"prmalloc_peer_cases {case}: ok\n", (case, mode, proc.stdout)
+            assert "written after it was freed" not in proc.stderr
+    proc = subprocess.run([exe, "realloc_freed"], env=_env(str(out), {**FAST, "ASAN_OPTIONS": "detect_leaks=0"},
+                                                            preload=False),
+                          capture_output=True, text=True, timeout=HANG_S * 2)
+    _aborted(proc, "invalid pointer")

@@ -1,5 +1,4 @@
 /* stash.c -- the fallback stash: once planned, freed large glibc blocks are kept for the next fallback that fits. */
-#include "prmalloc/alloc.h"
 #include "prmalloc/stash.h"
 
 /* A class that runs out after the plan (a step keeps one block more live than the profile saw: TF ordering ops
@@ -60,7 +59,7 @@ int rtk_stash_push(void *p, size_t cs)
     for (int i = 0; i < g_nstash; i++)
         if (g_stash[i] == p) {
             rtk_spin_unlock(&g_stash_lock);
-            rtk_heap_corrupt("free()", "double free of", p);
+            return -1;
         }
     size_t usable = rtk_libc_usable(p);
     if (g_nstash < RTK_STASH && g_stash_bytes + usable <= g_stash_cap) {
