@@ -90,13 +90,19 @@ def test_sigterm_at_each_moment_leaves_a_report(tmp_path, moment):
 
 STEPPING = ("import os, sys, time, threading, ctypes, rtkit\n"
             "for _ in range(184):\n    rtkit.step()\n"
-            "open(sys.argv[1], 'w').close()\n"
             "if sys.argv[2] == 'c_call':\n"
-            # the main thread blocked in C, as in TensorFlow's server.join(): no Python handler can run there
-            "    t = threading.Thread(target=time.sleep, args=(600,), daemon=True)\n    t.start()\n"
-            "    libc = ctypes.CDLL(None)\n    libc.pthread_join.argtypes = [ctypes.c_ulong, ctypes.c_void_p]\n"
-            "    libc.pthread_join(t.ident, None)\n"
-            "else:\n    time.sleep(600)\n")
+            # the main thread blocked in C, as in TensorFlow's server.join(): no Python handler can run there.
+            # The thread is created by pthread_create, not threading: CPython (< 3.13) detaches its threads, and
+            # pthread_join of a detached thread returns EINVAL at once (the child then simply exited 0).
+            "    def forever(_):\n        while True:\n            time.sleep(600)\n"
+            "    body = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(forever)\n"
+            "    libc = ctypes.CDLL(None)\n    tid = ctypes.c_ulong()\n"
+            "    libc.pthread_create.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]\n"
+            "    libc.pthread_join.argtypes = [ctypes.c_ulong, ctypes.c_void_p]\n"
+            "    assert libc.pthread_create(ctypes.byref(tid), None, body, None) == 0\n"
+            "    open(sys.argv[1], 'w').close()\n"
+            "    sys.exit(f'pthread_join returned {libc.pthread_join(tid, None)}')\n"   # never, unless the signal is lost
+            "else:\n    open(sys.argv[1], 'w').close()\n    time.sleep(600)\n")
 
 
 @pytest.mark.parametrize("sig, where", [(signal.SIGTERM, "sleep"), (signal.SIGHUP, "sleep"),

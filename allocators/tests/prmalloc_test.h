@@ -20,6 +20,16 @@ static mark_fn t_mark;
 static state_fn t_state;
 static in_arena_fn t_in_arena;
 
+#ifdef PRMALLOC_TEST_LINKED
+/* a program linked against the allocator's sources (prmalloc_unit_*) calls them directly */
+#include "rtkit/prmalloc.h"
+static void test_bind(void)
+{
+    t_mark = rtkit_step_mark;
+    t_state = rtkit_malloc_state;
+    t_in_arena = rtkit_malloc_in_arena;
+}
+#else
 static void test_bind(void)
 {
     t_mark = (mark_fn)dlsym(RTLD_DEFAULT, "rtkit_step_mark");
@@ -30,6 +40,7 @@ static void test_bind(void)
         exit(2);
     }
 }
+#endif
 
 __attribute__((unused)) static int test_done(const char *name)
 {

@@ -215,6 +215,22 @@ void *rtk_os_reserve(size_t size, uintptr_t hint)
     return p == MAP_FAILED ? NULL : p;
 }
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+int rtk_os_reserve_at(void *addr, size_t size)
+{
+    int saved = errno;
+    /* a kernel without MAP_FIXED_NOREPLACE takes addr as a hint: a mapping placed elsewhere is undone */
+    void *p = mmap(addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+                   -1, 0);
+    if (p != MAP_FAILED && p != addr)
+        munmap(p, size);
+    errno = saved;
+    return p == addr ? 0 : -1;
+}
+
 int rtk_os_release(void *p, size_t size)
 {
     int saved = errno;

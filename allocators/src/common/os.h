@@ -22,6 +22,9 @@ RTK_HIDDEN void rtk_os_populate(void *p, size_t size);
 /* Address space only (MAP_NORESERVE): pages cost memory once touched. hint: a preferred address (0: any);
  * the kernel places it elsewhere when that range is taken. NULL on failure. */
 RTK_HIDDEN void *rtk_os_reserve(size_t size, uintptr_t hint);
+/* Map `size` bytes of address space (as rtk_os_reserve) exactly at addr, never over an existing mapping: 0 done, -1
+ * when the range is taken (by anything) or the address space limit refuses it. */
+RTK_HIDDEN int rtk_os_reserve_at(void *addr, size_t size);
 /* Give pages back (MADV_DONTNEED): the range stays mapped and reads as zero when touched again. */
 RTK_HIDDEN int rtk_os_release(void *p, size_t size);
 /* RLIMIT_AS (SIZE_MAX when unlimited), and MemAvailable from /proc/meminfo (SIZE_MAX when unknown). */

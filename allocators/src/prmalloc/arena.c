@@ -300,17 +300,17 @@ void rtk_arena_usage(const rtk_arena_t *a, size_t *live, size_t *free_bytes, siz
 void rtk_arena_lock_all(rtk_arena_t *a)
 {
     for (int i = 0; a && i < a->n; i++)
-        rtk_spin_lock(&a->cls[i].lock);
+        rtk_spin_fork_prepare(&a->cls[i].lock);
 }
 
 void rtk_arena_unlock_all(rtk_arena_t *a)
 {
     for (int i = a ? a->n - 1 : -1; i >= 0; i--)
-        rtk_spin_unlock(&a->cls[i].lock);
+        rtk_spin_fork_parent(&a->cls[i].lock);
 }
 
 void rtk_arena_reset_locks(rtk_arena_t *a)
 {
     for (int i = 0; a && i < a->n; i++)
-        rtk_spin_reset(&a->cls[i].lock);
+        rtk_spin_fork_child(&a->cls[i].lock);
 }

@@ -114,7 +114,7 @@ void rtk_arenas_usage(size_t *live, size_t *free_bytes, size_t *held)
 
 void rtk_arenas_fork_prepare(void)
 {
-    rtk_spin_lock(&g_lock);
+    rtk_spin_fork_prepare(&g_lock);
     for (int i = 0; i < g_narenas; i++)
         rtk_arena_lock_all(g_arenas[i]);
 }
@@ -123,12 +123,12 @@ void rtk_arenas_fork_parent(void)
 {
     for (int i = g_narenas - 1; i >= 0; i--)
         rtk_arena_unlock_all(g_arenas[i]);
-    rtk_spin_unlock(&g_lock);
+    rtk_spin_fork_parent(&g_lock);
 }
 
 void rtk_arenas_fork_child(void)
 {
     for (int i = 0; i < g_narenas; i++)
         rtk_arena_reset_locks(g_arenas[i]);
-    rtk_spin_reset(&g_lock);
+    rtk_spin_fork_child(&g_lock);
 }

@@ -91,13 +91,13 @@ void rtk_census_sum(rtk_totals_t *t)
         t->live = 0;  /* the slots miss small frees: step.c takes rtk_live_bytes() (glibc's books + rtkit's) */
 }
 
-void rtk_census_fork_prepare(void) { rtk_spin_lock(&g_slot_lock); }
-void rtk_census_fork_parent(void) { rtk_spin_unlock(&g_slot_lock); }
+void rtk_census_fork_prepare(void) { rtk_spin_fork_prepare(&g_slot_lock); }
+void rtk_census_fork_parent(void) { rtk_spin_fork_parent(&g_slot_lock); }
 
 /* Only the forking thread survives in the child: every other slot is free again. */
 void rtk_census_fork_child(void)
 {
-    rtk_spin_reset(&g_slot_lock);
+    rtk_spin_fork_child(&g_slot_lock);
     int high = g_high;
     for (int i = 0; g_slots && i < high; i++)
         if (&g_slots[i] != rtk_t_slot)

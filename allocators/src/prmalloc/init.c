@@ -218,8 +218,23 @@ out:
     rtk_tier_exit();
 }
 
+/* glibc's stream list lock (libc.so.6 exports it). glibc's fork takes it only after the prepare handlers ran, yet a
+ * thread in getdelim holds a FILE's lock while it reallocs (and may wait there for one of rtkit's locks) while
+ * fflush(NULL) holds the list lock and waits for that FILE: rtkit's locks are taken inside the list lock, the
+ * order glibc's own malloc keeps. It is recursive, so glibc's fork takes it again; a single-threaded process has no
+ * other holder, so it is left alone there (a signal handler's fork may have interrupted its holder). */
+extern void _IO_list_lock(void) __attribute__((weak));
+extern void _IO_list_unlock(void) __attribute__((weak));
+extern void _IO_list_resetlock(void) __attribute__((weak));
+extern char __libc_single_threaded __attribute__((weak));
+static int g_fork_io_locked;
+
 static void fork_prepare(void)
 {
+    g_fork_io_locked = _IO_list_lock && _IO_list_unlock && _IO_list_resetlock &&
+                       !(&__libc_single_threaded && __libc_single_threaded);
+    if (g_fork_io_locked)
+        _IO_list_lock();
     rtk_step_fork_prepare();
     rtk_census_fork_prepare();
     rtk_profile_fork_prepare();
@@ -240,6 +255,8 @@ static void fork_parent(void)
     rtk_profile_fork_parent();
     rtk_census_fork_parent();
     rtk_step_fork_parent();
+    if (g_fork_io_locked)
+        _IO_list_unlock();
 }
 
 static void fork_child(void)
@@ -252,6 +269,8 @@ static void fork_child(void)
     rtk_census_fork_child();
     rtk_step_fork_child();
     rtk_tier_fork_child();
+    if (g_fork_io_locked)
+        _IO_list_resetlock();  /* glibc's fork resets it too when it took it: only this thread is left */
     rtk_g.forked = 1;
     rtk_g.pid = getpid();
     rtk_g.is_root = 0;

@@ -193,6 +193,7 @@ RTK_HIDDEN size_t rtk_arena_block_size(rtk_arena_t *a, const void *p);
 RTK_HIDDEN int rtk_arena_block_live(rtk_arena_t *a, const void *p);
 /* bytes in handed-out blocks, in free ones, and held from the large heap (page-rounded) */
 RTK_HIDDEN void rtk_arena_usage(const rtk_arena_t *a, size_t *live, size_t *free_bytes, size_t *held);
+/* fork's handlers over every class lock (common/lock.h: a lock the forking thread holds itself is left alone) */
 RTK_HIDDEN void rtk_arena_lock_all(rtk_arena_t *a);
 RTK_HIDDEN void rtk_arena_unlock_all(rtk_arena_t *a);
 RTK_HIDDEN void rtk_arena_reset_locks(rtk_arena_t *a);

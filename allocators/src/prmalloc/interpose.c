@@ -112,8 +112,11 @@ __attribute__((noinline)) static void free_slow(void *p, size_t cs)
     s->live -= (int64_t)cs;
     if (cs >= rtk_hot.track_min) {  /* profiling, or planned: a fallback block the stash may keep */
         rtk_profile_free(p);
-        if (rtk_stash_push(p, cs))
+        int kept = rtk_stash_push(p, cs);
+        if (kept > 0)
             return;
+        if (kept < 0)
+            rtk_heap_corrupt("free()", "double free of", p);
     }
     __libc_free(p);
 }

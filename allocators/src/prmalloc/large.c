@@ -37,12 +37,14 @@ typedef struct pmeta {
     uint32_t step;         /* step the extent became free (free starts only) */
 } pmeta_t;
 
-uintptr_t rtk_large_lo, rtk_large_span;
+uintptr_t rtk_large_lo, rtk_large_span, rtk_large_reach;
 
 static rtk_spin_t g_lock = RTK_SPIN_INIT;
 static char *g_base;
 static pmeta_t *g_meta;
-static uint32_t g_pages, g_top;      /* pages reserved; pages ever handed out from the bottom */
+static uint32_t g_pages, g_top;      /* pages the range may span; pages ever handed out from the bottom */
+static uint32_t g_mapped;            /* pages mapped so far (rtk_large_span) */
+static int g_thp;
 /* two sets of segregated lists: [0] wholly resident free extents, [1] given-back or mixed ones, so a request finds a
  * resident extent whenever one fits, in O(1) past its own bin, however many given-back ones lie around */
 static uint32_t g_head[2][NBINS];
@@ -100,15 +102,46 @@ int rtk_large_init(size_t limit, int thp)
     if (!raw)
         return -1;
     char *base = (char *)(((uintptr_t)raw + ((2u << 20) - 1)) & ~(uintptr_t)((2u << 20) - 1));
+    /* the whole range was free: keep its first piece, give the rest of the address space back until needed (the
+     * range sits above where mmap places other mappings, so it is normally still free when the heap grows) */
+    size_t first = limit < RTK_LARGE_PIECE ? limit : RTK_LARGE_PIECE;
+    rtk_os_unmap(base + first, (size_t)(raw + limit + ((size_t)2 << 20) - (base + first)));
     if (thp)
-        rtk_os_hugepage(base, limit);
+        rtk_os_hugepage(base, first);
     for (unsigned b = 0; b < NBINS; b++)
         g_head[0][b] = g_head[1][b] = NIL;
     g_meta = m;
     g_pages = (uint32_t)(limit >> PAGE_SHIFT);
+    g_mapped = (uint32_t)(first >> PAGE_SHIFT);
+    g_thp = thp;
     g_base = base;
+    __atomic_store_n(&rtk_large_reach, (uintptr_t)limit, __ATOMIC_RELEASE);
     __atomic_store_n(&rtk_large_lo, (uintptr_t)base, __ATOMIC_RELEASE);
-    __atomic_store_n(&rtk_large_span, (uintptr_t)limit, __ATOMIC_RELEASE);
+    __atomic_store_n(&rtk_large_span, (uintptr_t)first, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Map the range up to at least `pages` pages (whole pieces, at most g_pages), in place after what is mapped (caller
+ * holds the lock). 0 when it reaches that far now; -1 when the address space past it is taken or RLIMIT_AS refuses:
+ * the heap is then full, and requests fall back to glibc. */
+static int grow_to(uint64_t pages)
+{
+    if (pages <= g_mapped)
+        return 0;
+    if (pages > g_pages)
+        return -1;
+    size_t piece = RTK_LARGE_PIECE >> PAGE_SHIFT;
+    uint64_t want = (pages + piece - 1) / piece * piece;
+    if (want > g_pages)
+        want = g_pages;
+    char *at = g_base + ((size_t)g_mapped << PAGE_SHIFT);
+    size_t bytes = (size_t)(want - g_mapped) << PAGE_SHIFT;
+    if (rtk_os_reserve_at(at, bytes) != 0)
+        return -1;
+    if (g_thp)
+        rtk_os_hugepage(at, bytes);
+    g_mapped = (uint32_t)want;
+    __atomic_store_n(&rtk_large_span, (uintptr_t)want << PAGE_SHIFT, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -232,7 +265,7 @@ static void *alloc_block(size_t n, size_t align, size_t *usable, int resident_on
     } else {
         /* fresh pages from the top: start there already aligned, the skipped pages become a free extent */
         uint32_t a = (g_top + ap - 1) & ~(ap - 1);
-        if ((uint64_t)a + np > g_pages) {
+        if ((uint64_t)a + np > g_pages || grow_to((uint64_t)a + np) != 0) {
             rtk_spin_unlock(&g_lock);
             return NULL;
         }
@@ -407,7 +440,7 @@ int rtk_large_resize(void *p, size_t n, size_t *usable)
             release_extent(x + np, old - np, 0);
         }
         ok = 1;
-    } else if (r == g_top && (uint64_t)x + np <= g_pages) {
+    } else if (r == g_top && (uint64_t)x + np <= g_pages && grow_to((uint64_t)x + np) == 0) {
         g_top = x + np;
         ok = 1;
     } else if (r < g_top && T_STATE(g_meta[r].tag) == T_FREE && old + T_PAGES(g_meta[r].tag) >= np) {
@@ -527,6 +560,7 @@ void rtk_large_info(rtk_large_info_t *out)
         return;
     rtk_spin_lock(&g_lock);
     out->reserved = (size_t)g_pages << PAGE_SHIFT;
+    out->mapped = (size_t)g_mapped << PAGE_SHIFT;
     out->used = (size_t)g_top << PAGE_SHIFT;
     out->in_use = g_in_use << PAGE_SHIFT;
     out->idle = g_idle << PAGE_SHIFT;
@@ -538,6 +572,6 @@ void rtk_large_info(rtk_large_info_t *out)
     rtk_spin_unlock(&g_lock);
 }
 
-void rtk_large_lock(void) { rtk_spin_lock(&g_lock); }
-void rtk_large_unlock(void) { rtk_spin_unlock(&g_lock); }
-void rtk_large_reset_lock(void) { rtk_spin_reset(&g_lock); }
+void rtk_large_lock(void) { rtk_spin_fork_prepare(&g_lock); }
+void rtk_large_unlock(void) { rtk_spin_fork_parent(&g_lock); }
+void rtk_large_reset_lock(void) { rtk_spin_fork_child(&g_lock); }

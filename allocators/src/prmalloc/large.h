@@ -9,7 +9,8 @@
 #include "common/log.h"
 
 typedef struct rtk_large_info {
-    size_t reserved;   /* address space reserved */
+    size_t reserved;   /* address space the range may grow to */
+    size_t mapped;     /* address space it has taken so far */
     size_t used;       /* bytes ever handed out from the range (its high-water mark) */
     size_t in_use;     /* bytes of live blocks */
     size_t idle;       /* bytes of free blocks still resident */
@@ -18,14 +19,17 @@ typedef struct rtk_large_info {
     size_t prefaulted; /* bytes faulted in ahead of need at plan install (rtk_large_reserve) */
 } rtk_large_info_t;
 
-/* [rtk_large_lo, rtk_large_lo + rtk_large_span): the reserved range (span 0 until the heap exists) */
-RTK_HIDDEN extern uintptr_t rtk_large_lo, rtk_large_span;
+/* [rtk_large_lo, rtk_large_lo + rtk_large_span): the range mapped so far (span 0 until the heap exists); it grows in
+ * place, a piece at a time, up to rtk_large_reach bytes: address space is taken as the heap needs it, so a program
+ * that lowers RLIMIT_AS after start still has its room (threads, its own mappings) */
+RTK_HIDDEN extern uintptr_t rtk_large_lo, rtk_large_span, rtk_large_reach;
 
 static inline int rtk_in_large(const void *p) { return (uintptr_t)p - rtk_large_lo < rtk_large_span; }
 
-/* the range rtkit asks for: address space only (MAP_NORESERVE), nothing resident until used */
+/* the most address space the range may grow to (MAP_NORESERVE: nothing resident until used), and the piece it maps at a time */
 #define RTK_LARGE_LIMIT ((size_t)64 << 30)
-/* Reserve the range (at most `limit` bytes of address space, capped by RLIMIT_AS / 4). 0 ok, -1 failed. */
+#define RTK_LARGE_PIECE ((size_t)256 << 20)
+/* Place the range (at most `limit` bytes, capped by RLIMIT_AS / 4) and map its first piece. 0 ok, -1 failed. */
 RTK_HIDDEN int rtk_large_init(size_t limit, int thp);
 /* A block of at least n bytes aligned to align (a power of two; page alignment at least); NULL when the range
  * is full. *usable receives the block's bytes. */
@@ -68,6 +72,7 @@ RTK_HIDDEN void rtk_large_info(rtk_large_info_t *out);
  * the start of every resident free extent holds the poison (a split or a shrink starts one inside old data), and
  * a block that starts inside a free extent, not at its start, gets it too. */
 RTK_HIDDEN void rtk_large_set_debug(int on);
+/* fork's handlers (common/lock.h: a lock the forking thread holds itself is left alone) */
 RTK_HIDDEN void rtk_large_lock(void);
 RTK_HIDDEN void rtk_large_unlock(void);
 RTK_HIDDEN void rtk_large_reset_lock(void);

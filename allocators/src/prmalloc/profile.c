@@ -173,6 +173,6 @@ int rtk_profile_steps(void) { return g_planner.steps; }
 uint64_t rtk_profile_dropped(void) { return g_ptab_dropped + g_plog_dropped; }
 const rtk_plan_t *rtk_profile_candidate(void) { return &g_cand; }
 
-void rtk_profile_fork_prepare(void) { rtk_spin_lock(&g_prof_lock); }
-void rtk_profile_fork_parent(void) { rtk_spin_unlock(&g_prof_lock); }
-void rtk_profile_fork_child(void) { rtk_spin_reset(&g_prof_lock); }
+void rtk_profile_fork_prepare(void) { rtk_spin_fork_prepare(&g_prof_lock); }
+void rtk_profile_fork_parent(void) { rtk_spin_fork_parent(&g_prof_lock); }
+void rtk_profile_fork_child(void) { rtk_spin_fork_child(&g_prof_lock); }

@@ -1,5 +1,4 @@
 /* stash.c -- the fallback stash: once planned, freed large glibc blocks are kept for the next fallback that fits. */
-#include "prmalloc/alloc.h"
 #include "prmalloc/stash.h"
 
 /* A class that runs out after the plan (a step keeps one block more live than the profile saw: TF ordering ops
@@ -60,7 +59,7 @@ int rtk_stash_push(void *p, size_t cs)
     for (int i = 0; i < g_nstash; i++)
         if (g_stash[i] == p) {
             rtk_spin_unlock(&g_stash_lock);
-            rtk_heap_corrupt("free()", "double free of", p);
+            return -1;
         }
     size_t usable = rtk_libc_usable(p);
     if (g_nstash < RTK_STASH && g_stash_bytes + usable <= g_stash_cap) {
@@ -109,6 +108,6 @@ void *rtk_stash_pop(size_t n, size_t align)
     return p;
 }
 
-void rtk_stash_fork_prepare(void) { rtk_spin_lock(&g_stash_lock); }
-void rtk_stash_fork_parent(void) { rtk_spin_unlock(&g_stash_lock); }
-void rtk_stash_fork_child(void) { rtk_spin_reset(&g_stash_lock); }
+void rtk_stash_fork_prepare(void) { rtk_spin_fork_prepare(&g_stash_lock); }
+void rtk_stash_fork_parent(void) { rtk_spin_fork_parent(&g_stash_lock); }
+void rtk_stash_fork_child(void) { rtk_spin_fork_child(&g_stash_lock); }

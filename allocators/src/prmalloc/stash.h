@@ -8,8 +8,8 @@
 RTK_HIDDEN void rtk_stash_enable(const rtk_plan_t *p, size_t min_size);
 /* Empty the stash into glibc and keep nothing more (profiling again). */
 RTK_HIDDEN void rtk_stash_disable(void);
-/* Keep a freed glibc chunk of cs bytes. 1 when kept: the caller must not free it. A block kept already is freed
- * twice: one line and abort, as glibc does. */
+/* Keep a freed glibc chunk of cs bytes. 1 when kept: the caller must not free it. -1 when p is kept already: a
+ * double free, which the caller reports and aborts on, as glibc does. */
 RTK_HIDDEN int rtk_stash_push(void *p, size_t cs);
 /* 1 when p is a kept (so freed) block: realloc or a size query of it is the program's bug. */
 RTK_HIDDEN int rtk_stash_holds(const void *p);

@@ -11,16 +11,17 @@ rtk_state_t rtk_g;  /* everything the stats writer reports (stats.c) */
 
 static rtk_spin_t g_publish_lock = RTK_SPIN_INIT;
 
-void rtk_publish_fork_prepare(void) { rtk_spin_lock(&g_publish_lock); }
-void rtk_publish_fork_parent(void) { rtk_spin_unlock(&g_publish_lock); }
-void rtk_publish_fork_child(void) { rtk_spin_reset(&g_publish_lock); }
+void rtk_publish_fork_prepare(void) { rtk_spin_fork_prepare(&g_publish_lock); }
+void rtk_publish_fork_parent(void) { rtk_spin_fork_parent(&g_publish_lock); }
+void rtk_publish_fork_child(void) { rtk_spin_fork_child(&g_publish_lock); }
 
 void rtk_publish_any(void)
 {
     rtk_spin_lock(&g_publish_lock);
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     uintptr_t tl = __atomic_load_n(&rtk_hot.tier_lo, __ATOMIC_ACQUIRE), ts = __atomic_load_n(&rtk_hot.tier_span, __ATOMIC_ACQUIRE);
-    uintptr_t ll = __atomic_load_n(&rtk_large_lo, __ATOMIC_ACQUIRE), ls = __atomic_load_n(&rtk_large_span, __ATOMIC_ACQUIRE);
+    /* all the large heap may grow to: it grows without publishing again */
+    uintptr_t ll = __atomic_load_n(&rtk_large_lo, __ATOMIC_ACQUIRE), ls = __atomic_load_n(&rtk_large_reach, __ATOMIC_ACQUIRE);
     if (ls) {
         if (ll < lo)
             lo = ll;

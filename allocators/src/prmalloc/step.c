@@ -317,6 +317,6 @@ int rtk_step_write_stats(void)
     return r;
 }
 
-void rtk_step_fork_prepare(void) { rtk_spin_lock(&g_step_lock); }
-void rtk_step_fork_parent(void) { rtk_spin_unlock(&g_step_lock); }
-void rtk_step_fork_child(void) { rtk_spin_reset(&g_step_lock); }
+void rtk_step_fork_prepare(void) { rtk_spin_fork_prepare(&g_step_lock); }
+void rtk_step_fork_parent(void) { rtk_spin_fork_parent(&g_step_lock); }
+void rtk_step_fork_child(void) { rtk_spin_fork_child(&g_step_lock); }

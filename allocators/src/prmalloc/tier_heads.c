@@ -224,7 +224,7 @@ void rtk_tier_fork_prepare(void)
     g_fork_locked = __atomic_load_n(&rtk_tier.state, __ATOMIC_ACQUIRE) == T_ON;
     if (!g_fork_locked)
         return;
-    rtk_spin_lock(&rtk_tier.live_lock);
+    rtk_spin_fork_prepare(&rtk_tier.live_lock);
     if (__atomic_load_n(&rtk_tier_pre, __ATOMIC_RELAXED))
         rtk_tier.forked_before_heads = 1;  /* the child's private view reads the file: heads must not punch it */
 }
@@ -232,7 +232,7 @@ void rtk_tier_fork_prepare(void)
 void rtk_tier_fork_parent(void)
 {
     if (g_fork_locked)
-        rtk_spin_unlock(&rtk_tier.live_lock);
+        rtk_spin_fork_parent(&rtk_tier.live_lock);
 }
 
 void rtk_tier_fork_child(void)
@@ -240,7 +240,7 @@ void rtk_tier_fork_child(void)
     rtk_tier_min = SIZE_MAX;
     if (rtk_tier.state != T_ON)
         return;
-    rtk_spin_reset(&rtk_tier.live_lock);
+    rtk_spin_fork_child(&rtk_tier.live_lock);
     /* the pool is MAP_SHARED: turn the child's view into a private copy so its writes stay its own (through
      * the kept descriptor: the file's name is gone) */
     int fd = rtk_tier.fd >= 0 ? rtk_tier.fd : rtk_os_open_ro(rtk_tier.path);
