@@ -41,8 +41,8 @@ test-fast: install
 # The hook and step tests against each TensorFlow release users run: one venv per version under $(COMPAT_DIR)
 # (kept, so a rerun only runs the tests), rtkit installed editable into each. Not part of `make test`: CI keeps
 # the newest, which .venv already holds. A version's failures do not stop the others; the last line names them.
-# Releases before the newest get COMPAT_OLD_PINS: pip pairs them with today's protobuf 7, which TensorFlow 2.20
-# and older do not run with (MonitoredTrainingSession's graph write fails in text_format, rtkit or not).
+# Releases before the newest get COMPAT_OLD_PINS: 2.20 lets pip pair it with protobuf 7, which it does not run
+# with (MonitoredTrainingSession's graph write fails in text_format, rtkit or not); 2.19 bounds protobuf itself.
 # e.g. make compat COMPAT_TF="2.20 2.19"
 COMPAT_TF       ?= 2.21 2.20 2.19
 COMPAT_NEWEST   ?= 2.21

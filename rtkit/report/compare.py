@@ -86,7 +86,7 @@ def _verdict_text(m: Dict[str, Any], wide: bool) -> str:
     if m["better"]:
         return f"{m['better'].upper()} better"
     if m["within_noise"]:
-        if m.get("noise_why") and abs((m["ratio"] or 1.0) - 1.0) > SAME_BAND:
+        if m.get("noise_why") and m["ratio"] is not None and abs(m["ratio"] - 1.0) > SAME_BAND:
             return f"within noise ({m['noise_why']})" if wide else "within noise"
         if m.get("noise") and m["noise"] > SAME_BAND:
             return f"within noise (+-{m['noise'] * 100:.0f}%)" if wide else "within noise"
@@ -149,12 +149,18 @@ def render(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str =
     widths[0] = max(len(r[0]) for r in cells)
     # text figures (a plan's origin, a configuration) get the number columns' width; cut ones follow in full
     cap = max(9, widths[1], widths[2])
+    # a label too long for the width goes on a line of its own, its values on the next
+    rest = 2 * cap + widths[3] + max(len(r[4]) for r in cells) + 8
+    widths[0] = min(widths[0], max(16, width - rest))
     cut_rows = []
     for ri, r in enumerate(cells):
         if ri in heads:
             lines.append(r[0])
             continue
         va, vb = r[1], r[2]
+        if len(r[0]) > widths[0]:
+            lines.append(r[0])
+            r = ["", *r[1:]]
         if ri in text_rows and (len(va) > cap or len(vb) > cap):
             cut_rows.append(ri)
             va = va if len(va) <= cap else va[: cap - 3] + "..."
