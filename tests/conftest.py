@@ -88,6 +88,33 @@ def pmem_build(_native_builds):
     return _native_builds.get("pmem")
 
 
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    """One folder for the workloads' synthetic data sets, shared by the session: each is generated once per
+    (rows, seed) and then read (rtkit.workloads.data caches by name)."""
+    return str(tmp_path_factory.mktemp("criteo"))
+
+
+@pytest.fixture(scope="session")
+def malloc_lib():
+    """The package's librtkit_malloc.so, the one `rtkit run` preloads: a test of what the launcher does with it
+    fails here, naming the fix, when it is not built (rather than passing without it)."""
+    from rtkit.allocators import malloc_library_path
+    lib = malloc_library_path()
+    if not lib:
+        pytest.fail("librtkit_malloc.so is not built: run `make native` (or `make install`)", pytrace=False)
+    return lib
+
+
+def preload_env(native, extra=None, preload=True):
+    """The test process's environment without rtkit's variables, with native/librtkit_malloc.so preloaded."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RTKIT_", "_RTKIT_")) and k != "LD_PRELOAD"}
+    if preload:
+        env["LD_PRELOAD"] = os.path.join(native, "librtkit_malloc.so")
+    env.update(extra or {})
+    return env
+
+
 def run_rtkit(args, env=None, cwd=None, timeout=600, check_rc=None):
     """Run the real `rtkit` command; returns CompletedProcess with text stdout/stderr."""
     full_env = dict(os.environ)

@@ -118,6 +118,16 @@ _PS_SCRIPT = textwrap.dedent(r'''
         return out
 
     session_module.BaseSession.run = counting_run
+    # the poll's chosen periods, as it asks for them: what the pace is, whatever the machine's load makes of it
+    periods = []   # (reads made before this sleep, seconds asked for)
+    real_sleep = time.sleep
+
+    def recording_sleep(seconds):
+        if threading.current_thread().name == "rtkit-ps-steps":
+            periods.append((len(reads), seconds))
+        real_sleep(seconds)
+
+    time.sleep = recording_sleep
     ps_steps.install(tf)
     server = tf.distribute.Server(tf.train.ClusterSpec(json.loads(os.environ["TF_CONFIG"])["cluster"]),
                                   job_name="ps", task_index=0)
@@ -130,21 +140,21 @@ _PS_SCRIPT = textwrap.dedent(r'''
             bump = gs.assign_add(1)
         sess = tf.compat.v1.Session(server.target, config=tf.compat.v1.ConfigProto(device_filters=["/job:ps"]))
         sess.run(tf.compat.v1.global_variables_initializer())
-        time.sleep(0.5)                  # the poll finds it
+        while not any(ok for _, ok in reads):
+            time.sleep(0.05)             # the poll finds it
         first = len(reads)
-        updates, t_end = 0, time.monotonic() + 3.0
-        while time.monotonic() < t_end:  # ~50 updates/s, as a few workers make them
+        for updates in range(1, 121):    # a fixed amount of training, ~50 updates/s as a few workers make them
             sess.run(bump)
-            updates += 1
             time.sleep(0.02)
         time.sleep(0.3)
     steps = recorder().sources["manual"].get("ps: global_step advanced")
     found = [i for i, (_, ok) in enumerate(reads) if ok][0]
     print(json.dumps({"absent_reads": absent_reads, "training_reads": len(reads) - first, "updates": updates,
-                      "ps_steps": steps.count if steps else 0,
-                      # the period before the read that found the variable (backed off) and after it
-                      "before_find_s": reads[found][0] - reads[found - 1][0],
-                      "after_find_s": reads[found + 1][0] - reads[found][0]}))
+                      "ps_steps": steps.count if steps else 0, "poll_min_s": ps_steps.POLL_MIN_S,
+                      "poll_max_s": ps_steps.POLL_MAX_S,
+                      # the periods asked for after each read up to the one that found the variable, and after it
+                      "periods_before_find": [p for n, p in periods if n <= found],
+                      "period_after_find": [p for n, p in periods if n == found + 1][0]}))
 ''')
 
 
@@ -156,13 +166,16 @@ def test_ps_step_signal_reads_global_step_about_once_per_round_of_workers(tmp_pa
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
-    assert got["updates"] >= 40, got    # ~130 on an idle machine
-    # before: a read every 20 ms, found or not (~90 while absent, ~140 while training, ~1 per update);
-    # now the period backs off while the variable is absent and aims at 4 updates (4 training tasks) per read
+    assert got["updates"] == 120, got
+    # a read every 20 ms, found or not, would make ~90 reads while absent and ~1 per update while training: the
+    # period backs off while the variable is absent and aims at 4 updates (4 training tasks) per read
     assert got["absent_reads"] <= 12, got
-    # the read that finds the variable starts the rate measurement at the fast pace, not at the backed-off one
-    assert got["before_find_s"] >= 0.3, got
-    assert got["after_find_s"] < 0.25, got
+    # while absent each period doubles (up to the cap); the read that finds the variable returns to the fast
+    # pace, so the rate measurement starts there and not at the backed-off period. The periods are the ones the
+    # poll asked for, counted per read: a loaded machine stretches the sleeps, never the choice.
+    before, lo, hi = got["periods_before_find"], got["poll_min_s"], got["poll_max_s"]
+    assert len(before) >= 2 and before == [min(lo * 2 ** (i + 1), hi) for i in range(len(before))], got
+    assert got["period_after_find"] == lo, got
     assert got["training_reads"] <= got["updates"] / 2, got
     # the step marks keep coming: about one PS step per 4 updates, never fewer than one per 16
     assert got["ps_steps"] >= got["updates"] / 16, got

@@ -18,11 +18,6 @@ SMALL = ["--batch", "256", "--rows", "20000", "--emb-dim", "8", "--capacity", "1
          "--threads-inter", "2", "--threads-intra", "1"]
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("criteo"))
-
-
 def _printed_steps(output):
     """{(role, index): [steps printed by each run of that task]} from the workers' summary lines."""
     found = {}

@@ -129,18 +129,14 @@ def test_readme_settings_table_is_current():
     assert cfg.doc_table() in readme, "README settings table is stale: paste `rtkit config --markdown` into it"
 
 
-def test_c_allocator_defaults_match_the_table(tmp_path):
+def test_c_allocator_defaults_match_the_table(tmp_path, malloc_lib):
     """librtkit_malloc.so parses its own environment: its defaults must be the table's."""
-    from rtkit.allocators import malloc_library_path
     import glob
     import subprocess
     import sys
 
-    lib = malloc_library_path()
-    if not lib:
-        pytest.skip("librtkit_malloc.so is not built")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_")}
-    env.update(LD_PRELOAD=lib, RTKIT_RUN_DIR=str(tmp_path))
+    env.update(LD_PRELOAD=malloc_lib, RTKIT_RUN_DIR=str(tmp_path))
     subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL(None).rtkit_step_mark()"], env=env, check=True)
     with open(glob.glob(str(tmp_path / "allocator-*.json"))[0]) as fh:
         seen = json.load(fh)["config"]

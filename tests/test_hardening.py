@@ -14,17 +14,10 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 
-from conftest import REPO, RTKIT, load_report, run_rtkit
+from conftest import REPO, RTKIT, load_report, preload_env as _env, run_rtkit
 
 pytestmark = pytest.mark.timeout(300)
 SHM = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-
-
-def _env(native, extra=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RTKIT_", "_RTKIT_")) and k != "LD_PRELOAD"}
-    env["LD_PRELOAD"] = os.path.join(native, "librtkit_malloc.so")
-    env.update(extra or {})
-    return env
 
 
 def _steps(native, run_dir, extra=None, args=("4", "1M"), timeout=30, umask=None):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, requires_tf
+from conftest import REPO, preload_env as _env, requires_tf
 from rtkit.report import glossary
 
 BUILD = os.path.join(REPO, "allocators", "build.py")
@@ -16,15 +16,6 @@ pytestmark = pytest.mark.timeout(300)
 
 # fast plans for short test programs
 FAST = {"RTKIT_MALLOC_PROFILE_START": "0", "RTKIT_MALLOC_PROFILE_STABLE": "2", "RTKIT_MALLOC_PROFILE_MAX": "10"}
-
-
-def _env(native, extra=None, preload=True):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k not in ("LD_PRELOAD",)}
-    env.pop("_RTKIT_MALLOC_ROOT", None)
-    if preload:
-        env["LD_PRELOAD"] = os.path.join(native, "librtkit_malloc.so")
-    env.update(extra or {})
-    return env
 
 
 def run_c(native, name, args=(), extra=None, preload=True, timeout=120):

@@ -186,13 +186,13 @@ def test_plan_classes_reuse_the_large_heaps_resident_pages(prm, tmp_path):
     assert stats(tmp_path)["arenas"]["live_bytes"] + stats(tmp_path)["arenas"]["free_bytes"] >= 20 << 20
 
 
-def test_launcher_asks_glibc_for_huge_pages():
+def test_launcher_asks_glibc_for_huge_pages(malloc_lib):
     # the small objects that stay with glibc grow its heap every step (new ids): huge pages fault 512x less
     from rtkit import config as cfg
     from rtkit.launch import build_child_env
     env = build_child_env(cfg.resolve(env={}), "/tmp/x", {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, [])
-    if "LD_PRELOAD" in env:  # the library is built
-        assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    assert env["LD_PRELOAD"].split()[-1] == malloc_lib
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
     env = build_child_env(cfg.resolve(env={}), "/tmp/x", {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}, [])
     assert env["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"  # the user's choice stands
     env = build_child_env(cfg.resolve(cli={"malloc_thp": "0"}, env={}), "/tmp/x", {}, [])

@@ -22,11 +22,6 @@ SUMMARY_FIGURES = ("step_ms_median", "step_ms_p95", "steps_per_s", "peak_rss_byt
                    "epoch_s_median", "epoch_step_ms", "tier_bytes", "tier_peak_bytes", "dram_saved_bytes")
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("criteo"))
-
-
 def _run(run_dir, data_dir, api, extra):
     args = ["run", "--html", "--run-dir", str(run_dir), *extra, "--", PY, "-m", "rtkit.workloads", "wdl", "--api", api,
             "--steps", "24", "--batch", "128", "--rows", "4000", "--data-dir", data_dir, "--no-progress"]

@@ -7,22 +7,12 @@ import pytest
 
 import browser
 from conftest import requires_tf, run_rtkit
+from tf_scripts import session_training
 
 PY = sys.executable
 PALETTE_BLUE, PALETTE_RED = "#1f77b4", "#d62728"   # the first two series colours of rtkit/report/svg.py
 
-SCRIPT = """
-import numpy as np, tensorflow as tf
-tf.compat.v1.disable_eager_execution()
-x = tf.compat.v1.placeholder(tf.float32, [None, 256])
-w = tf.Variable(tf.random.normal([256, 256]))
-loss = tf.reduce_sum(tf.matmul(tf.matmul(x, w), w))
-train = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss)
-with tf.compat.v1.Session() as s:
-    s.run(tf.compat.v1.global_variables_initializer())
-    for i in range(40):
-        s.run([loss, train], {x: np.random.rand(512, 256).astype(np.float32)})
-"""
+SCRIPT = session_training(width=256, batch=512, steps=40)
 
 
 @pytest.fixture(scope="module")

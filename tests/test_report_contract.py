@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from conftest import load_report, requires_tf, run_rtkit
+from tf_scripts import session_training
 from rtkit.report import contract, terminal
 from rtkit.report import html as html_mod
 from rtkit.report import sections as sec
@@ -22,20 +23,7 @@ for i in range(40):
     rtkit.step()
 """
 
-SCHED_SCRIPT = """
-import os
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import numpy as np, tensorflow as tf
-tf.compat.v1.disable_eager_execution()
-x = tf.compat.v1.placeholder(tf.float32, [None, 64])
-w = tf.Variable(tf.random.normal([64, 64]))
-loss = tf.reduce_sum(tf.matmul(tf.matmul(x, w), w))
-train = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss)
-with tf.compat.v1.Session() as s:
-    s.run(tf.compat.v1.global_variables_initializer())
-    for i in range(40):
-        s.run([loss, train], {x: np.random.rand(64, 64).astype(np.float32)})
-"""
+SCHED_SCRIPT = session_training(width=64, batch=64, steps=40)
 
 
 @pytest.fixture(scope="module")

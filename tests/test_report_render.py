@@ -10,24 +10,14 @@ from html.parser import HTMLParser
 import pytest
 
 from conftest import load_report, requires_tf, run_rtkit
+from tf_scripts import session_training
 from rtkit.report import compare as compare_mod
 from rtkit.report import fmt, html as html_mod, terminal
 
 PY = sys.executable
 TF_STEPS = 30
 
-TF_SCRIPT = f"""
-import numpy as np, tensorflow as tf
-tf.compat.v1.disable_eager_execution()
-x = tf.compat.v1.placeholder(tf.float32, [None, 128])
-w = tf.Variable(tf.random.normal([128, 128]))
-loss = tf.reduce_sum(tf.matmul(tf.matmul(x, w), w))
-train = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss)
-with tf.compat.v1.Session() as s:
-    s.run(tf.compat.v1.global_variables_initializer())
-    for i in range({TF_STEPS}):
-        s.run([loss, train], {{x: np.random.rand(256, 128).astype(np.float32)}})
-"""
+TF_SCRIPT = session_training(width=128, batch=256, steps=TF_STEPS)
 
 ANSI = re.compile(r"\x1b\[")
 

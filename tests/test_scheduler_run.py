@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import struct
 
 import pytest
 
@@ -10,11 +11,6 @@ from conftest import load_report, requires_tf, run_rtkit
 pytestmark = [requires_tf, pytest.mark.timeout(600)]
 
 PY = os.path.join(os.path.dirname(os.sys.executable), "python")
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("criteo"))
 
 
 def workload(run_dir, data_dir, api, sets, steps=40, epochs="1", rows=4000, batch=256, extra=(), env=None):
@@ -49,6 +45,16 @@ def test_session_staged_matches_unstaged_through_rtkit_run(tmp_path, data_dir):
         assert json.load(fh)["traceEvents"]
 
 
+def _differing_steps(base, staged, sched):
+    """What a failed bit-for-bit comparison needs to find its cause: each differing step with both float32 values
+    and their distance in units of the last place, and what the scheduler did (which steps ran staged, the pools)."""
+    bits = lambda v: struct.unpack("<i", struct.pack("<f", v))[0]
+    diffs = [(i + 1, a, b, abs(bits(a) - bits(b))) for i, (a, b) in enumerate(zip(base, staged)) if a != b]
+    return {"steps (1-based), unstaged, staged, ulps": diffs, "lengths": (len(base), len(staged)),
+            "pipeline": {k: v for k, v in (sched or {}).get("pipeline", {}).items() if k != "boundary_tensors"},
+            "sessions": (sched or {}).get("sessions")}
+
+
 def test_legacy_input_staged_in_graph_is_bit_identical(tmp_path, data_dir):
     """--input legacy parses CSV in the graph after get_next: the cut holds the decode, the hashing and the
     Unique of the ids, never a table or variable read. oneDNN off: Grappler's oneDNN fusions may cross the
@@ -58,8 +64,8 @@ def test_legacy_input_staged_in_graph_is_bit_identical(tmp_path, data_dir):
     base, _ = workload(tmp_path / "off", data_dir, "session", ["sched=0"], extra=legacy, env=env)
     staged, rep = workload(tmp_path / "on", data_dir, "session", ["sched=1", "sched_stage=1"], extra=legacy,
                            env=env)
-    assert len(base) == 16 and staged == base
     sched = rep["scheduler"]
+    assert len(base) == 16 and staged == base, _differing_steps(base, staged, sched)
     p = sched["pipeline"]
     assert p["staged"] and p["staged_steps"] == 16 and p["errors_delivered"] == 1, p  # the OutOfRange
     staged_types = {t.split("/")[-1].split(":")[0] for t in p["boundary_tensors"]}

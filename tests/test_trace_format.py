@@ -10,6 +10,7 @@ import sys
 
 
 from conftest import requires_tf, run_rtkit
+from tf_scripts import session_training
 
 PHASES = set("BEXiIPCbneSTpFsftNODMVvRc(),")
 METADATA = {"process_name": "name", "thread_name": "name", "process_sort_index": "sort_index",
@@ -98,19 +99,7 @@ def test_the_checker_catches_broken_traces():
         assert trace_errors(broken), broken
 
 
-SCRIPT = """
-import numpy as np, tensorflow as tf
-tf.compat.v1.disable_eager_execution()
-ds = tf.data.Dataset.from_tensor_slices(np.random.rand(2048, 64).astype(np.float32)).batch(64).repeat()
-x = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
-w = tf.Variable(tf.random.normal([64, 64]))
-loss = tf.reduce_sum(tf.matmul(x, w))
-train = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss)
-with tf.compat.v1.Session() as s:
-    s.run(tf.compat.v1.global_variables_initializer())
-    for i in range(30):
-        s.run([loss, train])
-"""
+SCRIPT = session_training(width=64, batch=64, steps=30, dataset=True)
 
 
 @requires_tf

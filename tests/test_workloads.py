@@ -17,11 +17,6 @@ HEX8 = re.compile(r"^[0-9a-f]{8}$")
 DIGITS = re.compile(r"^[0-9]+$")
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("criteo"))
-
-
 def _workload(args, timeout=240):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("LD_PRELOAD", None)
