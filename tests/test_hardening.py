@@ -140,7 +140,7 @@ def test_cli_plan_names_what_is_wrong(tmp_path, kind):
         alloc = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: allocator:")]
         assert alloc and f"plan {target} not used" in alloc[0], proc.stderr
         assert load_report(str(run_dir))["allocator"]["plan"]["source"] == "profiled"
-        lines.append(alloc[0])
+        lines.append(alloc[0].split(", arena hit rate")[0])  # the hit rates count the interpreter's start-up too
     assert lines[0] == lines[1]
 
 
