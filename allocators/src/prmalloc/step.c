@@ -300,7 +300,8 @@ void rtk_step_mark(void)
     reserve_headroom(steps);
     rtk_g.faults_mark = rtk_os_minor_faults();  /* after any arena pre-faulting done by this mark */
     uint64_t now = rtk_os_now_ns();
-    if (force || stats_due(now))
+    /* also at steps 1, 2, 4, 8, ...: a short run's files (and the tier's residency samples) see its training */
+    if (force || stats_due(now) || !(steps & (steps - 1)))
         rtk_stats_write_locked(now);
     rtk_spin_unlock(&g_step_lock);
 }

@@ -5,9 +5,11 @@
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 /* ---------------------------------------------------------------- residency over time (the tier view) */
-/* A sample per stats write (step marks, at most every 0.5 s, and exit), at most one a second: which pool pages
- * are in DRAM now (mincore over every live record) and the process's major faults. */
+/* A sample per stats write (step marks, at most every 0.5 s, and exit), at most one a second or when the step
+ * count doubled: which pool pages are in DRAM now (mincore over every live record) and the process's major
+ * faults. */
 static double g_t0, g_tl_last;
+static uint64_t g_tl_steps;  /* the step count at the last sample */
 static unsigned char *g_vec;
 #define VEC_PAGES (1u << 16)              /* mincore vector: 256 MiB of pool per call */
 
@@ -88,8 +90,12 @@ void rtk_tier_sample(int force)
     double now = rtk_tier_now_s();
     if (!g_t0)
         g_t0 = now;
-    if (!force && rtk_tier_view.ntimeline && now - g_tl_last < 1.0)
+    /* once a second, and whenever the step count doubled since the last sample: a short run still gets a few
+     * samples while it trains (at exit the job has freed its tables), a long one about log2(steps) extra */
+    uint64_t steps = rtk_tier.steps;
+    if (!force && rtk_tier_view.ntimeline && now - g_tl_last < 1.0 && !(steps >= 2 * g_tl_steps && steps > g_tl_steps))
         return;
+    g_tl_steps = steps;
     if (!g_vec) {
         g_vec = rtk_os_map(VEC_PAGES, 0);
         if (!g_vec)
