@@ -193,10 +193,8 @@ def assemble(command: List[str], resolved: cfg.Resolved, run_dir: str, child_env
     from rtkit import launch
     from rtkit.report import bounds, model
 
-    steps, step_notes = model.steps_section(run_dir, result.start, resolved["warmup_steps"], None)
-    if not resolved["hooks"] and steps.get("hook", {}).get("status") == "not_loaded":
-        steps["hook"] = {"status": "off", "tensorflow_version": None,
-                         "detail": "hooks off (RTKIT_HOOKS=0): rtkit's bootstrap was not given to the command"}
+    steps, step_notes = model.steps_section(run_dir, result.start, resolved["warmup_steps"], None,
+                                            hooks_on=bool(resolved["hooks"]))
     notes = notes + step_notes
     train_pid = steps.get("pid")
     sections = {name: model.component_section(run_dir, name, train_pid) for name in model.COMPONENT_SECTIONS}

@@ -44,12 +44,14 @@ class StepClock:
             self.map = mmap.mmap(fd, 8)
         finally:
             os.close(fd)
+        self.lock = threading.Lock()
 
     def read(self) -> int:
         return int.from_bytes(self.map[:8], "little")
 
     def advance(self) -> None:
-        self.map[:8] = (self.read() + 1).to_bytes(8, "little")
+        with self.lock:   # the coordinator's threads (one per worker) add to it: a read and a store each
+            self.map[:8] = (self.read() + 1).to_bytes(8, "little")
 
 
 def open_clock(rec):
@@ -107,11 +109,8 @@ def _announce_serving(rec) -> None:
 
 
 def _workers_in(server) -> int:
-    try:
-        return max(1, len(server.server_def.cluster.job[[j.name for j in server.server_def.cluster.job].index("worker")]
-                          .tasks))
-    except (AttributeError, ValueError):
-        return 1
+    jobs = getattr(getattr(server.server_def, "cluster", None), "job", ())
+    return max(1, next((len(j.tasks) for j in jobs if j.name == "worker"), 1))
 
 
 def install_server_join(tf) -> None:
@@ -171,7 +170,7 @@ def install_coordinator(tf) -> None:
             rec.record("coordinator", f"{SCHEDULE_API}({_closure_name(closure)})", start_unix, ms, steps.minor_faults() - faults,
                        api=SCHEDULE_API)
             if clock is not None:
-                clock.advance()   # only this process writes it; its threads under the GIL, one store each
+                clock.advance()
 
     _process_closure._rtkit_hooked = True
     cls._process_closure = _process_closure

@@ -59,7 +59,8 @@ def step_summary(per_step: List[dict], warmup: int) -> Dict[str, Any]:
     }
 
 
-def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[int]) -> Tuple[Dict[str, Any], List[str]]:
+def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[int],
+                  hooks_on: bool = True) -> Tuple[Dict[str, Any], List[str]]:
     """Pick the process whose hooks saw the most steps (the training process) and summarise them."""
     notes: List[str] = []
     files = read_child_files(run_dir, "steps")
@@ -68,7 +69,10 @@ def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[i
              "hook": {"status": "not_loaded", "detail": "no Python process under rtkit loaded the bootstrap",
                       "tensorflow_version": None}}
     if not files:
-        if os.path.exists(os.path.join(run_dir, BOOTSTRAP_MARKER)):
+        if not hooks_on:
+            empty["hook"] = {"status": "off", "tensorflow_version": None,
+                             "detail": "hooks off (RTKIT_HOOKS=0): rtkit's bootstrap was not given to the command"}
+        elif os.path.exists(os.path.join(run_dir, BOOTSTRAP_MARKER)):
             empty["hook"] = {"status": "no_tensorflow", "tensorflow_version": None,
                              "detail": "the bootstrap loaded; TensorFlow was never imported, so there was nothing to hook"}
         return empty, notes

@@ -55,7 +55,7 @@ def cost_words(report: Dict[str, Any]) -> List[str]:
     if p is None or p.get(PM.STATE) != "on":
         return []
     out = []
-    res = resident_while_training(p)
+    res = resident_while_training(p) if p.get("step_marks") != 0 else None   # no step: no warm-up to be after
     if res is not None:
         out.append(f"pool resident after warm-up (max) {fmt.nbytes(res)}")
     head = get(p, "dram_head.bytes")
@@ -98,7 +98,7 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     rows = view["rows"]
     rows.append(("pool", f"{p.get(PM.PATH)} ({p.get(PM.MEDIUM)}), {fmt.nbytes(p.get('pmem_size'))}"))
     rows.append(("bytes in the pool (last step)", fmt.nbytes(get(p, "tier_last_step_bytes"))))
-    res = resident_while_training(p)
+    res = resident_while_training(p) if p.get("step_marks") != 0 else None   # no step: no warm-up to be after
     if res is not None:
         rows.append(("pool file pages in DRAM while training (max after warm-up)", fmt.nbytes(res)))
     if get(p, "dram_head.setting_bytes"):

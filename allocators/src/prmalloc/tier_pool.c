@@ -293,9 +293,6 @@ static void release_pages(void *p, uint64_t n, uint64_t h)
     if (rtkit_pmem_record_size(rtk_tier.pool, h, &req, &usable) == 0)
         end = (uintptr_t)rtkit_pmem_ptr(rtk_tier.pool, h) + usable;
     if (rtk_tier_pre) {
-        uint64_t freed = __atomic_add_fetch(&rtk_tier.pre_freed_bytes, n, __ATOMIC_RELAXED);
-        if (freed >= TIER_CHURN_STOP && freed > __atomic_load_n(&rtk_tier.pre_bytes, __ATOMIC_RELAXED) / 4 * 3)
-            __atomic_store_n(&rtk_tier.pre_stopped, 1, __ATOMIC_RELAXED);
         /* graph construction churns the pool: the next record reuses these pages (no new fault, no new dirty
          * page), up to a bound; what is still free at the first step mark is punched then */
         uint64_t span = end - (uintptr_t)p;
@@ -329,6 +326,11 @@ void rtk_tier_free(void *p)
     }
     uint64_t n = hd[0], h = hd[1];
     hd[3] = 0;  /* a second free of p no longer matches */
+    if (rtk_tier_pre) {  /* placed before the first step and freed before it: churn, not a table */
+        uint64_t freed = __atomic_add_fetch(&rtk_tier.pre_freed_bytes, n, __ATOMIC_RELAXED);
+        if (freed >= TIER_CHURN_STOP && freed > __atomic_load_n(&rtk_tier.pre_bytes, __ATOMIC_RELAXED) / 4 * 3)
+            __atomic_store_n(&rtk_tier.pre_stopped, 1, __ATOMIC_RELAXED);
+    }
     /* Out of the live set, and its head given back, in one hold of the lock: the first mark's heads are made
      * under it, so a record is either seen there whole or not at all. */
     t_in_tier = 1;
