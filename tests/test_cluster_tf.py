@@ -251,6 +251,8 @@ def test_user_ps_strategy_job_trains_under_launch_with_steps_counted_on_the_coor
         assert rows[name]["status"] == "stopped" and not rows[name]["trains"]
         assert rows[name]["steps"] > 0                # they follow the coordinator's step clock
     assert rows["ps-0"]["allocator_state"] == "planned"   # a PS plans as in the TF1 path
+    ps_notes = " ".join(load_report(folder / "ps-0")["notes"])
+    assert "global_step" not in ps_notes                  # the clock, not the TF1 poll, gave its steps
     assert "serving: worker:0, worker:1 ran the coordinator's steps" in render.render_text(m)
 
 

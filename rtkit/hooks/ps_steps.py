@@ -34,8 +34,14 @@ _started = False
 _superseded = threading.Event()
 
 
-def stop_polling() -> None:
+NOTE_PREFIX = "parameter server: a step is an advance of the cluster's global_step"
+
+
+def stop_polling(rec) -> None:
+    """Another step signal holds for this PS: stop reading global_step, and drop the note that said it would."""
     _superseded.set()
+    with rec.lock:
+        rec.notes[:] = [n for n in rec.notes if not n.startswith(NOTE_PREFIX)]
 
 
 class PollStats:
@@ -135,8 +141,8 @@ def install(tf) -> None:
         target = max(1, len(task.cluster.get("chief", [])) + len(task.cluster.get("worker", [])))
         threading.Thread(target=_poll, args=(tf, self, ps_tasks, target, rec), daemon=True,
                          name="rtkit-ps-steps").start()
-        rec.notes.append("parameter server: a step is an advance of the cluster's global_step, read from this "
-                         f"process every {POLL_MIN_S * 1000:.0f}-{POLL_MAX_S * 1000:.0f} ms, adapted to see about "
+        rec.notes.append(f"{NOTE_PREFIX}, read from this process every {POLL_MIN_S * 1000:.0f}-"
+                         f"{POLL_MAX_S * 1000:.0f} ms, adapted to see about "
                          f"{target} update(s) (one per training task) per read")
 
     server_cls.__init__ = __init__

@@ -78,7 +78,7 @@ def _follow_clock(clock: StepClock, rec, per_step: int) -> None:
             if not superseded:   # a coordinator exists: this is TF2 PS training, whose jobs have no global_step
                 from rtkit.hooks import ps_steps
 
-                ps_steps.stop_polling()
+                ps_steps.stop_polling(rec)
                 superseded = True
             now_unix, now, faults = time.time(), time.perf_counter(), steps.minor_faults()
             rec.record("manual", CLOCK_SIGNATURE, last_unix, (now - last_t) * 1000.0, faults - last_faults,
@@ -130,7 +130,7 @@ def install_server_join(tf) -> None:
             per_step = _workers_in(self) if job == "worker" else 1   # a PS serves every step, a worker its share
             threading.Thread(target=_follow_clock, args=(clock, rec, per_step), daemon=True,
                              name="rtkit-step-clock").start()
-            rec.notes.append(f"a step of this serving task: {per_step} step(s) scheduled by the coordinator "
+            rec.notes.append(f"a step of this serving task: at least {per_step} step(s) scheduled by the coordinator "
                              f"(rtkit launch's step clock, read every {CLOCK_POLL_S * 1000:.0f} ms)")
         return orig_join(self, *args, **kwargs)
 
@@ -151,29 +151,46 @@ def _closure_name(closure) -> str:
 
 def install_coordinator(tf) -> None:
     """Time each scheduled step where the coordinator runs it: ``Worker._process_closure`` sends the function to
-    its worker and waits for its outputs, on one coordinator thread per worker."""
+    its worker and waits for its outputs, on one coordinator thread per worker. The step is recorded as the queue
+    hears that it finished (``mark_finished``), not after: ``coordinator.join()`` returns on that news, and a
+    script that exits right after it must find every step recorded."""
     from tensorflow.python.distribute.coordinator import cluster_coordinator
 
     cls = cluster_coordinator.Worker
-    orig = cls._process_closure
+    queue_cls = cluster_coordinator._CoordinatedClosureQueue
+    orig, orig_finished = cls._process_closure, queue_cls.mark_finished
     if getattr(orig, "_rtkit_hooked", False):
         return
     rec = steps.recorder()
     clock = open_clock(rec)
+    running = threading.local()   # this coordinator thread's closure: (start unix, start, faults, signature)
+
+    def record_running():
+        step = getattr(running, "step", None)
+        if step is None:
+            return
+        running.step = None
+        start_unix, start, faults, signature = step
+        rec.record("coordinator", signature, start_unix, (time.perf_counter() - start) * 1000.0,
+                   steps.minor_faults() - faults, api=SCHEDULE_API)
+        if clock is not None:
+            clock.advance()
 
     def _process_closure(self, closure):
-        start_unix, start, faults = time.time(), time.perf_counter(), steps.minor_faults()
+        running.step = (time.time(), time.perf_counter(), steps.minor_faults(),
+                        f"{SCHEDULE_API}({_closure_name(closure)})")
         try:
             return orig(self, closure)
         finally:
-            ms = (time.perf_counter() - start) * 1000.0
-            rec.record("coordinator", f"{SCHEDULE_API}({_closure_name(closure)})", start_unix, ms, steps.minor_faults() - faults,
-                       api=SCHEDULE_API)
-            if clock is not None:
-                clock.advance()
+            record_running()   # a closure that failed: it never reached mark_finished
+
+    def mark_finished(self, *args, **kwargs):
+        record_running()
+        return orig_finished(self, *args, **kwargs)
 
     _process_closure._rtkit_hooked = True
     cls._process_closure = _process_closure
+    queue_cls.mark_finished = mark_finished
 
 
 def install(tf, rec) -> None:
