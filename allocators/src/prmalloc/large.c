@@ -16,9 +16,9 @@
 #define NBINS 128
 #define NIL UINT32_MAX
 #if UINTPTR_MAX > 0xffffffffu
-#define RTK_LARGE_HINT ((uintptr_t)0x7fe000000000ull)
+uintptr_t rtk_large_hint = 0x7fe000000000ull;
 #else
-#define RTK_LARGE_HINT 0
+uintptr_t rtk_large_hint = 0;
 #endif
 
 /* tag of a page: bits 0-1 state, bits 2-3 residency (free starts only: T_REL all given back, T_MIX merged from
@@ -94,7 +94,7 @@ int rtk_large_init(size_t limit, int thp)
         m = rtk_os_reserve(meta, 0);
         if (!m)
             continue;
-        raw = rtk_os_reserve(limit + ((size_t)2 << 20), RTK_LARGE_HINT);
+        raw = rtk_os_reserve(limit + ((size_t)2 << 20), rtk_large_hint);
         if (raw)
             break;
         rtk_os_unmap(m, meta);
@@ -238,6 +238,15 @@ static uint32_t find_free(uint32_t need, int resident_only)
     return find_in(1, need);
 }
 
+/* the first page index at or after x whose address is a multiple of ap pages. Aligned by address, not by index:
+ * the range is only 2 MiB-aligned where the kernel placed it (the asked-for address refused), so an index multiple
+ * of a larger alignment is not an aligned address (posix_memalign(4 MiB) came back misaligned on such a machine) */
+static uint32_t align_page(uint32_t x, uint32_t ap)
+{
+    uint64_t first = (uintptr_t)g_base >> PAGE_SHIFT;
+    return (uint32_t)(((first + x + ap - 1) & ~(uint64_t)(ap - 1)) - first);
+}
+
 static void *alloc_block(size_t n, size_t align, size_t *usable, int resident_only)
 {
     /* both bounds before the 32-bit page counts: a larger alignment would lose its high bits there */
@@ -264,7 +273,7 @@ static void *alloc_block(size_t n, size_t align, size_t *usable, int resident_on
         return NULL;
     } else {
         /* fresh pages from the top: start there already aligned, the skipped pages become a free extent */
-        uint32_t a = (g_top + ap - 1) & ~(ap - 1);
+        uint32_t a = align_page(g_top, ap);
         if ((uint64_t)a + np > g_pages || grow_to((uint64_t)a + np) != 0) {
             rtk_spin_unlock(&g_lock);
             return NULL;
@@ -276,7 +285,7 @@ static void *alloc_block(size_t n, size_t align, size_t *usable, int resident_on
         rel = T_REL;
         g_top = a + np;
     }
-    uint32_t a = (x + ap - 1) & ~(ap - 1);
+    uint32_t a = align_page(x, ap);
     if (a > x) {
         insert_free(x, a - x, rel, step);
         if (g_debug)

@@ -26,6 +26,10 @@ RTK_HIDDEN extern uintptr_t rtk_large_lo, rtk_large_span, rtk_large_reach;
 
 static inline int rtk_in_large(const void *p) { return (uintptr_t)p - rtk_large_lo < rtk_large_span; }
 
+/* the address the range is asked for (high, above glibc's heaps and the libraries); the kernel may place it
+ * elsewhere, only 2 MiB-aligned. A variable so a test can ask for an address that is aligned to no more. */
+RTK_HIDDEN extern uintptr_t rtk_large_hint;
+
 /* the most address space the range may grow to (MAP_NORESERVE: nothing resident until used), and the piece it maps at a time */
 #define RTK_LARGE_LIMIT ((size_t)64 << 30)
 #define RTK_LARGE_PIECE ((size_t)256 << 20)
