@@ -67,8 +67,9 @@ def _parents(name):
 
 def test_the_tree_is_found():
     g = graph()
-    for name in ("rtkit.cli", "rtkit.config", "rtkit.hooks.install", "rtkit.scheduler.core", "rtkit.allocators.pmem",
-                 "rtkit.report.sections", "rtkit.runner"):
+    for name in ("rtkit.cli", "rtkit.config", "rtkit.hooks.install", "rtkit.scheduler.core", "rtkit.scheduler.threads",
+                 "rtkit.scheduler.pipeline", "rtkit.scheduler.measure", "rtkit.allocators.pmem", "rtkit.report.load",
+                 "rtkit.report.figures", "rtkit.report.sections", "rtkit.runner"):
         assert name in g, name
     assert "rtkit.hooks.registry" in g["rtkit.hooks.install"]
 
@@ -101,6 +102,12 @@ def _under(name, prefix):
 
 LEAVES = ("rtkit.config", "rtkit.atomic", "rtkit.errors", "rtkit.report.contract")
 
+# the Scheduler's concerns, bottom up: core composes them; threads reads nothing of the other two, and the pipeline
+# reads the measuring side's constants, never the other way round
+SCHEDULER_CONCERNS = ("rtkit.scheduler.threads", "rtkit.scheduler.measure", "rtkit.scheduler.pipeline")
+# a report is read (load), figures are derived from it (figures), then shown (sections, terminal, html)
+REPORT_LAYERS = ("rtkit.report.load", "rtkit.report.figures", "rtkit.report.sections")
+
 
 def forbidden(src, dst):
     """The arrows docs/architecture.md (and /work/shared/ARCHITECTURE.md) rule out."""
@@ -117,6 +124,11 @@ def forbidden(src, dst):
         return "a command never imports a sibling command (shared code lives in library modules)"
     if _under(src, "rtkit.workloads") and (_under(dst, "rtkit.hooks") or dst == "rtkit"):
         return "workloads are ordinary TensorFlow scripts: rtkit must find their steps by itself"
+    if src in SCHEDULER_CONCERNS and (dst == "rtkit.scheduler.core" or dst in SCHEDULER_CONCERNS
+                                      and SCHEDULER_CONCERNS.index(dst) > SCHEDULER_CONCERNS.index(src)):
+        return "a concern of the Scheduler never imports core (which composes them) or a concern above it"
+    if src in REPORT_LAYERS and dst in REPORT_LAYERS and REPORT_LAYERS.index(dst) > REPORT_LAYERS.index(src):
+        return "load and figures never import what shows the report"
     if src == "rtkit.__main__" and dst == "rtkit.cli":
         return None
     if _under(dst, "rtkit.cli") or (_under(dst, "rtkit.commands") and not _under(src, "rtkit.commands")
@@ -152,3 +164,9 @@ def test_the_checker_sees_a_forbidden_arrow():
     assert forbidden("rtkit.config", "rtkit.errors")
     assert forbidden("rtkit.commands.demo", "rtkit.commands.run")
     assert not forbidden("rtkit.hooks.install", "rtkit.scheduler")
+    assert forbidden("rtkit.scheduler.measure", "rtkit.scheduler.pipeline")
+    assert forbidden("rtkit.scheduler.threads", "rtkit.scheduler.core")
+    assert not forbidden("rtkit.scheduler.pipeline", "rtkit.scheduler.measure")
+    assert forbidden("rtkit.report.load", "rtkit.report.sections")
+    assert forbidden("rtkit.report.figures", "rtkit.report.sections")
+    assert not forbidden("rtkit.report.sections", "rtkit.report.figures")

@@ -14,7 +14,8 @@ from rtkit import config as rconfig
 from rtkit.hooks import registry, session as session_hooks
 from rtkit.hooks.steps import StepRecorder
 from rtkit.scheduler import pools
-from rtkit.scheduler.core import Scheduler, _leaves
+from rtkit.scheduler.core import Scheduler
+from rtkit.scheduler.pipeline import _leaves
 from rtkit.scheduler.staging import RUNNER_PREFIX as THREAD_PREFIX
 from rtkit.scheduler.stages import analyze
 
@@ -206,15 +207,15 @@ def test_staged_callables_are_evicted_safely_by_concurrent_steps():
     threads switch every microsecond here so that the evictions interleave."""
     import sys
 
-    from rtkit.scheduler import core
+    from rtkit.scheduler import pipeline
 
-    st = core._SessionState(routed=False)
+    st = pipeline._SessionState(routed=False)
     errors = []
 
     def steps(thread):
         try:
             for i in range(20000):
-                core._keep_callable(st, (thread, i), object())
+                pipeline._keep_callable(st, (thread, i), object())
         except Exception as exc:
             errors.append(repr(exc))
 
@@ -229,7 +230,7 @@ def test_staged_callables_are_evicted_safely_by_concurrent_steps():
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[:3]
-    assert len(st.callables) == core.MAX_CALLABLES
+    assert len(st.callables) == pipeline.MAX_CALLABLES
 
 
 def test_only_input_errors_of_unstaged_steps_count_as_delivered(tmp_path):

@@ -8,9 +8,10 @@ import shutil
 import textwrap
 from typing import Any, Dict, List, Optional
 
+from rtkit.report import figures as F
 from rtkit.report import fmt
 from rtkit.report import glossary as G
-from rtkit.report import sections as sec
+from rtkit.report import load
 from rtkit.report.fmt import get
 
 SAME_BAND = G.SAME_BAND
@@ -54,7 +55,7 @@ def _who(r: Dict[str, Any], path: str) -> Dict[str, Any]:
 def compare(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str = "") -> Dict[str, Any]:
     """The comparison as data: the settings and components that differ, then each figure with both values,
     the ratio B/A, which run is better, and whether the ratio is inside the runs' own noise."""
-    a, b = sec.normalize(a), sec.normalize(b)
+    a, b = load.normalize(a), load.normalize(b)
     rows = []
     for group, ids in GROUPS:
         for fid in ids:
@@ -69,7 +70,7 @@ def compare(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str 
             v = G.verdict(fid, a, b, va, vb)
             rows.append({"key": fid, "label": f.name, "group": group, "a": va, "b": vb, **v,
                          "differs": v["ratio"] is not None and not v["within_noise"] and abs(v["ratio"] - 1) > SAME_BAND})
-    changed = sec.settings_differ(get(a, "run.settings") or {}, get(b, "run.settings") or {})
+    changed = F.settings_differ(get(a, "run.settings") or {}, get(b, "run.settings") or {})
     wa, wb = _who(a, path_a), _who(b, path_b)
     comp = [{"component": c, "a": wa[c], "b": wb[c]} for c in ("allocator", "tier", "scheduler") if wa[c] != wb[c]]
     if (wa["profile"] or None) != (wb["profile"] or None):
@@ -122,8 +123,8 @@ def render(a: Dict[str, Any], b: Dict[str, Any], path_a: str = "", path_b: str =
         for c in data["components_differ"]:
             lines.extend(_wrap(f"  {c['component']}: {c['a'] or '(none)'} -> {c['b'] or '(none)'}", width, "      "))
         for s in data["settings_differ"]:
-            lines.extend(_wrap(f"  {s['key']}: {sec._setting_text(s['key'], s['a'])} -> "
-                               f"{sec._setting_text(s['key'], s['b'])}", width, "      "))
+            lines.extend(_wrap(f"  {s['key']}: {F.setting_text(s['key'], s['a'])} -> "
+                               f"{F.setting_text(s['key'], s['b'])}", width, "      "))
     else:
         lines.append("what differs: no setting, profile or component (same configuration)")
     lines.append("")

@@ -147,3 +147,7 @@ def safe_ratio(b: Any, a: Any) -> Optional[float]:
     if not (is_num(a) and is_num(b)) or a == 0:
         return None
     return float(b) / float(a)
+
+
+def shorten(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."

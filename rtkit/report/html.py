@@ -7,8 +7,10 @@ from typing import Any, Callable, Dict, List
 
 from rtkit import atomic
 from rtkit.errors import UserError
+from rtkit.report import figures as F
 from rtkit.report import fmt
 from rtkit.report import glossary as G
+from rtkit.report import load
 from rtkit.report.contract import Scheduler
 from rtkit.report import sections as sec
 from rtkit.report import svg
@@ -80,9 +82,9 @@ def _byte_scale(values: List[float]) -> tuple:
 
 def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
     """SVG plots keyed by the section they belong to."""
-    report = sec.normalize(report)
+    report = load.normalize(report)
     out: Dict[str, List[str]] = {"process": [], "steps": [], "allocator": [], "tier": [], "scheduler": []}
-    ser = sec.series(report)
+    ser = F.series(report)
     warm = get(report, "steps.warmup_steps")
     warm = warm if fmt.is_num(warm) else 0
     per = get(report, "steps.per_step") or []
@@ -105,9 +107,9 @@ def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
                                           "minor faults", shade_x=shade))
     alloc = report.get("allocator")
     if isinstance(alloc, dict):
-        per_alloc = sec.allocator_per_step(alloc)
+        per_alloc = F.allocator_per_step(alloc)
         if per_alloc:
-            span = sec.allocator_profile_span(alloc)
+            span = F.allocator_profile_span(alloc)
             out["allocator"].append(svg.bar_chart(
                 [("arena hits", [(s, h) for s, h, _ in per_alloc]), ("fallbacks", [(s, f) for s, _, f in per_alloc])],
                 "Allocator: arena hits and fallbacks per step", "step (allocator's count)", "allocations",
@@ -126,11 +128,11 @@ def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
                                           markers=len(fault_rate) <= 120))
     sched = report.get("scheduler")
     if isinstance(sched, dict):
-        occ = sec.sched_occupancy_series(sched)
+        occ = F.sched_occupancy_series(sched)
         if len(occ) >= 2:
             out["scheduler"].append(svg.line_chart([("queued", occ)], "Pipeline occupancy (input batches ready)",
                                                    "sample", "batches"))
-        trials = sec.sched_trials(sched)
+        trials = F.sched_trials(sched)
         if isinstance(trials, list):
             pts = []
             for i, t in enumerate(trials):
@@ -157,7 +159,7 @@ def _cards(report: Dict[str, Any]) -> str:
 
 def render(report: Dict[str, Any]) -> str:
     """The report as one HTML document (a string)."""
-    report = sec.normalize(report)
+    report = load.normalize(report)
     run = report.get("run") or {}
     status = str(run.get("status") or "unknown")
     name = run.get("name") or os.path.basename(str(run.get("run_dir") or "")) or "run"

@@ -1,4 +1,4 @@
-# load.py -- reads a run directory's report.json for the renderers, with one clear error line on failure.
+# load.py -- reads a run directory's report.json for the renderers (one clear error line on failure) and fixes its shape.
 from __future__ import annotations
 
 import json
@@ -6,6 +6,8 @@ import os
 from typing import Any, Dict, Tuple
 
 from rtkit.errors import UserError
+from rtkit.report.contract import Allocator as A, Pmem as PM
+from rtkit.report.fmt import get
 
 
 MAX_REPORT_BYTES = 64 << 20
@@ -69,3 +71,43 @@ def load(path: str) -> Tuple[Dict[str, Any], str]:
         if isinstance(data["notes"], list):
             data["notes"].append(f"report schema_version {version} is newer than this renderer (1)")
     return data, os.path.dirname(os.path.abspath(file))
+
+
+# a report cut short, or hand-edited, must still render
+_DICTS = {"run": ("settings", "versions", "host", "child_env"), "process": (), "steps": ("summary", "hook")}
+_LISTS = {"process": ("samples",), "steps": ("per_step", "other_signatures")}
+
+
+def normalize(report: Any) -> Dict[str, Any]:
+    """A shallow-fixed copy: known sections and their known sub-tables have the right container
+    types (wrong ones become empty), list items that are not records are dropped. Values keep
+    their types; every formatter copes with a wrong scalar."""
+    if not isinstance(report, dict):
+        return {"run": {}, "process": {}, "steps": {}, "notes": []}
+    out = dict(report)
+    for name, subs in _DICTS.items():
+        sec_ = out.get(name)
+        sec_ = dict(sec_) if isinstance(sec_, dict) else {}
+        for sub in subs:
+            if sub in sec_ and not isinstance(sec_[sub], dict):
+                sec_[sub] = {}
+        for sub in _LISTS.get(name, ()):
+            if sub in sec_:
+                sec_[sub] = [x for x in sec_[sub] if isinstance(x, dict)] if isinstance(sec_[sub], list) else []
+        out[name] = sec_
+    settings = out["run"].get("settings")
+    if isinstance(settings, dict):
+        out["run"]["settings"] = {k: v for k, v in settings.items() if isinstance(v, dict)}
+    for name in ("allocator", "pmem", "scheduler"):
+        if name in out and not isinstance(out[name], dict):
+            out[name] = None
+    alloc, tier = out.get("allocator"), get(out.get("allocator"), A.TIER)
+    if out.get("pmem") is None and isinstance(alloc, dict) and isinstance(tier, dict) and \
+            str(tier.get(PM.STATE) or "off") not in ("off", "disabled"):
+        out["pmem"] = tier
+    if not isinstance(out.get("bounds"), dict):   # a report written before the bounds section: built from its figures
+        from rtkit.report import bounds
+        out["bounds"] = bounds.build(out)
+    notes = out.get("notes")
+    out["notes"] = [str(n) for n in notes] if isinstance(notes, list) else ([] if notes is None else [str(notes)])
+    return out

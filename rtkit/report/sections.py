@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from rtkit.report import fmt
-from rtkit.report.contract import Allocator as A, Scheduler as S, Pmem as PM
 from rtkit.report import contract
+from rtkit.report import figures as F
+from rtkit.report import fmt
 from rtkit.report import glossary as G
+from rtkit.report import load
 from rtkit.report import words
+from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S
 from rtkit.report.contract import Steps as ST
 from rtkit.report.fmt import get
 
@@ -147,134 +149,6 @@ def _notes(d: Any) -> List[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# tolerance: a report from another version, or one cut short, must still render
-
-_DICTS = {"run": ("settings", "versions", "host", "child_env"), "process": (), "steps": ("summary", "hook")}
-_LISTS = {"process": ("samples",), "steps": ("per_step", "other_signatures")}
-
-
-def normalize(report: Any) -> Dict[str, Any]:
-    """A shallow-fixed copy: known sections and their known sub-tables have the right container
-    types (wrong ones become empty), list items that are not records are dropped. Values keep
-    their types; every formatter copes with a wrong scalar."""
-    if not isinstance(report, dict):
-        return {"run": {}, "process": {}, "steps": {}, "notes": []}
-    out = dict(report)
-    for name, subs in _DICTS.items():
-        sec_ = out.get(name)
-        sec_ = dict(sec_) if isinstance(sec_, dict) else {}
-        for sub in subs:
-            if sub in sec_ and not isinstance(sec_[sub], dict):
-                sec_[sub] = {}
-        for sub in _LISTS.get(name, ()):
-            if sub in sec_:
-                sec_[sub] = [x for x in sec_[sub] if isinstance(x, dict)] if isinstance(sec_[sub], list) else []
-        out[name] = sec_
-    settings = out["run"].get("settings")
-    if isinstance(settings, dict):
-        out["run"]["settings"] = {k: v for k, v in settings.items() if isinstance(v, dict)}
-    for name in ("allocator", "pmem", "scheduler"):
-        if name in out and not isinstance(out[name], dict):
-            out[name] = None
-    alloc, tier = out.get("allocator"), get(out.get("allocator"), A.TIER)
-    if out.get("pmem") is None and isinstance(alloc, dict) and isinstance(tier, dict) and \
-            str(tier.get(PM.STATE) or "off") not in ("off", "disabled"):
-        out["pmem"] = tier
-    if not isinstance(out.get("bounds"), dict):   # a report written before the bounds section: built from its figures
-        from rtkit.report import bounds
-        out["bounds"] = bounds.build(out)
-    notes = out.get("notes")
-    out["notes"] = [str(n) for n in notes] if isinstance(notes, list) else ([] if notes is None else [str(notes)])
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# derived figures used by several views
-
-
-def faults_per_step(report: Dict[str, Any]) -> Optional[float]:
-    return get(report, "steps.summary.minor_faults_per_step_median")
-
-
-def cpu_seconds(report: Dict[str, Any]) -> Optional[float]:
-    return G.cpu_seconds(report)
-
-
-_API_OF_SOURCE = {"keras": "Keras Model.fit", "manual": "rtkit.step()", "session": "tf.compat.v1 sessions",
-                  "function": "tf.function calls"}
-
-
-def steps_api(report: Dict[str, Any]) -> Optional[str]:
-    """The API that produced the counted steps, in words; older reports only say the source."""
-    api = get(report, "steps." + ST.API)
-    if api:
-        return str(api)
-    src = get(report, "steps." + ST.SOURCE)
-    return _API_OF_SOURCE.get(str(src)) if src else None
-
-
-def cpu_utilization(report: Dict[str, Any]) -> Optional[float]:
-    """CPU seconds per wall second (1.0 = one core busy for the whole run)."""
-    c, d = cpu_seconds(report), get(report, "run.duration_s")
-    return fmt.safe_ratio(c, d)
-
-
-def allocator_counts(alloc: Any) -> Tuple[Optional[float], Optional[float]]:
-    """(arena hits, fallbacks) as totals."""
-    hits, falls = get(alloc, A.ARENA_HITS), get(alloc, A.FALLBACKS)
-    return (hits if fmt.is_num(hits) else None, falls if fmt.is_num(falls) else None)
-
-
-def allocator_hit_rate(alloc: Any) -> Optional[float]:
-    rate = get(alloc, A.HIT_RATE)
-    return rate if fmt.is_num(rate) else None
-
-
-def allocator_state(alloc: Any) -> Optional[str]:
-    v = get(alloc, A.STATE)
-    return None if v is None else str(v)
-
-
-def allocator_profile_span(alloc: Any) -> Optional[Tuple[float, float]]:
-    """(first, last) step the allocator profiled, when it says."""
-    a, b = get(alloc, A.PROFILE_START), get(alloc, A.PROFILE_END)
-    return (a, b) if fmt.is_num(a) and fmt.is_num(b) and b >= a else None
-
-
-def allocator_per_step(alloc: Any) -> List[Tuple[Any, float, float]]:
-    """[(step, hits, fallbacks)] from the allocator's per-step census, when it has one."""
-    seq = get(alloc, A.PER_STEP)
-    out = []
-    if isinstance(seq, list):
-        for i, r in enumerate(seq):
-            if not isinstance(r, dict):
-                continue
-            h, f = r.get(A.STEP_ARENA_HITS), r.get(A.STEP_FALLBACKS)
-            if fmt.is_num(h) or fmt.is_num(f):
-                out.append((_step_no(r, i - 1), h if fmt.is_num(h) else 0, f if fmt.is_num(f) else 0))
-    return out
-
-
-def plan_classes(alloc: Any) -> Any:
-    return get(alloc, A.PLAN_CLASSES)
-
-
-def sched_chosen(sched: Any) -> Any:
-    return get(sched, S.CHOSEN)
-
-
-def sched_trials(sched: Any) -> Any:
-    return get(sched, S.TRIALS)
-
-
-def sched_occupancy_series(sched: Any) -> List[Tuple[float, float]]:
-    seq = get(sched, S.OCCUPANCY_SAMPLES)
-    if not isinstance(seq, list):
-        return []
-    return [(i + 1, v) for i, v in enumerate(seq) if fmt.is_num(v)]
-
-
-# ---------------------------------------------------------------------------------------------
 # sections
 
 
@@ -296,11 +170,11 @@ def run_section(report: Dict[str, Any]) -> Section:
     _add(s.rows, "started", run.get("start_time"))
     _add(s.rows, "profile", None, text=run.get("profile") or "(none)")
     settings = run.get("settings") or {}
-    changed = settings_differ(default_settings(settings), settings)
+    changed = F.settings_differ(F.default_settings(settings), settings)
     if changed:
         s.rows.append(("settings", f"{len(changed)} not default:"))
         for d in changed:
-            s.rows.append((f"  {d['key']}", f"{_setting_text(d['key'], d['b'])}  [{d['source_b']}]"))
+            s.rows.append((f"  {d['key']}", f"{F.setting_text(d['key'], d['b'])}  [{d['source_b']}]"))
     elif settings:
         s.rows.append(("settings", "all defaults"))
     env = run.get("child_env") or {}
@@ -318,46 +192,6 @@ def run_section(report: Dict[str, Any]) -> Section:
         _add(s.rows, "host", None, text=f"{host.get('cpus', '?')} CPUs, {fmt.nbytes(host.get('memory_bytes'))}")
     _add(s.rows, "run dir", run.get("run_dir"))
     return s
-
-
-def settings_differ(sa: Dict[str, Any], sb: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Settings whose value differs between two settings echoes (run.settings), by key: the one rule behind
-    `rtkit compare`'s "what differs" and a run's "not default" (a setting a profile or flag set to its default
-    value is no difference)."""
-    out = []
-    sa, sb = sa if isinstance(sa, dict) else {}, sb if isinstance(sb, dict) else {}
-    for k in sorted(set(sa) | set(sb)):
-        va, vb = get(sa, f"{k}.value"), get(sb, f"{k}.value")
-        if va != vb:
-            out.append({"key": k, "a": va, "b": vb, "source_a": get(sa, f"{k}.source"), "source_b": get(sb, f"{k}.source")})
-    return out
-
-
-def default_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """The settings echo of a run with every setting at its default (the settings table's), for the keys of
-    `settings`; a key the table no longer has keeps its recorded value when that came from the default."""
-    from rtkit import config  # imports nothing of rtkit
-    out = {}
-    for k, v in (settings.items() if isinstance(settings, dict) else ()):
-        st = config.BY_KEY.get(k)
-        if st is not None:
-            out[k] = {"value": st.default, "source": "default"}
-        elif isinstance(v, dict) and v.get("source") == "default":
-            out[k] = {"value": v.get("value"), "source": "default"}
-    return out
-
-
-def _setting_text(key: str, value: Any) -> str:
-    try:  # sizes read better as 64K/1M; config.py imports nothing of rtkit, so this stays light
-        from rtkit import config
-        st = config.BY_KEY.get(key)
-        if st is not None and st.kind == "size" and isinstance(value, int):
-            return config.format_size(value)
-        if st is not None and st.kind == "bool":
-            return "on" if value else "off"
-    except Exception:  # pragma: no cover - the report must render even without config
-        pass
-    return "''" if value == "" else str(value)
 
 
 def _shorten_env(name: str, value: str) -> str:
@@ -382,7 +216,7 @@ def steps_section(report: Dict[str, Any], view: str = "terminal") -> Section:
         s.off = "no step data"
         return s
     count = st.get("count")
-    api = steps_api(report)
+    api = F.steps_api(report)
     _add(s.rows, G.name("steps"), None, text=f"{fmt.num(count)} from {api}" if api and count
          else f"{fmt.num(count)} (source: {st.get('source') or 'none'})")
     if count:
@@ -395,7 +229,7 @@ def steps_section(report: Dict[str, Any], view: str = "terminal") -> Section:
         _add(s.rows, "epoch times", None, text=", ".join(fmt.seconds(e) for e in epochs[:12])
              + (f" ... ({len(epochs)} epochs)" if len(epochs) > 12 else ""))
     if st.get("signature"):
-        _add(s.rows, "signature", None, text=_shorten(str(st.get("signature")), 200))
+        _add(s.rows, "signature", None, text=fmt.shorten(str(st.get("signature")), 200))
     if not count and st.get(ST.NO_STEP_REASON):
         _add(s.rows, "why none", None, text=str(st.get(ST.NO_STEP_REASON)))
     hook = st.get("hook") or {}
@@ -409,15 +243,11 @@ def steps_section(report: Dict[str, Any], view: str = "terminal") -> Section:
     others = st.get("other_signatures") or []
     if others:
         t = table_from_records("other run signatures (not counted as steps)",
-                               [{"signature": _shorten(str(o.get("signature")), 60), "count": o.get("count")}
+                               [{"signature": fmt.shorten(str(o.get("signature")), 60), "count": o.get("count")}
                                 for o in others if isinstance(o, dict)])
         if t:
             s.tables.append(t)
     return s
-
-
-def _shorten(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def process_section(report: Dict[str, Any], view: str = "terminal") -> Section:
@@ -428,9 +258,9 @@ def process_section(report: Dict[str, Any], view: str = "terminal") -> Section:
         return s
     for fid in ("peak_rss_bytes", "minor_faults", "major_faults"):
         _fig(s.rows, report, fid)
-    cpu = cpu_seconds(report)
+    cpu = G.cpu_seconds(report)
     if cpu is not None:
-        util = cpu_utilization(report)
+        util = F.cpu_utilization(report)
         text = (f"{fmt.seconds(cpu)} (user {fmt.seconds(p.get('cpu_user_s'))}, "
                 f"system {fmt.seconds(p.get('cpu_system_s'))})")
         if util is not None:
@@ -465,7 +295,7 @@ def allocator_section(report: Dict[str, Any], view: str = "terminal") -> Section
         return s
     _fig(s.rows, report, "allocator_state")
     _fig(s.rows, report, "allocator_plan")
-    classes = plan_classes(a)
+    classes = F.plan_classes(a)
     plan = get(a, A.PLAN)
     if isinstance(classes, list) and classes:
         bl = [c.get(A.CLASS_BLOCKS) for c in classes if isinstance(c, dict) and fmt.is_num(c.get(A.CLASS_BLOCKS))]
@@ -483,7 +313,7 @@ def allocator_section(report: Dict[str, Any], view: str = "terminal") -> Section
                 _add(s.rows, "plan file" if k == "plan_path" else fmt.label(k), v)
     for fid in ("reserved_bytes", "hit_rate", "hit_rate_after_plan"):
         _fig(s.rows, report, fid)
-    hits, falls = allocator_counts(a)
+    hits, falls = F.allocator_counts(a)
     _add(s.rows, "arena hits (whole run)", hits, "arena_hits")
     _add(s.rows, "fallbacks (whole run)", falls, "fallbacks")
     for fid in ("faults_before_plan", "faults_after_plan"):
@@ -495,7 +325,7 @@ def allocator_section(report: Dict[str, Any], view: str = "terminal") -> Section
     if t:
         s.tables.append(t)
     s.tables.extend(generic_tables(a))
-    per = allocator_per_step(a)
+    per = F.allocator_per_step(a)
     if per and view == "terminal":
         s.rows.append(("per-step census", f"{len(per)} steps (plotted by `rtkit report --html`)"))
     errs = get(a, A.ERRORS)
@@ -512,8 +342,8 @@ def _echo_notes(report: Dict[str, Any], alloc: Dict[str, Any]) -> List[str]:
     for key, value in echo.items():
         want = settings.get(key)
         if isinstance(want, dict) and "value" in want and want["value"] != value:
-            out.append(f"the allocator read {key}={_setting_text(key, value)}, rtkit resolved "
-                       f"{_setting_text(key, want['value'])}")
+            out.append(f"the allocator read {key}={F.setting_text(key, value)}, rtkit resolved "
+                       f"{F.setting_text(key, want['value'])}")
     return out
 
 
@@ -545,7 +375,7 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
     _fig(s.rows, report, "sched_chosen")
     _add(s.rows, "what was applied", None, text=words.applied(sc, get(report, "steps." + ST.SOURCE) == "keras"))
     _add(s.rows, "pipelining", None, text=words.pipeline(sc))
-    trials = sched_trials(sc)
+    trials = F.sched_trials(sc)
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):
         _add(s.rows, "tuning outcome", None, text=words.tuning(report, tuning))
@@ -612,36 +442,10 @@ def _tier_view(report: Dict[str, Any]) -> Section:
 
 def build_sections(report: Dict[str, Any], view: str = "terminal") -> List[Section]:
     """The sections in order; `view` is "terminal" or "html" (the HTML draws what the terminal only mentions)."""
-    report = normalize(report)
+    report = load.normalize(report)
     out = [run_section(report), steps_section(report, view), process_section(report, view),
            bounds_section(report, view), allocator_section(report, view), pmem_section(report, view), _tier_view(report), scheduler_section(report, view),
            notes_section(report)]
     for s in out[:3]:  # the parent's own sections follow the same contract
         s.notes += contract.missing_note(s.key, report.get(s.key))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# series for plots (lists of (x, y))
-
-
-def _step_no(rec: Dict[str, Any], i: int) -> float:
-    v = rec.get("step")
-    return v if fmt.is_num(v) else i + 1
-
-
-def series(report: Dict[str, Any]) -> Dict[str, Sequence[Tuple[float, float]]]:
-    report = normalize(report)
-    out: Dict[str, Sequence[Tuple[float, float]]] = {}
-    samples = get(report, "process.samples") or []
-    rss = [(x["t_s"], x["rss_bytes"]) for x in samples
-           if isinstance(x, dict) and fmt.is_num(x.get("t_s")) and fmt.is_num(x.get("rss_bytes"))]
-    while rss and rss[-1][1] == 0:     # a sample taken after the process exited is not a measurement
-        rss.pop()
-    out["rss"] = rss
-    per = get(report, "steps.per_step") or []
-    out["step_ms"] = [(_step_no(x, i), x["step_ms"]) for i, x in enumerate(per)
-                      if isinstance(x, dict) and fmt.is_num(x.get("step_ms"))]
-    out["faults"] = [(_step_no(x, i), x["minor_faults"]) for i, x in enumerate(per)
-                     if isinstance(x, dict) and fmt.is_num(x.get("minor_faults"))]
     return out

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
+from rtkit.report import figures as F
 from rtkit.report import fmt
 from rtkit.report import glossary as G
-from rtkit.report import sections as sec
+from rtkit.report import load
 from rtkit.report import words
 from rtkit.report import tier
 from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S, Steps as ST
@@ -53,7 +54,7 @@ def steps_line(r: Dict[str, Any]) -> str:
         why, reason = hook.get("status"), st.get(ST.NO_STEP_REASON)
         return "rtkit: steps: none counted" + (f" (hooks: {why}: {hook.get('detail')})" if why and why != "ok" else
                                                f" ({reason})" if reason else "")
-    api = sec.steps_api(r)
+    api = F.steps_api(r)
     text = f"rtkit: steps: {fmt.num(count)} counted" + (f" from {api}" if api else "")
     measured, warm = G.value(r, "measured_steps"), get(st, ST.WARMUP_STEPS)
     if measured is not None and fmt.is_num(warm):
@@ -142,14 +143,14 @@ def problems(r: Dict[str, Any]) -> List[str]:
 
 
 def lines(report: Dict[str, Any], report_path: Optional[str] = None) -> List[str]:
-    r = sec.normalize(report)
+    r = load.normalize(report)
     out = [status_line(r), steps_line(r)]
     for line in (keras_line(r), memory_line(r), allocator_line(r), tier_line(r), scheduler_line(r)):
         if line:
             out.append(line)
     probs = problems(r)
     for p in probs[:MAX_PROBLEMS]:
-        out.append("rtkit: note: " + sec._shorten(p, 160))
+        out.append("rtkit: note: " + fmt.shorten(p, 160))
     if len(probs) > MAX_PROBLEMS:
         out.append(f"rtkit: {len(probs) - MAX_PROBLEMS} more note(s) in the report")
     run = r.get("run") or {}

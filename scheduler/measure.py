@@ -1,0 +1,259 @@
+# measure.py -- the measuring side of the Scheduler: step times, traced stage costs, tuning, pinning and the report.
+"""The hooks' step owner tells the Scheduler of every training step (on_step); the first steps after a warm-up are
+traced for per-stage op time, then the tuner's candidates are timed one after another and the chosen one is kept
+and written as a profile. report() is scheduler-<pid>.json; at_exit writes it with the trace."""
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any, Dict, List, Optional
+
+from . import pools as _pools
+from .report import now_iso, write_profile, write_report
+from .stages import STAGES
+from .trace import Trace
+from .tuner import Tuner
+
+TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without a profiler session, which FULL_TRACE would start and which two concurrent runs cannot share) to measure per-stage cost
+WARM_RUNS = 3            # steps of the chosen signature before tracing starts
+MAX_STEP_KEYS = 64       # run shapes remembered as the step's (for the decisions made before a run)
+
+
+class Measurement:
+    """Mixed into Scheduler: what was measured of the steps, and the tuner that acts on it. `st` is a session's
+    staging state (pipeline.py)."""
+
+    def _init_measurement(self) -> None:
+        self.tuner = self._new_tuner()
+        self.trace = Trace()
+        self.step_signature: Optional[str] = None   # the step owner's name for the step (on_step)
+        # this scheduler's run keys (sorted fetch names) of runs the step owner called steps: what is decided before
+        # a run (tracing, the tuner's candidate) asks whether the run about to start is the step's
+        self._step_keys: set = set()
+        self.step_runs = 0
+        self.step_ms: List[float] = []
+        self._traced_steps = 0
+        self._input_trace_left = 0
+        self._traced_inputs = 0
+        self.stage_cost_ms = {s: 0.0 for s in STAGES}
+        self.input_run_cost_ms = 0.0
+        self.pin_result: Optional[Dict] = None
+        self.profile_written: List[str] = []
+        self._finished = False
+
+    def _new_tuner(self) -> Optional[Tuner]:
+        if not self.tune:
+            return None
+        return Tuner(self.plan.compute_sizes, self.plan.input_sizes, int(self.settings.get("sched_tune_steps") or 0),
+                     stage_options=(False, True) if self.stage else (False,))
+
+    def _before_step_run(self, key: tuple) -> bool:
+        """Before a run of run shape `key`: whether it is traced; a step run past the tracing gets the tuner's
+        current candidate."""
+        is_step = key in self._step_keys   # the step's run shape: known only after the step owner named it once
+        tracing = is_step and self._traced_steps < TRACE_STEPS and self.step_runs > WARM_RUNS
+        if is_step and not tracing and self.tuner is not None and not self.tuner.done and \
+                self._traced_steps >= TRACE_STEPS:
+            c, i, stg = self.tuner.current()
+            self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
+        return tracing
+
+    def on_step(self, signature: str, ms: float) -> None:
+        """The step owner's word that a training step (of any API) just ended on this thread, `ms` long (what the
+        script waited for, a staged batch's wait included). A change of step signature (the train op overtaking
+        reads a hook made at session creation) discards what was measured on the earlier one."""
+        switched_from = None
+        with self._lock:
+            if signature != self.step_signature:
+                if self.step_signature is not None:
+                    switched_from = (self.step_signature, self.step_runs)
+                    self.step_ms = []
+                    self._traced_steps = 0
+                    self.stage_cost_ms = {k: 0.0 for k in self.stage_cost_ms}
+                    self.tuner = self._new_tuner()
+                    self.active.update(compute=self.plan.compute_sizes[0], input=self.plan.input_sizes[0],
+                                       stage=self.stage and self.tuner is None)
+                self.step_signature = signature
+                self.step_runs = 0
+                self._step_keys = set()
+            self.step_runs += 1
+        self._local.step_ms = float(ms)
+        if switched_from is not None and switched_from[1] >= WARM_RUNS:  # self.note takes the lock
+            self.note(f"the step is the run of {signature[:120]}, not the earlier {switched_from[0][:80]} "
+                      f"({switched_from[1]} runs: a hook's read)")
+
+    def _after_run(self, st, key: tuple, mode: str, t0: float, t1: float, tracing: bool,
+                   md) -> None:
+        """After one of the runs this scheduler wraps: when the step owner called it the step (on_step on this
+        thread, during the run), the step's part: t0..t1 is TF's run, the step's time is on_step's."""
+        ms = getattr(self._local, "step_ms", None)
+        self._local.step_ms = None
+        if ms is None:
+            return
+        with self._lock:
+            if len(self._step_keys) >= MAX_STEP_KEYS:
+                self._step_keys.clear()
+            self._step_keys.add(key)
+        kind = getattr(self._local, "step_kind", None) if mode == "staged" else mode
+        self.trace.add("steps", "step", t0 * 1e6, (t1 - t0) * 1e6, {"mode": kind or mode})
+        if tracing:
+            self._traced_steps += 1
+            self._take_stats(md, st, "step")
+            return
+        self.step_ms.append(ms)
+        if self.tuner is not None and self._traced_steps >= TRACE_STEPS and not self.tuner.done:
+            self.tuner.record(ms)
+            if self.tuner.done:
+                self._tuning_finished()
+        if self.settings.get("sched_pin") and self.pin_result is None and \
+                (self.tuner is None or self.tuner.done) and st.routed:
+            total = sum(self.stage_cost_ms.values())
+            share = self.stage_cost_ms["input"] / total if total else None
+            self.pin_result = _pools.pin_pools(self.plan, {
+                "compute": self.plan.index("compute", self.active["compute"]),
+                "input": self.plan.index("input", self.active["input"])}, share)
+
+    def _take_stats(self, md, st, label: str, input_run: bool = False, stage_of=None) -> None:
+        if md is None or self.last_analysis is None:
+            return
+        cost = self.trace.add_step_stats(md.step_stats, stage_of or self.last_analysis.stage, label)
+        with self._lock:
+            for k, v in cost.items():
+                self.stage_cost_ms[k] += v
+            if input_run:
+                self._traced_inputs += 1
+                self.input_run_cost_ms += sum(cost.values())
+
+    def _tuning_finished(self) -> None:
+        c, i, stg = self.tuner.chosen
+        self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
+        values = {"sched": True, "sched_stage": stg, "sched_stage_depth": self.depth,
+                  "sched_inter_op": c, "sched_intra_op": self.plan.intra_op, "sched_input_threads": i,
+                  "sched_tune": False}
+        desc = f"Tuned by the rtkit scheduler on {now_iso()} ({_pools.cpu_count()} CPUs)"
+        targets = []
+        if self.run_dir:
+            targets.append(os.path.join(self.run_dir, "scheduler-profile.toml"))
+        if self.settings.get("sched_save_profile"):
+            targets.append(str(self.settings["sched_save_profile"]))
+        for path in targets:
+            err = write_profile(path, values, desc)
+            if err:
+                self.note(err)
+            else:
+                self.profile_written.append(path)
+
+    def state_line(self) -> str:
+        """What actually happened, in one line (the run summary shows it)."""
+        c = self.counts
+        parts = []
+        if not self.stage:
+            parts.append("staging off")
+        elif c["rewrites"] == 0:
+            parts.append("not staged" + (f" ({self.stage_reason})" if self.stage_reason else
+                                         " (no session graph ran)"))
+        elif c["staged_steps"] == 0 and c["inline_steps"]:
+            parts.append(f"staging off: the script's own graph ran ({c['inline_steps']} steps), "
+                         "0 extra runs per step")
+        else:
+            parts.append(f"in-graph staging: {c['staged_steps']} of {c['input_runs']} input-reading runs staged")
+            if c["inline_steps"]:
+                parts.append(f"{c['inline_steps']} unstaged: the script's own graph ran, 0 extra runs per step")
+        if self.keras.get("datasets"):
+            parts.append(f"stage options on {len(self.keras['datasets'])} tf.data input(s) (Keras fit or an eager loop)")
+        if self.tuner is not None:
+            t = self.tuner.report()
+            if not t["done"]:
+                parts.append(f"tuning not finished ({t['steps_used']} of {t['budget_steps']} steps)")
+            else:
+                parts.append("tuned: " + t["verdict"])
+        if self.errors:
+            parts.append(f"{len(self.errors)} error(s): {self.errors[0][:80]}")
+        return "on, " + ", ".join(parts)
+
+    def report(self) -> Dict[str, Any]:
+        sm = self.last_analysis
+        n_traced = max(1, self._traced_steps)
+        stages = {}
+        counts = sm.counts() if sm else {s: 0 for s in STAGES}
+        total_ms = sum(self.stage_cost_ms.values()) or 0.0
+        for s in STAGES:
+            ms = self.stage_cost_ms[s] / n_traced if self._traced_steps else None
+            stages[s] = {"ops": counts[s], "op_time_ms_per_step": ms,
+                         "share_pct": (100.0 * self.stage_cost_ms[s] / total_ms) if total_ms else None}
+        tuning = self.tuner.report() if self.tuner else None
+        med = statistics.median(self.step_ms) if self.step_ms else None
+        if tuning is not None:
+            # what the slower trials cost, as a share of this job's step time (the report's steps, traced ones
+            # left out, as the tuner never sees them)
+            extra = tuning["overhead_vs_chosen_ms"]
+            tuning["cost_pct_of_job"] = (round(100.0 * extra / sum(self.step_ms), 2)
+                                         if self.step_ms and extra is not None else None)
+        staged = self.last_staged
+        depths = [d for _, d in self._depth]
+        hidden = [o[3] for o in self._overlap]
+        return {
+            "schema_version": 2,
+            "pid": os.getpid(),
+            "state": self.state_line(),
+            "settings": {k: v for k, v in self.settings.items() if k.startswith("sched")},
+            "sessions": self.sessions_info,
+            "keras": self.keras,
+            "stages": stages,
+            "stage_cost_source": f"RunMetadata step_stats of {self._traced_steps} traced step(s) and "
+                                 f"{self._traced_inputs} traced put run(s); op time summed per stage",
+            "input_share_pct": stages["input"]["share_pct"],
+            "step_signature": self.step_signature,
+            "steps_seen": self.step_runs,
+            "step_ms_median": med,
+            "chosen": {"compute_threads": self.active["compute"], "input_threads": self.active["input"],
+                       "intra_op_threads": self.plan.intra_op, "stage_pipelined": self.active["stage"],
+                       "stage_depth_steps": self.depth if self.active["stage"] else 0},
+            "tuning": tuning,
+            "speedup_over_first_x": tuning["speedup_over_first_x"] if tuning else None,
+            "pipeline": {
+                "enabled": self.stage,
+                "mechanism": "in-graph StagingArea (put ahead on the input pool; a staged step reads the get "
+                             "through CallableOptions.tensor_connection, the script's graph is not rewired)",
+                "unstaged_step": "the script's own fetches on the script's own graph: one TF call, no put",
+                "staged": staged is not None,
+                "not_staged_reason": self.stage_reason,
+                "cuttable": bool(sm and sm.cuttable),
+                "depth_steps": self.depth,
+                "boundary_tensors": list(staged.boundary) if staged else (list(sm.boundary) if sm else []),
+                "connected_inputs": staged.connected if staged else 0,
+                "pipelined_ops": len(sm.pipelined) if sm else 0,
+                "pipelines_started": self.counts["runners_started"],
+                "input_runs": self.counts["input_runs"],
+                "staged_steps": self.counts["staged_steps"],
+                "inline_steps": self.counts["inline_steps"],
+                "unstaged_steps": self.counts["inline_steps"],
+                "dropped_batches": self.counts["dropped_items"],
+                "errors_delivered": self.counts["errors_delivered"],
+                "direct_input_runs": self.counts["direct_input_runs"],
+                "queue_depth_samples": self._depth,
+                "occupancy_samples_batches": depths,
+                "occupancy_mean_batches": (sum(depths) / len(depths)) if depths else None,
+                "steps_waited_pct": (100.0 * sum(1 for d in depths if d == 0) / len(depths)) if depths else None,
+                "overlap_samples": self._overlap,
+                "overlap_columns": ["step", "put_ms", "wait_ms", "hidden_pct"],
+                "input_hidden_pct_median": statistics.median(hidden) if hidden else None,
+            },
+            "pinning": self.pin_result,
+            "profiles_written": self.profile_written,
+            "errors": self.errors,
+            "notes": self.notes,
+        }
+
+    def at_exit(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        # never hold the process: a runner blocked in a long input run is a daemon and is abandoned
+        self.stop_all(timeout_s=1.0)
+        if self.run_dir:
+            try:
+                write_report(self.run_dir, self.report(), self.trace.chrome())
+            except OSError as exc:
+                self.note(f"cannot write the scheduler report: {exc}")
+
