@@ -36,7 +36,7 @@ def test_every_entry_point_and_arena_realloc(prm, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "prmalloc_api: ok\n"
     doc = stats(tmp_path)
-    assert doc["schema_version"] == 1 and doc["state"] == "planned"
+    assert doc["schema_version"] == 2 and doc["state"] == "planned"
     assert doc["plan"]["source"] == "profiled"
     sizes = [c["size_bytes"] for c in doc["plan"]["classes"]]
     assert 1 << 20 in sizes and 300 << 10 in sizes

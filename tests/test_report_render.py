@@ -252,6 +252,28 @@ def test_missing_or_bad_run_dir(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_a_report_of_the_previous_schema_is_one_line(runs, tmp_path):
+    """A report.json of schema_version 1 (the tier's figures inside the allocator's, no bounds section) is not
+    rebuilt into today's shape: `rtkit report` and `rtkit compare` say so in one line and exit 2."""
+    out, _, _ = runs
+    rep = load_report(out["plain"])
+    rep["schema_version"] = 1
+    del rep["bounds"]
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "report.json").write_text(json.dumps(rep))
+    for args in ([old], [old, "--json"], [old, "--html", tmp_path / "old.html"]):
+        proc = report_cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stdout == ""
+        assert proc.stderr.count("\n") == 1 and "schema_version 1" in proc.stderr, proc.stderr
+    assert not (tmp_path / "old.html").exists()
+    for pair in ([old, out["plain"]], [out["plain"], old]):
+        proc = run_rtkit(["compare", *map(str, pair)])
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert proc.stderr.count("\n") == 1 and "schema_version 1" in proc.stderr, proc.stderr
+
+
 def test_html_unwritable_path(runs, tmp_path):
     out, _, _ = runs
     proc = report_cli(out["plain"], "--html", tmp_path / "no" / "such" / "dir" / "r.html")
@@ -612,12 +634,12 @@ def test_compare_across_schema_versions(runs):
     out, _, _ = runs
     a = load_report(out["plain"])
     b = copy.deepcopy(a)
-    b["schema_version"] = 2
+    b["schema_version"] = a["schema_version"] + 1
     del b["steps"]["summary"]["step_ms_p95"]
     b["scheduler"] = {"schema_version": 2, "chosen": {"compute_threads": 2}, "pipeline": {"staged_steps": 0,
                       "not_staged_reason": "no tf.data input"}, "tuning": None}
     text = compare_mod.render(a, b, width=100)
-    assert "report schema versions differ (A 1, B 2)" in text
+    assert f"report schema versions differ (A {a['schema_version']}, B {b['schema_version']})" in text
     assert "scheduler: off -> on" in text
     data = compare_mod.compare(a, b)
     m = {x["key"]: x for x in data["metrics"]}

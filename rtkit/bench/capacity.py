@@ -311,7 +311,6 @@ def figures(run_dir: str, losses: List[float], batch: int) -> Dict[str, Any]:
         rep = json.load(fh)
     summ = rep["steps"]["summary"]
     pm = rep.get("pmem") or {}
-    anon = (rep.get("allocator") or {}).get("pmem") or {}
     proc = rep["process"]
     timeline = [{"t_s": x["t_s"], "step": x["step"], "resident_bytes": x["resident_bytes"]}
                 for x in pm.get("timeline") or []]
@@ -320,8 +319,7 @@ def figures(run_dir: str, losses: List[float], batch: int) -> Dict[str, Any]:
         "examples_per_s": batch * 1000.0 / summ["step_ms_median"] if summ.get("step_ms_median") else None,
         "major_faults_per_step": _faults_per_step(rep), "major_faults": proc.get("major_faults"),
         "disk_read_bytes": proc.get("disk_read_bytes"), "disk_written_bytes": proc.get("disk_written_bytes"),
-        "peak_anon_rss_bytes": anon.get("process_rss_anon_peak_sampled_bytes") or pm.get(
-            "process_rss_anon_peak_sampled_bytes"),
+        "peak_anon_rss_bytes": pm.get("process_rss_anon_peak_sampled_bytes"),
         "peak_rss_bytes": proc.get("peak_rss_bytes"), "wall_s": rep["run"]["duration_s"],
         "pool_bytes": pm.get("tier_last_step_bytes"), "pool_resident_timeline": timeline,
         "dram_head": pm.get("dram_head"),

@@ -1,7 +1,7 @@
 # compare.py -- two runs side by side for `rtkit compare`: what differs first (settings, components), then B/A figures.
 """Figures and their names come from report/glossary.py (the same words as the summary, `rtkit report` and the
 HTML). A ratio whose distance from 1.0 the runs' own per-step spread explains is marked "within noise" rather
-than called better or worse. Reports of any schema version compare: a figure one of them lacks is '-'."""
+than called better or worse. A report of a newer schema version compares: a figure one of them lacks is '-'."""
 from __future__ import annotations
 
 import shutil

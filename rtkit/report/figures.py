@@ -17,7 +17,7 @@ _API_OF_SOURCE = {"keras": "Keras Model.fit", "manual": "rtkit.step()", "session
 
 
 def steps_api(report: Dict[str, Any]) -> Optional[str]:
-    """The API that produced the counted steps, in words; older reports only say the source."""
+    """The API that produced the counted steps, in words; a hook that names no API is said by its source."""
     api = get(report, "steps." + ST.API)
     if api:
         return str(api)

@@ -6,8 +6,7 @@ import os
 from typing import Any, Dict, Tuple
 
 from rtkit.errors import UserError
-from rtkit.report.contract import Allocator as A, Pmem as PM
-from rtkit.report.fmt import get
+from rtkit.report.model import SCHEMA_VERSION
 
 
 MAX_REPORT_BYTES = 64 << 20
@@ -65,11 +64,16 @@ def load(path: str) -> Tuple[Dict[str, Any], str]:
     if not isinstance(data, dict) or "run" not in data:
         raise ReportError(f"rtkit: '{file}' is not an rtkit report (no 'run' section)")
     version = data.get("schema_version")
-    if isinstance(version, int) and version > 1:
+    if isinstance(version, int) and version < SCHEMA_VERSION:
+        # an older report has sections of another shape (the tier's figures inside the allocator's, no bounds):
+        # its own rtkit reads it
+        raise ReportError(f"rtkit: '{file}' is a report of schema_version {version}; this rtkit reads version "
+                          f"{SCHEMA_VERSION}: read it with the rtkit that wrote it, or run the job again")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
         # newer reports stay readable: keys are only ever added; say so once in the notes
         data.setdefault("notes", [])
         if isinstance(data["notes"], list):
-            data["notes"].append(f"report schema_version {version} is newer than this renderer (1)")
+            data["notes"].append(f"report schema_version {version} is newer than this renderer ({SCHEMA_VERSION})")
     return data, os.path.dirname(os.path.abspath(file))
 
 
@@ -98,16 +102,9 @@ def normalize(report: Any) -> Dict[str, Any]:
     settings = out["run"].get("settings")
     if isinstance(settings, dict):
         out["run"]["settings"] = {k: v for k, v in settings.items() if isinstance(v, dict)}
-    for name in ("allocator", "pmem", "scheduler"):
+    for name in ("allocator", "pmem", "scheduler", "bounds"):
         if name in out and not isinstance(out[name], dict):
             out[name] = None
-    alloc, tier = out.get("allocator"), get(out.get("allocator"), A.TIER)
-    if out.get("pmem") is None and isinstance(alloc, dict) and isinstance(tier, dict) and \
-            str(tier.get(PM.STATE) or "off") not in ("off", "disabled"):
-        out["pmem"] = tier
-    if not isinstance(out.get("bounds"), dict):   # a report written before the bounds section: built from its figures
-        from rtkit.report import bounds
-        out["bounds"] = bounds.build(out)
     notes = out.get("notes")
     out["notes"] = [str(n) for n in notes] if isinstance(notes, list) else ([] if notes is None else [str(notes)])
     return out

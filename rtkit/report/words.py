@@ -68,10 +68,6 @@ def pipeline(sc: Dict[str, Any]) -> str:
         if not reason and fmt.is_num(get(sc, S.UNSTAGED_STEPS)) and get(sc, S.UNSTAGED_STEPS) > 0:
             return f"no step pipelined (staging off: {_OWN_GRAPH})"
         return "no step pipelined" + (f" ({reason})" if reason else "")
-    # scheduler schema 1: it counts pipelines started, not steps
-    started = get(sc, "pipeline.pipelines_started")
-    if get(sc, S.PIPELINE_ENABLED) and fmt.is_num(started) and started > 0:
-        return f"input pipeline started {fmt.num(started)} time(s) (this scheduler version does not count pipelined steps)"
     return "no step pipelined"
 
 

@@ -28,7 +28,7 @@ int rtkit_malloc_in_pmem(const void *p);
 int rtkit_malloc_write_stats(void);
 
 /* Schema version of allocator-<pid>.json and of the plan file format. */
-#define RTKIT_MALLOC_STATS_SCHEMA 1
+#define RTKIT_MALLOC_STATS_SCHEMA 2
 #define RTKIT_MALLOC_PLAN_VERSION 1
 
 #ifdef __cplusplus

@@ -167,15 +167,8 @@ long rtk_stats_format(char *buf, size_t cap)
             (unsigned long long)1 << b, (unsigned long long)t->count[b], (unsigned long long)t->bucket_bytes[b]);
         first = 0;
     }
-    rtk_out_put(&o, "],\n  \"pmem\": ");
-    if (!o.full) {
-        long m = rtk_tier_format(o.buf + o.off, o.cap - o.off, 0);
-        if (m < 0)
-            o.full = 1;
-        else
-            o.off += (size_t)m;
-    }
-    rtk_out_put(&o, "\n}\n");
+    /* tier mode's figures have one file of their own, pmem-<pid>.json (tier_stats.c) */
+    rtk_out_put(&o, "]\n}\n");
     return o.full ? -1 : (long)o.off;
 }
 

@@ -28,8 +28,6 @@ RTK_HIDDEN void rtk_tier_note_carried(uintptr_t p, size_t size);
 RTK_HIDDEN void rtk_tier_carry_done(void);
 RTK_HIDDEN void rtk_tier_plan_ready(void);
 RTK_HIDDEN void rtk_tier_step_mark(void);
-/* The "pmem" JSON object (no trailing newline) into buf; length or -1 when it does not fit. */
-RTK_HIDDEN long rtk_tier_format(char *buf, size_t cap, int indent);
 /* Write $RTKIT_RUN_DIR/pmem-<pid>.json when tier mode is configured. */
 RTK_HIDDEN void rtk_tier_write_file(const char *run_dir, long pid);
 RTK_HIDDEN void rtk_tier_fork_prepare(void);  /* last of the prepare handlers: it takes the live-record lock */

@@ -46,12 +46,13 @@ static double hot_fraction(const live_t *r)
     return r->n ? (in >= r->n ? 1.0 : (double)in / (double)r->n) : 0.0;
 }
 
-long rtk_tier_format(char *buf, size_t cap, int indent)
+/* The "pmem" JSON object (no trailing newline) into buf; length or -1 when it does not fit. */
+static long tier_format(char *buf, size_t cap)
 {
     const rtk_tier_t *t = &rtk_tier;
     const rtk_tier_view_t *v = &rtk_tier_view;
     rtk_out_t o = {buf, cap, 0, 0};
-    const char *nl = indent ? "\n  " : " ";
+    const char *nl = "\n  ";
     int st = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
     rtk_out_put(&o, "{%s\"schema_version\": 1,%s\"pid\": %ld,%s\"state\": \"%s\",%s\"pmem_path\": ", nl, nl, rtk_os_pid(), nl,
         state_name(st), nl);
@@ -100,16 +101,14 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
             "%s\"budget_dropped_bytes\": %llu,%s\"records_live\": %u,%s\"records\": [", nl, U(v->resident), nl,
         U(t->resident_max), nl, U(v->passes), nl, U(v->dropped_bytes), nl, t->nlive, nl);
     const live_t *top = v->top;
-    /* the records and the timeline go to pmem-<pid>.json only (indent), not into the allocator's copy */
-    int ntop = indent ? v->ntop : 0;
-    for (int i = 0; i < ntop; i++)
+    for (int i = 0; i < v->ntop; i++)
         rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"dram_head_bytes\": %llu, "
                 "\"hot_fraction\": %.4f}",
             i ? ", " : "", U(top[i].payload - t->base), U(top[i].n), U(top[i].resident + top[i].head_resident),
             U(top[i].head), hot_fraction(&top[i]));
     rtk_out_put(&o, "],%s\"timeline\": [", nl);
     unsigned first_tl = v->ntimeline > TL_CAP ? v->ntimeline - TL_CAP : 0;
-    for (unsigned i = first_tl; indent && i < v->ntimeline; i++) {
+    for (unsigned i = first_tl; i < v->ntimeline; i++) {
         const tl_t *x = &v->timeline[i % TL_CAP];
         rtk_out_put(&o, "%s{\"step\": %llu, \"t_s\": %.3f, \"resident_bytes\": %llu, \"tier_bytes\": %llu, "
                 "\"major_faults\": %llu}", i > first_tl ? ", " : "", U(x->step), x->t_s, U(x->resident),
@@ -166,7 +165,7 @@ long rtk_tier_format(char *buf, size_t cap, int indent)
             n++ ? ", " : "");
     if (st == T_IDLE)
         rtk_out_put(&o, "%s\"no allocation qualified yet: the pool is created at the first one\"", n++ ? ", " : "");
-    rtk_out_put(&o, "]%s}", indent ? "\n" : " ");
+    rtk_out_put(&o, "]\n}");
     return o.full ? -1 : (long)o.off;
 }
 
@@ -177,7 +176,7 @@ void rtk_tier_write_file(const char *run_dir, long pid)
     if (rtk_tier.state == T_OFF || !run_dir || !run_dir[0])
         return;
     rtk_tier_sample(rtk_tier.exiting);
-    long n = rtk_tier_format(g_tbuf, sizeof g_tbuf - 1, 1);
+    long n = tier_format(g_tbuf, sizeof g_tbuf - 1);
     if (n < 0)
         return;
     g_tbuf[n++] = '\n';
