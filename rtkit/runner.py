@@ -38,9 +38,9 @@ def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optio
     except cfg.ConfigError as exc:
         msg = str(exc)
         raise UserError(msg if msg.startswith("rtkit") else f"{who}: error: {msg}") from None
-    from rtkit import capacity
+    from rtkit import pool_room
 
-    room = capacity.pool_room_problem(resolved["pmem_path"], resolved["pmem_size"])
+    room = pool_room.pool_room_problem(resolved["pmem_path"], resolved["pmem_size"])
     if room:  # tier mode without room would fail inside the job (or fill the disk): say so before it starts
         raise UserError(f"{who}: error: {room}")
     problem = _plan_problem(resolved["malloc_plan"])

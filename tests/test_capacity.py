@@ -92,9 +92,9 @@ _SMALL_A_NEEDS_GIB = 0.1 + 0.04 + 2 + 0.5 + 0.2   # the bench's own sum for (a),
 @pytest.mark.parametrize("case", ["pool", "pool-dir", "a", "maps", "resident", "max-anon"])
 def test_capacity_bench_refuses_what_cannot_fit(tmp_path, case):
     """Each refusal is one line, exit 2, nothing written, and each case gets its own line (not an earlier one)."""
-    from rtkit import capacity
+    from rtkit import pool_room
 
-    avail_gib = (capacity.mem_available() or 0) / (1 << 30)
+    avail_gib = (pool_room.mem_available() or 0) / (1 << 30)
     args, line = {
         "pool": (["--dram-gb", "100000", "--pool-dir", str(tmp_path)], "(b) needs a "),
         "pool-dir": (["--dram-gb", "1", "--pool-dir", str(tmp_path / "nope")], "--pool-dir"),

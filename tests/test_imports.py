@@ -100,7 +100,7 @@ def _under(name, prefix):
     return name == prefix or name.startswith(prefix + ".")
 
 
-LEAVES = ("rtkit.config", "rtkit.atomic", "rtkit.errors", "rtkit.report.contract")
+LEAVES = ("rtkit.config", "rtkit.atomic", "rtkit.errors", "rtkit.report.contract", "rtkit.pool_room")
 
 # the Scheduler's concerns, bottom up: core composes them; threads reads nothing of the other two, and the pipeline
 # reads the measuring side's constants, never the other way round
@@ -114,7 +114,7 @@ def forbidden(src, dst):
     if _under(src, "rtkit.scheduler") and _under(dst, "rtkit.hooks"):
         return "the scheduler never imports the hooks: the hooks register it"
     if src in LEAVES:
-        return "config, atomic, errors and the report contract import nothing of rtkit (everyone may use them)"
+        return "config, atomic, errors, the report contract and the pool room checks import nothing of rtkit (everyone may use them)"
     if src == "rtkit" and dst != "rtkit.hooks.steps":
         return "rtkit/__init__ stays a leaf (only rtkit.step()'s lazy import of the step recorder)"
     if _under(src, "rtkit.report") and (_under(dst, "rtkit.hooks") or _under(dst, "rtkit.bootstrap")

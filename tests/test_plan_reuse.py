@@ -1,7 +1,7 @@
 # test_plan_reuse.py -- a plan loaded from an earlier run serves the job as well as it served the run that made it.
-"""Counts, not timing: this holds on a busy machine. A loaded plan used to take over at the first step mark, in the
-middle of the job's warm-up: blocks the job took then and kept (variables, caches) filled the classes for good,
-and every later step fell back 7-14 times (wdl: hit rate after the plan 99% profiled, 70% loaded)."""
+"""Counts, not timing: this holds on a busy machine. A loaded plan that took over at the first step mark, in the
+middle of the job's warm-up, would have its classes filled for good by blocks the job takes then and keeps
+(variables, caches), and every later step would fall back."""
 import os
 import sys
 

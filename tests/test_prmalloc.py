@@ -281,8 +281,8 @@ def test_tensorflow_under_preload(prm, tmp_path):
     assert samples == [s["minor_faults"] for s in after]
     assert (len(samples), sum(samples)) == (doc["after_plan_steps"], doc["minor_faults_after_plan"])
     assert doc["minor_faults_per_step_after_plan"] == pytest.approx(sum(samples) / len(samples), abs=0.005)
-    # recurring exhaustion after the plan (TF ordering ops differently under load) used to fault 50-105
-    # pages a step here: glibc unmapped/trimmed the fallback blocks at free; the fallback stash keeps them
+    # recurring exhaustion after the plan (TF ordering ops differently under load) would fault pages every step
+    # if glibc unmapped/trimmed the fallback blocks at free: the fallback stash keeps them
     detail = [(s["step"], s["minor_faults"], s["fallbacks"]) for s in after]
     assert doc["minor_faults_per_step_after_plan"] <= 5, \
         f"(step, faults, fallbacks) after the plan: {detail}; totals {doc['totals']}"

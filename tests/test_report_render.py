@@ -679,16 +679,16 @@ def test_monitored_training_session_hooks_reading_global_step_are_not_the_step(t
 def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():
     """With staging off on a staged graph, an unstaged step is the script's own run: the summary says so
     (and reports of schedulers that did not count unstaged steps do not claim it)."""
-    from rtkit.report import words
+    from rtkit.report import scheduler_outcome
 
     tuned_off = {"tuning": {"done": True, "chosen": {"stage_pipelined": False}}}
     sc = {"pipeline": {"staged_steps": 24, "unstaged_steps": 176}, **tuned_off}
-    assert words.pipeline(sc).endswith("(in tuning trials; the chosen configuration does not pipeline: the script's "
+    assert scheduler_outcome.pipeline(sc).endswith("(in tuning trials; the chosen configuration does not pipeline: the script's "
                                        "own graph ran, 0 extra runs per step)")
     sc = {"pipeline": {"staged_steps": 0, "unstaged_steps": 200}}
-    assert words.pipeline(sc) == "no step pipelined (staging off: the script's own graph ran, 0 extra runs per step)"
+    assert scheduler_outcome.pipeline(sc) == "no step pipelined (staging off: the script's own graph ran, 0 extra runs per step)"
     old = {"pipeline": {"staged_steps": 24}, **tuned_off}
-    assert "0 extra runs" not in words.pipeline(old)
+    assert "0 extra runs" not in scheduler_outcome.pipeline(old)
 
 
 def test_not_default_lists_only_settings_whose_value_differs(runs):

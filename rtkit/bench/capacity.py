@@ -40,7 +40,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from rtkit import atomic, capacity
+from rtkit import atomic, pool_room
 
 GIB = 1 << 30
 POOL_SLACK = 1.10          # pool size over the table bytes: initializer temporaries, extents, the 4 KiB headers
@@ -247,7 +247,7 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
     peak_anon = 0
     try:
         while True:
-            avail = capacity.mem_available() or 0
+            avail = pool_room.mem_available() or 0
             anon = _anon_rss(proc.pid)
             peak_anon = max(peak_anon, anon)
             _progress(label, len(losses), args.steps, t0,
@@ -336,10 +336,10 @@ def check(args, dram: int) -> Optional[str]:
     pool = int(b_bytes * POOL_SLACK + POOL_EXTRA)
     if not os.path.isdir(args.pool_dir) or not os.access(args.pool_dir, os.W_OK):
         return f"capacity: --pool-dir {args.pool_dir} is not a writable folder"
-    room = capacity.pool_room_problem(os.path.join(args.pool_dir, "rtkit-capacity.pool"), pool)
+    room = pool_room.pool_room_problem(os.path.join(args.pool_dir, "rtkit-capacity.pool"), pool)
     if room:
         return f"capacity: (b) needs a {pool / GIB:.1f}G pool: {room}"
-    avail = capacity.mem_available() or 0
+    avail = pool_room.mem_available() or 0
     # the tables are filled row by row as ids arrive (rtkit.workloads.ev), so (a) holds what the steps touch;
     # hashed rows may touch every page, so the whole table must fit (no initializer temporaries any more)
     maps = map_bytes(args)
@@ -401,7 +401,7 @@ def main(argv=None) -> int:
 
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminated)
-    dram = int(args.dram_gb * GIB) if args.dram_gb else (capacity.mem_total() or 0)
+    dram = int(args.dram_gb * GIB) if args.dram_gb else (pool_room.mem_total() or 0)
     args.dram = dram
     if args.dram_head_gb is not None:
         args.dram_head = int(args.dram_head_gb * GIB)
@@ -409,7 +409,7 @@ def main(argv=None) -> int:
         args.dram_head = 0
     else:  # what tier mode itself allows at the first step (half of MemAvailable), measured best (docs/pmem.md),
         # within what the anonymous-RSS watchdog leaves
-        avail = capacity.mem_available() or 0
+        avail = pool_room.mem_available() or 0
         room = avail - int((args.max_anon_gb + args.min_available_gb) * GIB)
         args.dram_head = max(0, min(min(dram, avail) // 2, room))
     problem = check(args, dram)

@@ -35,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
             raise UserError("rtkit recommend: error: --mem-available must be more than 0")
     report, run_dir = load(args.run_dir)
     if available is None:
-        from rtkit.capacity import mem_available
+        from rtkit.pool_room import mem_available
 
         recs = R.recommend(report, run_dir, mem_available(), "MemAvailable on this machine now")
     else:

@@ -114,7 +114,7 @@ def plots(report: Dict[str, Any]) -> Dict[str, List[str]]:
                 [("arena hits", [(s, h) for s, h, _ in per_alloc]), ("fallbacks", [(s, f) for s, _, f in per_alloc])],
                 "Allocator: arena hits and fallbacks per step", "step (allocator's count)", "allocations",
                 shade_x=(span[0] - 0.5, span[1] + 0.5, "profiling") if span else None))
-    from rtkit.report.tier import series as tier_series
+    from rtkit.report.tier_view import series as tier_series
 
     resident, fault_rate = tier_series(report)
     if len(resident) >= 2:

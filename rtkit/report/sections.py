@@ -16,7 +16,7 @@ from rtkit.report import figures as F
 from rtkit.report import fmt
 from rtkit.report import glossary as G
 from rtkit.report import load
-from rtkit.report import words
+from rtkit.report import scheduler_outcome
 from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S
 from rtkit.report.contract import Steps as ST
 from rtkit.report.fmt import get
@@ -373,12 +373,12 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
         s.off = "off"
         return s
     _fig(s.rows, report, "sched_chosen")
-    _add(s.rows, "what was applied", None, text=words.applied(sc, get(report, "steps." + ST.SOURCE) == "keras"))
-    _add(s.rows, "pipelining", None, text=words.pipeline(sc))
+    _add(s.rows, "what was applied", None, text=scheduler_outcome.applied(sc, get(report, "steps." + ST.SOURCE) == "keras"))
+    _add(s.rows, "pipelining", None, text=scheduler_outcome.pipeline(sc))
     trials = F.sched_trials(sc)
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):
-        _add(s.rows, "tuning outcome", None, text=words.tuning(report, tuning))
+        _add(s.rows, "tuning outcome", None, text=scheduler_outcome.tuning(report, tuning))
     if isinstance(trials, list):
         text = str(len(trials))
         if get(sc, S.TRIALS_STEPS_USED) is not None:
@@ -432,7 +432,7 @@ def notes_section(report: Dict[str, Any]) -> Section:
 
 
 def _tier_view(report: Dict[str, Any]) -> Section:
-    from rtkit.report.tier import tier_view
+    from rtkit.report.tier_view import tier_view
 
     view = tier_view(report)
     s = Section("tier", "Tier view (pooled allocations)", rows=view["rows"], off=view["off"])

@@ -13,8 +13,8 @@ from rtkit.report import figures as F
 from rtkit.report import fmt
 from rtkit.report import glossary as G
 from rtkit.report import load
-from rtkit.report import words
-from rtkit.report import tier
+from rtkit.report import scheduler_outcome
+from rtkit.report import tier_view
 from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S, Steps as ST
 from rtkit.report.fmt import get
 
@@ -117,18 +117,18 @@ def tier_line(r: Dict[str, Any]) -> Optional[str]:
     falls = G.value(r, "tier_fallbacks")
     if falls:
         parts.append(_fig(r, "tier_fallbacks"))
-    parts += tier.cost_words(r)
-    return head + "; " + _join(parts) + "".join(f"; {w}" for w in tier.warning_words(r))
+    parts += tier_view.cost_words(r)
+    return head + "; " + _join(parts) + "".join(f"; {w}" for w in tier_view.warning_words(r))
 
 
 def scheduler_line(r: Dict[str, Any]) -> Optional[str]:
     sc = r.get("scheduler")
     if not isinstance(sc, dict):
         return None
-    parts = [words.applied(sc, get(r, "steps." + ST.SOURCE) == "keras"), words.pipeline(sc)]
+    parts = [scheduler_outcome.applied(sc, get(r, "steps." + ST.SOURCE) == "keras"), scheduler_outcome.pipeline(sc)]
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):
-        parts.append(words.tuning(r, tuning))
+        parts.append(scheduler_outcome.tuning(r, tuning))
     return "rtkit: scheduler: " + _join(parts, "; ")
 
 

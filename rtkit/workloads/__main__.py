@@ -37,10 +37,10 @@ def _table_room_problem(table_gb):
     """The one line saying tables of `table_gb` GiB cannot be held here (memory plus tier mode's pool, when
     `rtkit run` set one up), or None. Eager tables are filled whole; lazy ones as used, but hashed rows may touch
     every page."""
-    from rtkit import capacity, config
+    from rtkit import config, pool_room
 
     need = float(table_gb) * (1 << 30)
-    mem = capacity.mem_total() or 0
+    mem = pool_room.mem_total() or 0
     pool = config.from_child_env("pmem_size") if config.from_child_env("pmem_path") else 0
     if not mem or need <= mem + pool:
         return None

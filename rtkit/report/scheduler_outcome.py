@@ -1,4 +1,4 @@
-# words.py -- what the scheduler did, in words, for the summary and the Scheduler section alike.
+# scheduler_outcome.py -- what the scheduler did, in words, for the summary and the Scheduler section alike.
 """Said from what happened, not from the settings: where the configuration was applied (sessions, Keras fit,
 nothing), how many steps were pipelined (never "pipelined" when none was), what the tuner chose."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# tier.py -- the `tier` view of a report: what tier mode's pool held, what of it stayed in DRAM, what it cost on disk.
+# tier_view.py -- the `tier` view of a report: what tier mode's pool held, what of it stayed in DRAM, what it cost on disk.
 """Read from the `pmem` section (pmem-<pid>.json, prmalloc/tier_stats.c) and the `process` section (the child's
 /proc/PID/io at exit). Kept apart from sections.py and terminal.py's wording: they call three functions.
 

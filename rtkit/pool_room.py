@@ -1,4 +1,4 @@
-# capacity.py -- room checks for tier mode's pool (disk space, memory), shared by `rtkit run` and the capacity bench.
+# pool_room.py -- room checks for tier mode's pool (disk space, memory), shared by `rtkit run` and the capacity bench.
 """Leaf module (nothing of rtkit): each check returns the one line to show, or None when all is well."""
 from __future__ import annotations
 
