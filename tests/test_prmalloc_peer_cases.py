@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from test_prmalloc import BUILD, FAST, _env, run_c, stats
-from test_prmalloc_defects import plan_text
+from test_prmalloc_plan import plan_text
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import RTKIT, load_report
+from conftest import RTKIT, load_report, run_rtkit
 
 PY = sys.executable
 pytestmark = pytest.mark.timeout(300)
@@ -182,3 +182,46 @@ def test_a_forked_childs_signal_never_ends_its_parent(tmp_path):
     assert proc.returncode == 0, err
     assert out == f"child signal {int(signal.SIGTERM)}\n"
     assert load_report(tmp_path / "r")["steps"]["count"] == 4
+
+
+def _sleepers(tag):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:2] == [b"sleep", tag.encode()]:
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_sigterm_reaches_the_process_group(tmp_path):
+    tag = "41.25"
+    proc = subprocess.Popen([RTKIT, "run", "--run-dir", str(tmp_path / "r"), "--set", "malloc=0", "--",
+                             "sh", "-c", f"sleep {tag} & sleep {tag} & wait"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):
+            if len(_sleepers(tag)) >= 2:
+                break
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        time.sleep(0.3)
+        assert _sleepers(tag) == []
+    finally:
+        for pid in _sleepers(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_leftover_descendants_are_noted(tmp_path):
+    tag = "3.375"
+    try:
+        proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--set", "malloc=0", "--", "sh", "-c",
+                          f"sleep {tag} & exit 0"], timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        notes = load_report(tmp_path / "r")["notes"]
+        assert any("still running" in n and "sleep" in n for n in notes), notes
+    finally:
+        for pid in _sleepers(tag):
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,108 @@
+# test_prmalloc_plan.py -- plans made, loaded and rejected: what they hold, when they apply, what a failing arena falls back to.
+import os
+import re
+import struct
+
+import pytest
+
+from prmalloc_cases import case_ok, run_case
+from test_prmalloc import FAST, run_c, stats
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def plan_text(classes, min_size=32 << 10):
+    """A plan file with a valid fingerprint (FNV-1a over size, blocks, align as three little-endian u64)."""
+    h = 1469598103934665603
+    for c in classes:
+        for b in struct.pack("<QQQ", *c):
+            h = ((h ^ b) * 1099511628211) & (2 ** 64 - 1)
+    reserved = sum((s * n + 4095) // 4096 * 4096 for s, n, _ in classes)
+    lines = ["rtkit-malloc-plan 1", "spacing exact", f"min_size {min_size}", f"reserved_bytes {reserved}",
+             f"fingerprint {h:016x}", f"classes {len(classes)}"]
+    lines += [f"class {s} {n} {a}" for s, n, a in classes] + ["end"]
+    return "\n".join(lines) + "\n"
+
+
+def test_realloc_growth_stays_in_place_once_planned(prm, tmp_path):
+    # growing in place, not malloc + copy + free per call once planned (that faults a thousand times glibc's count)
+    case_ok(run_case(prm, "realloc_cliff", tmp_path), "realloc_cliff")
+
+
+def test_rejected_plan_arena_is_released(prm, tmp_path):
+    # the arena of a rejected loaded plan of 256 MiB must not stay resident
+    plan = tmp_path / "big-plan.txt"
+    plan.write_text(plan_text([(64 << 20, 4, 4096)]))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proc = run_c(prm, "prmalloc_defects", args=["retired_rss"],
+                 extra={**FAST, "RTKIT_MALLOC_PROFILE_START": "1", "RTKIT_RUN_DIR": str(run_dir),
+                        "RTKIT_MALLOC_PLAN": str(plan)})
+    case_ok(proc, "retired_rss")
+    assert "does not match" in stats(run_dir)["plan"]["rejected_reason"]
+
+
+def test_sizes_drifting_after_the_plan_are_served(prm, tmp_path):
+    # a profiled plan is re-checked as sizes drift, and more than one arena can be retired
+    case_ok(run_case(prm, "drift", tmp_path), "drift")
+
+
+def test_profiler_overflow_is_counted(prm, tmp_path):
+    proc = run_case(prm, "profiler_overflow", tmp_path, {"RTKIT_MALLOC_MIN_SIZE": "64"})
+    case_ok(proc, "profiler_overflow")
+    assert stats(tmp_path)["profile"]["dropped_allocations"] > 0
+
+
+def test_arena_setup_failure_falls_back_with_one_line(prm, tmp_path):
+    # a plan larger than the address space allows: arena setup fails, the job runs on with one line on stderr
+    plan = tmp_path / "huge-plan.txt"
+    plan.write_text(plan_text([(1 << 30, 3, 4096)]))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    exe = os.path.join(prm, "tests", "prmalloc_steps")
+    import subprocess
+    from test_prmalloc import _env
+    env = _env(prm, {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_MALLOC_PLAN": str(plan)})
+    proc = subprocess.run(["/bin/sh", "-c", f"ulimit -v 1500000; exec {exe} 4 1M"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("prmalloc_steps: 4 steps")
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "RTKIT_MALLOC_PLAN" in lines[0] and "memory" in lines[0], proc.stderr
+    assert stats(run_dir)["plan"]["source"] != "loaded"
+
+
+def test_loaded_plan_min_size_applies(prm, tmp_path):
+    plan = tmp_path / "plan.txt"
+    plan.write_text(plan_text([(1 << 20, 1, 4096), (2 << 20, 1, 4096)], min_size=1 << 20))
+    proc = run_c(prm, "prmalloc_steps", args=["6", "1M,2M,64K"],
+                 extra={"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_MALLOC_PLAN": str(plan)})
+    assert proc.returncode == 0, proc.stderr
+    doc = stats(tmp_path)
+    assert doc["plan"]["source"] == "loaded"
+    assert doc["config"]["malloc_min_size"] == 1 << 20
+
+
+def test_own_plan_accepted_when_blocks_are_held_before_the_first_step(prm, tmp_path):
+    # the blocks a job takes before its first step stay live: validation in steps 2..4 must still find free
+    # blocks for the job's own plan rather than reject it
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    case_ok(run_c(prm, "prmalloc_defects", args=["held_before_steps"], extra={"RTKIT_RUN_DIR": str(first)}),
+        "held_before_steps")
+    plan = first / "malloc-plan.txt"
+    assert plan.exists()
+    proc = run_c(prm, "prmalloc_defects", args=["held_before_steps"],
+                 extra={"RTKIT_RUN_DIR": str(second), "RTKIT_MALLOC_PLAN": str(plan)})
+    case_ok(proc, "held_before_steps")
+    doc = stats(second)
+    assert doc["plan"]["source"] == "loaded" and doc["plan"]["rejected_reason"] is None, doc["plan"]
+    assert doc["profile"]["profiled_steps"] == 0
+
+
+def test_plan_classes_reuse_the_large_heaps_resident_pages(prm, tmp_path):
+    # the classes hold the heap's own blocks, so installing a plan makes nothing new resident: a fresh span beside
+    # the heap's scattered idle pages would double the memory the planned sizes take
+    case_ok(run_case(prm, "plan_reuse", tmp_path, {"RTKIT_MALLOC_PROFILE_START": "3"}), "plan_reuse")
+    assert stats(tmp_path)["arenas"]["live_bytes"] + stats(tmp_path)["arenas"]["free_bytes"] >= 20 << 20
