@@ -1,7 +1,7 @@
 # contract.py -- the report's keys, declared once per component: what each writer puts in report.json and each reader takes.
 """Writers: the parent (run, process, steps: rtkit/runner.py and report/model.py), the C library
 (allocator-<pid>.json from prmalloc/stats.c, pmem-<pid>.json from prmalloc/tier_stats.c) and the scheduler
-(scheduler-<pid>.json from scheduler/core.py). Readers (sections.py, terminal.py, html.py, compare.py) look a
+(scheduler-<pid>.json from scheduler/measure.py). Readers (sections.py, terminal.py, html.py, compare.py) look a
 figure up under exactly the path declared here, never under guessed alternatives. A declared key that a
 report lacks is listed by missing() and shown as a note in its section, so a key renamed on one side
 shows up as a note in every report instead of a silent dash. Paths are dotted, relative to the section."""
@@ -88,7 +88,7 @@ class Pmem:
     DRAM_SAVED_BYTES = "dram_bytes_saved_estimate"
     POOL, POOL_CLASSES = "pool", "pool.classes"
     NOTES = "notes"
-    # the tier view (report/tier.py): pool pages in DRAM (mincore), the largest records, residency over time
+    # the tier view (report/tier_view.py): pool pages in DRAM (mincore), the largest records, residency over time
     RESIDENT_BYTES, RESIDENT_MAX, RECORDS, TIMELINE = "pool_resident_bytes", "pmem_resident_max", "records", "timeline"
     REQUIRED = (STATE, PATH, MEDIUM, TIER_BYTES, TIER_PEAK_BYTES, TIER_ALLOCS, TIER_FALLBACKS, DRAM_SAVED_BYTES, POOL,
                 NOTES, RESIDENT_BYTES, RECORDS, TIMELINE)
