@@ -123,6 +123,16 @@ class Scheduler:
     REQUIRED = (STAGES, CHOSEN, TUNING, SPEEDUP, PIPELINE_ENABLED, OCCUPANCY_MEAN, OCCUPANCY_SAMPLES, NOTES)
 
 
+class Rows:
+    """rows-<pid>.json (rtkit/workloads/ev.py row_layout): how the rows a script used lie in its embedding tables,
+    written by scripts that know their id -> row maps (the bundled workloads); the report's `rows` section."""
+    ROW_ASSIGN, TABLE_FILL, PAGE_BYTES = "row_assign", "table_fill", "page_bytes"
+    TABLES, TABLE_BYTES = "tables", "table_bytes"
+    ROWS_USED, ROW_PAGES, PACKED_PAGES = "rows_used", "row_pages", "packed_pages"   # null when not measured
+    NOT_MEASURED = "not_measured"         # why not, or null
+    REQUIRED = (PAGE_BYTES, TABLES, TABLE_BYTES, ROWS_USED, ROW_PAGES, PACKED_PAGES, NOT_MEASURED)
+
+
 class Bounds:
     """What bounds the peak RSS (report/bounds.py, built by the parent from the sections above)."""
     PEAK_RSS_BYTES, BASELINE_RSS_BYTES, BASELINE_AT_S = "peak_rss_bytes", "baseline_rss_bytes", "baseline_at_s"
@@ -137,7 +147,7 @@ class Bounds:
 
 # report section -> its declaration; None for the sections a component may leave out (component off)
 SECTIONS = {"run": Run, "process": Process, "steps": Steps, "allocator": Allocator, "pmem": Pmem,
-            "scheduler": Scheduler, "bounds": Bounds}
+            "scheduler": Scheduler, "rows": Rows, "bounds": Bounds}
 
 
 def _has(d: Any, path: str) -> bool:

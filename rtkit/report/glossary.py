@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from rtkit.report import fmt
-from rtkit.report.contract import Allocator as A, Bounds as B, Pmem as PM, Process as P, Scheduler as S, Steps as ST
+from rtkit.report.contract import Allocator as A, Bounds as B, Pmem as PM, Process as P, Rows as R, Scheduler as S, Steps as ST
 from rtkit.report.fmt import get
 
 
@@ -70,6 +70,39 @@ def tier_on(r: Dict[str, Any]) -> bool:
 def _tier(path: str) -> Callable[[Dict[str, Any]], Any]:
     inner = _num(_sec("pmem", path))
     return lambda r: inner(r) if tier_on(r) else None
+
+
+def _rows(r: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The rows section when it measured the layout (rows used, the pages holding them, packed pages)."""
+    s = r.get("rows") if isinstance(r, dict) else None
+    ok = isinstance(s, dict) and not s.get(R.NOT_MEASURED) and all(
+        fmt.is_num(s.get(k)) for k in (R.ROWS_USED, R.ROW_PAGES, R.PACKED_PAGES))
+    return s if ok and s[R.ROWS_USED] > 0 else None
+
+
+def rows_not_measured(r: Dict[str, Any]) -> str:
+    """Why the report has no row layout figures, in words."""
+    s = r.get("rows") if isinstance(r, dict) else None
+    if isinstance(s, dict) and s.get(R.NOT_MEASURED):
+        return str(s[R.NOT_MEASURED])
+    if isinstance(s, dict):
+        return "no table row was used"
+    return "the script does not say which table rows it used (the bundled workloads' id -> row maps do)"
+
+
+def _row_pages_per_row(r: Dict[str, Any]) -> Optional[float]:
+    s = _rows(r)
+    return s[R.ROW_PAGES] / s[R.ROWS_USED] if s else None
+
+
+def _row_scatter(r: Dict[str, Any]) -> Optional[float]:
+    s = _rows(r)
+    return s[R.ROW_PAGES] / s[R.PACKED_PAGES] if s and s[R.PACKED_PAGES] else None
+
+
+def _row_scatter_bytes(r: Dict[str, Any]) -> Optional[int]:
+    s = _rows(r)
+    return (s[R.ROW_PAGES] - s[R.PACKED_PAGES]) * int(s.get(R.PAGE_BYTES) or 4096) if s else None
 
 
 def plan_words(r: Dict[str, Any]) -> Optional[str]:
@@ -234,6 +267,17 @@ _F: List[Figure] = [
            _tier(PM.DRAM_SAVED_BYTES)),
     Figure("tier_fallbacks", "tier fallbacks to DRAM", "count", True,
            "allocations tier mode meant for the pool that went to DRAM (pool full)", _tier(PM.TIER_FALLBACKS)),
+    # the embedding tables' row layout (rows-<pid>.json, from scripts that know their id -> row maps)
+    Figure("row_pages_per_row", "table pages per row used", "count", True,
+           "pages (4 KiB) of the embedding tables and their optimizer slots that hold a row the run used, divided "
+           "by the rows used: about 1 when each row sits on a page of its own (ids hashed over the whole table), a "
+           "row's share of a page when the rows in use are packed", _row_pages_per_row),
+    Figure("row_scatter_x", "row scatter (pages / packed pages)", "x", True,
+           "pages holding the rows used, divided by the pages the same rows fill packed from each table's start: "
+           "1.00x when packed", _row_scatter),
+    Figure("row_scatter_bytes", "table memory on scattered rows", "bytes", True,
+           "(pages holding the rows used - the pages they fill packed) x 4 KiB: table memory the steps touch "
+           "only because the rows are scattered (resident when tables are filled row by row)", _row_scatter_bytes),
     # the scheduler
     Figure("sched_chosen", "scheduler configuration", "text", None,
            "the thread pools and pipelining the scheduler applied at the end", lambda r: chosen_text(r)),

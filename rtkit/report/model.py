@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 SCHEMA_VERSION = 1
 REPORT_FILE = "report.json"
-COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler")
+COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler", "rows")
 BOOTSTRAP_MARKER = "bootstrap-loaded"  # made by the child's bootstrap (rtkit/bootstrap/sitecustomize.py) when it runs
 
 

@@ -9,7 +9,11 @@ figures that were looked at. Rules, in order:
 - plan: the allocator profiled this run and the steps before its plan faulted far more than those after
   -> `--plan RUN_DIR/malloc-plan.txt` (the rerun serves planned sizes from its first step);
 - capacity: the run's peak RSS is a large share of the memory available (the caller's: MemAvailable now, or
-  --mem-available for another machine) -> `--profile capacity` with a pool sized from the run."""
+  --mem-available for another machine) -> `--profile capacity` with a pool sized from the run;
+- rows: the rows the script used lie scattered over its embedding tables (measured by scripts that report
+  their id -> row maps: pages holding the rows used against the pages they fill packed) -> a vocabulary lookup
+  (ids get rows in first-seen order) instead of hashing ids to rows; for the bundled workload,
+  `--row-assign first-seen`."""
 from __future__ import annotations
 
 import os
@@ -28,11 +32,13 @@ FAULTS_RATIO = 2.0            # ...and by this factor, for --plan to be worth a 
 MEMORY_SHARE = 0.5            # peak RSS above this share of the memory available: tables against DRAM
 POOL_HEADROOM = 1.5           # the pool file is sized at this many times the run's peak RSS (tables grow)
 PLAN_FILE = "malloc-plan.txt"
+SCATTER_X = 4.0               # rows on this many times the pages they fill packed...
+SCATTER_BYTES = 16 << 20      # ...and this much table memory on scattered rows, for a change of row layout
 
 
 @dataclass
 class Recommendation:
-    rule: str            # input | plan | capacity | none
+    rule: str            # input | plan | capacity | rows | none
     change: str          # what to try, as flags
     reason: str          # the measured reason
     expect: str          # the expected effect
@@ -125,10 +131,52 @@ def _capacity_rule(report: Dict[str, Any], available: Optional[int], where: str)
                  drop=("profile", "pmem_path", "pmem_size")))
 
 
+def _workload_rows_command(report: Dict[str, Any]) -> Optional[str]:
+    """The bundled workload's own command with first-seen rows (its --row-assign hashed dropped), else None."""
+    cmd = (report.get("run") or {}).get("command")
+    if not isinstance(cmd, list) or "rtkit.workloads" not in cmd:
+        return None
+    argv = [str(a) for a in cmd]
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--row-assign" and i + 1 < len(argv):
+            i += 2
+            continue
+        if argv[i].startswith("--row-assign="):
+            i += 1
+            continue
+        out.append(argv[i])
+        i += 1
+    return shlex.join(["rtkit", "run", *_cli_args(report), "--", *out, "--row-assign", "first-seen"])
+
+
+def _rows_rule(report: Dict[str, Any]) -> Optional[Recommendation]:
+    scatter, extra = G.value(report, "row_scatter_x"), G.value(report, "row_scatter_bytes")
+    if not fmt.is_num(scatter) or scatter < SCATTER_X or not fmt.is_num(extra) or extra < SCATTER_BYTES:
+        return None
+    rows = report["rows"]
+    lazy = rows.get("table_fill") == "lazy"
+    where = ("resident memory (the tables are filled row by row, so a page is resident once a row on it is used)"
+             if lazy else "the memory the steps touch (the tables are filled whole, so all of it is resident; the "
+             "pages the steps touch are what a cache, the page cache under tier mode, or the TLB must hold)")
+    command = _workload_rows_command(report)
+    return Recommendation(
+        "rows", "a vocabulary lookup (ids get rows in first-seen order) instead of hashing ids to rows" +
+        (": --row-assign first-seen" if command else ""),
+        f"{fmt.num(rows['rows_used'])} table rows used lie on {fmt.num(rows['row_pages'])} pages, "
+        f"{G.name('row_scatter_x')} {G.text(report, 'row_scatter_x')} ({G.name('row_pages_per_row')} "
+        f"{G.text(report, 'row_pages_per_row')}): ids are hashed over the whole table",
+        f"rows packed from each table's start fill {fmt.num(rows['packed_pages'])} pages: up to "
+        f"{fmt.nbytes(extra)} less {where}. In the script: map ids to rows with a vocabulary lookup, "
+        "tf.keras.layers.IntegerLookup / StringLookup (vocabulary from the data) or an EmbeddingVariable-style "
+        "id -> row table that hands out rows in first-seen order, instead of Hashing / to_hash_bucket / id % size",
+        command)
+
+
 def recommend(report: Dict[str, Any], run_dir: str, available: Optional[int], where: str) -> List[Recommendation]:
     """The rules that fire on `report` (of `run_dir`), against `available` bytes of memory (`where`: whence)."""
     found = [r for r in (_input_rule(report), _plan_rule(report, run_dir),
-                         _capacity_rule(report, available, where)) if r]
+                         _capacity_rule(report, available, where), _rows_rule(report)) if r]
     if found:
         return found
     looked = [f"{G.name(fid)} {G.text(report, fid)}" for fid in
@@ -136,6 +184,9 @@ def recommend(report: Dict[str, Any], run_dir: str, available: Optional[int], wh
     share = get(report.get("scheduler"), S.INPUT_SHARE) if isinstance(report.get("scheduler"), dict) else None
     looked.append(f"input stage share {fmt.num(share)}%" if fmt.is_num(share) else
                   "input stage share not measured (the scheduler was off: --set sched=on measures it)")
+    scatter = G.value(report, "row_scatter_x")
+    looked.append(f"{G.name('row_scatter_x')} {G.text(report, 'row_scatter_x')}" if fmt.is_num(scatter) else
+                  f"table row layout not measured ({G.rows_not_measured(report)})")
     return [Recommendation("none", "", "nothing to gain that this report shows: " + "; ".join(looked),
                            "keep these settings", None)]
 

@@ -116,6 +116,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                         compactor.after_step(sess, len(log.losses))
                 if compactor is not None:
                     compactor.report(sess)
+                ev.write_row_layout(sess)
         else:
             # No hooks, summaries, checkpoints or step-count logging: nothing adds fetches to the step.
             with tf.compat.v1.train.MonitoredTrainingSession(
@@ -130,6 +131,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                         compactor.after_step(sess, len(log.losses))
                 if compactor is not None:
                     compactor.report(sess)
+                ev.write_row_layout(sess)
 
 
 def _eager_threads(threads_inter, threads_intra, api):
