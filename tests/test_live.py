@@ -215,7 +215,14 @@ def test_tensorboard_scalars_are_the_reports_steps(finished):
         assert got[tag] == {s["step"]: float(np.float32(s[key])) for s in per}, tag
     plan_at = report["allocator"]["plan"]["made_at_step"]
     in_use = got["rtkit/allocator/plan_in_use"]
-    assert in_use and all(v == (1.0 if k > plan_at else 0.0) for k, v in in_use.items())
+    # the allocator's steps at the training steps they are: the plan serves from its step plan_at on
+    from rtkit.report import glossary as G
+
+    first_planned = G.training_step(report, plan_at)
+    assert first_planned == report["steps"]["first_told_step"] + plan_at
+    assert in_use and all(v == (1.0 if k >= first_planned else 0.0) for k, v in in_use.items())
+    hits = got["rtkit/allocator/arena_hits"]
+    assert min(k for k, v in hits.items() if v > 0) == first_planned
     assert max(got["rtkit/process/major_faults"].values()) <= report["process"]["major_faults"]
 
 

@@ -13,6 +13,7 @@ import os
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
+from rtkit.report import glossary as G
 from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S
 
 PREFIX = "rtkit/"
@@ -146,10 +147,13 @@ class TensorBoardExporter:
         per = [r for r in (a.get(A.PER_STEP) or []) if isinstance(r, dict) and isinstance(r.get(A.STEP), int)]
         made = (a.get("plan") or {}).get("made_at_step")
         for r in per[self.alloc_done:]:
-            k = self._step(r[A.STEP])
+            # the allocator's step k is a training step of its own numbering (its step 0: start-up up to the
+            # end of the step that first told it); the plan serves from its step made_at_step on
+            step = G.training_step(report, r[A.STEP])
+            k = self._step(step if step is not None else r[A.STEP])
             self._scalar("allocator/arena_hits", r.get(A.STEP_ARENA_HITS), k)
             self._scalar("allocator/fallbacks", r.get(A.STEP_FALLBACKS), k)
-            self._scalar("allocator/plan_in_use", 1 if isinstance(made, int) and r[A.STEP] > made else 0, k)
+            self._scalar("allocator/plan_in_use", 1 if isinstance(made, int) and r[A.STEP] >= made else 0, k)
         self.alloc_done = max(self.alloc_done, len(per))
 
     def _tier(self, report: Dict[str, Any]) -> None:
@@ -158,9 +162,12 @@ class TensorBoardExporter:
             return
         tl = [x for x in (p.get(PM.TIMELINE) or []) if isinstance(x, dict) and isinstance(x.get("step"), int)]
         for x in tl[self.tier_done:]:
-            self._scalar("tier/pool_resident_bytes", x.get("resident_bytes"), self._step(x["step"]))
-            self._scalar("tier/major_faults", x.get("major_faults"), self._step(x["step"]))
-            self._scalar("tier/tier_bytes", x.get("tier_bytes"), self._step(x["step"]))
+            # a sample after the allocator's k-th step mark: the training step that mark ended
+            ended = G.training_step(report, x["step"] - 1) if x["step"] > 0 else 0
+            k = self._step(ended if ended is not None else x["step"])
+            self._scalar("tier/pool_resident_bytes", x.get("resident_bytes"), k)
+            self._scalar("tier/major_faults", x.get("major_faults"), k)
+            self._scalar("tier/tier_bytes", x.get("tier_bytes"), k)
         self.tier_done = max(self.tier_done, len(tl))
 
     def _scheduler(self, report: Dict[str, Any]) -> None:

@@ -37,6 +37,8 @@ class Steps:
     STEPS_PER_S, FAULTS_PER_STEP = "summary.steps_per_s", "summary.minor_faults_per_step_median"
     API = "api"                           # the API that produced the steps, in words (Session.run, Keras Model.fit...)
     NO_STEP_REASON = "no_step_reason"     # why none was counted although TensorFlow ran, and how to mark steps
+    # the step that first told the allocator (its first mark): the allocator's step k is this step + k (null: not known)
+    FIRST_TOLD_STEP = "first_told_step"
     # Keras fit only: epoch wall times (validation and callbacks included) next to the train-batch times
     KERAS, KERAS_EPOCHS, KERAS_EPOCH_S = "keras", "keras.epochs", "keras.epoch_s"
     KERAS_EPOCH_S_MEDIAN, KERAS_EPOCH_STEP_MS = "keras.epoch_s_median", "keras.epoch_step_ms_median"

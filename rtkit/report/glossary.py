@@ -105,8 +105,29 @@ def _row_scatter_bytes(r: Dict[str, Any]) -> Optional[int]:
     return (s[R.ROW_PAGES] - s[R.PACKED_PAGES]) * int(s.get(R.PAGE_BYTES) or 4096) if s else None
 
 
+def training_step(r: Dict[str, Any], allocator_step: Any) -> Optional[int]:
+    """The training step (the steps section's numbering, 1 = the first) that the allocator's step
+    `allocator_step` is: its k-th step mark ends the training step that first told it + k - 1, and its step k
+    runs from that mark to the next. None when the report does not say which step first told it."""
+    first = get(r.get("steps") if isinstance(r, dict) else None, ST.FIRST_TOLD_STEP)
+    if not (isinstance(first, int) and isinstance(allocator_step, int)):
+        return None
+    return first + allocator_step
+
+
+def plan_from_words(r: Dict[str, Any], at: Any) -> str:
+    """'in use from step N' in the training steps' numbering (the allocator's own where that is not known)."""
+    step = training_step(r, at)
+    if step is None:
+        return f"in use from the allocator's step {at}"
+    count = get(r.get("steps"), ST.COUNT)
+    if isinstance(count, int) and step > count:
+        return f"made after the last step ({count}): no step ran with it"
+    return f"in use from step {step}"
+
+
 def plan_words(r: Dict[str, Any]) -> Optional[str]:
-    """Where the allocator's plan came from, in words: profiled at step N / loaded from FILE / rejected."""
+    """Where the allocator's plan came from, in words: profiled, in use from step N / loaded from FILE / rejected."""
     a = r.get("allocator") if isinstance(r, dict) else None
     if not isinstance(a, dict):
         return None
@@ -115,12 +136,12 @@ def plan_words(r: Dict[str, Any]) -> Optional[str]:
     if rejected:
         # the file the user gave (the settings echo), not the plan this run profiled afresh and saved
         given = get(a, A.PLAN_GIVEN) or path
-        return f"plan {given or 'file'} not used ({rejected})" + (f", profiled again at step {at}"
+        return f"plan {given or 'file'} not used ({rejected})" + (f", profiled again, {plan_from_words(r, at)}"
                                                                  if source == "profiled" and fmt.is_num(at) else "")
     if source == "loaded":
         return f"plan loaded from {path}" if path else "plan loaded"
     if source == "profiled":
-        return f"plan profiled, in use from step {at}" if fmt.is_num(at) else "plan profiled"
+        return f"plan profiled, {plan_from_words(r, at)}" if fmt.is_num(at) else "plan profiled"
     return None
 
 
@@ -313,6 +334,12 @@ _F: List[Figure] = [
     Figure("major_faults_now", "major faults (so far)", "count", True,
            "major page faults of the command and its children up to the latest sample",
            _running(lambda r: _last_sample(r, "major_faults"))),
+    Figure("hit_rate_now", "arena hit rate (so far)", "pct", False,
+           "share of large allocations served from the planned arenas from the start up to the allocator's latest "
+           "file (profiling included)", _running(_num(_sec("allocator", A.HIT_RATE)))),
+    Figure("tier_bytes_now", "tier bytes held (latest file)", "bytes", None,
+           "bytes tier mode held in the pool file when it last wrote its file (at step marks, at most every 0.5 s)",
+           _running(_tier(PM.TIER_BYTES))),
     Figure("pool_resident_now_bytes", "pool resident (latest sample)", "bytes", None,
            "tier mode: pool pages in DRAM (mincore) at the tier's latest timeline sample", _running(_tier_last)),
 ]

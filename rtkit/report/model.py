@@ -95,6 +95,7 @@ def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[i
                  "tensorflow_version": hook.get("tensorflow_version")},
         "other_signatures": data.get("other_signatures", []),
         "no_step_reason": data.get("no_step_reason"),
+        "first_told_step": data.get("first_told_step"),
     }
     keras = keras_summary(data.get("keras_epochs") or [])
     if keras:

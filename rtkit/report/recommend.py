@@ -100,12 +100,15 @@ def _plan_rule(report: Dict[str, Any], run_dir: str) -> Optional[Recommendation]
     if before - after < FAULTS_GAIN or before < FAULTS_RATIO * max(after, 1.0):
         return None
     saved = (before - after) * at
+    first = G.training_step(report, at)
+    span = (f"the {at} allocator steps before step {first} (start-up included)" if first is not None else
+            f"the allocator's first {at} steps")
     return Recommendation(
         "plan", f"--plan {plan}",
         f"{G.name('faults_before_plan')} {fmt.num(before)} against {G.name('faults_after_plan')} "
-        f"{fmt.num(after)}: the plan was in use from step {at}, the steps before it were profiled",
+        f"{fmt.num(after)}: the plan was {G.plan_from_words(report, at)}, the steps before it were profiled",
         f"a rerun with this plan serves the planned sizes from its first step: about {fmt.num(round(saved))} "
-        f"fewer minor faults over the first {at} steps, and the arena hit rate of the whole run near "
+        f"fewer minor faults over {span}, and the arena hit rate of the whole run near "
         f"{G.name('hit_rate_after_plan')} {G.text(report, 'hit_rate_after_plan')} "
         f"(this run: {G.text(report, 'hit_rate')})",
         _command(report, ["--plan", plan], drop=("malloc_plan",)))
