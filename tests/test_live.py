@@ -323,3 +323,24 @@ def test_launch_tasks_serve_their_own_labelled_endpoints(tmp_path):
             code = launcher.wait()
     assert code == 0
     assert sorted(os.listdir(tb)) == ["rtkit-ps-0", "rtkit-worker-0"]
+
+
+def _report_with_allocator_steps(first, last, count):
+    """A report as a snapshot gives it: `count` training steps, the allocator's latest records first..last."""
+    per = [{"step": i, "t_s": 0.1 * i, "step_ms": 1.0, "minor_faults": 0, "rss_bytes": 1} for i in range(1, count + 1)]
+    return {"run": {}, "live": {"start_unix": 1e9},
+            "steps": {"signature": "s", "count": count, "per_step": per, "first_told_step": 2},
+            "allocator": {"plan": {"made_at_step": 3},
+                          "per_step": [{"step": k, "arena_hits": k, "fallbacks": 0} for k in range(first, last + 1)]}}
+
+
+def test_tensorboard_keeps_writing_allocator_steps_when_the_allocator_keeps_only_its_latest(tmp_path):
+    from rtkit.live.tensorboard import TensorBoardExporter
+
+    tb = TensorBoardExporter(str(tmp_path / "tb"))
+    tb.update(_report_with_allocator_steps(0, 9, 12))
+    tb.update(_report_with_allocator_steps(5, 14, 17))   # a list of 10 at most: the oldest records dropped
+    tb.writer.close()
+    hits = _tb_scalars(os.path.join(str(tmp_path / "tb"), "rtkit"))["rtkit/allocator/arena_hits"]
+    # every allocator step once, at the training step it is (the step that first told it + k)
+    assert hits == {2 + k: float(k) for k in range(0, 15)}
