@@ -344,3 +344,15 @@ def test_tensorboard_keeps_writing_allocator_steps_when_the_allocator_keeps_only
     hits = _tb_scalars(os.path.join(str(tmp_path / "tb"), "rtkit"))["rtkit/allocator/arena_hits"]
     # every allocator step once, at the training step it is (the step that first told it + k)
     assert hits == {2 + k: float(k) for k in range(0, 15)}
+
+
+def test_snapshot_cost_is_a_share_of_the_time_actually_left_between_snapshots(tmp_path):
+    from rtkit.live.snapshot import BUDGET, Live
+
+    live = Live([], {"live_interval_ms": 2000}, str(tmp_path), {}, {}, [], lambda *a: {})
+    # a long job: each snapshot took 80 ms of CPU, so the loop left 80 ms / BUDGET between them, not 2 s
+    live.costs_ms, live.cpu_costs_ms = [90.0] * 3, [80.0] * 3
+    live.waits_s = [2.0] + [0.08 / BUDGET] * 3
+    cost = live.cost()
+    assert cost["interval_s"] == 2.0 and cost["interval_s_median"] == 4.0
+    assert cost["cpu_share_of_interval"] == BUDGET
