@@ -394,60 +394,63 @@ def _pages(rows, row_bytes):
     return int(np.unique(np.concatenate([first, last])).size) if rows.size else 0
 
 
-def row_layout(sess, graph=None):
+class RowLayout:
     """How the rows the run used lie in its tables: per table (each variable of an IdRowMap and its Adagrad
     accumulator, same rows), the distinct rows used, the pages holding them, and the pages the same rows would
     fill packed from the table's start. Read from the maps themselves: first-seen rows are 0..used-1 (packed
     by construction); hashed rows are the map's record of the rows it initialised (lazy fill only: a filled
-    table with hashed rows keeps no record, so it is not measured)."""
-    maps = (graph or tf.compat.v1.get_default_graph()).get_collection(_ALL_MAPS)
-    out = {"source": "rtkit.workloads (the script's own id -> row maps)", "row_assign": _row_assign,
-           "table_fill": _table_fill, "page_bytes": PAGE_BYTES, "tables": 0, "table_bytes": 0, "rows_used": None,
-           "row_pages": None, "packed_pages": None, "not_measured": None}
-    if not maps:
-        out["not_measured"] = "no id -> row map in the graph"
+    table with hashed rows keeps no record, so it is not measured). Built with the graph (its read ops must
+    exist before a MonitoredTrainingSession finalizes the graph); read() runs them once, after training."""
+
+    def __init__(self, graph=None):
+        self.maps = (graph or tf.compat.v1.get_default_graph()).get_collection(_ALL_MAPS)
+        self.counted = [m for m in self.maps if m.assign != "hashed"]
+        self.hashed = [m for m in self.maps if m.assign == "hashed" and m.lazy]
+        self.fetches = ([m.counter.read_value() for m in self.counted], [m.table.export()[0] for m in self.hashed])
+
+    def read(self, sess):
+        import numpy as np
+
+        out = {"source": "rtkit.workloads (the script's own id -> row maps)", "row_assign": _row_assign,
+               "table_fill": _table_fill, "page_bytes": PAGE_BYTES, "tables": 0, "table_bytes": 0, "rows_used": None,
+               "row_pages": None, "packed_pages": None, "not_measured": None}
+        if not self.maps:
+            out["not_measured"] = "no id -> row map in the graph"
+            return out
+        if any(m.assign == "hashed" and not m.lazy for m in self.maps):
+            out["not_measured"] = ("hashed rows in tables filled at initialisation: the map keeps no record of the "
+                                   "rows used (--table-fill lazy keeps one)")
+        used, keys = sess.run(self.fetches)
+        rows_of = {m: np.arange(min(int(n), m.capacity)) for m, n in zip(self.counted, used)}
+        rows_of.update({m: np.unique(k) for m, k in zip(self.hashed, keys)})
+        rows_used = row_pages = packed = 0
+        for m in self.maps:
+            for v in m.variables:
+                row_bytes = int(v.shape[1]) * 4   # float32 rows
+                out["tables"] += 2                # the variable and its accumulator
+                out["table_bytes"] += 2 * m.capacity * row_bytes
+                rows = rows_of.get(m)
+                if rows is None:
+                    continue
+                rows_used += 2 * rows.size
+                row_pages += 2 * _pages(rows, row_bytes)
+                packed += 2 * _pages(np.arange(rows.size), row_bytes)
+        if out["not_measured"] is None:
+            out.update(rows_used=int(rows_used), row_pages=int(row_pages), packed_pages=int(packed))
         return out
-    if any(m.assign == "hashed" and not m.lazy for m in maps):
-        out["not_measured"] = ("hashed rows in tables filled at initialisation: the map keeps no record of the rows "
-                               "used (--table-fill lazy keeps one)")
-    import numpy as np
 
-    used = sess.run([m.counter.read_value() for m in maps if m.assign != "hashed"])
-    hashed = [m for m in maps if m.assign == "hashed" and m.lazy]
-    keys = sess.run([m.table.export()[0] for m in hashed]) if hashed else []
-    by_map = dict(zip([m for m in maps if m.assign != "hashed"], used))
-    by_map.update({m: np.unique(k) for m, k in zip(hashed, keys)})
-    rows_used = row_pages = packed = 0
-    for m in maps:
-        for v in m.variables:
-            row_bytes = int(v.shape[1]) * 4   # float32 rows
-            out["tables"] += 2                # the variable and its accumulator
-            out["table_bytes"] += 2 * m.capacity * row_bytes
-            if m not in by_map:
-                continue
-            got = by_map[m]
-            n = min(int(got), m.capacity) if np.ndim(got) == 0 else int(got.size)
-            rows = np.arange(n) if np.ndim(got) == 0 else got
-            rows_used += 2 * n
-            row_pages += 2 * _pages(rows, row_bytes)
-            packed += 2 * _pages(np.arange(n), row_bytes)
-    if out["not_measured"] is None:
-        out.update(rows_used=rows_used, row_pages=row_pages, packed_pages=packed)
-    return out
+    def write(self, sess):
+        """read() into RTKIT_RUN_DIR/rows-<pid>.json under `rtkit run` (the report's rows section)."""
+        import json
+        import os
 
-
-def write_row_layout(sess):
-    """row_layout() into RTKIT_RUN_DIR/rows-<pid>.json when running under `rtkit run` (the report's rows section)."""
-    import json
-    import os
-
-    run_dir = os.environ.get("RTKIT_RUN_DIR")
-    if not run_dir or not tf.compat.v1.get_default_graph().get_collection(_ALL_MAPS):
-        return
-    path = os.path.join(run_dir, f"rows-{os.getpid()}.json")
-    try:
-        with open(path + ".tmp", "w") as fh:
-            json.dump(row_layout(sess), fh)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass   # the run directory went away: the report says the layout was not measured
+        run_dir = os.environ.get("RTKIT_RUN_DIR")
+        if not run_dir or not self.maps:
+            return
+        path = os.path.join(run_dir, f"rows-{os.getpid()}.json")
+        try:
+            with open(path + ".tmp", "w") as fh:
+                json.dump(self.read(sess), fh)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass   # the run directory went away: the report says the layout was not measured

@@ -97,6 +97,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
         train_op = opt.minimize(loss, global_step=global_step)
         fetches = [train_op, loss]
         compactor = ev.Compactor(opt, **compact) if compact else None
+        layout = ev.RowLayout(graph)
         if compactor is not None:   # the access counts are part of the step (so the step is one run)
             fetches = [tf.group(train_op, compactor.count_op), loss]
 
@@ -116,7 +117,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                         compactor.after_step(sess, len(log.losses))
                 if compactor is not None:
                     compactor.report(sess)
-                ev.write_row_layout(sess)
+                layout.write(sess)
         else:
             # No hooks, summaries, checkpoints or step-count logging: nothing adds fetches to the step.
             with tf.compat.v1.train.MonitoredTrainingSession(
@@ -131,7 +132,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                         compactor.after_step(sess, len(log.losses))
                 if compactor is not None:
                     compactor.report(sess)
-                ev.write_row_layout(sess)
+                layout.write(sess)
 
 
 def _eager_threads(threads_inter, threads_intra, api):
