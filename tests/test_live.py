@@ -215,7 +215,14 @@ def test_tensorboard_scalars_are_the_reports_steps(finished):
         assert got[tag] == {s["step"]: float(np.float32(s[key])) for s in per}, tag
     plan_at = report["allocator"]["plan"]["made_at_step"]
     in_use = got["rtkit/allocator/plan_in_use"]
-    assert in_use and all(v == (1.0 if k > plan_at else 0.0) for k, v in in_use.items())
+    # the allocator's steps at the training steps they are: the plan serves from its step plan_at on
+    from rtkit.report import glossary as G
+
+    first_planned = G.training_step(report, plan_at)
+    assert first_planned == report["steps"]["first_told_step"] + plan_at
+    assert in_use and all(v == (1.0 if k >= first_planned else 0.0) for k, v in in_use.items())
+    hits = got["rtkit/allocator/arena_hits"]
+    assert min(k for k, v in hits.items() if v > 0) == first_planned
     assert max(got["rtkit/process/major_faults"].values()) <= report["process"]["major_faults"]
 
 
@@ -316,3 +323,36 @@ def test_launch_tasks_serve_their_own_labelled_endpoints(tmp_path):
             code = launcher.wait()
     assert code == 0
     assert sorted(os.listdir(tb)) == ["rtkit-ps-0", "rtkit-worker-0"]
+
+
+def _report_with_allocator_steps(first, last, count):
+    """A report as a snapshot gives it: `count` training steps, the allocator's latest records first..last."""
+    per = [{"step": i, "t_s": 0.1 * i, "step_ms": 1.0, "minor_faults": 0, "rss_bytes": 1} for i in range(1, count + 1)]
+    return {"run": {}, "live": {"start_unix": 1e9},
+            "steps": {"signature": "s", "count": count, "per_step": per, "first_told_step": 2},
+            "allocator": {"plan": {"made_at_step": 3},
+                          "per_step": [{"step": k, "arena_hits": k, "fallbacks": 0} for k in range(first, last + 1)]}}
+
+
+def test_tensorboard_keeps_writing_allocator_steps_when_the_allocator_keeps_only_its_latest(tmp_path):
+    from rtkit.live.tensorboard import TensorBoardExporter
+
+    tb = TensorBoardExporter(str(tmp_path / "tb"))
+    tb.update(_report_with_allocator_steps(0, 9, 12))
+    tb.update(_report_with_allocator_steps(5, 14, 17))   # a list of 10 at most: the oldest records dropped
+    tb.writer.close()
+    hits = _tb_scalars(os.path.join(str(tmp_path / "tb"), "rtkit"))["rtkit/allocator/arena_hits"]
+    # every allocator step once, at the training step it is (the step that first told it + k)
+    assert hits == {2 + k: float(k) for k in range(0, 15)}
+
+
+def test_snapshot_cost_is_a_share_of_the_time_actually_left_between_snapshots(tmp_path):
+    from rtkit.live.snapshot import BUDGET, Live
+
+    live = Live([], {"live_interval_ms": 2000}, str(tmp_path), {}, {}, [], lambda *a: {})
+    # a long job: each snapshot took 80 ms of CPU, so the loop left 80 ms / BUDGET between them, not 2 s
+    live.costs_ms, live.cpu_costs_ms = [90.0] * 3, [80.0] * 3
+    live.waits_s = [2.0] + [0.08 / BUDGET] * 3
+    cost = live.cost()
+    assert cost["interval_s"] == 2.0 and cost["interval_s_median"] == 4.0
+    assert cost["cpu_share_of_interval"] == BUDGET

@@ -97,3 +97,39 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     proc = run_rtkit(["recommend", str(tmp_path), "--mem-available", "lots"])
     assert proc.returncode == 2 and "--mem-available" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+ROWS_SIZE = ["--batch", "256", "--rows", "4096", "--capacity", "65536", "--steps", "10", "--no-progress"]
+
+
+@requires_tf
+def test_rows_rule_on_hashed_rows_names_a_vocabulary_lookup_and_the_rerun_packs_them(tmp_path, data_dir):
+    run_dir = str(tmp_path / "hashed")
+    run_rtkit(["run", "--run-dir", run_dir, "--",
+               *_workload(data_dir, "--table-fill", "lazy", "--row-assign", "hashed", small=ROWS_SIZE)], check_rc=0)
+    rows = load_report(run_dir)["rows"]
+    assert rows["not_measured"] is None and rows["row_pages"] > 4 * rows["packed_pages"]
+    rec = _recommend(run_dir, "--mem-available", "100G")["rows"]
+    assert "vocabulary lookup" in rec["change"] and "IntegerLookup" in rec["expect"]
+    assert f"{rows['row_pages']:,} pages" in rec["reason"] and f"fill {rows['packed_pages']:,} pages" in rec["expect"]
+    argv = shlex.split(rec["command"])
+    assert argv[-2:] == ["--row-assign", "first-seen"] and "hashed" not in argv
+    again = _follow(rec, str(tmp_path / "first-seen"))
+    # the claim: the same rows packed, on about the pages the rule named (ids may collide a little differently)
+    packed = again["rows"]
+    assert packed["row_pages"] == packed["packed_pages"] <= 1.1 * rows["packed_pages"]
+    assert "rows" not in _recommend(str(tmp_path / "first-seen"), "--mem-available", "100G")
+    from rtkit.report import summary
+
+    assert "rtkit: table rows: row scatter (pages / packed pages) 1.00x" in summary.lines(again)[3]
+
+
+@requires_tf
+def test_rows_layout_not_measured_is_said_not_guessed(tmp_path, data_dir):
+    run_dir = str(tmp_path / "hashed-eager")
+    proc = run_rtkit(["run", "--run-dir", run_dir, "--",
+                      *_workload(data_dir, "--row-assign", "hashed", small=ROWS_SIZE)], check_rc=0)
+    rows = load_report(run_dir)["rows"]
+    assert rows["row_pages"] is None and "keeps no record" in rows["not_measured"]
+    assert "rtkit: table rows: layout not measured (hashed rows in tables filled at initialisation" in proc.stderr
+    assert "rows" not in _recommend(run_dir, "--mem-available", "100G")

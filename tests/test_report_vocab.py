@@ -35,3 +35,15 @@ def test_each_per_step_fault_figure_names_its_span():
         assert len(span) == 1, f.name
         assert spans[span[0]] in f.meaning, (f.name, f.meaning)
     assert {s for f in faulty for s in spans if f.name.endswith(s)} == set(spans)
+
+
+def test_plan_step_is_counted_as_the_steps_line_counts():
+    # the allocator's step k runs from its k-th step mark to the next; its first mark ended the training step
+    # that first told it (2 for an inferred Session.run step), so its step 9 is training step 11
+    report = {"steps": {"count": 12, "first_told_step": 2},
+              "allocator": {"plan": {"source": "profiled", "made_at_step": 9}}}
+    assert G.plan_words(report) == "plan profiled, in use from step 11"
+    report["steps"]["count"] = 10
+    assert G.plan_words(report) == "plan profiled, made after the last step (10): no step ran with it"
+    del report["steps"]["first_told_step"]   # a steps file that does not say: the allocator's own numbering, named
+    assert G.plan_words(report) == "plan profiled, in use from the allocator's step 9"

@@ -112,6 +112,21 @@ def test_each_model_and_api_runs(model, api, data_dir):
 
 
 @requires_tf
+def test_summary_dir_has_each_steps_loss_as_a_tensorboard_scalar(data_dir, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = str(tmp_path / "train")
+    proc = _workload(["wdl", "--steps", "4", "--batch", "256", "--rows", "4096", "--capacity", "4096",
+                      "--data-dir", data_dir, "--print-losses", "--summary-dir", tb])
+    printed = {int(step): float(v) for _, step, v in (line.split() for line in proc.stdout.splitlines()
+                                                      if line.startswith("loss "))}
+    acc = EventAccumulator(tb)
+    acc.Reload()
+    assert {e.step: e.value for e in acc.Scalars("loss")} == pytest.approx(printed, rel=1e-6)
+    assert sorted(printed) == [1, 2, 3, 4]
+
+
+@requires_tf
 def test_same_seed_gives_identical_losses(data_dir):
     """Per-step losses are a function of the seed (what rtkit's pipelining tests compare)."""
     from rtkit.workloads import run

@@ -134,6 +134,9 @@ class StepRecorder:
         self.notes: List[str] = []
         self.hook = {"status": "no_tensorflow", "detail": "TensorFlow was not imported", "tensorflow_version": None}
         self.step_mark = _find_step_mark()
+        # the step (of the per-step list's numbering) that first told the subscribers: the allocator's step k
+        # (the span from its k-th mark to the next) is this step + k
+        self.first_told_step: Optional[int] = None
         if self.step_mark is not None:   # the allocator's phase (profile, plan, serve) follows the steps
             mark = self.step_mark
             self.subscribe(lambda signature, ms: mark())
@@ -185,6 +188,8 @@ class StepRecorder:
                 self.best[source] = best = sig
             is_step = best is sig and self._chosen_locked()[1] is sig
         if is_step:
+            if self.first_told_step is None:
+                self.first_told_step = sig.count
             for fn in tuple(self.subscribers):
                 try:
                     fn(sig.name, step_ms)
@@ -260,6 +265,7 @@ class StepRecorder:
                 "other_signatures": others[:20],
                 "hook": hook,
                 "allocator_step_mark": self.step_mark is not None,
+                "first_told_step": self.first_told_step,
                 "no_step_reason": self.no_step_reason(),
                 "notes": list(self.notes),
             }

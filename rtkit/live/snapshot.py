@@ -66,6 +66,7 @@ class Live:
     costs_ms: List[float] = field(default_factory=list)       # wall time of each snapshot
     cpu_costs_ms: List[float] = field(default_factory=list)   # CPU time of the thread for each (a loaded
     # machine stretches the wall time; the CPU time is what a snapshot takes from the job)
+    waits_s: List[float] = field(default_factory=list)        # the time actually left between snapshots (grows with their cost)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: Optional[threading.Thread] = None
     _sampler: Any = None
@@ -121,6 +122,7 @@ class Live:
 
     def _loop(self) -> None:
         wait = self.interval_s or 2.0
+        self.waits_s.append(wait)
         while not self._stop.wait(wait):
             try:
                 self.snapshot_once()
@@ -129,20 +131,24 @@ class Live:
             # long jobs have long step lists: space snapshots so that they stay a small share of the CPU time
             # (the CPU time: on a loaded machine the wall time also counts the waits for a core)
             wait = max(self.interval_s or 2.0, self.cpu_costs_ms[-1] / 1000.0 / BUDGET)
+            self.waits_s.append(wait)
 
     def cost(self) -> Dict[str, Any]:
         """What the snapshots cost, measured: count, median and max wall time each, median CPU time each, and
         the medians' shares of the interval."""
         c, cpu = self.costs_ms, self.cpu_costs_ms
         med = statistics.median(c) if c else None
+        # the shares are of the time actually left between snapshots (it grew where snapshots cost more)
+        spacing = statistics.median(self.waits_s) if self.waits_s else self.interval_s
         return {"interval_s": self.interval_s, "snapshots": len(c),
+                "interval_s_median": round(spacing, 3),
                 "snapshot_ms_median": round(med, 3) if med is not None else None,
                 "snapshot_ms_max": round(max(c), 3) if c else None,
                 "snapshot_cpu_ms_median": round(statistics.median(cpu), 3) if cpu else None,
-                "share_of_interval": round(med / 1000.0 / self.interval_s, 5)
-                if med is not None and self.interval_s > 0 else None,
-                "cpu_share_of_interval": round(statistics.median(cpu) / 1000.0 / self.interval_s, 5)
-                if cpu and self.interval_s > 0 else None}
+                "share_of_interval": round(med / 1000.0 / spacing, 5)
+                if med is not None and spacing > 0 else None,
+                "cpu_share_of_interval": round(statistics.median(cpu) / 1000.0 / spacing, 5)
+                if cpu and spacing > 0 else None}
 
     def final_section(self, report: Dict[str, Any]) -> Dict[str, Any]:
         """report.json's `live` section: the last window's figures and what the snapshots cost."""

@@ -13,6 +13,8 @@ import os
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
+from rtkit.report import glossary as G
+from rtkit.report import fmt
 from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S
 
 PREFIX = "rtkit/"
@@ -42,9 +44,9 @@ class TensorBoardExporter:
         self.before = set(glob.glob(os.path.join(self.run_dir, "events.out.tfevents.*")))
         self.writer = self._writer_class(self.run_dir)
         self.steps_done = 0            # rtkit steps written
-        self.alloc_done = 0            # allocator step records written
+        self.alloc_last = -1           # the last allocator step written (its list keeps the latest records only)
         self.samples_done = 0          # parent samples written
-        self.tier_done = 0             # tier timeline samples written
+        self.tier_last = -1.0          # t_s of the last tier sample written (its timeline is a ring)
 
     def _restart(self) -> None:
         """The training step turned out to be another signature than the one written so far: its records are
@@ -145,23 +147,29 @@ class TensorBoardExporter:
             return
         per = [r for r in (a.get(A.PER_STEP) or []) if isinstance(r, dict) and isinstance(r.get(A.STEP), int)]
         made = (a.get("plan") or {}).get("made_at_step")
-        for r in per[self.alloc_done:]:
-            k = self._step(r[A.STEP])
+        for r in (r for r in per if r[A.STEP] > self.alloc_last):
+            # the allocator's step k is a training step of its own numbering (its step 0: start-up up to the
+            # end of the step that first told it); the plan serves from its step made_at_step on
+            step = G.training_step(report, r[A.STEP])
+            k = self._step(step if step is not None else r[A.STEP])
             self._scalar("allocator/arena_hits", r.get(A.STEP_ARENA_HITS), k)
             self._scalar("allocator/fallbacks", r.get(A.STEP_FALLBACKS), k)
-            self._scalar("allocator/plan_in_use", 1 if isinstance(made, int) and r[A.STEP] > made else 0, k)
-        self.alloc_done = max(self.alloc_done, len(per))
+            self._scalar("allocator/plan_in_use", 1 if isinstance(made, int) and r[A.STEP] >= made else 0, k)
+        self.alloc_last = max([self.alloc_last] + [r[A.STEP] for r in per])
 
     def _tier(self, report: Dict[str, Any]) -> None:
         p = report.get("pmem")
         if not isinstance(p, dict) or str(p.get(PM.STATE) or "off") in ("off", "disabled"):
             return
         tl = [x for x in (p.get(PM.TIMELINE) or []) if isinstance(x, dict) and isinstance(x.get("step"), int)]
-        for x in tl[self.tier_done:]:
-            self._scalar("tier/pool_resident_bytes", x.get("resident_bytes"), self._step(x["step"]))
-            self._scalar("tier/major_faults", x.get("major_faults"), self._step(x["step"]))
-            self._scalar("tier/tier_bytes", x.get("tier_bytes"), self._step(x["step"]))
-        self.tier_done = max(self.tier_done, len(tl))
+        for x in (x for x in tl if _time_of(x.get("t_s")) > self.tier_last):
+            # a sample after the allocator's k-th step mark: the training step that mark ended
+            ended = G.training_step(report, x["step"] - 1) if x["step"] > 0 else 0
+            k = self._step(ended if ended is not None else x["step"])
+            self._scalar("tier/pool_resident_bytes", x.get("resident_bytes"), k)
+            self._scalar("tier/major_faults", x.get("major_faults"), k)
+            self._scalar("tier/tier_bytes", x.get("tier_bytes"), k)
+        self.tier_last = max([self.tier_last] + [_time_of(x.get("t_s")) for x in tl])
 
     def _scheduler(self, report: Dict[str, Any]) -> None:
         """Staged-input figures (the scheduler writes them at exit): put and wait time, share of input hidden."""
@@ -177,6 +185,11 @@ class TensorBoardExporter:
     def finish(self, report: Dict[str, Any]) -> None:
         self.update(report, final=True)
         self.writer.close()
+
+
+def _time_of(v: Any) -> float:
+    """A sample's time as a number (-1 when it has none: written once, first)."""
+    return float(v) if fmt.is_num(v) else -1.0
 
 
 MAX_EVENTS = 10_000   # of the script's own, per file: enough to see its step; bounded work on a long run's files

@@ -16,13 +16,13 @@ from rtkit.report import glossary as G
 from rtkit.report import load as L
 
 SINGLE = ("steps", "live_steps_per_s", "live_step_ms_median", "live_step_ms_p95", "rss_now_bytes",
-          "live_faults_per_step", "major_faults_now", "allocator_state", "allocator_plan", "hit_rate",
-          "tier_bytes", "pool_resident_now_bytes", "sched_chosen", "pipelined_steps", "tuning_gain_pct")
+          "live_faults_per_step", "major_faults_now", "allocator_state", "allocator_plan", "hit_rate_now",
+          "tier_bytes_now", "pool_resident_now_bytes", "sched_chosen", "pipelined_steps", "tuning_gain_pct")
 # a finished job's report has no live figures: its whole-run figures take their place
 FINISHED = {"live_steps_per_s": "steps_per_s", "live_step_ms_median": "step_ms_median",
             "live_step_ms_p95": "step_ms_p95", "rss_now_bytes": "peak_rss_bytes",
             "live_faults_per_step": "faults_per_step_median", "major_faults_now": "major_faults",
-            "pool_resident_now_bytes": "tier_peak_bytes"}
+            "pool_resident_now_bytes": "tier_peak_bytes", "hit_rate_now": "hit_rate", "tier_bytes_now": "tier_bytes"}
 # one line per task of a cluster folder: (glossary id, column title)
 TASK_COLUMNS = (("steps", "steps"), ("live_steps_per_s", "steps/s"), ("live_step_ms_median", "median ms"),
                 ("live_step_ms_p95", "p95 ms"), ("rss_now_bytes", "RSS"), ("live_faults_per_step", "faults/step"),

@@ -37,6 +37,8 @@ class Steps:
     STEPS_PER_S, FAULTS_PER_STEP = "summary.steps_per_s", "summary.minor_faults_per_step_median"
     API = "api"                           # the API that produced the steps, in words (Session.run, Keras Model.fit...)
     NO_STEP_REASON = "no_step_reason"     # why none was counted although TensorFlow ran, and how to mark steps
+    # the step that first told the allocator (its first mark): the allocator's step k is this step + k (null: not known)
+    FIRST_TOLD_STEP = "first_told_step"
     # Keras fit only: epoch wall times (validation and callbacks included) next to the train-batch times
     KERAS, KERAS_EPOCHS, KERAS_EPOCH_S = "keras", "keras.epochs", "keras.epoch_s"
     KERAS_EPOCH_S_MEDIAN, KERAS_EPOCH_STEP_MS = "keras.epoch_s_median", "keras.epoch_step_ms_median"
@@ -123,6 +125,16 @@ class Scheduler:
     REQUIRED = (STAGES, CHOSEN, TUNING, SPEEDUP, PIPELINE_ENABLED, OCCUPANCY_MEAN, OCCUPANCY_SAMPLES, NOTES)
 
 
+class Rows:
+    """rows-<pid>.json (rtkit/workloads/ev.py row_layout): how the rows a script used lie in its embedding tables,
+    written by scripts that know their id -> row maps (the bundled workloads); the report's `rows` section."""
+    ROW_ASSIGN, TABLE_FILL, PAGE_BYTES = "row_assign", "table_fill", "page_bytes"
+    TABLES, TABLE_BYTES = "tables", "table_bytes"
+    ROWS_USED, ROW_PAGES, PACKED_PAGES = "rows_used", "row_pages", "packed_pages"   # null when not measured
+    NOT_MEASURED = "not_measured"         # why not, or null
+    REQUIRED = (PAGE_BYTES, TABLES, TABLE_BYTES, ROWS_USED, ROW_PAGES, PACKED_PAGES, NOT_MEASURED)
+
+
 class Bounds:
     """What bounds the peak RSS (report/bounds.py, built by the parent from the sections above)."""
     PEAK_RSS_BYTES, BASELINE_RSS_BYTES, BASELINE_AT_S = "peak_rss_bytes", "baseline_rss_bytes", "baseline_at_s"
@@ -137,7 +149,7 @@ class Bounds:
 
 # report section -> its declaration; None for the sections a component may leave out (component off)
 SECTIONS = {"run": Run, "process": Process, "steps": Steps, "allocator": Allocator, "pmem": Pmem,
-            "scheduler": Scheduler, "bounds": Bounds}
+            "scheduler": Scheduler, "rows": Rows, "bounds": Bounds}
 
 
 def _has(d: Any, path: str) -> bool:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from rtkit.report import fmt
-from rtkit.report.contract import Allocator as A, Bounds as B, Pmem as PM, Process as P, Scheduler as S, Steps as ST
+from rtkit.report.contract import Allocator as A, Bounds as B, Pmem as PM, Process as P, Rows as R, Scheduler as S, Steps as ST
 from rtkit.report.fmt import get
 
 
@@ -72,8 +72,62 @@ def _tier(path: str) -> Callable[[Dict[str, Any]], Any]:
     return lambda r: inner(r) if tier_on(r) else None
 
 
+def _rows(r: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The rows section when it measured the layout (rows used, the pages holding them, packed pages)."""
+    s = r.get("rows") if isinstance(r, dict) else None
+    ok = isinstance(s, dict) and not s.get(R.NOT_MEASURED) and all(
+        fmt.is_num(s.get(k)) for k in (R.ROWS_USED, R.ROW_PAGES, R.PACKED_PAGES))
+    return s if ok and s[R.ROWS_USED] > 0 else None
+
+
+def rows_not_measured(r: Dict[str, Any]) -> str:
+    """Why the report has no row layout figures, in words."""
+    s = r.get("rows") if isinstance(r, dict) else None
+    if isinstance(s, dict) and s.get(R.NOT_MEASURED):
+        return str(s[R.NOT_MEASURED])
+    if isinstance(s, dict):
+        return "no table row was used"
+    return "the script does not say which table rows it used (the bundled workloads' id -> row maps do)"
+
+
+def _row_pages_per_row(r: Dict[str, Any]) -> Optional[float]:
+    s = _rows(r)
+    return s[R.ROW_PAGES] / s[R.ROWS_USED] if s else None
+
+
+def _row_scatter(r: Dict[str, Any]) -> Optional[float]:
+    s = _rows(r)
+    return s[R.ROW_PAGES] / s[R.PACKED_PAGES] if s and s[R.PACKED_PAGES] else None
+
+
+def _row_scatter_bytes(r: Dict[str, Any]) -> Optional[int]:
+    s = _rows(r)
+    return (s[R.ROW_PAGES] - s[R.PACKED_PAGES]) * int(s.get(R.PAGE_BYTES) or 4096) if s else None
+
+
+def training_step(r: Dict[str, Any], allocator_step: Any) -> Optional[int]:
+    """The training step (the steps section's numbering, 1 = the first) that the allocator's step
+    `allocator_step` is: its k-th step mark ends the training step that first told it + k - 1, and its step k
+    runs from that mark to the next. None when the report does not say which step first told it."""
+    first = get(r.get("steps") if isinstance(r, dict) else None, ST.FIRST_TOLD_STEP)
+    if not (isinstance(first, int) and isinstance(allocator_step, int)):
+        return None
+    return first + allocator_step
+
+
+def plan_from_words(r: Dict[str, Any], at: Any) -> str:
+    """'in use from step N' in the training steps' numbering (the allocator's own where that is not known)."""
+    step = training_step(r, at)
+    if step is None:
+        return f"in use from the allocator's step {at}"
+    count = get(r.get("steps"), ST.COUNT)
+    if isinstance(count, int) and step > count:
+        return f"made after the last step ({count}): no step ran with it"
+    return f"in use from step {step}"
+
+
 def plan_words(r: Dict[str, Any]) -> Optional[str]:
-    """Where the allocator's plan came from, in words: profiled at step N / loaded from FILE / rejected."""
+    """Where the allocator's plan came from, in words: profiled, in use from step N / loaded from FILE / rejected."""
     a = r.get("allocator") if isinstance(r, dict) else None
     if not isinstance(a, dict):
         return None
@@ -82,12 +136,12 @@ def plan_words(r: Dict[str, Any]) -> Optional[str]:
     if rejected:
         # the file the user gave (the settings echo), not the plan this run profiled afresh and saved
         given = get(a, A.PLAN_GIVEN) or path
-        return f"plan {given or 'file'} not used ({rejected})" + (f", profiled again at step {at}"
+        return f"plan {given or 'file'} not used ({rejected})" + (f", profiled again, {plan_from_words(r, at)}"
                                                                  if source == "profiled" and fmt.is_num(at) else "")
     if source == "loaded":
         return f"plan loaded from {path}" if path else "plan loaded"
     if source == "profiled":
-        return f"plan profiled, in use from step {at}" if fmt.is_num(at) else "plan profiled"
+        return f"plan profiled, {plan_from_words(r, at)}" if fmt.is_num(at) else "plan profiled"
     return None
 
 
@@ -234,6 +288,17 @@ _F: List[Figure] = [
            _tier(PM.DRAM_SAVED_BYTES)),
     Figure("tier_fallbacks", "tier fallbacks to DRAM", "count", True,
            "allocations tier mode meant for the pool that went to DRAM (pool full)", _tier(PM.TIER_FALLBACKS)),
+    # the embedding tables' row layout (rows-<pid>.json, from scripts that know their id -> row maps)
+    Figure("row_pages_per_row", "table pages per row used", "count", True,
+           "pages (4 KiB) of the embedding tables and their optimizer slots that hold a row the run used, divided "
+           "by the rows used: about 1 when each row sits on a page of its own (ids hashed over the whole table), a "
+           "row's share of a page when the rows in use are packed", _row_pages_per_row),
+    Figure("row_scatter_x", "row scatter (pages / packed pages)", "x", True,
+           "pages holding the rows used, divided by the pages the same rows fill packed from each table's start: "
+           "1.00x when packed", _row_scatter),
+    Figure("row_scatter_bytes", "table memory on scattered rows", "bytes", True,
+           "(pages holding the rows used - the pages they fill packed) x 4 KiB: table memory the steps touch "
+           "only because the rows are scattered (resident when tables are filled row by row)", _row_scatter_bytes),
     # the scheduler
     Figure("sched_chosen", "scheduler configuration", "text", None,
            "the thread pools and pipelining the scheduler applied at the end", lambda r: chosen_text(r)),
@@ -269,6 +334,12 @@ _F: List[Figure] = [
     Figure("major_faults_now", "major faults (so far)", "count", True,
            "major page faults of the command and its children up to the latest sample",
            _running(lambda r: _last_sample(r, "major_faults"))),
+    Figure("hit_rate_now", "arena hit rate (so far)", "pct", False,
+           "share of large allocations served from the planned arenas from the start up to the allocator's latest "
+           "file (profiling included)", _running(_num(_sec("allocator", A.HIT_RATE)))),
+    Figure("tier_bytes_now", "tier bytes held (latest file)", "bytes", None,
+           "bytes tier mode held in the pool file when it last wrote its file (at step marks, at most every 0.5 s)",
+           _running(_tier(PM.TIER_BYTES))),
     Figure("pool_resident_now_bytes", "pool resident (latest sample)", "bytes", None,
            "tier mode: pool pages in DRAM (mincore) at the tier's latest timeline sample", _running(_tier_last)),
 ]

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 SCHEMA_VERSION = 2
 REPORT_FILE = "report.json"
-COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler")
+COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler", "rows")
 BOOTSTRAP_MARKER = "bootstrap-loaded"  # made by the child's bootstrap (rtkit/bootstrap/sitecustomize.py) when it runs
 
 
@@ -95,6 +95,7 @@ def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[i
                  "tensorflow_version": hook.get("tensorflow_version")},
         "other_signatures": data.get("other_signatures", []),
         "no_step_reason": data.get("no_step_reason"),
+        "first_told_step": data.get("first_told_step"),
     }
     keras = keras_summary(data.get("keras_epochs") or [])
     if keras:

@@ -9,7 +9,11 @@ figures that were looked at. Rules, in order:
 - plan: the allocator profiled this run and the steps before its plan faulted far more than those after
   -> `--plan RUN_DIR/malloc-plan.txt` (the rerun serves planned sizes from its first step);
 - capacity: the run's peak RSS is a large share of the memory available (the caller's: MemAvailable now, or
-  --mem-available for another machine) -> `--profile capacity` with a pool sized from the run."""
+  --mem-available for another machine) -> `--profile capacity` with a pool sized from the run;
+- rows: the rows the script used lie scattered over its embedding tables (measured by scripts that report
+  their id -> row maps: pages holding the rows used against the pages they fill packed) -> a vocabulary lookup
+  (ids get rows in first-seen order) instead of hashing ids to rows; for the bundled workload,
+  `--row-assign first-seen`."""
 from __future__ import annotations
 
 import os
@@ -28,11 +32,13 @@ FAULTS_RATIO = 2.0            # ...and by this factor, for --plan to be worth a 
 MEMORY_SHARE = 0.5            # peak RSS above this share of the memory available: tables against DRAM
 POOL_HEADROOM = 1.5           # the pool file is sized at this many times the run's peak RSS (tables grow)
 PLAN_FILE = "malloc-plan.txt"
+SCATTER_X = 4.0               # rows on this many times the pages they fill packed...
+SCATTER_BYTES = 16 << 20      # ...and this much table memory on scattered rows, for a change of row layout
 
 
 @dataclass
 class Recommendation:
-    rule: str            # input | plan | capacity | none
+    rule: str            # input | plan | capacity | rows | none
     change: str          # what to try, as flags
     reason: str          # the measured reason
     expect: str          # the expected effect
@@ -94,12 +100,15 @@ def _plan_rule(report: Dict[str, Any], run_dir: str) -> Optional[Recommendation]
     if before - after < FAULTS_GAIN or before < FAULTS_RATIO * max(after, 1.0):
         return None
     saved = (before - after) * at
+    first = G.training_step(report, at)
+    span = (f"the {at} allocator steps before step {first} (start-up included)" if first is not None else
+            f"the allocator's first {at} steps")
     return Recommendation(
         "plan", f"--plan {plan}",
         f"{G.name('faults_before_plan')} {fmt.num(before)} against {G.name('faults_after_plan')} "
-        f"{fmt.num(after)}: the plan was in use from step {at}, the steps before it were profiled",
+        f"{fmt.num(after)}: the plan was {G.plan_from_words(report, at)}, the steps before it were profiled",
         f"a rerun with this plan serves the planned sizes from its first step: about {fmt.num(round(saved))} "
-        f"fewer minor faults over the first {at} steps, and the arena hit rate of the whole run near "
+        f"fewer minor faults over {span}, and the arena hit rate of the whole run near "
         f"{G.name('hit_rate_after_plan')} {G.text(report, 'hit_rate_after_plan')} "
         f"(this run: {G.text(report, 'hit_rate')})",
         _command(report, ["--plan", plan], drop=("malloc_plan",)))
@@ -119,16 +128,62 @@ def _capacity_rule(report: Dict[str, Any], available: Optional[int], where: str)
         "tier mode puts the long-lived large allocations (tables, optimizer slots) in a pool file the page cache "
         f"keeps in DRAM as far as it fits: anonymous memory down by the tables' size (peak RSS "
         f"{fmt.nbytes(peak)}, {G.name('rss_growth_bytes')} {fmt.nbytes(growth)}); steps slow down as rows are "
-        f"faulted in from the file (docs/pmem.md). The pool is sized {POOL_HEADROOM}x the peak RSS; put "
+        f"faulted in from the file (docs/pmem.md). The profile also moves each table's leading rows back to "
+        "anonymous DRAM at the first step (pmem_dram_head, up to half of MemAvailable then): where that holds the "
+        "whole tables, as on a machine with more memory than planned for, anonymous memory does not go down; "
+        "tables filled by an initializer whose temporaries are freed before the first step stop the pool's "
+        f"placement (docs/results.md). The pool is sized {POOL_HEADROOM}x the peak RSS; put "
         "pmem_path on a local disk with that much room",
         _command(report, ["--profile", "capacity", "--set", f"pmem_path={pool}", "--set", f"pmem_size={size_g}G"],
                  drop=("profile", "pmem_path", "pmem_size")))
 
 
+def _workload_rows_command(report: Dict[str, Any]) -> Optional[str]:
+    """The bundled workload's own command with first-seen rows (its --row-assign hashed dropped), else None."""
+    cmd = (report.get("run") or {}).get("command")
+    if not isinstance(cmd, list) or "rtkit.workloads" not in cmd:
+        return None
+    argv = [str(a) for a in cmd]
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--row-assign" and i + 1 < len(argv):
+            i += 2
+            continue
+        if argv[i].startswith("--row-assign="):
+            i += 1
+            continue
+        out.append(argv[i])
+        i += 1
+    return shlex.join(["rtkit", "run", *_cli_args(report), "--", *out, "--row-assign", "first-seen"])
+
+
+def _rows_rule(report: Dict[str, Any]) -> Optional[Recommendation]:
+    scatter, extra = G.value(report, "row_scatter_x"), G.value(report, "row_scatter_bytes")
+    if not fmt.is_num(scatter) or scatter < SCATTER_X or not fmt.is_num(extra) or extra < SCATTER_BYTES:
+        return None
+    rows = report["rows"]
+    lazy = rows.get("table_fill") == "lazy"
+    where = ("resident memory (the tables are filled row by row, so a page is resident once a row on it is used)"
+             if lazy else "the memory the steps touch (the tables are filled whole, so all of it is resident; the "
+             "pages the steps touch are what a cache, the page cache under tier mode, or the TLB must hold)")
+    command = _workload_rows_command(report)
+    return Recommendation(
+        "rows", "a vocabulary lookup (ids get rows in first-seen order) instead of hashing ids to rows" +
+        (": --row-assign first-seen" if command else ""),
+        f"{fmt.num(rows['rows_used'])} table rows used lie on {fmt.num(rows['row_pages'])} pages, "
+        f"{G.name('row_scatter_x')} {G.text(report, 'row_scatter_x')} ({G.name('row_pages_per_row')} "
+        f"{G.text(report, 'row_pages_per_row')}): ids are hashed over the whole table",
+        f"rows packed from each table's start fill {fmt.num(rows['packed_pages'])} pages: up to "
+        f"{fmt.nbytes(extra)} less {where}. In the script: map ids to rows with a vocabulary lookup, "
+        "tf.keras.layers.IntegerLookup / StringLookup (vocabulary from the data) or an EmbeddingVariable-style "
+        "id -> row table that hands out rows in first-seen order, instead of Hashing / to_hash_bucket / id % size",
+        command)
+
+
 def recommend(report: Dict[str, Any], run_dir: str, available: Optional[int], where: str) -> List[Recommendation]:
     """The rules that fire on `report` (of `run_dir`), against `available` bytes of memory (`where`: whence)."""
     found = [r for r in (_input_rule(report), _plan_rule(report, run_dir),
-                         _capacity_rule(report, available, where)) if r]
+                         _capacity_rule(report, available, where), _rows_rule(report)) if r]
     if found:
         return found
     looked = [f"{G.name(fid)} {G.text(report, fid)}" for fid in
@@ -136,6 +191,9 @@ def recommend(report: Dict[str, Any], run_dir: str, available: Optional[int], wh
     share = get(report.get("scheduler"), S.INPUT_SHARE) if isinstance(report.get("scheduler"), dict) else None
     looked.append(f"input stage share {fmt.num(share)}%" if fmt.is_num(share) else
                   "input stage share not measured (the scheduler was off: --set sched=on measures it)")
+    scatter = G.value(report, "row_scatter_x")
+    looked.append(f"{G.name('row_scatter_x')} {G.text(report, 'row_scatter_x')}" if fmt.is_num(scatter) else
+                  f"table row layout not measured ({G.rows_not_measured(report)})")
     return [Recommendation("none", "", "nothing to gain that this report shows: " + "; ".join(looked),
                            "keep these settings", None)]
 

@@ -82,6 +82,16 @@ def memory_line(r: Dict[str, Any]) -> str:
     return "rtkit: memory: " + _join(parts)
 
 
+def rows_line(r: Dict[str, Any]) -> Optional[str]:
+    """The embedding rows' layout, for scripts that report it (rows-<pid>.json); nothing for others."""
+    if not isinstance(r.get("rows"), dict):
+        return None
+    if G.value(r, "row_scatter_x") is None:
+        return f"rtkit: table rows: layout not measured ({G.rows_not_measured(r)})"
+    return "rtkit: table rows: " + _join([_fig(r, "row_scatter_x"), _fig(r, "row_pages_per_row"),
+                                          _fig(r, "row_scatter_bytes")])
+
+
 def allocator_line(r: Dict[str, Any]) -> Optional[str]:
     a = r.get("allocator")
     if not isinstance(a, dict):
@@ -145,7 +155,7 @@ def problems(r: Dict[str, Any]) -> List[str]:
 def lines(report: Dict[str, Any], report_path: Optional[str] = None) -> List[str]:
     r = load.normalize(report)
     out = [status_line(r), steps_line(r)]
-    for line in (keras_line(r), memory_line(r), allocator_line(r), tier_line(r), scheduler_line(r)):
+    for line in (keras_line(r), memory_line(r), rows_line(r), allocator_line(r), tier_line(r), scheduler_line(r)):
         if line:
             out.append(line)
     probs = problems(r)

@@ -100,6 +100,8 @@ def build_parser():
                         "only the access counts and the hot region's share, a baseline)")
     p.add_argument("--learning-rate", type=float, default=0.05)
     p.add_argument("--print-losses", action="store_true", help="print `loss <step> <value>` per step")
+    p.add_argument("--summary-dir", default=None, metavar="DIR",
+                   help="write each step's loss as the TensorBoard scalar `loss` into DIR (graph APIs)")
     p.add_argument("--threads-inter", type=_positive, default=None, help="ConfigProto inter-op threads")
     p.add_argument("--threads-intra", type=_positive, default=None, help="ConfigProto intra-op threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while generating data")
@@ -186,6 +188,8 @@ def main(argv=None):
         parser.error("--compact-steps moves first-seen rows; drop it or use --row-assign first-seen")
     if args.compact_hot_rows is not None and not args.compact_steps:
         parser.error("--compact-hot-rows goes with --compact-steps")
+    if args.summary_dir and (args.api not in ("session", "monitored") or _cluster_task(argv) is not None):
+        parser.error("--summary-dir: a single-process graph API (--api session or monitored)")
     if args.input_latency_ms < 0 or (args.input_latency_ms and args.input != "legacy"):
         parser.error("--input-latency-ms: a non-negative latency, with --input legacy only")
     from rtkit.workloads import data
@@ -229,7 +233,7 @@ def main(argv=None):
                        threads_inter=args.threads_inter, threads_intra=args.threads_intra,
                        print_losses=args.print_losses, progress=not args.no_progress,
                        input_mode=args.input, input_latency_ms=args.input_latency_ms,
-                       zipf_ids=_zipf_ids(args), compact=_compact(args))
+                       zipf_ids=_zipf_ids(args), compact=_compact(args), summary_dir=args.summary_dir)
     sys.stdout.write(train.summary_line(result) + "\n")
     sys.stdout.flush()
     return 0

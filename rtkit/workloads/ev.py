@@ -57,6 +57,8 @@ _row_assign = "first-seen"
 _table_fill = "eager"
 _compaction = False
 _MAPS = "rtkit_ev_compacted_maps"   # graph collection of the IdRowMaps that keep access counts
+_ALL_MAPS = "rtkit_ev_maps"             # graph collection of every IdRowMap (the row layout report)
+PAGE_BYTES = 4096
 _GAMMA = 0x9E3779B97F4A7C15             # splitmix64 constants
 _MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
@@ -134,6 +136,7 @@ class IdRowMap:
         self.compact = _compaction and self.assign == "first-seen"
         self.variables = []      # the EmbeddingVariables' tables addressed by these rows
         self.batch_phys = []     # each rows() call's unique physical rows (the Compactor counts them)
+        tf.compat.v1.add_to_collection(_ALL_MAPS, self)
         with tf.compat.v1.variable_scope(name):
             # first-seen: id -> row; hashed: physical row -> itself (which rows have been initialised).
             # Checkpointed under its full name: TF's own saveable takes the bare `name`, so every feature's
@@ -379,3 +382,75 @@ def _compaction_pass(m, tables, hot, max_swaps):
                        tf.raw_ops.ResourceScatterUpdate(resource=m.home.handle, indices=orig_in, updates=pout)]
         with tf.control_dependencies(writes):
             return tf.identity(n)
+
+
+def _pages(rows, row_bytes):
+    """Distinct pages (PAGE_BYTES, counted from the table's first byte) holding the given rows."""
+    import numpy as np
+
+    rows = np.asarray(rows, dtype=np.int64)
+    first = rows * row_bytes // PAGE_BYTES
+    last = (rows * row_bytes + row_bytes - 1) // PAGE_BYTES
+    return int(np.unique(np.concatenate([first, last])).size) if rows.size else 0
+
+
+class RowLayout:
+    """How the rows the run used lie in its tables: per table (each variable of an IdRowMap and its Adagrad
+    accumulator, same rows), the distinct rows used, the pages holding them, and the pages the same rows would
+    fill packed from the table's start. Read from the maps themselves: first-seen rows are 0..used-1 (packed
+    by construction); hashed rows are the map's record of the rows it initialised (lazy fill only: a filled
+    table with hashed rows keeps no record, so it is not measured). Built with the graph (its read ops must
+    exist before a MonitoredTrainingSession finalizes the graph); read() runs them once, after training."""
+
+    def __init__(self, graph=None):
+        self.maps = (graph or tf.compat.v1.get_default_graph()).get_collection(_ALL_MAPS)
+        self.counted = [m for m in self.maps if m.assign != "hashed"]
+        self.hashed = [m for m in self.maps if m.assign == "hashed" and m.lazy]
+        self.fetches = ([m.counter.read_value() for m in self.counted], [m.table.export()[0] for m in self.hashed])
+
+    def read(self, sess):
+        import numpy as np
+
+        out = {"source": "rtkit.workloads (the script's own id -> row maps)", "row_assign": _row_assign,
+               "table_fill": _table_fill, "page_bytes": PAGE_BYTES, "tables": 0, "table_bytes": 0, "rows_used": None,
+               "row_pages": None, "packed_pages": None, "not_measured": None}
+        if not self.maps:
+            out["not_measured"] = "no id -> row map in the graph"
+            return out
+        if any(m.assign == "hashed" and not m.lazy for m in self.maps):
+            out["not_measured"] = ("hashed rows in tables filled at initialisation: the map keeps no record of the "
+                                   "rows used (--table-fill lazy keeps one)")
+        used, keys = sess.run(self.fetches)
+        rows_of = {m: np.arange(min(int(n), m.capacity)) for m, n in zip(self.counted, used)}
+        rows_of.update({m: np.unique(k) for m, k in zip(self.hashed, keys)})
+        rows_used = row_pages = packed = 0
+        for m in self.maps:
+            for v in m.variables:
+                row_bytes = int(v.shape[1]) * 4   # float32 rows
+                out["tables"] += 2                # the variable and its accumulator
+                out["table_bytes"] += 2 * m.capacity * row_bytes
+                rows = rows_of.get(m)
+                if rows is None:
+                    continue
+                rows_used += 2 * rows.size
+                row_pages += 2 * _pages(rows, row_bytes)
+                packed += 2 * _pages(np.arange(rows.size), row_bytes)
+        if out["not_measured"] is None:
+            out.update(rows_used=int(rows_used), row_pages=int(row_pages), packed_pages=int(packed))
+        return out
+
+    def write(self, sess):
+        """read() into RTKIT_RUN_DIR/rows-<pid>.json under `rtkit run` (the report's rows section)."""
+        import json
+        import os
+
+        run_dir = os.environ.get("RTKIT_RUN_DIR")
+        if not run_dir or not self.maps:
+            return
+        path = os.path.join(run_dir, f"rows-{os.getpid()}.json")
+        try:
+            with open(path + ".tmp", "w") as fh:
+                json.dump(self.read(sess), fh)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass   # the run directory went away: the report says the layout was not measured

@@ -32,20 +32,34 @@ def _session_config(threads_inter, threads_intra):
 
 
 class _LossLog:
-    """Collects per-step losses; prints `loss <step> <value>` as each step ends when asked to."""
+    """Collects per-step losses; prints `loss <step> <value>` as each step ends when asked to, and writes it as
+    the TensorBoard scalar `loss` at its step (1 = the first) into summary_dir when given, as a script's
+    FileWriter does (outside the step's fetches: the step stays one run of the same signature)."""
 
-    def __init__(self, print_losses):
+    SUMMARY_FLUSH_S = 10
+
+    def __init__(self, print_losses, summary_dir=None):
         self.losses, self.step_s, self.print_losses = [], [], print_losses
         self.t_last = None
+        self.summary_dir, self.writer = summary_dir, None
 
     def start(self):
+        if self.summary_dir and self.writer is None:   # in the graph's context: FileWriter refuses eager mode
+            self.writer = tf.compat.v1.summary.FileWriter(self.summary_dir, flush_secs=self.SUMMARY_FLUSH_S)
         self.t0 = self.t_last = time.perf_counter()
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
 
     def add(self, value):
         now = time.perf_counter()
         self.step_s.append(now - self.t_last)
         self.t_last = now
         self.losses.append(float(value))
+        if self.writer is not None:
+            summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag="loss", simple_value=float(value))])
+            self.writer.add_summary(summary, len(self.losses))
         if self.print_losses:
             sys.stdout.write(f"loss {len(self.losses)} {float(value)!r}\n")
             sys.stdout.flush()
@@ -83,6 +97,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
         train_op = opt.minimize(loss, global_step=global_step)
         fetches = [train_op, loss]
         compactor = ev.Compactor(opt, **compact) if compact else None
+        layout = ev.RowLayout(graph)
         if compactor is not None:   # the access counts are part of the step (so the step is one run)
             fetches = [tf.group(train_op, compactor.count_op), loss]
 
@@ -102,6 +117,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                         compactor.after_step(sess, len(log.losses))
                 if compactor is not None:
                     compactor.report(sess)
+                layout.write(sess)
         else:
             # No hooks, summaries, checkpoints or step-count logging: nothing adds fetches to the step.
             with tf.compat.v1.train.MonitoredTrainingSession(
@@ -116,6 +132,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                         compactor.after_step(sess, len(log.losses))
                 if compactor is not None:
                     compactor.report(sess)
+                layout.write(sess)
 
 
 def _eager_threads(threads_inter, threads_intra, api):
@@ -167,7 +184,7 @@ def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, lea
 def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_dir=None, seed=0,
         emb_dim=16, capacity=None, epochs=None, learning_rate=0.05, threads_inter=None,
         threads_intra=None, print_losses=False, progress=True, input_mode="prefetch", input_latency_ms=0.0,
-        zipf_ids=None, compact=None):
+        zipf_ids=None, compact=None, summary_dir=None):
     """Train `model` with `api` for up to `steps` steps; returns a dict of figures (see keys below).
 
     epochs=None repeats the data forever; with a number the run may end early (OutOfRange), and
@@ -176,7 +193,8 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
     proportional to the table size each step). input_mode: "prefetch" (parsing in Dataset.map, prefetch) or "legacy" (CSV
     lines parsed in the graph after get_next, no prefetch, input_latency_ms per batch). zipf_ids=(distinct,
     exponent): batches generated in the input graph (rtkit.workloads.zipf), no file; graph APIs only.
-    compact: ev.Compactor's arguments (hot-row compaction at step boundaries), graph APIs only."""
+    compact: ev.Compactor's arguments (hot-row compaction at step boundaries), graph APIs only. summary_dir: each
+    step's loss as a TensorBoard scalar there (graph APIs)."""
     if model not in models.MODELS:
         raise ValueError(f"unknown model {model!r}; expected one of {', '.join(models.MODELS)}")
     if api not in APIS:
@@ -188,7 +206,9 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
     if (zipf_ids is not None or compact) and api in ("keras", "tf2"):
         raise ValueError("zipf ids and compaction need a graph API (session, monitored)")
     path = None if zipf_ids is not None else data_mod.ensure_dataset(data_dir, rows, seed, progress=progress)
-    log = _LossLog(print_losses)
+    if summary_dir and api in ("keras", "tf2"):
+        raise ValueError("a summary folder needs a graph API (session, monitored)")
+    log = _LossLog(print_losses, summary_dir)
     t_start = time.perf_counter()
     if api == "keras":
         _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
@@ -200,6 +220,7 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
         _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
                      _session_config(threads_inter, threads_intra), log, input_mode, input_latency_ms,
                      zipf_ids, compact)
+    log.close()
     n = len(log.losses)
     examples = n * batch if epochs is None or zipf_ids is not None else min(n * batch, rows * epochs)
     elapsed = log.elapsed()
