@@ -89,7 +89,9 @@ class Setting:
     choices: tuple = ()
     minimum: Optional[int] = None
     maximum: Optional[int] = None
-    c: bool = False     # read by the C libraries: allocators/build.py generates their settings header from these rows
+    # the C part that reads it ("malloc": the preload allocator, "tier": its tier mode, "pmem": the pool, in both
+    # libraries); allocators/build.py generates the C libraries' settings header from these rows
+    c: str = ""
     deprecated: str = ""  # a retired setting: what to do instead. Set anywhere, it is ignored with one warning line
 
     @property
@@ -168,67 +170,67 @@ SETTINGS: List[Setting] = [
        "the job runs; 0: off (rtkit run --metrics-port)", minimum=0, maximum=65535),
     _s("metrics_host", "str", "127.0.0.1", "", "address the metrics endpoint binds to (rtkit run --metrics-host)"),
     # -- PRMalloc, the LD_PRELOAD allocator
-    _s("malloc", "bool", True, "", "preload librtkit_malloc.so (census, profiling, planned arenas)", c=True),
+    _s("malloc", "bool", True, "", "preload librtkit_malloc.so (census, profiling, planned arenas)", c="malloc"),
     _s("malloc_route_tf", "bool", True, "",
        "set TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 (unless the user set it) so TensorFlow's tensors reach the allocator"),
     _s("malloc_profile_start", "int", 2, "steps", "steps treated as warm-up before the allocator starts profiling",
-       minimum=0, maximum=INT32_MAX, c=True),
+       minimum=0, maximum=INT32_MAX, c="malloc"),
     _s("malloc_profile_stable", "int", 3, "steps", "profiling ends once the plan is unchanged for this many steps",
-       minimum=1, maximum=INT32_MAX, c=True),
+       minimum=1, maximum=INT32_MAX, c="malloc"),
     _s("malloc_profile_max", "int", 20, "steps", "profiling ends after this many steps even if the plan still changes",
-       minimum=1, maximum=INT32_MAX, c=True),
+       minimum=1, maximum=INT32_MAX, c="malloc"),
     _s("malloc_min_size", "size", 32 * 1024, "bytes", "smallest allocation that the profiler and the arenas consider",
-       minimum=16, c=True),
+       minimum=16, c="malloc"),
     _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0,
-       c=True),
+       c="malloc"),
     _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on glibc's heaps "
        "(GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless set; with malloc_large, glibc's thread heaps too); rtkit's own "
-       "large heap keeps 4 KiB pages, so its decay can give back single idle extents", c=True),
+       "large heap keeps 4 KiB pages, so its decay can give back single idle extents", c="malloc"),
     _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)",
-       c=True),
+       c="malloc"),
     _s("malloc_plan_process", "str", "", "", "program name (e.g. python3) that reserves the plan's arenas as it starts; "
        "by default only the process that marks steps reserves them, after its warm-up (malloc_profile_start steps)",
-       c=True),
-    _s("malloc_census", "bool", True, "", "count every allocation per step and size class", c=True),
+       c="malloc"),
+    _s("malloc_census", "bool", True, "", "count every allocation per step and size class", c="malloc"),
     _s("malloc_debug", "bool", False, "", "debug lines from the allocator (double and foreign frees of rtkit's memory abort in every mode)",
-       c=True),
+       c="malloc"),
     _s("malloc_large", "bool", True, "", "serve allocations >= min_size that no planned class takes from rtkit's retained "
-       "large-object heap (from the first step), not glibc", c=True),
+       "large-object heap (from the first step), not glibc", c="malloc"),
     _s("malloc_plan_release", "bool", False, "", "retired",
        deprecated="remove it: a plan's classes hold the large heap's own blocks, so installing a plan takes no "
        "fresh pages to give back"),
     _s("malloc_decay_steps", "int", 16, "steps", "idle pages of the large-object heap beyond its high-water mark since "
-       "the plan, and planned classes unused, are given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c=True),
+       "the plan, and planned classes unused, are given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c="malloc"),
     # -- PMEM segment allocator and tiering
-    _s("pmem_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM", c=True),
+    _s("pmem_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM", c="tier"),
     _s("pmem_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20,
-       c=True),
+       c="tier"),
     _s("pmem_min_size", "size", 64 * 1024, "bytes", "smallest long-lived allocation that tier mode places in the pool",
-       minimum=64, c=True),
+       minimum=64, c="tier"),
     _s("pmem_resident_max", "size", 0, "bytes", "tier mode: pool pages kept in DRAM at most (checked at most once a "
        "second; older records are written out and dropped with MADV_PAGEOUT); 0 leaves it to the kernel",
-       minimum=0, c=True),
+       minimum=0, c="tier"),
     _s("pmem_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
        "written so far is cold (MADV_COLD), so pages only initialisers touched are reclaimed before the ones steps use",
-       c=True),
+       c="tier"),
     _s("pmem_dram_head", "size", 0, "bytes", "tier mode: at the first step mark, the same leading share of every "
        "pooled record of 1 MiB or more, this many bytes in all (at most half of MemAvailable then), moves to "
        "anonymous DRAM that is never written to the pool file: with rows assigned in first-seen order (the bundled "
-       "EmbeddingVariable analogue) these are the hottest rows; 0: off", minimum=0, c=True),
+       "EmbeddingVariable analogue) these are the hottest rows; 0: off", minimum=0, c="tier"),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
-       maximum=1 << 40, c=True),
+       maximum=1 << 40, c="pmem"),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",
-       minimum=8, maximum=65536, c=True),
+       minimum=8, maximum=65536, c="pmem"),
     _s("pmem_max_record", "size", 4096, "bytes", "largest record served from record classes; larger ones take whole segments",
-       minimum=64, maximum=1 << 30, c=True),
+       minimum=64, maximum=1 << 30, c="pmem"),
     _s("pmem_rebalance_ms", "int", 1000, "ms", "interval of the background thread that moves thread-cache free lists to the pool",
-       minimum=1, maximum=3_600_000, c=True),
+       minimum=1, maximum=3_600_000, c="pmem"),
     _s("pmem_rebalance_min", "int", 8, "records", "a thread-cache free list is moved once it holds at least this many records",
-       minimum=1, maximum=1 << 30, c=True),
+       minimum=1, maximum=1 << 30, c="pmem"),
     _s("pmem_durable", "bool", True, "", "pools made by the Python API persist a header per record before alloc returns "
-       "(off: DeepRec's volatile mode); tier mode's pool is always volatile", c=True),
+       "(off: DeepRec's volatile mode); tier mode's pool is always volatile", c="pmem"),
     _s("pmem_no_membarrier", "bool", False, "", "diagnostic: guard thread caches with a spin lock instead of membarrier "
-       "(for ThreadSanitizer runs)", c=True),
+       "(for ThreadSanitizer runs)", c="pmem"),
     # -- stage-aware scheduler
     _s("sched", "bool", False, "", "give TensorFlow sessions rtkit's thread configuration and per-stage pools"),
     _s("sched_stage", "bool", False, "", "pipeline the input stage ahead of compute (SmartStage)"),

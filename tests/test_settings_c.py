@@ -16,9 +16,11 @@ from rtkit import config as cfg
 
 SRC = os.path.join(REPO, "allocators", "src")
 OPTIONS = {os.path.join("common", "options.h"), os.path.join("common", "options.c")}
-ROW = re.compile(r'X\((\w+), "(\w+)", (RTK_KIND_\w+), (-?\d+)LL, "([^"]*)", ([01]), (-?\d+)LL, ([01]), (-?\d+)LL\)')
+ROW = re.compile(r'X\((\w+), "(\w+)", "(\w+)", (RTK_KIND_\w+), (-?\d+)LL, "([^"]*)", ([01]), (-?\d+)LL, ([01]), '
+                 r'(-?\d+)LL, (RTK_PART_\w+)\)')
 KINDS = {"bool": "RTK_KIND_BOOL", "int": "RTK_KIND_INT", "size": "RTK_KIND_SIZE", "str": "RTK_KIND_STR",
          "path": "RTK_KIND_STR"}
+PARTS = {"malloc": "RTK_PART_MALLOC", "tier": "RTK_PART_TIER", "pmem": "RTK_PART_PMEM"}
 
 
 def _build_module():
@@ -43,9 +45,9 @@ def _strip_comments(text):
 def test_generated_header_rows_are_the_tables():
     rows = ROW.findall(_build_module().settings_header_text())
     want = [s for s in cfg.SETTINGS if s.c]
-    assert [r[1] for r in rows] == [s.env for s in want]
-    for (ident, env, kind, dflt, dtext, has_min, lo, has_max, hi), s in zip(rows, want):
-        assert ident == s.key.upper() and kind == KINDS[s.kind]
+    assert [r[2] for r in rows] == [s.env for s in want]
+    for (ident, key, env, kind, dflt, dtext, has_min, lo, has_max, hi, part), s in zip(rows, want):
+        assert ident == s.key.upper() and key == s.key and kind == KINDS[s.kind] and part == PARTS[s.c]
         assert dtext == s.to_env(s.default)
         if s.kind in ("bool", "int", "size"):
             assert int(dflt) == int(s.default)
@@ -217,3 +219,69 @@ def test_internal_names_in_c_are_rtkits_own():
         names = set(re.findall(r'"(_?RTKIT_\w+)"', _strip_comments(fh.read())))
     assert names == {"RTKIT_RUN_DIR", "_RTKIT_MALLOC_ROOT"}
     assert "RTKIT_RUN_DIR" in cfg.INTERNAL_ENV and "RTKIT_RUN_DIR" not in cfg.BY_ENV
+
+
+# ---- adding a C setting: its table row and its user, nothing else
+
+PROBE_ROW = ('    _s("malloc_scratch_probe", "int", 7, "", "a setting this test adds", minimum=0, maximum=1000, '
+             'c="malloc"),\n')
+PROBE_USE = ('    if (rtk_setting_num(RTK_OPT_MALLOC_SCRATCH_PROBE) == 42)\n'
+             '        rtk_log_line("scratch probe read 42");\n')
+
+
+def _tree_files(root, folders):
+    out = {}
+    for folder in folders:
+        for base, _, names in os.walk(os.path.join(root, folder)):
+            for name in names:
+                path = os.path.join(base, name)
+                with open(path, "rb") as fh:
+                    out[os.path.relpath(path, root)] = fh.read()
+    return out
+
+
+def test_a_new_c_setting_touches_its_row_and_its_user(tmp_path):
+    """A scratch copy of the table and the C sources gets one setting: a row in rtkit/config.py and one reader in
+    the C file that uses it. It builds, the allocator reads its value, and its stats file echoes it."""
+    scratch = tmp_path / "repo"
+    (scratch / "rtkit").mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, "rtkit", "config.py"), scratch / "rtkit" / "config.py")
+    for part in ("src", "include", "build.py"):
+        src = os.path.join(REPO, "allocators", part)
+        (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, scratch / "allocators" / part)
+    before = _tree_files(scratch, ["rtkit", "allocators"])
+
+    table = scratch / "rtkit" / "config.py"
+    text = table.read_text()
+    anchor = "    # -- PMEM segment allocator and tiering\n"
+    assert anchor in text
+    table.write_text(text.replace(anchor, PROBE_ROW + anchor))
+    user = scratch / "allocators" / "src" / "prmalloc" / "init.c"
+    text = user.read_text()
+    anchor = "    rtk_g.plan_source = \"none\";\n"
+    assert anchor in text
+    user.write_text(text.replace(anchor, PROBE_USE + anchor))
+
+    after = _tree_files(scratch, ["rtkit", "allocators"])
+    touched = sorted(k for k in after if before.get(k) != after[k])
+    assert touched == [os.path.join("allocators", "src", "prmalloc", "init.c"), os.path.join("rtkit", "config.py")]
+
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, str(scratch / "allocators" / "build.py"), "--out", str(out), "--only", "malloc"],
+                   check=True, stdout=subprocess.DEVNULL)
+    lib = str(out / "librtkit_malloc.so")
+    probe = "import ctypes; ctypes.CDLL(None).rtkit_step_mark()"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_")}
+    for value, said in (("42", "scratch probe read 42"), ("lots", "RTKIT_MALLOC_SCRATCH_PROBE='lots' is not valid")):
+        run_dir = tmp_path / f"run-{value}"
+        run_dir.mkdir()
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                              env={**env, "LD_PRELOAD": lib, "RTKIT_RUN_DIR": str(run_dir),
+                                   "RTKIT_MALLOC_SCRATCH_PROBE": value})
+        assert proc.returncode == 0 and said in proc.stderr, proc.stderr
+        (stats,) = glob.glob(str(run_dir / "allocator-*.json"))
+        with open(stats) as fh:
+            doc = json.load(fh)
+        assert doc["config"]["malloc_scratch_probe"] == (42 if value == "42" else 7), doc["config"]
+        if value != "42":
+            assert [e for e in doc["errors"] if "RTKIT_MALLOC_SCRATCH_PROBE" in e], doc["errors"]

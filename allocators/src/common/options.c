@@ -1,5 +1,5 @@
-/* options.c -- RTKIT_* settings for PRMalloc and PMEM: the generated table, its grammar (that of rtkit/config.py)
- * and one reader per kind with the table's limits; no malloc. */
+/* options.c -- RTKIT_* settings for PRMalloc and PMEM: the generated table, its grammar (that of rtkit/config.py),
+ * one reader per kind with the table's limits, the value array, its loading loop and its echo; no malloc. */
 #include "common/options.h"
 
 #include <ctype.h>
@@ -10,18 +10,24 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *g_note;
+#include "common/say.h"
+
+static const char *g_note[RTK_OPT_COUNT];
 static char *g_sink;
 static size_t g_sink_cap;
 static int g_quiet;
 
 const rtk_setting_t rtk_settings[RTK_OPT_COUNT] = {
-#define RTK_OPT_ROW(ID, ENV, KIND, DFLT, DTEXT, HMIN, MIN, HMAX, MAX) {ENV, KIND, DFLT, DTEXT, HMIN, HMAX, MIN, MAX},
+#define RTK_OPT_ROW(ID, KEY, ENV, KIND, DFLT, DTEXT, HMIN, MIN, HMAX, MAX, PART) \
+    {KEY, ENV, KIND, DFLT, DTEXT, HMIN, HMAX, MIN, MAX, PART},
     RTK_SETTINGS(RTK_OPT_ROW)
 #undef RTK_OPT_ROW
 };
 
-void rtk_opt_set_fallback_note(const char *note) { g_note = note; }
+rtk_value_t rtk_values[RTK_OPT_COUNT];
+static unsigned char g_loaded[RTK_OPT_COUNT], g_bad[RTK_OPT_COUNT];
+
+void rtk_opt_set_fallback_note(rtk_opt_t id, const char *note) { g_note[id] = note; }
 void rtk_opt_set_error_sink(char *buf, size_t cap) { g_sink = buf; g_sink_cap = cap; }
 void rtk_opt_set_quiet(int quiet) { g_quiet = quiet; }
 
@@ -130,8 +136,9 @@ static void report_bad(const rtk_setting_t *s, const char *raw, const char *acce
 {
     char msg[512];
     char tail[128];
-    if (g_note)
-        snprintf(tail, sizeof tail, "%s", g_note);
+    const char *note = g_note[s - rtk_settings];
+    if (note)
+        snprintf(tail, sizeof tail, "%s", note);
     else
         snprintf(tail, sizeof tail, "using the default '%s'", s->dflt_text);
     snprintf(msg, sizeof msg, "environment %s='%.80s' is not valid: expected %s; %s", s->env, raw, accepted, tail);
@@ -213,4 +220,65 @@ int rtk_opt_bool(rtk_opt_t id, int *out)
     }
     report_bad(s, raw, "one of 1/0/true/false/on/off");
     return -1;
+}
+
+/* one setting into its slot of rtk_values: 0, or -1 with the message in msg */
+static int load_one(rtk_opt_t id, char *msg, size_t cap)
+{
+    rtk_value_t *v = &rtk_values[id];
+    int rc = 0;
+    char *sink = g_sink;
+    size_t sink_cap = g_sink_cap;
+    int quiet = g_quiet;
+    g_sink = msg;
+    g_sink_cap = cap;
+    g_quiet = 1;
+    switch (rtk_settings[id].kind) {
+    case RTK_KIND_BOOL: rc = rtk_opt_bool(id, &v->on); break;
+    case RTK_KIND_INT: rc = rtk_opt_int(id, &v->num); break;
+    case RTK_KIND_SIZE: rc = rtk_opt_size(id, &v->bytes); break;
+    default: v->text = rtk_opt_str(id); break;
+    }
+    g_sink = sink;
+    g_sink_cap = sink_cap;
+    g_quiet = quiet;
+    return rc;
+}
+
+int rtk_opt_load(int parts)
+{
+    int bad = 0;
+    for (int id = 0; id < RTK_OPT_COUNT; id++) {
+        if (!(rtk_settings[id].part & parts) || g_loaded[id])
+            continue;
+        char msg[320] = "";
+        if (load_one((rtk_opt_t)id, msg, sizeof msg) != 0) {
+            g_bad[id] = 1;
+            rtk_keep_message(rtk_settings[id].part, msg);
+            bad++;
+        }
+        g_loaded[id] = 1;
+    }
+    return bad;
+}
+
+int rtk_opt_bad(rtk_opt_t id) { return g_bad[id]; }
+
+void rtk_opt_echo(rtk_out_t *o, int parts)
+{
+    int first = 1;
+    for (int id = 0; id < RTK_OPT_COUNT; id++) {
+        const rtk_setting_t *s = &rtk_settings[id];
+        if (!(s->part & parts))
+            continue;
+        rtk_out_put(o, "%s\"%s\": ", first ? "" : ", ", s->key);
+        first = 0;
+        const rtk_value_t *v = &rtk_values[id];
+        switch (s->kind) {
+        case RTK_KIND_BOOL: rtk_out_put(o, "%s", v->on ? "true" : "false"); break;
+        case RTK_KIND_INT: rtk_out_put(o, "%ld", v->num); break;
+        case RTK_KIND_SIZE: rtk_out_put(o, "%zu", v->bytes); break;
+        default: rtk_out_str(o, v->text); break;
+        }
+    }
 }

@@ -16,27 +16,18 @@
 #include <libpmem.h>
 #endif
 #include "common/options.h"
+#include "common/say.h"
 #include "pmem/cache.h"
 #include "pmem/recover.h"
 
-/* ---- settings (rtkit/config.py's pmem_* rows through common/options: one stderr line per bad value, then the default) ---- */
-
-/* read once per process, so a bad value is reported once however many pools are opened */
-static struct {
-    size_t segment_size, block_size, max_record;
-    long rebalance_ms, rebalance_min;
-    int durable, no_membarrier;
-} env_cfg;
+/* ---- settings (rtkit/config.py's pmem_* rows through common/options): read once per process, so a bad value is
+ * said once however many pools are opened; where the preload allocator read them at its start, nothing is left */
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static void env_read(void) {
-    rtk_opt_size(RTK_OPT_PMEM_SEGMENT_SIZE, &env_cfg.segment_size);
-    rtk_opt_size(RTK_OPT_PMEM_BLOCK_SIZE, &env_cfg.block_size);
-    rtk_opt_size(RTK_OPT_PMEM_MAX_RECORD, &env_cfg.max_record);
-    rtk_opt_int(RTK_OPT_PMEM_REBALANCE_MS, &env_cfg.rebalance_ms);
-    rtk_opt_int(RTK_OPT_PMEM_REBALANCE_MIN, &env_cfg.rebalance_min);
-    rtk_opt_bool(RTK_OPT_PMEM_DURABLE, &env_cfg.durable);
-    rtk_opt_bool(RTK_OPT_PMEM_NO_MEMBARRIER, &env_cfg.no_membarrier);
+    int from = rtk_kept_count();
+    rtk_opt_load(RTK_PART_PMEM);
+    rtk_say_kept(from, NULL, NULL);
 }
 
 RTK_EXPORT void rtkit_pmem_options_init(rtkit_pmem_options *o) {
@@ -46,9 +37,9 @@ RTK_EXPORT void rtkit_pmem_options_init(rtkit_pmem_options *o) {
 
 static void resolve_runtime(struct rtkit_pmem_pool *p, const rtkit_pmem_options *o) {
     pthread_once(&env_once, env_read);
-    p->durable = o->durable >= 0 ? !!o->durable : env_cfg.durable;
-    p->rebalance_ms = o->rebalance_ms ? o->rebalance_ms : (int)env_cfg.rebalance_ms;
-    p->rebalance_min = o->rebalance_min > 0 ? o->rebalance_min : (int)env_cfg.rebalance_min;
+    p->durable = o->durable >= 0 ? !!o->durable : rtk_setting_on(RTK_OPT_PMEM_DURABLE);
+    p->rebalance_ms = o->rebalance_ms ? o->rebalance_ms : (int)rtk_setting_num(RTK_OPT_PMEM_REBALANCE_MS);
+    p->rebalance_min = o->rebalance_min > 0 ? o->rebalance_min : (int)rtk_setting_num(RTK_OPT_PMEM_REBALANCE_MIN);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     p->recovery_threads = o->recovery_threads > 0 ? o->recovery_threads : (int)(ncpu < 1 ? 1 : ncpu > 16 ? 16 : ncpu);
 }
@@ -180,7 +171,7 @@ static int finish_open(struct rtkit_pmem_pool *p, const rtkit_pmem_options *o) {
     if (pthread_key_create(&p->key, rtk_tcache_destructor) != 0)
         return rtk_fail(RTKIT_PMEM_ESYS, EAGAIN, p->path, "no thread-specific key left");
     p->have_key = 1;
-    p->asym = env_cfg.no_membarrier ? 0 : rtk_membarrier_register();  /* env_cfg: read by resolve_runtime */
+    p->asym = rtk_setting_on(RTK_OPT_PMEM_NO_MEMBARRIER) ? 0 : rtk_membarrier_register();  /* read by resolve_runtime */
     int rc = rtk_recover(p);  /* it also clears the clean flag, before its first write */
     if (rc) return rc;
     if (p->rebalance_ms > 0) {
@@ -199,9 +190,9 @@ static void abort_open(struct rtkit_pmem_pool *p) {
 /* the geometry of a new pool: each size from the options, else from RTKIT_PMEM_*; 0 or the failure's code */
 static int geom_from_opts(const rtkit_pmem_options *o, uint64_t size, const char *what, struct rtk_geom *g) {
     pthread_once(&env_once, env_read);
-    uint64_t seg = o->segment_size ? o->segment_size : (uint64_t)env_cfg.segment_size;
-    uint32_t block = o->block_size ? o->block_size : (uint32_t)env_cfg.block_size;
-    uint32_t maxrec = o->max_record ? o->max_record : (uint32_t)env_cfg.max_record;
+    uint64_t seg = o->segment_size ? o->segment_size : (uint64_t)rtk_setting_bytes(RTK_OPT_PMEM_SEGMENT_SIZE);
+    uint32_t block = o->block_size ? o->block_size : (uint32_t)rtk_setting_bytes(RTK_OPT_PMEM_BLOCK_SIZE);
+    uint32_t maxrec = o->max_record ? o->max_record : (uint32_t)rtk_setting_bytes(RTK_OPT_PMEM_MAX_RECORD);
     char why[200];
     if (rtk_geom_compute(g, size, seg, block, maxrec, why, sizeof why))
         return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, what, "%s", why);

@@ -78,7 +78,7 @@ __attribute__((noinline)) static void *malloc_slow(size_t n)
 {
     size_t refill = rtk_hot.sample_bytes;
     if (n < rtk_hot.fast_max) {
-        if (rtk_hot.inspect && rtk_g.cfg.census) {
+        if (rtk_hot.inspect && rtk_setting_on(RTK_OPT_MALLOC_CENSUS)) {
             /* this malloc overdrew the budget: it stands for `refill` bytes of small requests */
             rtk_tslot_t *s = rtk_slot();
             size_t m = n < 9 ? 9 : n;

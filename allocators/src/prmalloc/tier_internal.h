@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common/lock.h"
+#include "common/options.h"
 #include "common/os.h"
 #include "prmalloc/tier.h"
 #include "rtkit/pmem.h"
@@ -34,10 +35,7 @@ typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t re
 typedef struct {
     int state;
     char path[PATH_MAX];
-    size_t size, min_size, resident_max, dram_head;
-    int cold_hint;
-    char errors[4][320];
-    int nerrors;
+    size_t size;                          /* the pool's: pmem_size until it is made, then its own */
     rtkit_pmem_pool *pool;
     char *base;
     long owner;

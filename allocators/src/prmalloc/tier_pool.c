@@ -85,15 +85,9 @@ void rtk_tier_plan_ready(void) { __atomic_store_n(&rtk_tier.plan_ready, 1, __ATO
 /* ---------------------------------------------------------------- settings and the pool */
 void rtk_tier_read_settings(void)
 {
-    const char *path = rtk_opt_str(RTK_OPT_PMEM_PATH);
+    const char *path = rtk_setting_text(RTK_OPT_PMEM_PATH);
     rtk_tier.fd = -1;
-    /* each bad value: its message is kept, said once per run when the pool is opened, and the default applies */
-    rtk_kept_t kept = RTK_KEPT(rtk_tier.errors, &rtk_tier.nerrors);
-    RTK_KEEP_ERROR(kept, rtk_opt_size(RTK_OPT_PMEM_SIZE, &rtk_tier.size));
-    RTK_KEEP_ERROR(kept, rtk_opt_size(RTK_OPT_PMEM_MIN_SIZE, &rtk_tier.min_size));
-    RTK_KEEP_ERROR(kept, rtk_opt_size(RTK_OPT_PMEM_RESIDENT_MAX, &rtk_tier.resident_max));
-    RTK_KEEP_ERROR(kept, rtk_opt_bool(RTK_OPT_PMEM_COLD_HINT, &rtk_tier.cold_hint));
-    RTK_KEEP_ERROR(kept, rtk_opt_size(RTK_OPT_PMEM_DRAM_HEAD, &rtk_tier.dram_head));
+    rtk_tier.size = rtk_setting_bytes(RTK_OPT_PMEM_SIZE);  /* the pool's own size once it is made */
     if (!path || strlen(path) >= sizeof rtk_tier.path) {
         rtk_tier.state = path ? T_FAILED : T_OFF;
         if (path) {  /* no file can have this name (ENAMETOOLONG): said now, since no pool is ever opened */
@@ -106,7 +100,7 @@ void rtk_tier_read_settings(void)
     }
     snprintf(rtk_tier.path, sizeof rtk_tier.path, "%s", path);
     rtk_tier.state = T_IDLE;
-    rtk_tier_min = rtk_tier.min_size;
+    rtk_tier_min = rtk_setting_bytes(RTK_OPT_PMEM_MIN_SIZE);
 }
 
 /* Safety rule (docs/safety.md): rtkit never deletes or truncates a file it did not create in this run. The tier
@@ -132,10 +126,8 @@ static void tier_open(void)
     if (!__atomic_compare_exchange_n(&rtk_tier.state, &expect, T_CREATING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;  /* another thread is creating it (its requests meanwhile stay in DRAM) or it is settled */
     t_in_tier = 1;
-    /* one line per problem, said by the first process of the run that opens the pool */
+    /* said by the first process of the run that opens the pool (its settings' messages were said at init) */
     int speak = rtk_say_once(rtk_opt_internal(RTK_ENV_RUN_DIR), ".pmem-path-reported");
-    for (int i = 0; speak && i < rtk_tier.nerrors; i++)
-        rtk_log_line("%s", rtk_tier.errors[i]);
     int st = clear_old();
     int next = T_FAILED;
     if (st == 1) {
