@@ -93,6 +93,11 @@ class Setting:
     # libraries); allocators/build.py generates the C libraries' settings header from these rows
     c: str = ""
     deprecated: str = ""  # a retired setting: what to do instead. Set anywhere, it is ignored with one warning line
+    # The setting's old key, still accepted (profile, --set, RTKIT_<ALIAS>; C reads the old variable too) with one
+    # warning line for one release; the new name wins where both are set. alias_inverted: a boolean whose old
+    # name meant the opposite (pmem_no_membarrier=1 is pmem_membarrier=0).
+    alias: str = ""
+    alias_inverted: bool = False
 
     @property
     def env(self) -> str:
@@ -135,6 +140,19 @@ class Setting:
         if not isinstance(raw, (str, int, float)):
             raise ValueError(self.accepted())
         return str(raw)
+
+    @property
+    def alias_env(self) -> str:
+        return ENV_PREFIX + self.alias.upper() if self.alias else ""
+
+    def renamed_message(self, where: str) -> str:
+        flip = "; its value is the opposite" if self.alias_inverted else ""
+        return (f"rtkit: {where} {self.alias_env} is renamed {self.env}{flip}: use the new name (the old one is read "
+                "until the next release)")
+
+    def from_alias(self, raw: Any) -> Any:
+        """A value given under the old name, as this setting's raw value. Raises ValueError(accepted)."""
+        return not parse_bool(raw) if self.alias_inverted else raw
 
     def retired_message(self, where: str) -> str:
         return f"rtkit: {where} {self.env} is retired and ignored: {self.deprecated}"
@@ -229,8 +247,9 @@ SETTINGS: List[Setting] = [
        minimum=1, maximum=1 << 30, c="pmem"),
     _s("pmem_durable", "bool", True, "", "pools made by the Python API persist a header per record before alloc returns "
        "(off: DeepRec's volatile mode); tier mode's pool is always volatile", c="pmem"),
-    _s("pmem_no_membarrier", "bool", False, "", "diagnostic: guard thread caches with a spin lock instead of membarrier "
-       "(for ThreadSanitizer runs)", c="pmem"),
+    _s("pmem_membarrier", "bool", True, "", "guard thread caches with membarrier where the kernel has it; off: a spin "
+       "lock instead (a diagnostic, for ThreadSanitizer runs)", c="pmem", alias="pmem_no_membarrier",
+       alias_inverted=True),
     # -- stage-aware scheduler
     _s("sched", "bool", False, "", "give TensorFlow sessions rtkit's thread configuration and per-stage pools"),
     _s("sched_stage", "bool", False, "", "pipeline the input stage ahead of compute (SmartStage)"),
@@ -247,18 +266,26 @@ SETTINGS: List[Setting] = [
 
 BY_KEY: Dict[str, Setting] = {s.key: s for s in SETTINGS}
 BY_ENV: Dict[str, Setting] = {s.env: s for s in SETTINGS}
+BY_ALIAS: Dict[str, Setting] = {s.alias: s for s in SETTINGS if s.alias}
+BY_ALIAS_ENV: Dict[str, Setting] = {s.alias_env: s for s in SETTINGS if s.alias}
 
 # RTKIT_* variables that are not settings: set by rtkit itself for the child.
 INTERNAL_ENV = {"RTKIT_RUN_DIR", "RTKIT_LAUNCH_SERVING", "RTKIT_LAUNCH_CLOCK", "RTKIT_PROFILE_PATH", "RTKIT_ACTIVE", "RTKIT_LIB_DIR", "RTKIT_PROFILE"}
 
 
-def lookup(key: str) -> Setting:
+def _normal_key(key: str) -> str:
     norm = key.strip().lower().replace("-", "_").replace(".", "_")
     if norm.startswith("rtkit_"):
         norm = norm[len("rtkit_"):]
-    if norm not in BY_KEY:
+    if norm not in BY_KEY and norm not in BY_ALIAS:
         raise ConfigError(f"unknown setting '{key}': run `rtkit config --list` to see the settings")
-    return BY_KEY[norm]
+    return norm
+
+
+def lookup(key: str) -> Setting:
+    """The setting a key (or its old name) names."""
+    norm = _normal_key(key)
+    return BY_KEY.get(norm) or BY_ALIAS[norm]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,6 +362,16 @@ def load_profile(name_or_path: str, _chain: tuple = ()) -> Profile:
     if not isinstance(settings, dict):
         raise ConfigError(f"profile '{path}': [settings] must be a table of key = value")
     for key, raw in settings.items():
+        if key in BY_ALIAS and BY_ALIAS[key].key not in settings:
+            setting = BY_ALIAS[key]
+            errors.append(setting.renamed_message(f"profile '{path}':"))
+            try:
+                raw = setting.from_alias(raw)
+            except ValueError as exc:
+                raise ConfigError(f"profile '{path}': {key} = {raw!r} is not valid: expected {exc}") from None
+            key = setting.key
+        elif key in BY_ALIAS:
+            continue  # the new name is set too: it wins
         if key not in BY_KEY:
             raise ConfigError(f"profile '{path}': unknown setting '{key}': run `rtkit config --list` to see the settings")
         setting = BY_KEY[key]
@@ -418,6 +455,19 @@ def bad_value_message(setting: Setting, raw: Any, where: str) -> str:
             f"using the default {setting.to_env(setting.default)!r}")
 
 
+def _old_name(setting: Setting, raw: Any, where: str, said: Dict[str, str], new_is_set: bool) -> Any:
+    """A value given under a setting's old name: its warning line (once per setting), and the value in the new
+    name's form; None when the new name is set too (it wins). A value the old name cannot take is passed on as
+    it is: the new setting's parse names it."""
+    said.setdefault(setting.key, setting.renamed_message(where))
+    if new_is_set:
+        return None
+    try:
+        return setting.from_alias(raw)
+    except ValueError:
+        return str(raw)
+
+
 def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, str]] = None,
             profile: Optional[str] = None, strict_env: bool = False) -> Resolved:
     """Resolve every setting. CLI values and profiles must be valid (ConfigError). A bad environment
@@ -439,7 +489,11 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
     for name, raw in env.items():
         if not name.startswith(ENV_PREFIX) or name in INTERNAL_ENV:
             continue
-        setting = BY_ENV.get(name)
+        if name in BY_ALIAS_ENV:
+            raw = _old_name(BY_ALIAS_ENV[name], raw, "environment", retired, BY_ALIAS_ENV[name].env in env)
+            if raw is None:
+                continue
+        setting = BY_ENV.get(name) or BY_ALIAS_ENV.get(name)
         if setting is None:
             errors.append(f"rtkit: unknown environment variable {name} ignored: run `rtkit config --list` "
                           "to see the settings")
@@ -457,6 +511,10 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
             errors.append(msg)
     for key, raw in cli.items():
         setting = lookup(key)
+        if _normal_key(key) in BY_ALIAS:
+            raw = _old_name(setting, raw, "--set", retired, setting.key in cli)
+            if raw is None:
+                continue
         if setting.deprecated:
             retired.setdefault(setting.key, setting.retired_message("--set"))
             continue
@@ -481,7 +539,7 @@ def parse_assignments(items: List[str]) -> Dict[str, str]:
         if "=" not in item:
             raise ConfigError(f"rtkit: --set {item!r} must look like KEY=VALUE (e.g. --set malloc_min_size=64K)")
         key, value = item.split("=", 1)
-        out[lookup(key).key] = value
+        out[_normal_key(key)] = value  # an old name stays as written: resolve() warns and converts it
     return out
 
 
@@ -505,6 +563,9 @@ def doc_table() -> str:
         default = format_size(s.default) if s.kind == "size" else s.to_env(s.default)
         unit = f" {s.unit}" if s.unit and s.kind != "size" else ""
         doc = f"retired, ignored with one warning line: {s.deprecated}" if s.deprecated else s.doc
+        if s.alias:
+            doc += (f" (old name `{s.alias_env}`, {'its value the opposite, ' if s.alias_inverted else ''}"
+                    "read with a warning until the next release)")
         rows.append(f"| `{s.env}` | {s.kind} | `{default}`{unit} | {doc} |")
     return "\n".join(rows)
 

@@ -15,7 +15,7 @@ enum { RTK_PART_MALLOC = 1, RTK_PART_TIER = 2, RTK_PART_PMEM = 4, RTK_PART_ALL =
 
 /* RTK_OPT_<KEY>: the index of a setting in rtk_settings (KEY is the table key in upper case) */
 typedef enum {
-#define RTK_OPT_ENUM(ID, KEY, ENV, KIND, DFLT, DTEXT, HMIN, MIN, HMAX, MAX, PART) RTK_OPT_##ID,
+#define RTK_OPT_ENUM(ID, KEY, ENV, KIND, DFLT, DTEXT, HMIN, MIN, HMAX, MAX, PART, ALIAS, INV) RTK_OPT_##ID,
     RTK_SETTINGS(RTK_OPT_ENUM)
 #undef RTK_OPT_ENUM
     RTK_OPT_COUNT
@@ -30,6 +30,8 @@ typedef struct rtk_setting {
     int has_min, has_max;
     long long min, max;
     int part;                   /* RTK_PART_* */
+    const char *alias_env;      /* the old name's variable, read (with one kept message) when ENV is unset; "" */
+    int alias_inverted;         /* a boolean whose old name meant the opposite */
 } rtk_setting_t;
 
 RTK_HIDDEN extern const rtk_setting_t rtk_settings[RTK_OPT_COUNT];

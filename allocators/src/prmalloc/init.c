@@ -66,7 +66,7 @@ static void do_init(void)
     /* The first preloaded process of a tree marks itself in the environment its children inherit: only it
      * reports a bad setting on stderr and writes a stats file without step marks (helpers such as `uname`
      * spawned by the job stay silent). setenv may allocate: re-entry goes to glibc while t_in_init is set. */
-    rtk_g.pid = getpid();
+    rtk_g.pid = (pid_t)rtk_os_pid();
     rtk_g.large_min = SIZE_MAX;
     const char *root = rtk_opt_internal(RTK_ENV_MALLOC_ROOT);
     rtk_g.is_root = !root || atol(root) == (long)rtk_g.pid;
@@ -249,7 +249,7 @@ static void fork_child(void)
     if (g_fork_io_locked)
         _IO_list_resetlock();  /* glibc's fork resets it too when it took it: only this thread is left */
     rtk_g.forked = 1;
-    rtk_g.pid = getpid();
+    rtk_g.pid = (pid_t)rtk_os_pid();
     rtk_g.is_root = 0;
     rtk_g.last_write_ns = 0;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/os.h"
 #include "prmalloc/alloc.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/glibc_heap.h"
@@ -238,7 +239,7 @@ static size_t page_size(void)
 {
     static size_t page;
     if (!page)
-        page = (size_t)sysconf(_SC_PAGESIZE);
+        page = rtk_os_page_size();
     return page;
 }
 
