@@ -219,22 +219,22 @@ SETTINGS: List[Setting] = [
        "fresh pages to give back"),
     _s("malloc_decay_steps", "int", 16, "steps", "idle pages of the large-object heap beyond its high-water mark since "
        "the plan, and planned classes unused, are given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c="malloc"),
-    # -- PMEM segment allocator and tiering
-    _s("pmem_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM", c="tier"),
-    _s("pmem_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20,
-       c="tier"),
-    _s("pmem_min_size", "size", 64 * 1024, "bytes", "smallest long-lived allocation that tier mode places in the pool",
-       minimum=64, c="tier"),
-    _s("pmem_resident_max", "size", 0, "bytes", "tier mode: pool pages kept in DRAM at most (checked at most once a "
+    # -- tier mode (the preload allocator's PMEM pool) and the PMEM segment allocator
+    _s("tier_pool_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM", c="tier", alias="pmem_path"),
+    _s("tier_pool_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20,
+       c="tier", alias="pmem_size"),
+    _s("tier_min_size", "size", 64 * 1024, "bytes", "smallest long-lived allocation that tier mode places in the pool",
+       minimum=64, c="tier", alias="pmem_min_size"),
+    _s("tier_resident_max", "size", 0, "bytes", "tier mode: pool pages kept in DRAM at most (checked at most once a "
        "second; older records are written out and dropped with MADV_PAGEOUT); 0 leaves it to the kernel",
-       minimum=0, c="tier"),
-    _s("pmem_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
+       minimum=0, c="tier", alias="pmem_resident_max"),
+    _s("tier_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
        "written so far is cold (MADV_COLD), so pages only initialisers touched are reclaimed before the ones steps use",
-       c="tier"),
-    _s("pmem_dram_head", "size", 0, "bytes", "tier mode: at the first step mark, the same leading share of every "
+       c="tier", alias="pmem_cold_hint"),
+    _s("tier_dram_head", "size", 0, "bytes", "tier mode: at the first step mark, the same leading share of every "
        "pooled record of 1 MiB or more, this many bytes in all (at most half of MemAvailable then), moves to "
        "anonymous DRAM that is never written to the pool file: with rows assigned in first-seen order (the bundled "
-       "EmbeddingVariable analogue) these are the hottest rows; 0: off", minimum=0, c="tier"),
+       "EmbeddingVariable analogue) these are the hottest rows; 0: off", minimum=0, c="tier", alias="pmem_dram_head"),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
        maximum=1 << 40, c="pmem"),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",

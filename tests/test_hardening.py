@@ -186,11 +186,11 @@ def test_tier_keeps_an_existing_durable_pool(prm, pmem_build, tmp_path, monkeypa
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     proc = subprocess.run([os.path.join(prm, "tests", "prmalloc_tier"), "plain"],
-                          env=_env(prm, {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": path}),
+                          env=_env(prm, {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": path}),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert open(path, "rb").read() == before
-    assert len([ln for ln in proc.stderr.splitlines() if "RTKIT_PMEM_PATH" in ln]) == 1
+    assert len([ln for ln in proc.stderr.splitlines() if "RTKIT_TIER_POOL_PATH" in ln]) == 1
 
 
 # ---- 6. Python and C agree on limits; a fallback names its source
@@ -304,7 +304,7 @@ def test_cli_fuzz(bad_inputs):
         lambda: ["pmem", "create", str(d / f"f{rng.randrange(10**6)}.pool"), "--size", rng.choice(numbers),
                  "--segment-size", rng.choice(numbers), "--block-size", rng.choice(numbers)],
         lambda: ["config", "--profile", rng.choice(paths)],
-        lambda: ["config", "--set", f"{rng.choice(['malloc_min_size', 'pmem_size', 'warmup_steps', 'nope'])}="
+        lambda: ["config", "--set", f"{rng.choice(['malloc_min_size', 'tier_pool_size', 'warmup_steps', 'nope'])}="
                  f"{rng.choice(numbers)}"],
     ]
     seen = 0

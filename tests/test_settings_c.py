@@ -278,7 +278,7 @@ def test_a_new_c_setting_touches_its_row_and_its_user(tmp_path):
 
     table = scratch / "rtkit" / "config.py"
     text = table.read_text()
-    anchor = "    # -- PMEM segment allocator and tiering\n"
+    anchor = "    # -- stage-aware scheduler\n"
     assert anchor in text
     table.write_text(text.replace(anchor, PROBE_ROW + anchor))
     user = scratch / "allocators" / "src" / "prmalloc" / "init.c"
