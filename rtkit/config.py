@@ -89,8 +89,15 @@ class Setting:
     choices: tuple = ()
     minimum: Optional[int] = None
     maximum: Optional[int] = None
-    c: bool = False     # read by the C libraries: allocators/build.py generates their settings header from these rows
+    # the C part that reads it ("malloc": the preload allocator, "tier": its tier mode, "pmem": the pool, in both
+    # libraries); allocators/build.py generates the C libraries' settings header from these rows
+    c: str = ""
     deprecated: str = ""  # a retired setting: what to do instead. Set anywhere, it is ignored with one warning line
+    # The setting's old key, still accepted (profile, --set, RTKIT_<ALIAS>; C reads the old variable too) with one
+    # warning line for one release; the new name wins where both are set. alias_inverted: a boolean whose old
+    # name meant the opposite (pmem_no_membarrier=1 is pmem_membarrier=0).
+    alias: str = ""
+    alias_inverted: bool = False
 
     @property
     def env(self) -> str:
@@ -134,6 +141,19 @@ class Setting:
             raise ValueError(self.accepted())
         return str(raw)
 
+    @property
+    def alias_env(self) -> str:
+        return ENV_PREFIX + self.alias.upper() if self.alias else ""
+
+    def renamed_message(self, where: str) -> str:
+        flip = "; its value is the opposite" if self.alias_inverted else ""
+        return (f"rtkit: {where} {self.alias_env} is renamed {self.env}{flip}: use the new name (the old one is read "
+                "until the next release)")
+
+    def from_alias(self, raw: Any) -> Any:
+        """A value given under the old name, as this setting's raw value. Raises ValueError(accepted)."""
+        return not parse_bool(raw) if self.alias_inverted else raw
+
     def retired_message(self, where: str) -> str:
         return f"rtkit: {where} {self.env} is retired and ignored: {self.deprecated}"
 
@@ -168,67 +188,68 @@ SETTINGS: List[Setting] = [
        "the job runs; 0: off (rtkit run --metrics-port)", minimum=0, maximum=65535),
     _s("metrics_host", "str", "127.0.0.1", "", "address the metrics endpoint binds to (rtkit run --metrics-host)"),
     # -- PRMalloc, the LD_PRELOAD allocator
-    _s("malloc", "bool", True, "", "preload librtkit_malloc.so (census, profiling, planned arenas)", c=True),
+    _s("malloc", "bool", True, "", "preload librtkit_malloc.so (census, profiling, planned arenas)", c="malloc"),
     _s("malloc_route_tf", "bool", True, "",
        "set TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 (unless the user set it) so TensorFlow's tensors reach the allocator"),
     _s("malloc_profile_start", "int", 2, "steps", "steps treated as warm-up before the allocator starts profiling",
-       minimum=0, maximum=INT32_MAX, c=True),
+       minimum=0, maximum=INT32_MAX, c="malloc"),
     _s("malloc_profile_stable", "int", 3, "steps", "profiling ends once the plan is unchanged for this many steps",
-       minimum=1, maximum=INT32_MAX, c=True),
+       minimum=1, maximum=INT32_MAX, c="malloc"),
     _s("malloc_profile_max", "int", 20, "steps", "profiling ends after this many steps even if the plan still changes",
-       minimum=1, maximum=INT32_MAX, c=True),
+       minimum=1, maximum=INT32_MAX, c="malloc"),
     _s("malloc_min_size", "size", 32 * 1024, "bytes", "smallest allocation that the profiler and the arenas consider",
-       minimum=16, c=True),
+       minimum=16, c="malloc"),
     _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0,
-       c=True),
+       c="malloc"),
     _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on glibc's heaps "
        "(GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless set; with malloc_large, glibc's thread heaps too); rtkit's own "
-       "large heap keeps 4 KiB pages, so its decay can give back single idle extents", c=True),
+       "large heap keeps 4 KiB pages, so its decay can give back single idle extents", c="malloc"),
     _s("malloc_plan", "path", "", "", "plan file from an earlier run to load instead of profiling (ignored if it does not match)",
-       c=True),
+       c="malloc"),
     _s("malloc_plan_process", "str", "", "", "program name (e.g. python3) that reserves the plan's arenas as it starts; "
        "by default only the process that marks steps reserves them, after its warm-up (malloc_profile_start steps)",
-       c=True),
-    _s("malloc_census", "bool", True, "", "count every allocation per step and size class", c=True),
+       c="malloc"),
+    _s("malloc_census", "bool", True, "", "count every allocation per step and size class", c="malloc"),
     _s("malloc_debug", "bool", False, "", "debug lines from the allocator (double and foreign frees of rtkit's memory abort in every mode)",
-       c=True),
+       c="malloc"),
     _s("malloc_large", "bool", True, "", "serve allocations >= min_size that no planned class takes from rtkit's retained "
-       "large-object heap (from the first step), not glibc", c=True),
+       "large-object heap (from the first step), not glibc", c="malloc"),
     _s("malloc_plan_release", "bool", False, "", "retired",
        deprecated="remove it: a plan's classes hold the large heap's own blocks, so installing a plan takes no "
        "fresh pages to give back"),
     _s("malloc_decay_steps", "int", 16, "steps", "idle pages of the large-object heap beyond its high-water mark since "
-       "the plan, and planned classes unused, are given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c=True),
-    # -- PMEM segment allocator and tiering
-    _s("pmem_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM", c=True),
-    _s("pmem_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20,
-       c=True),
-    _s("pmem_min_size", "size", 64 * 1024, "bytes", "smallest long-lived allocation that tier mode places in the pool",
-       minimum=64, c=True),
-    _s("pmem_resident_max", "size", 0, "bytes", "tier mode: pool pages kept in DRAM at most (checked at most once a "
+       "the plan, and planned classes unused, are given back after this many steps (0: never)", minimum=0, maximum=INT32_MAX, c="malloc"),
+    # -- tier mode (the preload allocator's PMEM pool) and the PMEM segment allocator
+    _s("tier_pool_path", "path", "", "", "pool file for tier mode; empty keeps everything in DRAM", c="tier", alias="pmem_path"),
+    _s("tier_pool_size", "size", 1 << 30, "bytes", "size of the pool file created for tier mode", minimum=1 << 20,
+       c="tier", alias="pmem_size"),
+    _s("tier_min_size", "size", 64 * 1024, "bytes", "smallest long-lived allocation that tier mode places in the pool",
+       minimum=64, c="tier", alias="pmem_min_size"),
+    _s("tier_resident_max", "size", 0, "bytes", "tier mode: pool pages kept in DRAM at most (checked at most once a "
        "second; older records are written out and dropped with MADV_PAGEOUT); 0 leaves it to the kernel",
-       minimum=0, c=True),
-    _s("pmem_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
+       minimum=0, c="tier", alias="pmem_resident_max"),
+    _s("tier_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
        "written so far is cold (MADV_COLD), so pages only initialisers touched are reclaimed before the ones steps use",
-       c=True),
-    _s("pmem_dram_head", "size", 0, "bytes", "tier mode: at the first step mark, the same leading share of every "
+       c="tier", alias="pmem_cold_hint"),
+    _s("tier_dram_head", "size", 0, "bytes", "tier mode: at the first step mark, the same leading share of every "
        "pooled record of 1 MiB or more, this many bytes in all (at most half of MemAvailable then), moves to "
        "anonymous DRAM that is never written to the pool file: with rows assigned in first-seen order (the bundled "
-       "EmbeddingVariable analogue) these are the hottest rows; 0: off", minimum=0, c=True),
+       "EmbeddingVariable analogue) these are the hottest rows; 0: off", minimum=0, c="tier", alias="pmem_dram_head"),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
-       maximum=1 << 40, c=True),
+       maximum=1 << 40, c="pmem"),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",
-       minimum=8, maximum=65536, c=True),
+       minimum=8, maximum=65536, c="pmem"),
     _s("pmem_max_record", "size", 4096, "bytes", "largest record served from record classes; larger ones take whole segments",
-       minimum=64, maximum=1 << 30, c=True),
+       minimum=64, maximum=1 << 30, c="pmem"),
     _s("pmem_rebalance_ms", "int", 1000, "ms", "interval of the background thread that moves thread-cache free lists to the pool",
-       minimum=1, maximum=3_600_000, c=True),
+       minimum=1, maximum=3_600_000, c="pmem"),
     _s("pmem_rebalance_min", "int", 8, "records", "a thread-cache free list is moved once it holds at least this many records",
-       minimum=1, maximum=1 << 30, c=True),
+       minimum=1, maximum=1 << 30, c="pmem"),
     _s("pmem_durable", "bool", True, "", "pools made by the Python API persist a header per record before alloc returns "
-       "(off: DeepRec's volatile mode); tier mode's pool is always volatile", c=True),
-    _s("pmem_no_membarrier", "bool", False, "", "diagnostic: guard thread caches with a spin lock instead of membarrier "
-       "(for ThreadSanitizer runs)", c=True),
+       "(off: DeepRec's volatile mode); tier mode's pool is always volatile", c="pmem"),
+    _s("pmem_membarrier", "bool", True, "", "guard thread caches with membarrier where the kernel has it; off: a spin "
+       "lock instead (a diagnostic, for ThreadSanitizer runs)", c="pmem", alias="pmem_no_membarrier",
+       alias_inverted=True),
     # -- stage-aware scheduler
     _s("sched", "bool", False, "", "give TensorFlow sessions rtkit's thread configuration and per-stage pools"),
     _s("sched_stage", "bool", False, "", "pipeline the input stage ahead of compute (SmartStage)"),
@@ -245,18 +266,26 @@ SETTINGS: List[Setting] = [
 
 BY_KEY: Dict[str, Setting] = {s.key: s for s in SETTINGS}
 BY_ENV: Dict[str, Setting] = {s.env: s for s in SETTINGS}
+BY_ALIAS: Dict[str, Setting] = {s.alias: s for s in SETTINGS if s.alias}
+BY_ALIAS_ENV: Dict[str, Setting] = {s.alias_env: s for s in SETTINGS if s.alias}
 
 # RTKIT_* variables that are not settings: set by rtkit itself for the child.
 INTERNAL_ENV = {"RTKIT_RUN_DIR", "RTKIT_LAUNCH_SERVING", "RTKIT_LAUNCH_CLOCK", "RTKIT_PROFILE_PATH", "RTKIT_ACTIVE", "RTKIT_LIB_DIR", "RTKIT_PROFILE"}
 
 
-def lookup(key: str) -> Setting:
+def _normal_key(key: str) -> str:
     norm = key.strip().lower().replace("-", "_").replace(".", "_")
     if norm.startswith("rtkit_"):
         norm = norm[len("rtkit_"):]
-    if norm not in BY_KEY:
+    if norm not in BY_KEY and norm not in BY_ALIAS:
         raise ConfigError(f"unknown setting '{key}': run `rtkit config --list` to see the settings")
-    return BY_KEY[norm]
+    return norm
+
+
+def lookup(key: str) -> Setting:
+    """The setting a key (or its old name) names."""
+    norm = _normal_key(key)
+    return BY_KEY.get(norm) or BY_ALIAS[norm]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,6 +362,16 @@ def load_profile(name_or_path: str, _chain: tuple = ()) -> Profile:
     if not isinstance(settings, dict):
         raise ConfigError(f"profile '{path}': [settings] must be a table of key = value")
     for key, raw in settings.items():
+        if key in BY_ALIAS and BY_ALIAS[key].key not in settings:
+            setting = BY_ALIAS[key]
+            errors.append(setting.renamed_message(f"profile '{path}':"))
+            try:
+                raw = setting.from_alias(raw)
+            except ValueError as exc:
+                raise ConfigError(f"profile '{path}': {key} = {raw!r} is not valid: expected {exc}") from None
+            key = setting.key
+        elif key in BY_ALIAS:
+            continue  # the new name is set too: it wins
         if key not in BY_KEY:
             raise ConfigError(f"profile '{path}': unknown setting '{key}': run `rtkit config --list` to see the settings")
         setting = BY_KEY[key]
@@ -416,6 +455,19 @@ def bad_value_message(setting: Setting, raw: Any, where: str) -> str:
             f"using the default {setting.to_env(setting.default)!r}")
 
 
+def _old_name(setting: Setting, raw: Any, where: str, said: Dict[str, str], new_is_set: bool) -> Any:
+    """A value given under a setting's old name: its warning line (once per setting), and the value in the new
+    name's form; None when the new name is set too (it wins). A value the old name cannot take is passed on as
+    it is: the new setting's parse names it."""
+    said.setdefault(setting.key, setting.renamed_message(where))
+    if new_is_set:
+        return None
+    try:
+        return setting.from_alias(raw)
+    except ValueError:
+        return str(raw)
+
+
 def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, str]] = None,
             profile: Optional[str] = None, strict_env: bool = False) -> Resolved:
     """Resolve every setting. CLI values and profiles must be valid (ConfigError). A bad environment
@@ -437,7 +489,11 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
     for name, raw in env.items():
         if not name.startswith(ENV_PREFIX) or name in INTERNAL_ENV:
             continue
-        setting = BY_ENV.get(name)
+        if name in BY_ALIAS_ENV:
+            raw = _old_name(BY_ALIAS_ENV[name], raw, "environment", retired, BY_ALIAS_ENV[name].env in env)
+            if raw is None:
+                continue
+        setting = BY_ENV.get(name) or BY_ALIAS_ENV.get(name)
         if setting is None:
             errors.append(f"rtkit: unknown environment variable {name} ignored: run `rtkit config --list` "
                           "to see the settings")
@@ -455,6 +511,10 @@ def resolve(cli: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, 
             errors.append(msg)
     for key, raw in cli.items():
         setting = lookup(key)
+        if _normal_key(key) in BY_ALIAS:
+            raw = _old_name(setting, raw, "--set", retired, setting.key in cli)
+            if raw is None:
+                continue
         if setting.deprecated:
             retired.setdefault(setting.key, setting.retired_message("--set"))
             continue
@@ -479,7 +539,7 @@ def parse_assignments(items: List[str]) -> Dict[str, str]:
         if "=" not in item:
             raise ConfigError(f"rtkit: --set {item!r} must look like KEY=VALUE (e.g. --set malloc_min_size=64K)")
         key, value = item.split("=", 1)
-        out[lookup(key).key] = value
+        out[_normal_key(key)] = value  # an old name stays as written: resolve() warns and converts it
     return out
 
 
@@ -503,6 +563,9 @@ def doc_table() -> str:
         default = format_size(s.default) if s.kind == "size" else s.to_env(s.default)
         unit = f" {s.unit}" if s.unit and s.kind != "size" else ""
         doc = f"retired, ignored with one warning line: {s.deprecated}" if s.deprecated else s.doc
+        if s.alias:
+            doc += (f" (old name `{s.alias_env}`, {'its value the opposite, ' if s.alias_inverted else ''}"
+                    "read with a warning until the next release)")
         rows.append(f"| `{s.env}` | {s.kind} | `{default}`{unit} | {doc} |")
     return "\n".join(rows)
 

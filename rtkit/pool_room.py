@@ -41,11 +41,11 @@ def pool_room_problem(path: str, size: int) -> Optional[str]:
         return None
     old = 0
     if size > total:
-        return (f"pmem_size={size / GIB:.1f}G is larger than the file system of pmem_path={path} "
-                f"({total / GIB:.1f}G in all); lower pmem_size or put the pool on a larger disk")
+        return (f"tier_pool_size={size / GIB:.1f}G is larger than the file system of tier_pool_path={path} "
+                f"({total / GIB:.1f}G in all); lower tier_pool_size or put the pool on a larger disk")
     if size > free + old:
-        return (f"pmem_path={path}: its file system has {(free + old) / GIB:.1f}G free, the pool needs "
-                f"pmem_size={size / GIB:.1f}G; free some space, lower pmem_size or move pmem_path")
+        return (f"tier_pool_path={path}: its file system has {(free + old) / GIB:.1f}G free, the pool needs "
+                f"tier_pool_size={size / GIB:.1f}G; free some space, lower tier_pool_size or move tier_pool_path")
     return None
 
 

@@ -40,7 +40,7 @@ def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optio
         raise UserError(msg if msg.startswith("rtkit") else f"{who}: error: {msg}") from None
     from rtkit import pool_room
 
-    room = pool_room.pool_room_problem(resolved["pmem_path"], resolved["pmem_size"])
+    room = pool_room.pool_room_problem(resolved["tier_pool_path"], resolved["tier_pool_size"])
     if room:  # tier mode without room would fail inside the job (or fill the disk): say so before it starts
         raise UserError(f"{who}: error: {room}")
     problem = _plan_problem(resolved["malloc_plan"])

@@ -34,8 +34,8 @@ def test_pool_larger_than_resident_budget_trains_like_dram(tmp_path):
     data_dir = tmp_path / "data"
     _, dram_losses = _wdl(tmp_path / "dram", data_dir, [], row_assign="hashed")
     budget = 24 * MIB
-    proc, tier_losses = _wdl(tmp_path / "tier", data_dir, [f"pmem_path={tmp_path / 'pool'}", "pmem_size=600M",
-                                                           f"pmem_resident_max={budget}"], row_assign="hashed")
+    proc, tier_losses = _wdl(tmp_path / "tier", data_dir, [f"tier_pool_path={tmp_path / 'pool'}", "tier_pool_size=600M",
+                                                           f"tier_resident_max={budget}"], row_assign="hashed")
     assert len(dram_losses) == 25 and tier_losses == dram_losses
     report = load_report(tmp_path / "tier")
     p = report["pmem"]
@@ -63,7 +63,7 @@ def test_tables_are_filled_row_by_row_not_at_init(tmp_path):
     value depends on the row, not on the table size)."""
     data_dir = tmp_path / "data"
     _, small_losses = _wdl(tmp_path / "small", data_dir, [], table_gb="0.25")
-    proc, tier_losses = _wdl(tmp_path / "tier", data_dir, [f"pmem_path={tmp_path / 'pool'}", "pmem_size=2G"],
+    proc, tier_losses = _wdl(tmp_path / "tier", data_dir, [f"tier_pool_path={tmp_path / 'pool'}", "tier_pool_size=2G"],
                              table_gb="1")
     assert len(small_losses) == 25 and tier_losses == small_losses
     report = load_report(tmp_path / "tier")
@@ -76,11 +76,11 @@ def test_tables_are_filled_row_by_row_not_at_init(tmp_path):
 
 def test_pool_bigger_than_its_disk_is_refused_before_the_run(tmp_path):
     marker = tmp_path / "ran"
-    proc = run_rtkit(["run", "--quiet", "--set", f"pmem_path={tmp_path / 'pool'}", "--set", "pmem_size=1000000G",
+    proc = run_rtkit(["run", "--quiet", "--set", f"tier_pool_path={tmp_path / 'pool'}", "--set", "tier_pool_size=1000000G",
                       "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"], timeout=60)
     assert proc.returncode == 2 and not marker.exists()
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pmem_size" in lines[0] and "pmem_path" in lines[0], proc.stderr
+    assert len(lines) == 1 and "tier_pool_size" in lines[0] and "tier_pool_path" in lines[0], proc.stderr
 
 
 # (a) of the refusal cases that must get past the memory checks: 0.1 GiB of tables, 20 steps (id -> row maps of
@@ -123,10 +123,10 @@ def test_workload_refuses_tables_that_fit_neither_memory_nor_pool(tmp_path):
     proc = subprocess.run(base + ["--table-gb", "100000"], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "--table-gb 100000" in proc.stderr and "tier mode" in proc.stderr
-    env.update(RTKIT_PMEM_PATH=str(tmp_path / "pool"), RTKIT_PMEM_SIZE="4G")
+    env.update(RTKIT_TIER_POOL_PATH=str(tmp_path / "pool"), RTKIT_TIER_POOL_SIZE="4G")
     proc = subprocess.run(base + ["--table-gb", "4000"], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
-    assert "4.0G pool (pmem_size)" in proc.stderr
+    assert "4.0G pool (tier_pool_size)" in proc.stderr
     assert not (tmp_path / "data").exists()
 
 

@@ -89,7 +89,7 @@ def test_cli_fuzz(bad_inputs):
         lambda: ["pmem", "create", str(d / f"f{rng.randrange(10**6)}.pool"), "--size", rng.choice(numbers),
                  "--segment-size", rng.choice(numbers), "--block-size", rng.choice(numbers)],
         lambda: ["config", "--profile", rng.choice(paths)],
-        lambda: ["config", "--set", f"{rng.choice(['malloc_min_size', 'pmem_size', 'warmup_steps', 'nope'])}="
+        lambda: ["config", "--set", f"{rng.choice(['malloc_min_size', 'tier_pool_size', 'warmup_steps', 'nope'])}="
                  f"{rng.choice(numbers)}"],
     ]
     seen = 0

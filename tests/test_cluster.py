@@ -16,7 +16,7 @@ CLUSTER = {"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:222
 FAKE_TASK = r"""
 import json, os, sys, time
 c = json.loads(os.environ["TF_CONFIG"]); role, i = c["task"]["type"], c["task"]["index"]
-print(f"hello from {role} {i} pmem_path={os.environ.get('RTKIT_PMEM_PATH', '')}", flush=True)
+print(f"hello from {role} {i} tier_pool_path={os.environ.get('RTKIT_TIER_POOL_PATH', '')}", flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else ""
 up = os.environ.get("FAKE_PS_UP")   # as a TF worker waits for its PS: a worker goes on once every PS is up
 if up and role == "ps":
@@ -212,10 +212,10 @@ def test_launch_picks_ports_below_the_ephemeral_range():
 @pytest.mark.slow   # a whole local cluster of `rtkit run` processes
 def test_launch_ps_set_only_reaches_ps_tasks_expanded(tmp_path):
     pool = tmp_path / "pool-{task}"
-    proc, folder = _launch(tmp_path, "--ps", "2", "--workers", "1", "--ps-set", f"pmem_path={pool}")
+    proc, folder = _launch(tmp_path, "--ps", "2", "--workers", "1", "--ps-set", f"tier_pool_path={pool}")
     assert proc.returncode == 0, proc.stderr
-    assert f"[ps:1] hello from ps 1 pmem_path={tmp_path / 'pool-ps-1'}\n" in proc.stdout
-    assert "[worker:0] hello from worker 0 pmem_path=\n" in proc.stdout
+    assert f"[ps:1] hello from ps 1 tier_pool_path={tmp_path / 'pool-ps-1'}\n" in proc.stdout
+    assert "[worker:0] hello from worker 0 tier_pool_path=\n" in proc.stdout
 
 
 @pytest.mark.slow   # a whole local cluster of `rtkit run` processes

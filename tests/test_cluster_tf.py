@@ -69,7 +69,7 @@ def _check_ps_tables(m, expected):
 def test_one_ps_two_workers_train_wdl_and_report_matches(tmp_path, data_dir):
     folder = tmp_path / "c"
     proc = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(folder),
-                           "--examples-per-step", "256", "--ps-set", f"pmem_path={tmp_path}/pool-{{task}}", "--", PY, "-m", "rtkit.workloads", "wdl", "--steps", "30",
+                           "--examples-per-step", "256", "--ps-set", f"tier_pool_path={tmp_path}/pool-{{task}}", "--", PY, "-m", "rtkit.workloads", "wdl", "--steps", "30",
                            "--data-dir", data_dir, "--checkpoint-dir", str(tmp_path / "ckpt"), *SMALL],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -23,11 +23,11 @@ def test_tier_keeps_an_existing_durable_pool(prm, pmem_build, tmp_path, monkeypa
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     proc = subprocess.run([os.path.join(prm, "tests", "prmalloc_tier"), "plain"],
-                          env=_env(prm, {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": path}),
+                          env=_env(prm, {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": path}),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert open(path, "rb").read() == before
-    assert len([ln for ln in proc.stderr.splitlines() if "RTKIT_PMEM_PATH" in ln]) == 1
+    assert len([ln for ln in proc.stderr.splitlines() if "RTKIT_TIER_POOL_PATH" in ln]) == 1
 
 
 def test_pmem_small_things(pmem_build, tmp_path, monkeypatch):

@@ -70,7 +70,7 @@ def test_capacity_rule_sizes_the_pool_from_the_peak_rss(profiled):
     recs = _recommend(profiled, "--mem-available", str(peak))   # the job fills the memory it may use
     cap = recs["capacity"]
     want_g = max(1, -(-int(peak * 1.5) // (1 << 30)))
-    assert f"--set pmem_size={want_g}G" in cap["command"] and "--profile capacity" in cap["command"]
+    assert f"--set tier_pool_size={want_g}G" in cap["command"] and "--profile capacity" in cap["command"]
     assert "100% of the memory available" in cap["reason"]
     text = run_rtkit(["recommend", profiled, "--mem-available", str(peak)], check_rc=0).stdout
     assert "--profile capacity" in text and "run: rtkit run" in text

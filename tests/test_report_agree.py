@@ -36,7 +36,7 @@ def api_runs(request, tmp_path_factory, data_dir):
     api = request.param
     base = tmp_path_factory.mktemp(f"agree-{api}")
     runs = {"default": _run(base / "default", data_dir, api, [])}
-    runs["tier"] = _run(base / "tier", data_dir, api, ["--set", f"pmem_path={base / 'pool'}"])
+    runs["tier"] = _run(base / "tier", data_dir, api, ["--set", f"tier_pool_path={base / 'pool'}"])
     runs["plan"] = _run(base / "plan", data_dir, api, ["--plan", os.path.join(runs["default"]["dir"], "malloc-plan.txt")])
     return api, runs
 
@@ -91,7 +91,7 @@ def test_compare_shows_the_same_figures(api_runs):
             if f.unit != "text":
                 assert f.text(m["a"]) in line[0] and f.text(m["b"]) in line[0], (fid, line)
         # the differing setting comes before the figures
-        key = "pmem_path" if label == "tier" else "malloc_plan"
+        key = "tier_pool_path" if label == "tier" else "malloc_plan"
         assert any(s["key"] == key for s in data["settings_differ"])
         assert text.index(f"  {key}:") < text.index("figures (")
         if label == "tier":

@@ -13,7 +13,7 @@ from rtkit.report import sections as sec
 PY = sys.executable
 
 # A plain Python job with a steady large-allocation pattern and marked steps: the allocator profiles, plans
-# and serves from its arena; with pmem_path set, the tier places the long-lived buffers made before step 1.
+# and serves from its arena; with tier_pool_path set, the tier places the long-lived buffers made before step 1.
 ALLOC_SCRIPT = """
 import rtkit
 keep = [bytearray(4 << 20) for _ in range(4)]      # long-lived, made before the first step
@@ -30,8 +30,8 @@ SCHED_SCRIPT = session_training(width=64, batch=64, steps=40)
 def alloc_report(tmp_path_factory):
     base = tmp_path_factory.mktemp("contract")
     run_dir = base / "alloc"
-    run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", f"pmem_path={base / 'pool'}",
-               "--set", "pmem_min_size=1M", "--", PY, "-c", ALLOC_SCRIPT], timeout=180, check_rc=0)
+    run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", f"tier_pool_path={base / 'pool'}",
+               "--set", "tier_min_size=1M", "--", PY, "-c", ALLOC_SCRIPT], timeout=180, check_rc=0)
     return load_report(run_dir)
 
 

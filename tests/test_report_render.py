@@ -131,7 +131,7 @@ def test_terminal_report_of_a_real_tf_run(tf_runs):
     assert "status     ok" in text.replace("status ", "status     ", 1) or re.search(r"status\s+ok", text)
     for title in ("Run", "Steps", "Process"):
         assert re.search(rf"^{title}\n-+$", text, re.M), title
-    assert re.search(r"^PMEM tier: off \(tier mode needs pmem_path\)$", text, re.M)
+    assert re.search(r"^PMEM tier: off \(tier mode needs tier_pool_path\)$", text, re.M)
     assert re.search(r"^Notes: none$|^Notes\n", text, re.M)
 
 

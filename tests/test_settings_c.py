@@ -16,9 +16,11 @@ from rtkit import config as cfg
 
 SRC = os.path.join(REPO, "allocators", "src")
 OPTIONS = {os.path.join("common", "options.h"), os.path.join("common", "options.c")}
-ROW = re.compile(r'X\((\w+), "(\w+)", (RTK_KIND_\w+), (-?\d+)LL, "([^"]*)", ([01]), (-?\d+)LL, ([01]), (-?\d+)LL\)')
+ROW = re.compile(r'X\((\w+), "(\w+)", "(\w+)", (RTK_KIND_\w+), (-?\d+)LL, "([^"]*)", ([01]), (-?\d+)LL, ([01]), '
+                 r'(-?\d+)LL, (RTK_PART_\w+), "(\w*)", ([01])\)')
 KINDS = {"bool": "RTK_KIND_BOOL", "int": "RTK_KIND_INT", "size": "RTK_KIND_SIZE", "str": "RTK_KIND_STR",
          "path": "RTK_KIND_STR"}
+PARTS = {"malloc": "RTK_PART_MALLOC", "tier": "RTK_PART_TIER", "pmem": "RTK_PART_PMEM"}
 
 
 def _build_module():
@@ -43,9 +45,10 @@ def _strip_comments(text):
 def test_generated_header_rows_are_the_tables():
     rows = ROW.findall(_build_module().settings_header_text())
     want = [s for s in cfg.SETTINGS if s.c]
-    assert [r[1] for r in rows] == [s.env for s in want]
-    for (ident, env, kind, dflt, dtext, has_min, lo, has_max, hi), s in zip(rows, want):
-        assert ident == s.key.upper() and kind == KINDS[s.kind]
+    assert [r[2] for r in rows] == [s.env for s in want]
+    for (ident, key, env, kind, dflt, dtext, has_min, lo, has_max, hi, part, alias, inv), s in zip(rows, want):
+        assert ident == s.key.upper() and key == s.key and kind == KINDS[s.kind] and part == PARTS[s.c]
+        assert alias == s.alias_env and inv == str(int(s.alias_inverted))
         assert dtext == s.to_env(s.default)
         if s.kind in ("bool", "int", "size"):
             assert int(dflt) == int(s.default)
@@ -146,19 +149,24 @@ def test_no_circle_between_c_files(tmp_path):
     assert cycle is None, "calls go in a circle: " + " -> ".join(cycle)
 
 
-# The system calls the tier makes, each behind a primitive of common/os.h (as mimalloc's prim.h): a file of the
-# tier that names one of them directly bypasses the one layer that saves errno and words the failure.
-SYSCALLS = {"mmap", "munmap", "mremap", "madvise", "mincore", "open", "open64", "close", "unlink", "lstat",
-            "lstat64", "flock", "statfs", "statfs64", "lseek", "lseek64", "fallocate", "fallocate64",
-            "sync_file_range", "getrusage", "clock_gettime", "getpid"}
+# The system calls the C libraries make, each behind a primitive of common/os.h (as mimalloc's prim.h): a file that
+# names one of them directly bypasses the one layer that keeps errno and words the failure. log.c writes its line
+# to stderr itself: it is what a failing primitive would report through.
+SYSCALLS = {"mmap", "mmap64", "munmap", "mremap", "madvise", "mincore", "msync", "open", "open64", "openat", "close",
+            "read", "write", "pread", "pread64", "pwrite", "pwrite64", "fsync", "fdatasync", "unlink", "rename",
+            "stat", "stat64", "lstat", "lstat64", "fstat", "fstat64", "__fxstat", "__fxstat64", "statfs", "statfs64",
+            "fstatfs", "fstatfs64", "flock", "lseek", "lseek64", "fallocate", "fallocate64", "posix_fallocate",
+            "posix_fallocate64", "ftruncate", "ftruncate64", "sync_file_range", "getrusage", "clock_gettime", "getpid",
+            "syscall", "sched_yield", "sysconf"}
+OS_LAYER = {os.path.join("common", name) for name in ("os.c", "os_file.c", "log.c")}
 
 
 @pytest.mark.skipif(not shutil.which("nm"), reason="nm (binutils) is not installed")
-def test_tier_calls_the_os_only_through_os_h(tmp_path):
+def test_the_c_libraries_call_the_os_only_through_os_h(tmp_path):
     _, needs = _symbols(tmp_path)
-    tier = {name: needs[name] & SYSCALLS for name in needs if os.path.basename(name).startswith("tier")}
-    assert len(tier) >= 4 and needs[os.path.join("common", "os_file.c")] & SYSCALLS, "the check must see the calls"
-    assert not any(tier.values()), {name: sorted(calls) for name, calls in tier.items() if calls}
+    calls = {name: needs[name] & SYSCALLS for name in needs if name not in OS_LAYER}
+    assert len(calls) > 20 and needs[os.path.join("common", "os_file.c")] & SYSCALLS, "the check must see the calls"
+    assert not any(calls.values()), {name: sorted(c) for name, c in calls.items() if c}
 
 
 def test_cycle_finder_finds_a_cycle():
@@ -166,12 +174,13 @@ def test_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-# ---- booleans are parsed: RTKIT_PMEM_NO_MEMBARRIER=0 (what `rtkit run` exports) keeps membarrier
+# ---- booleans are parsed: RTKIT_PMEM_MEMBARRIER=1 (what `rtkit run` exports) keeps membarrier; the old negative
+# name still works for one release, its value inverted, with one warning line
 
 POOL_SCRIPT = ("import json, os; from rtkit.allocators.pmem import Pool\n"
                "with Pool.anonymous(8 << 20) as p:\n"
                "    h = p.alloc(100); p.free(h); s = p.stats()\n"
-               "print(json.dumps({'membarrier': s['membarrier'], 'env': os.environ.get('RTKIT_PMEM_NO_MEMBARRIER')}))\n")
+               "print(json.dumps({'membarrier': s['membarrier'], 'env': os.environ.get('RTKIT_PMEM_MEMBARRIER')}))\n")
 
 
 def _membarrier_available():
@@ -184,15 +193,33 @@ def _membarrier_available():
 
 
 @pytest.mark.skipif(not _membarrier_available(), reason="the kernel offers no membarrier")
-@pytest.mark.parametrize("value,expect", [(None, True), ("1", False)])
-def test_pool_inside_rtkit_run_uses_membarrier(tmp_path, value, expect):
+@pytest.mark.parametrize("assignment,expect", [(None, True), ("pmem_membarrier=0", False),
+                                               ("pmem_no_membarrier=1", False), ("pmem_no_membarrier=0", True)])
+def test_pool_inside_rtkit_run_uses_membarrier(tmp_path, assignment, expect):
     args = ["run", "--run-dir", str(tmp_path / "r")]
-    if value is not None:
-        args += ["--set", f"pmem_no_membarrier={value}"]
+    if assignment is not None:
+        args += ["--set", assignment]
     proc = run_rtkit([*args, "--", sys.executable, "-c", POOL_SCRIPT], check_rc=0)
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert seen["env"] == ("0" if value is None else value)  # rtkit run exports every setting
+    assert seen["env"] == ("1" if expect else "0")  # rtkit run exports every setting under its new name
     assert seen["membarrier"] is expect, proc.stderr
+    renamed = [l for l in proc.stderr.splitlines() if "RTKIT_PMEM_NO_MEMBARRIER is renamed" in l
+               and not l.startswith("rtkit: note:")]
+    assert len(renamed) == (1 if assignment and "no_membarrier" in assignment else 0), proc.stderr
+
+
+@pytest.mark.skipif(not _membarrier_available(), reason="the kernel offers no membarrier")
+def test_the_old_membarrier_variable_works_in_c_and_warns_once(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_")}
+    script = POOL_SCRIPT + "with Pool.anonymous(8 << 20) as q: print(q.stats()['membarrier'])\n"
+    for old, expect in (("1", False), ("0", True)):
+        proc = subprocess.run([sys.executable, "-c", script], env={**env, "RTKIT_PMEM_NO_MEMBARRIER": old},
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.strip().splitlines()
+        assert json.loads(lines[0])["membarrier"] is expect and lines[1] == str(expect)
+        said = [l for l in proc.stderr.splitlines() if "RTKIT_PMEM_NO_MEMBARRIER" in l]
+        assert len(said) == 1 and "renamed RTKIT_PMEM_MEMBARRIER" in said[0] and "opposite" in said[0], proc.stderr
 
 
 def test_bad_pmem_value_one_line_and_default(tmp_path):
@@ -217,3 +244,69 @@ def test_internal_names_in_c_are_rtkits_own():
         names = set(re.findall(r'"(_?RTKIT_\w+)"', _strip_comments(fh.read())))
     assert names == {"RTKIT_RUN_DIR", "_RTKIT_MALLOC_ROOT"}
     assert "RTKIT_RUN_DIR" in cfg.INTERNAL_ENV and "RTKIT_RUN_DIR" not in cfg.BY_ENV
+
+
+# ---- adding a C setting: its table row and its user, nothing else
+
+PROBE_ROW = ('    _s("malloc_scratch_probe", "int", 7, "", "a setting this test adds", minimum=0, maximum=1000, '
+             'c="malloc"),\n')
+PROBE_USE = ('    if (rtk_setting_num(RTK_OPT_MALLOC_SCRATCH_PROBE) == 42)\n'
+             '        rtk_log_line("scratch probe read 42");\n')
+
+
+def _tree_files(root, folders):
+    out = {}
+    for folder in folders:
+        for base, _, names in os.walk(os.path.join(root, folder)):
+            for name in names:
+                path = os.path.join(base, name)
+                with open(path, "rb") as fh:
+                    out[os.path.relpath(path, root)] = fh.read()
+    return out
+
+
+def test_a_new_c_setting_touches_its_row_and_its_user(tmp_path):
+    """A scratch copy of the table and the C sources gets one setting: a row in rtkit/config.py and one reader in
+    the C file that uses it. It builds, the allocator reads its value, and its stats file echoes it."""
+    scratch = tmp_path / "repo"
+    (scratch / "rtkit").mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, "rtkit", "config.py"), scratch / "rtkit" / "config.py")
+    for part in ("src", "include", "build.py"):
+        src = os.path.join(REPO, "allocators", part)
+        (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, scratch / "allocators" / part)
+    before = _tree_files(scratch, ["rtkit", "allocators"])
+
+    table = scratch / "rtkit" / "config.py"
+    text = table.read_text()
+    anchor = "    # -- stage-aware scheduler\n"
+    assert anchor in text
+    table.write_text(text.replace(anchor, PROBE_ROW + anchor))
+    user = scratch / "allocators" / "src" / "prmalloc" / "init.c"
+    text = user.read_text()
+    anchor = "    rtk_g.plan_source = \"none\";\n"
+    assert anchor in text
+    user.write_text(text.replace(anchor, PROBE_USE + anchor))
+
+    after = _tree_files(scratch, ["rtkit", "allocators"])
+    touched = sorted(k for k in after if before.get(k) != after[k])
+    assert touched == [os.path.join("allocators", "src", "prmalloc", "init.c"), os.path.join("rtkit", "config.py")]
+
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, str(scratch / "allocators" / "build.py"), "--out", str(out), "--only", "malloc"],
+                   check=True, stdout=subprocess.DEVNULL)
+    lib = str(out / "librtkit_malloc.so")
+    probe = "import ctypes; ctypes.CDLL(None).rtkit_step_mark()"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_")}
+    for value, said in (("42", "scratch probe read 42"), ("lots", "RTKIT_MALLOC_SCRATCH_PROBE='lots' is not valid")):
+        run_dir = tmp_path / f"run-{value}"
+        run_dir.mkdir()
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                              env={**env, "LD_PRELOAD": lib, "RTKIT_RUN_DIR": str(run_dir),
+                                   "RTKIT_MALLOC_SCRATCH_PROBE": value})
+        assert proc.returncode == 0 and said in proc.stderr, proc.stderr
+        (stats,) = glob.glob(str(run_dir / "allocator-*.json"))
+        with open(stats) as fh:
+            doc = json.load(fh)
+        assert doc["config"]["malloc_scratch_probe"] == (42 if value == "42" else 7), doc["config"]
+        if value != "42":
+            assert [e for e in doc["errors"] if "RTKIT_MALLOC_SCRATCH_PROBE" in e], doc["errors"]

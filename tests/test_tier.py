@@ -43,7 +43,7 @@ def alloc_doc(run_dir):
 def test_placement_frees_realloc_fork_long_lived(prm, tmp_path):
     run_dir, pool = tmp_path / "run", tmp_path / "pool"
     run_dir.mkdir()
-    proc = run_tier(prm, "basic", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool)})
+    proc = run_tier(prm, "basic", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(pool)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "prmalloc_tier basic: ok\n"
     assert proc.stderr == ""
@@ -64,12 +64,12 @@ def test_placement_frees_realloc_fork_long_lived(prm, tmp_path):
 
 
 def test_dram_heads_keep_data_and_survive_fork_and_free(prm, tmp_path):
-    # pmem_dram_head: at the first mark the leading quarter of each 8 MiB record leaves the pool file for anonymous
+    # tier_dram_head: at the first mark the leading quarter of each 8 MiB record leaves the pool file for anonymous
     # memory with its rows (the C program checks data, fork and free); here: what the report says of it
     run_dir, pool = tmp_path / "run", tmp_path / "pool"
     run_dir.mkdir()
-    proc = run_tier(prm, "heads", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool),
-                                   "RTKIT_PMEM_DRAM_HEAD": str(4 << 20)})
+    proc = run_tier(prm, "heads", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(pool),
+                                   "RTKIT_TIER_DRAM_HEAD": str(4 << 20)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "prmalloc_tier heads: ok\n" and proc.stderr == ""
     doc = pmem_doc(run_dir)
@@ -92,8 +92,8 @@ def test_dram_heads_keep_data_and_survive_fork_and_free(prm, tmp_path):
 
 
 def test_pool_full_falls_back_to_dram(prm, tmp_path):
-    proc = run_tier(prm, "full", {"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_PMEM_PATH": str(tmp_path / "pool"),
-                                  "RTKIT_PMEM_SIZE": "4M"})
+    proc = run_tier(prm, "full", {"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_TIER_POOL_PATH": str(tmp_path / "pool"),
+                                  "RTKIT_TIER_POOL_SIZE": "4M"})
     assert proc.returncode == 0, proc.stderr
     doc = pmem_doc(tmp_path)
     assert doc["pmem_size"] == 4 << 20
@@ -109,11 +109,11 @@ def test_bad_path_one_line_job_runs(prm, tmp_path, where):
         path.write_text("user data\n")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(path)})
+    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(path)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "prmalloc_tier plain: ok\n"
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and "RTKIT_PMEM_PATH" in lines[0] and str(path) in lines[0], proc.stderr
+    assert len(lines) == 1 and "RTKIT_TIER_POOL_PATH" in lines[0] and str(path) in lines[0], proc.stderr
     doc = pmem_doc(run_dir)
     assert doc["state"] == "failed" and doc["tier_allocs"] == 0 and doc["notes"]
     if where == "not_a_pool":
@@ -127,17 +127,17 @@ def test_long_pool_path_works_and_too_long_says_one_line(prm, tmp_path):
     assert len(str(pool)) >= 600
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    proc = run_tier(prm, "basic", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool)})
+    proc = run_tier(prm, "basic", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(pool)})
     assert proc.returncode == 0 and proc.stderr == "" and proc.stdout == "prmalloc_tier basic: ok\n", proc.stderr
     doc = pmem_doc(run_dir)
     assert doc["state"] == "on" and doc["pmem_path"] == str(pool) and doc["tier_allocs"] >= 1, doc
     too_long = str(tmp_path / ("x" * 5000))
     run2 = tmp_path / "run2"
     run2.mkdir()
-    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(run2), "RTKIT_PMEM_PATH": too_long})
+    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(run2), "RTKIT_TIER_POOL_PATH": too_long})
     assert proc.returncode == 0 and proc.stdout == "prmalloc_tier plain: ok\n"
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and "RTKIT_PMEM_PATH" in lines[0] and "longer than" in lines[0], proc.stderr
+    assert len(lines) == 1 and "RTKIT_TIER_POOL_PATH" in lines[0] and "longer than" in lines[0], proc.stderr
     assert pmem_doc(run2)["state"] == "failed"
 
 
@@ -146,7 +146,7 @@ def test_pool_held_by_another_process_stays_in_dram(prm, tmp_path):
     pool.write_bytes(b"RTKPMEM1" + bytes(4088))
     with open(pool, "rb+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_PMEM_PATH": str(pool)})
+        proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_TIER_POOL_PATH": str(pool)})
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert pmem_doc(tmp_path)["state"] == "busy"
     assert pool.read_bytes()[:8] == b"RTKPMEM1"
@@ -157,14 +157,30 @@ def test_existing_file_at_pool_path_is_left_alone_and_bad_size_reported(prm, tmp
     pool.write_bytes(b"RTKPMEM1" + bytes(4088))  # left by a job that died: not created by this run, kept
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool),
-                                  "RTKIT_PMEM_SIZE": "4M", "RTKIT_PMEM_MIN_SIZE": "lots"})
+    proc = run_tier(prm, "plain", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(pool),
+                                  "RTKIT_TIER_POOL_SIZE": "4M", "RTKIT_TIER_MIN_SIZE": "lots"})
     assert proc.returncode == 0, proc.stderr
-    bad = [line for line in proc.stderr.splitlines() if "RTKIT_PMEM_MIN_SIZE" in line]
+    bad = [line for line in proc.stderr.splitlines() if "RTKIT_TIER_MIN_SIZE" in line]
     assert len(bad) == 1 and "lots" in bad[0]
     doc = pmem_doc(run_dir)
     assert doc["state"] == "failed" and doc["pmem_min_size"] == 64 << 10 and "exists" in " ".join(doc["notes"]), doc
     assert pool.read_bytes() == b"RTKPMEM1" + bytes(4088)
+
+
+def test_the_old_setting_names_still_work_with_one_line_each(prm, tmp_path):
+    """The tier's settings were pmem_*: the old variables are read for one release, each said once per run."""
+    run_dir, pool = tmp_path / "run", tmp_path / "pool"
+    run_dir.mkdir()
+    old = {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_PMEM_PATH": str(pool), "RTKIT_PMEM_SIZE": "4M"}
+    proc = run_tier(prm, "plain", old)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "is renamed" in line]
+    assert len(said) == 2 and any("RTKIT_PMEM_PATH is renamed RTKIT_TIER_POOL_PATH" in l for l in said), proc.stderr
+    doc = pmem_doc(run_dir)
+    assert doc["state"] == "on" and doc["pmem_path"] == str(pool) and doc["pmem_size"] == 4 << 20, doc
+    assert len([n for n in doc["notes"] if "is renamed" in n]) == 2, doc["notes"]
+    again = run_tier(prm, "plain", old)  # a second process of the run stays silent
+    assert again.returncode == 0 and "is renamed" not in again.stderr, again.stderr
 
 
 def test_off_writes_no_pmem_file(prm, tmp_path):
@@ -201,7 +217,7 @@ def test_tensorflow_run_report_has_pmem_section(prm, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TF_SCRIPT)
     run_dir = tmp_path / "r"
-    proc = run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", f"pmem_path={tmp_path / 'pool'}", "--",
+    proc = run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", f"tier_pool_path={tmp_path / 'pool'}", "--",
                       sys.executable, str(script)], timeout=300,
                      env={"RTKIT_LIB_DIR": prm})  # the library just built (test_pmem points RTKIT_LIB_DIR elsewhere)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -241,7 +257,7 @@ def test_tier_mode_without_steps_costs_no_memory_it_does_not_save(prm, tmp_path)
     script = tmp_path / "fit.py"
     script.write_text(KERAS2_FIT)
     peaks = {}
-    for name, extra in (("plain", []), ("tier", ["--set", f"pmem_path={tmp_path / 'pool'}"])):
+    for name, extra in (("plain", []), ("tier", ["--set", f"tier_pool_path={tmp_path / 'pool'}"])):
         run_dir = tmp_path / name
         proc = run_rtkit(["run", "--run-dir", str(run_dir), "--set", "hooks=0", *extra, "--", sys.executable,
                           str(script)], timeout=300, env={"RTKIT_LIB_DIR": prm})

@@ -1,5 +1,5 @@
 /* prmalloc_tier.c -- PMEM tier mode under LD_PRELOAD: what lands in the pool, frees/realloc, fork, pool full.
- * Usage: prmalloc_tier basic|full|plain|heads (RTKIT_PMEM_PATH, RTKIT_RUN_DIR set by the caller). */
+ * Usage: prmalloc_tier basic|full|plain|heads (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR set by the caller). */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
@@ -15,10 +15,10 @@ typedef int (*write_fn)(void);
 static in_pmem_fn t_in_pmem;
 static write_fn t_write;
 
-/* 1 when p lies inside a mapping of the file named by RTKIT_PMEM_PATH, per /proc/self/maps */
+/* 1 when p lies inside a mapping of the file named by RTKIT_TIER_POOL_PATH, per /proc/self/maps */
 static int in_pool_file(const void *p)
 {
-    const char *path = getenv("RTKIT_PMEM_PATH");
+    const char *path = getenv("RTKIT_TIER_POOL_PATH");
     FILE *f = fopen("/proc/self/maps", "r");
     if (!f || !path)
         return 0;
@@ -219,7 +219,7 @@ static int plain(void)
     return test_done("prmalloc_tier plain");
 }
 
-/* RTKIT_PMEM_DRAM_HEAD set by the caller (4 MiB): at the first mark the leading share of each big record leaves
+/* RTKIT_TIER_DRAM_HEAD set by the caller (4 MiB): at the first mark the leading share of each big record leaves
  * the pool file for anonymous memory, with its data (written rows and holes alike); fork gives the child its own
  * copy of heads and pool; a freed record's head goes back to the file (the next record placed there is the pool's). */
 static int heads(void)

@@ -214,11 +214,19 @@ static void test_env(void)
     CHECK(rtk_opt_int(RTK_OPT_PMEM_REBALANCE_MS, &v) == 0 && v == 3600000);
     unsetenv(rb->env);
     /* a boolean is parsed, not tested for presence: =0 is off */
-    setenv(rtk_settings[RTK_OPT_PMEM_NO_MEMBARRIER].env, "0", 1);
-    CHECK(rtk_opt_bool(RTK_OPT_PMEM_NO_MEMBARRIER, &b) == 0 && b == 0);
-    setenv(rtk_settings[RTK_OPT_PMEM_NO_MEMBARRIER].env, "on", 1);
-    CHECK(rtk_opt_bool(RTK_OPT_PMEM_NO_MEMBARRIER, &b) == 0 && b == 1);
-    unsetenv(rtk_settings[RTK_OPT_PMEM_NO_MEMBARRIER].env);
+    const rtk_setting_t *mb = &rtk_settings[RTK_OPT_PMEM_MEMBARRIER];
+    setenv(mb->env, "0", 1);
+    CHECK(rtk_opt_bool(RTK_OPT_PMEM_MEMBARRIER, &b) == 0 && b == 0);
+    setenv(mb->env, "on", 1);
+    CHECK(rtk_opt_bool(RTK_OPT_PMEM_MEMBARRIER, &b) == 0 && b == 1);
+    unsetenv(mb->env);
+    /* the old name, whose value meant the opposite, is read where the new one is unset */
+    setenv(mb->alias_env, "1", 1);
+    CHECK(rtk_opt_bool(RTK_OPT_PMEM_MEMBARRIER, &b) == 0 && b == 0);
+    setenv(mb->env, "1", 1);  /* the new name wins */
+    CHECK(rtk_opt_bool(RTK_OPT_PMEM_MEMBARRIER, &b) == 0 && b == 1);
+    unsetenv(mb->env);
+    unsetenv(mb->alias_env);
     rtk_opt_set_error_sink(NULL, 0);
     rtk_opt_set_quiet(0);
 }

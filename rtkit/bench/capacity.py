@@ -18,7 +18,7 @@ that at the defaults (2000 steps of 2048, dim 64) the rows used reach ~26 GiB, p
 
 `--dram-gb` is the DRAM the sizes are relative to (default: this machine's MemTotal). A scaled run sets
 it small and gives the pool the same budget for its resident pages (`--resident-gb`, tier mode's
-`pmem_resident_max`), so (b) really keeps 1.5x its budget while only the budget stays in DRAM.
+`tier_resident_max`), so (b) really keeps 1.5x its budget while only the budget stays in DRAM.
 
 Safety (there is no swap): it refuses to start (one line, exit 2) when the pool does not fit on its disk, (a)
 does not fit in the memory available now, or the id -> row maps alone would pass `--max-anon-gb`; while a
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--b", dest="scale_b", type=float, default=1.5, help="(b) tables+slots as a share of DRAM")
     p.add_argument("--pool-dir", default="/tmp", help="folder on local disk for (b)'s pool (default /tmp)")
     p.add_argument("--resident-gb", type=float, default=0.0,
-                   help="pool pages kept in DRAM at most in (b) (pmem_resident_max); 0: the kernel decides")
+                   help="pool pages kept in DRAM at most in (b) (tier_resident_max); 0: the kernel decides")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch", type=int, default=2048)
     p.add_argument("--emb-dim", type=int, default=64, help="embedding dimension (default 64: 520 bytes a row with "
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "else capacity / 8)")
     p.add_argument("--dram-head-gb", type=float, default=None,
                    help="(b): the leading rows of every pooled table kept in anonymous DRAM, never written to the "
-                        "pool file (pmem_dram_head; default: half of DRAM or of MemAvailable, whichever is less; 0 "
+                        "pool file (tier_dram_head; default: half of DRAM or of MemAvailable, whichever is less; 0 "
                         "with --resident-gb, whose runs act out a small DRAM)")
     p.add_argument("--max-anon-gb", type=float, default=6.0,
                    help="stop (b) when its anonymous RSS passes this plus --dram-head-gb (default 6): the tables "
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--b-in-dram", action="store_true",
                    help="also run (b)'s size all in DRAM (scaled runs: the same model with and without the tier)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="an rtkit setting for (b) on top of the pool's (repeatable), e.g. pmem_cold_hint=0")
+                   help="an rtkit setting for (b) on top of the pool's (repeatable), e.g. tier_cold_hint=0")
     p.add_argument("--min-available-gb", type=float, default=1.5,
                    help="stop a run when MemAvailable drops below this (default 1.5)")
     p.add_argument("--out", default="rtkit-capacity", help="folder for the runs and capacity.json")
@@ -422,10 +422,10 @@ def main(argv=None) -> int:
     plan = [("a", args.scale_a, [], None)]
     if args.b_in_dram:
         plan.append(("b-dram", args.scale_b, [], None))
-    tier = [f"pmem_path={pool_path}", f"pmem_size={pool_size}"]
+    tier = [f"tier_pool_path={pool_path}", f"tier_pool_size={pool_size}"]
     if args.resident_gb:
-        tier.append(f"pmem_resident_max={int(args.resident_gb * GIB)}")
-    tier.append(f"pmem_dram_head={args.dram_head}")  # also 0: over the profile's
+        tier.append(f"tier_resident_max={int(args.resident_gb * GIB)}")
+    tier.append(f"tier_dram_head={args.dram_head}")  # also 0: over the profile's
     tier += args.sets
     # (b) runs the `capacity` profile (what this benchmark shows to work), with this run's pool and budget
     plan.append(("b", args.scale_b, tier, "capacity"))

@@ -6,7 +6,7 @@
 
 ``launch`` runs the same cluster of the bundled workload A B A B...: A = bare (each task a plain
 ``python -m rtkit.workloads`` process with its TF_CONFIG, started by this script), B = ``rtkit launch``,
-optionally C = ``rtkit launch --ps-set pmem_path=/dev/shm/...-{task}`` (tier mode on the PS tasks).
+optionally C = ``rtkit launch --ps-set tier_pool_path=/dev/shm/...-{task}`` (tier mode on the PS tasks).
 Per round: cluster examples/s = the sum of the workers' own printed examples_per_s, and each PS's
 peak RSS = its ru_maxrss (wait4 on the bare PS; the PS report's peak for rtkit, which includes wait4's
 ru_maxrss of the same process); CPU ms per training step of every process of the cluster and of the
@@ -141,7 +141,7 @@ TIER_POOL = "/dev/shm/rtkit-cluster-bench-{task}"
 def _rtkit_round(args, command: List[str], folder: str, tier: bool = False) -> dict:
     argv = [sys.executable, "-m", "rtkit", "launch", "--ps", str(args.ps), "--workers", str(args.workers),
             "--cluster-dir", folder, *sum((["--set", s] for s in args.set), []),
-            *(["--ps-set", f"pmem_path={TIER_POOL}"] if tier else []), "--", *command]
+            *(["--ps-set", f"tier_pool_path={TIER_POOL}"] if tier else []), "--", *command]
     proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise RuntimeError(f"rtkit launch failed with exit code {proc.returncode}: {proc.stderr[-2000:]}")

@@ -44,7 +44,7 @@ def register(subparsers) -> None:
                    help="rtkit setting for every task (repeatable, as `rtkit run --set`)")
     p.add_argument("--ps-set", action="append", default=[], metavar="KEY=VALUE",
                    help="rtkit setting for the PS tasks only; {task} and {index} expand per task, e.g. "
-                        "--ps-set pmem_path=/dev/shm/pool-{task} (tier mode on the parameter servers)")
+                        "--ps-set tier_pool_path=/dev/shm/pool-{task} (tier mode on the parameter servers)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command every task runs, after --")
     p.set_defaults(func=main)
 

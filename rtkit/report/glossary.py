@@ -283,7 +283,7 @@ _F: List[Figure] = [
            _tier(PM.TIER_PEAK_BYTES)),
     Figure("dram_saved_bytes", "anonymous memory saved (estimate)", "bytes", False,
            "bytes held in the pool file at the last step (steady state), less the table heads in anonymous DRAM "
-           "(pmem_dram_head): anonymous memory not used; the pool's "
+           "(tier_dram_head): anonymous memory not used; the pool's "
            "pages may still sit in DRAM as page cache (see pool resident)",
            _tier(PM.DRAM_SAVED_BYTES)),
     Figure("tier_fallbacks", "tier fallbacks to DRAM", "count", True,

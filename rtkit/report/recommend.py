@@ -122,20 +122,20 @@ def _capacity_rule(report: Dict[str, Any], available: Optional[int], where: str)
     pool = "/tmp/rtkit-capacity.pool"
     growth = G.value(report, "rss_growth_bytes")
     return Recommendation(
-        "capacity", f"--profile capacity --set pmem_path={pool} --set pmem_size={size_g}G",
+        "capacity", f"--profile capacity --set tier_pool_path={pool} --set tier_pool_size={size_g}G",
         f"{G.name('peak_rss_bytes')} {fmt.nbytes(peak)} is {peak / available:.0%} of the memory available "
         f"({fmt.nbytes(available)}, {where})",
         "tier mode puts the long-lived large allocations (tables, optimizer slots) in a pool file the page cache "
         f"keeps in DRAM as far as it fits: anonymous memory down by the tables' size (peak RSS "
         f"{fmt.nbytes(peak)}, {G.name('rss_growth_bytes')} {fmt.nbytes(growth)}); steps slow down as rows are "
         f"faulted in from the file (docs/pmem.md). The profile also moves each table's leading rows back to "
-        "anonymous DRAM at the first step (pmem_dram_head, up to half of MemAvailable then): where that holds the "
+        "anonymous DRAM at the first step (tier_dram_head, up to half of MemAvailable then): where that holds the "
         "whole tables, as on a machine with more memory than planned for, anonymous memory does not go down; "
         "tables filled by an initializer whose temporaries are freed before the first step stop the pool's "
         f"placement (docs/results.md). The pool is sized {POOL_HEADROOM}x the peak RSS; put "
-        "pmem_path on a local disk with that much room",
-        _command(report, ["--profile", "capacity", "--set", f"pmem_path={pool}", "--set", f"pmem_size={size_g}G"],
-                 drop=("profile", "pmem_path", "pmem_size")))
+        "tier_pool_path on a local disk with that much room",
+        _command(report, ["--profile", "capacity", "--set", f"tier_pool_path={pool}", "--set", f"tier_pool_size={size_g}G"],
+                 drop=("profile", "tier_pool_path", "tier_pool_size")))
 
 
 def _workload_rows_command(report: Dict[str, Any]) -> Optional[str]:

@@ -351,7 +351,7 @@ def pmem_section(report: Dict[str, Any], view: str = "terminal") -> Section:
     p = report.get("pmem")
     s = Section("pmem", "PMEM tier")
     if not G.tier_on(report):
-        s.off = "off (tier mode needs pmem_path)"
+        s.off = "off (tier mode needs tier_pool_path)"
         return s
     for fid in ("tier_bytes", "tier_peak_bytes", "dram_saved_bytes", "tier_fallbacks"):
         _fig(s.rows, report, fid)

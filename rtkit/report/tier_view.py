@@ -81,7 +81,7 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
     if p.get("step_marks") == 0:
         out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
-                   "mark steps (see `steps:`) or run without pmem_path")
+                   "mark steps (see `steps:`) or run without tier_pool_path")
     if pre.get("stopped_for_churn"):
         out.append("placement before the first step stopped once most of what it placed was freed again "
                    "(short-lived, not tables); later requests stayed in DRAM")
@@ -102,14 +102,14 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     if res is not None:
         rows.append(("pool file pages in DRAM while training (max after warm-up)", fmt.nbytes(res)))
     if get(p, "dram_head.setting_bytes"):
-        rows.append(("table heads in DRAM (pmem_dram_head)",
+        rows.append(("table heads in DRAM (tier_dram_head)",
                      f"{fmt.nbytes(get(p, 'dram_head.bytes'))} of a {fmt.nbytes(get(p, 'dram_head.budget_bytes'))} "
                      f"budget, {fmt.num(get(p, 'dram_head.records'))} records, "
                      f"{fmt.nbytes(get(p, 'dram_head.copied_bytes'))} copied in "
                      f"{fmt.num(round(get(p, 'dram_head.seconds') or 0, 2))} s at the first step"))
     budget = get(p, PM.RESIDENT_MAX)
     if budget:
-        rows.append(("resident budget (pmem_resident_max)",
+        rows.append(("resident budget (tier_resident_max)",
                      f"{fmt.nbytes(budget)}, {fmt.num(get(p, 'budget_passes'))} passes dropped "
                      f"{fmt.nbytes(get(p, 'budget_dropped_bytes'))}"))
     fps = faults_per_step(p)

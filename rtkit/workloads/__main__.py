@@ -41,12 +41,12 @@ def _table_room_problem(table_gb):
 
     need = float(table_gb) * (1 << 30)
     mem = pool_room.mem_total() or 0
-    pool = config.from_child_env("pmem_size") if config.from_child_env("pmem_path") else 0
+    pool = config.from_child_env("tier_pool_size") if config.from_child_env("tier_pool_path") else 0
     if not mem or need <= mem + pool:
         return None
-    where = f"{mem / (1 << 30):.1f}G of memory" + (f" and a {pool / (1 << 30):.1f}G pool (pmem_size)" if pool else "")
+    where = f"{mem / (1 << 30):.1f}G of memory" + (f" and a {pool / (1 << 30):.1f}G pool (tier_pool_size)" if pool else "")
     return (f"rtkit.workloads: --table-gb {table_gb:g} does not fit: this machine has {where}; lower --table-gb"
-            + (" or raise pmem_size" if pool else " or train under tier mode (rtkit run --profile capacity)"))
+            + (" or raise tier_pool_size" if pool else " or train under tier mode (rtkit run --profile capacity)"))
 
 
 def build_parser():

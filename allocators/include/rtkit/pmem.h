@@ -68,7 +68,7 @@ typedef struct rtkit_pmem_stats {
     uint32_t recovery_threads, threads_cached;
     int durable, persist_kind, is_pmem, anonymous;
     double fragmentation; /* 1 - requested bytes / bytes of segments in use */
-    int membarrier;       /* 1: thread caches are guarded by membarrier; 0: by a spin lock (pmem_no_membarrier, or none) */
+    int membarrier;       /* 1: thread caches are guarded by membarrier; 0: by a spin lock (pmem_membarrier off, or none) */
 } rtkit_pmem_stats;
 
 typedef struct rtkit_pmem_class_stats {

@@ -2,7 +2,7 @@
 #ifndef RTK_COMMON_LOCK_H
 #define RTK_COMMON_LOCK_H
 
-#include <sched.h>
+#include "common/os.h"
 
 static inline void rtk_cpu_relax(void)
 {
@@ -33,7 +33,7 @@ static inline void rtk_spin_lock(rtk_spin_t *l)
             if (++spins < 256)
                 rtk_cpu_relax();
             else
-                sched_yield();  /* the holder may be descheduled: 2 cores, many threads */
+                rtk_os_yield();  /* the holder may be descheduled: 2 cores, many threads */
         }
     }
 }

@@ -1,5 +1,5 @@
-/* options.c -- RTKIT_* settings for PRMalloc and PMEM: the generated table, its grammar (that of rtkit/config.py)
- * and one reader per kind with the table's limits; no malloc. */
+/* options.c -- RTKIT_* settings for PRMalloc and PMEM: the generated table, its grammar (that of rtkit/config.py),
+ * one reader per kind with the table's limits, the value array, its loading loop and its echo; no malloc. */
 #include "common/options.h"
 
 #include <ctype.h>
@@ -10,18 +10,24 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *g_note;
+#include "common/say.h"
+
+static const char *g_note[RTK_OPT_COUNT];
 static char *g_sink;
 static size_t g_sink_cap;
 static int g_quiet;
 
 const rtk_setting_t rtk_settings[RTK_OPT_COUNT] = {
-#define RTK_OPT_ROW(ID, ENV, KIND, DFLT, DTEXT, HMIN, MIN, HMAX, MAX) {ENV, KIND, DFLT, DTEXT, HMIN, HMAX, MIN, MAX},
+#define RTK_OPT_ROW(ID, KEY, ENV, KIND, DFLT, DTEXT, HMIN, MIN, HMAX, MAX, PART, ALIAS, INV) \
+    {KEY, ENV, KIND, DFLT, DTEXT, HMIN, HMAX, MIN, MAX, PART, ALIAS, INV},
     RTK_SETTINGS(RTK_OPT_ROW)
 #undef RTK_OPT_ROW
 };
 
-void rtk_opt_set_fallback_note(const char *note) { g_note = note; }
+rtk_value_t rtk_values[RTK_OPT_COUNT];
+static unsigned char g_loaded[RTK_OPT_COUNT], g_bad[RTK_OPT_COUNT];
+
+void rtk_opt_set_fallback_note(rtk_opt_t id, const char *note) { g_note[id] = note; }
 void rtk_opt_set_error_sink(char *buf, size_t cap) { g_sink = buf; g_sink_cap = cap; }
 void rtk_opt_set_quiet(int quiet) { g_quiet = quiet; }
 
@@ -122,19 +128,37 @@ static const char *raw_value(const char *name)
 
 const char *rtk_opt_internal(const char *name) { return raw_value(name); }
 
-const char *rtk_opt_str(rtk_opt_t id) { return raw_value(rtk_settings[id].env); }
+/* A setting's value as set: under its name, else under its old name (*name says which variable it was). */
+static const char *setting_raw(const rtk_setting_t *s, const char **name)
+{
+    const char *v = raw_value(s->env);
+    *name = s->env;
+    if (!v && s->alias_env[0] && (v = raw_value(s->alias_env)))
+        *name = s->alias_env;
+    return v;
+}
 
-int rtk_opt_given(rtk_opt_t id) { return raw_value(rtk_settings[id].env) != NULL; }
+/* 1 when the value came from the old name of a boolean that meant the opposite */
+static int inverted(const rtk_setting_t *s, const char *name) { return s->alias_inverted && name != s->env; }
 
-static void report_bad(const rtk_setting_t *s, const char *raw, const char *accepted)
+const char *rtk_opt_str(rtk_opt_t id)
+{
+    const char *name;
+    return setting_raw(&rtk_settings[id], &name);
+}
+
+int rtk_opt_given(rtk_opt_t id) { return rtk_opt_str(id) != NULL; }
+
+static void report_bad(const rtk_setting_t *s, const char *name, const char *raw, const char *accepted)
 {
     char msg[512];
     char tail[128];
-    if (g_note)
-        snprintf(tail, sizeof tail, "%s", g_note);
+    const char *note = g_note[s - rtk_settings];
+    if (note)
+        snprintf(tail, sizeof tail, "%s", note);
     else
         snprintf(tail, sizeof tail, "using the default '%s'", s->dflt_text);
-    snprintf(msg, sizeof msg, "environment %s='%.80s' is not valid: expected %s; %s", s->env, raw, accepted, tail);
+    snprintf(msg, sizeof msg, "environment %s='%.80s' is not valid: expected %s; %s", name, raw, accepted, tail);
     if (g_sink && g_sink_cap) {
         size_t n = strlen(msg);
         if (n >= g_sink_cap)
@@ -161,18 +185,18 @@ static void accepted_text(const rtk_setting_t *s, char *buf, size_t cap)
 }
 
 /* a size or whole number that did not parse or is out of the table's range: one line, the default stays */
-static int reject_number(const rtk_setting_t *s, const char *raw)
+static int reject_number(const rtk_setting_t *s, const char *name, const char *raw)
 {
     char acc[160];
     accepted_text(s, acc, sizeof acc);
-    report_bad(s, raw, acc);
+    report_bad(s, name, raw, acc);
     return -1;
 }
 
 int rtk_opt_size(rtk_opt_t id, size_t *out)
 {
     const rtk_setting_t *s = &rtk_settings[id];
-    const char *raw = raw_value(s->env);
+    const char *name, *raw = setting_raw(s, &name);
     *out = (size_t)s->dflt;
     if (!raw)
         return 0;
@@ -181,13 +205,13 @@ int rtk_opt_size(rtk_opt_t id, size_t *out)
         *out = v;
         return 0;
     }
-    return reject_number(s, raw);
+    return reject_number(s, name, raw);
 }
 
 int rtk_opt_int(rtk_opt_t id, long *out)
 {
     const rtk_setting_t *s = &rtk_settings[id];
-    const char *raw = raw_value(s->env);
+    const char *name, *raw = setting_raw(s, &name);
     *out = (long)s->dflt;
     if (!raw)
         return 0;
@@ -196,21 +220,89 @@ int rtk_opt_int(rtk_opt_t id, long *out)
         *out = v;
         return 0;
     }
-    return reject_number(s, raw);
+    return reject_number(s, name, raw);
 }
 
 int rtk_opt_bool(rtk_opt_t id, int *out)
 {
     const rtk_setting_t *s = &rtk_settings[id];
-    const char *raw = raw_value(s->env);
+    const char *name, *raw = setting_raw(s, &name);
     *out = (int)s->dflt;
     if (!raw)
         return 0;
     int v;
     if (rtk_parse_bool(raw, &v) == 0) {
-        *out = v;
+        *out = inverted(s, name) ? !v : v;
         return 0;
     }
-    report_bad(s, raw, "one of 1/0/true/false/on/off");
+    report_bad(s, name, raw, "one of 1/0/true/false/on/off");
     return -1;
+}
+
+/* one setting into its slot of rtk_values: 0, or -1 with the message in msg */
+static int load_one(rtk_opt_t id, char *msg, size_t cap)
+{
+    rtk_value_t *v = &rtk_values[id];
+    int rc = 0;
+    char *sink = g_sink;
+    size_t sink_cap = g_sink_cap;
+    int quiet = g_quiet;
+    g_sink = msg;
+    g_sink_cap = cap;
+    g_quiet = 1;
+    switch (rtk_settings[id].kind) {
+    case RTK_KIND_BOOL: rc = rtk_opt_bool(id, &v->on); break;
+    case RTK_KIND_INT: rc = rtk_opt_int(id, &v->num); break;
+    case RTK_KIND_SIZE: rc = rtk_opt_size(id, &v->bytes); break;
+    default: v->text = rtk_opt_str(id); break;
+    }
+    g_sink = sink;
+    g_sink_cap = sink_cap;
+    g_quiet = quiet;
+    return rc;
+}
+
+int rtk_opt_load(int parts)
+{
+    int bad = 0;
+    for (int id = 0; id < RTK_OPT_COUNT; id++) {
+        if (!(rtk_settings[id].part & parts) || g_loaded[id])
+            continue;
+        char msg[320] = "";
+        const rtk_setting_t *s = &rtk_settings[id];
+        const char *name;
+        if (setting_raw(s, &name) && name != s->env) {  /* the old name: said as the Python side says it */
+            snprintf(msg, sizeof msg, "environment %s is renamed %s%s: use the new name (the old one is read until "
+                     "the next release)", name, s->env, s->alias_inverted ? "; its value is the opposite" : "");
+            rtk_keep_message(s->part, msg);
+        }
+        if (load_one((rtk_opt_t)id, msg, sizeof msg) != 0) {
+            g_bad[id] = 1;
+            rtk_keep_message(rtk_settings[id].part, msg);
+            bad++;
+        }
+        g_loaded[id] = 1;
+    }
+    return bad;
+}
+
+int rtk_opt_bad(rtk_opt_t id) { return g_bad[id]; }
+
+void rtk_opt_echo(rtk_out_t *o, int parts)
+{
+    int first = 1;
+    for (int id = 0; id < RTK_OPT_COUNT; id++) {
+        const rtk_setting_t *s = &rtk_settings[id];
+        if (!(s->part & parts))
+            continue;
+        rtk_out_put(o, "%s\"%s\": ", first ? "" : ", ", s->key);
+        first = 0;
+        const rtk_value_t *v = &rtk_values[id];
+        switch (s->kind) {
+        case RTK_KIND_BOOL: rtk_out_put(o, "%s", v->on ? "true" : "false"); break;
+        case RTK_KIND_INT: rtk_out_put(o, "%ld", v->num); break;
+        case RTK_KIND_SIZE: rtk_out_put(o, "%zu", v->bytes); break;
+        default: rtk_out_str(o, v->text); break;
+        }
+    }
 }

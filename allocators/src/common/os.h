@@ -85,4 +85,33 @@ RTK_HIDDEN int rtk_os_punch_hole(int fd, uint64_t off, uint64_t size);
 /* Write fd's dirty pages in [off, off + size) and wait for them. */
 RTK_HIDDEN int rtk_os_write_back(int fd, uint64_t off, uint64_t size);
 
+/* ---- primitives of the PMEM pool's files (same conventions: errno kept, 0 or -errno unless said otherwise) */
+/* Online CPUs (at least 1). */
+RTK_HIDDEN long rtk_os_cpu_count(void);
+/* Physical memory in bytes (0 when unknown). */
+RTK_HIDDEN uint64_t rtk_os_phys_bytes(void);
+/* Map fd's first `size` bytes shared (writes reach the file; no swap reserved), read-only unless writable. */
+RTK_HIDDEN int rtk_os_map_shared(int fd, size_t size, int writable, void **out);
+/* Write [p, p + size) of a shared file mapping back to its file and wait (msync MS_SYNC). */
+RTK_HIDDEN int rtk_os_sync_range(void *p, size_t size);
+/* Create `path` as a new file (O_EXCL|O_NOFOLLOW, mode 0666 & ~umask), read/write: the fd or -errno. */
+RTK_HIDDEN int rtk_os_create_excl(const char *path);
+/* Open an existing file without blocking (a FIFO or device never blocks): the fd or -errno. */
+RTK_HIDDEN int rtk_os_open_nonblock(const char *path, int writable);
+/* A non-blocking flock: 0, -EWOULDBLOCK when another open file holds it, other -errno. */
+RTK_HIDDEN int rtk_os_lock(int fd, int exclusive);
+/* Give fd `size` bytes of blocks (posix_fallocate; ftruncate where the file system cannot allocate). */
+RTK_HIDDEN int rtk_os_allocate(int fd, uint64_t size);
+typedef struct { uint64_t dev, ino, size; int regular; } rtk_file_info_t;
+RTK_HIDDEN int rtk_os_file_info(int fd, rtk_file_info_t *out);
+/* 1 when fd's file lies on a RAM file system (tmpfs, ramfs), else 0. */
+RTK_HIDDEN int rtk_os_fd_on_ram_fs(int fd);
+/* Read `len` bytes at `off`: the bytes read or -errno. */
+RTK_HIDDEN long rtk_os_read_at(int fd, void *buf, size_t len, uint64_t off);
+/* `len` random bytes from the kernel (/dev/urandom). */
+RTK_HIDDEN int rtk_os_random(void *buf, size_t len);
+/* membarrier(2) with flags 0: the kernel's answer, -1 with errno kept where it has none. */
+RTK_HIDDEN long rtk_os_membarrier(int cmd);
+RTK_HIDDEN void rtk_os_yield(void);
+
 #endif

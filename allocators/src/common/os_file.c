@@ -1,12 +1,15 @@
-/* os_file.c -- the OS primitives of file-backed memory: advice, fixed mappings, residency, holes, markers. */
+/* os_file.c -- the OS primitives of files and file-backed memory: advice, fixed and shared mappings, residency, holes,
+ * markers, the pool files' open, lock, size and sync, and the few process-wide calls (CPUs, membarrier, yield). */
 #define _GNU_SOURCE
 #include "common/os.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -145,3 +148,114 @@ int rtk_os_write_back(int fd, uint64_t off, uint64_t size)
                                   SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER),
                   saved);
 }
+
+long rtk_os_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n;
+}
+
+uint64_t rtk_os_phys_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+int rtk_os_map_shared(int fd, size_t size, int writable, void **out)
+{
+    int saved = errno;
+    int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+    void *p = mmap(NULL, size, prot, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    *out = p == MAP_FAILED ? NULL : p;
+    return result(p == MAP_FAILED ? -1 : 0, saved);
+}
+
+int rtk_os_sync_range(void *p, size_t size)
+{
+    int saved = errno;
+    return result(msync(p, size, MS_SYNC), saved);
+}
+
+int rtk_os_create_excl(const char *path)
+{
+    int saved = errno;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    return fd >= 0 ? (errno = saved, fd) : result(-1, saved);
+}
+
+int rtk_os_open_nonblock(const char *path, int writable)
+{
+    int saved = errno;
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
+    return fd >= 0 ? (errno = saved, fd) : result(-1, saved);
+}
+
+int rtk_os_lock(int fd, int exclusive)
+{
+    int saved = errno;
+    return result(flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB), saved);
+}
+
+int rtk_os_allocate(int fd, uint64_t size)
+{
+    int saved = errno;
+    int e = posix_fallocate(fd, 0, (off_t)size);  /* returns the error, leaves errno alone */
+    if (e == EOPNOTSUPP || e == EINVAL)
+        e = ftruncate(fd, (off_t)size) ? errno : 0;
+    errno = saved;
+    return -e;
+}
+
+int rtk_os_file_info(int fd, rtk_file_info_t *out)
+{
+    int saved = errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return result(-1, saved);
+    out->dev = (uint64_t)st.st_dev;
+    out->ino = (uint64_t)st.st_ino;
+    out->size = (uint64_t)st.st_size;
+    out->regular = S_ISREG(st.st_mode);
+    return 0;
+}
+
+int rtk_os_fd_on_ram_fs(int fd)
+{
+    int saved = errno;
+    struct statfs sf;
+    int ram = fstatfs(fd, &sf) == 0 && (sf.f_type == TMPFS_MAGIC_ || sf.f_type == RAMFS_MAGIC_);
+    errno = saved;
+    return ram;
+}
+
+long rtk_os_read_at(int fd, void *buf, size_t len, uint64_t off)
+{
+    int saved = errno;
+    ssize_t n = pread(fd, buf, len, (off_t)off);
+    return n >= 0 ? (errno = saved, (long)n) : result(-1, saved);
+}
+
+int rtk_os_random(void *buf, size_t len)
+{
+    int saved = errno;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return result(-1, saved);
+    ssize_t n = read(fd, buf, len);
+    close(fd);
+    errno = saved;
+    return n == (ssize_t)len ? 0 : -EIO;
+}
+
+long rtk_os_membarrier(int cmd)
+{
+#ifdef SYS_membarrier
+    return syscall(SYS_membarrier, cmd, 0, 0);
+#else
+    (void)cmd;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+void rtk_os_yield(void) { sched_yield(); }

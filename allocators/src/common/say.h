@@ -1,4 +1,4 @@
-/* say.h -- bad-setting messages: kept in a caller's fixed slots for its stats file, said on stderr once per run. */
+/* say.h -- the one sink of messages about bad settings: kept for the stats files, said on stderr once per run. */
 #ifndef RTK_COMMON_SAY_H
 #define RTK_COMMON_SAY_H
 
@@ -6,26 +6,18 @@
 
 #include "common/log.h"
 
-/* A caller's array of message slots, char slots[cap][len], and its count of used slots. */
-typedef struct {
-    char *slots;
-    size_t len;
-    int cap;
-    int *count;
-} rtk_kept_t;
-
-#define RTK_KEPT(array, countp) \
-    ((rtk_kept_t){&(array)[0][0], sizeof (array)[0], (int)(sizeof (array) / sizeof (array)[0]), (countp)})
-
-/* Parse one setting with its error message, if any, kept in the next slot (the last slot when all are used).
- * `call` is an rtk_opt_* parser call (0: good value); the expression's value is the call's. */
-#define RTK_KEEP_ERROR(kept, call) (rtk_kept_begin(kept), rtk_kept_end((kept), (call)))
-RTK_HIDDEN void rtk_kept_begin(rtk_kept_t kept);
-RTK_HIDDEN int rtk_kept_end(rtk_kept_t kept, int rc);
+/* Keep one message (no stderr), tagged with the part (RTK_PART_*) whose setting it names. Past the sink's
+ * capacity the last slot is overwritten. No malloc. */
+RTK_HIDDEN void rtk_keep_message(int part, const char *msg);
+RTK_HIDDEN int rtk_kept_count(void);
+/* The i-th kept message; *part (when not NULL) is its part. */
+RTK_HIDDEN const char *rtk_kept_message(int i, int *part);
 
 /* 1 when this process is the first of the run to say what `marker` names: it creates run_dir/marker (a
  * process tree shares one run directory even where a shell drops rtkit's environment markers). Without a run
  * directory every caller says it. */
 RTK_HIDDEN int rtk_say_once(const char *run_dir, const char *marker);
+/* Say the kept messages from index `from` on, one stderr line each, when rtk_say_once(run_dir, marker) allows. */
+RTK_HIDDEN void rtk_say_kept(int from, const char *run_dir, const char *marker);
 
 #endif

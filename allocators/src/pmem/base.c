@@ -52,8 +52,7 @@ RTK_EXPORT const char *rtkit_pmem_strerror(int code) {
 /* ---- mmap'ed helpers (no malloc anywhere in the pool) ---- */
 
 void *rtk_map_anon(size_t len) {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    return rtk_os_map(len, 0);
 }
 
 int rtk_vstack_push(struct rtk_vstack *s, uint64_t a, uint64_t b, uint64_t c) {
@@ -63,7 +62,7 @@ int rtk_vstack_push(struct rtk_vstack *s, uint64_t a, uint64_t b, uint64_t c) {
         if (!p) return -1;
         if (s->e) {
             memcpy(p, s->e, s->n * 24);
-            munmap(s->e, s->cap * 24);
+            rtk_os_unmap(s->e, s->cap * 24);
         }
         s->e = p;
         s->cap = cap;
@@ -83,7 +82,7 @@ int rtk_vstack_pop(struct rtk_vstack *s, uint64_t out[3]) {
 }
 
 void rtk_vstack_free(struct rtk_vstack *s) {
-    if (s->e) munmap(s->e, s->cap * 24);
+    if (s->e) rtk_os_unmap(s->e, s->cap * 24);
     s->e = NULL;
     s->n = s->cap = 0;
 }
@@ -138,11 +137,7 @@ int rtk_geom_compute(struct rtk_geom *g, uint64_t size, uint64_t seg_size, uint3
     return 0;
 }
 
-uint64_t rtk_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
+uint64_t rtk_now_ns(void) { return rtk_os_now_ns(); }
 
 /* ---- persistence ---- */
 
@@ -155,7 +150,7 @@ void rtk_persist(struct rtkit_pmem_pool *p, const void *addr, uint64_t len) {
         break;
     case RTKIT_PMEM_PERSIST_MSYNC: {
         uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(p->page - 1);
-        msync((void *)a, (uintptr_t)addr + len - a, MS_SYNC);
+        rtk_os_sync_range((void *)a, (uintptr_t)addr + len - a);
         break;
     }
     default:
@@ -168,10 +163,11 @@ void rtk_persist(struct rtkit_pmem_pool *p, const void *addr, uint64_t len) {
 
 /* read and validate a pool header without mapping; shared with the offline checker */
 int rtk_read_header(int fd, const char *path, struct rtk_hdr *h, struct rtk_geom *g) {
-    struct stat st;
-    if (fstat(fd, &st)) return rtk_fail(RTKIT_PMEM_ESYS, errno, path, "cannot stat: %s", strerror(errno));
-    if (!S_ISREG(st.st_mode)) return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "not a regular file");
-    if ((uint64_t)st.st_size < sizeof *h || pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h)
+    rtk_file_info_t st;
+    int e = rtk_os_file_info(fd, &st);
+    if (e) return rtk_fail(RTKIT_PMEM_ESYS, -e, path, "cannot stat: %s", strerror(-e));
+    if (!st.regular) return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "not a regular file");
+    if (st.size < sizeof *h || rtk_os_read_at(fd, h, sizeof *h, 0) != (long)sizeof *h)
         return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "file too small to be an rtkit pool");
     if (memcmp(h->magic, RTK_MAGIC, 8))
         return rtk_fail(RTKIT_PMEM_ENOTPOOL, EINVAL, path, "not an rtkit pool (bad magic)");
@@ -192,9 +188,9 @@ int rtk_read_header(int fd, const char *path, struct rtk_hdr *h, struct rtk_geom
     if (rtk_geom_compute(g, h->pool_size, h->seg_size, h->block_size, h->max_record, why, sizeof why) ||
         g->nsegs != h->nsegs || g->data_off != h->data_off)
         return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "pool header geometry is inconsistent");
-    if ((uint64_t)st.st_size != h->pool_size)
+    if (st.size != h->pool_size)
         return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "file is %lld bytes, header says %llu",
-                        (long long)st.st_size, (unsigned long long)h->pool_size);
+                        (long long)st.size, (unsigned long long)h->pool_size);
     g->uuid = h->uuid;
     g->strict = h->version >= 2;
     return 0;

@@ -3,11 +3,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <linux/membarrier.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
+#include "common/os.h"
 #include "pmem/cache.h"
 
 static void tc_steal_begin(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
@@ -16,10 +14,10 @@ static void tc_steal_begin(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
         return;
     }
     atomic_store(&tc->stealing, 1);
-    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    rtk_os_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
     unsigned n = 0;
     while (atomic_load_explicit(&tc->busy, memory_order_acquire))
-        if (++n % 256 == 0) sched_yield(); else rtk_pause_cpu();
+        if (++n % 256 == 0) rtk_os_yield(); else rtk_pause_cpu();
 }
 
 static void tc_steal_end(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
@@ -31,9 +29,9 @@ static void tc_steal_end(struct rtkit_pmem_pool *p, struct rtk_tcache *tc) {
 }
 
 int rtk_membarrier_register(void) {
-    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    long cmds = rtk_os_membarrier(MEMBARRIER_CMD_QUERY);
     if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return 0;
-    return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    return rtk_os_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
 }
 
 /* ---- thread caches ---- */
@@ -87,7 +85,7 @@ void rtk_tcache_destructor(void *arg) {
     pthread_mutex_lock(&p->reg_lock);
     tcache_drain_locked(p, tc);
     pthread_mutex_unlock(&p->reg_lock);
-    munmap(tc, tc->len);
+    rtk_os_unmap(tc, tc->len);
 }
 
 RTK_EXPORT void rtkit_pmem_thread_release(rtkit_pmem_pool *p) {
@@ -102,7 +100,7 @@ void rtk_release_all_tcaches(struct rtkit_pmem_pool *p) {
     while (p->tcaches) {
         struct rtk_tcache *tc = p->tcaches;
         tcache_drain_locked(p, tc);
-        munmap(tc, tc->len);
+        rtk_os_unmap(tc, tc->len);
     }
     pthread_mutex_unlock(&p->reg_lock);
 }
@@ -147,8 +145,8 @@ void *rtk_background_main(void *arg) {
     struct rtkit_pmem_pool *p = arg;
     pthread_mutex_lock(&p->bg_mu);
     while (!p->bg_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = rtk_os_now_ns();  /* the condition variable waits on CLOCK_MONOTONIC (pool.c) */
+        struct timespec ts = {(time_t)(now / 1000000000u), (long)(now % 1000000000u)};
         ts.tv_sec += p->rebalance_ms / 1000;
         ts.tv_nsec += (long)(p->rebalance_ms % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;

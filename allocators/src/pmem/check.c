@@ -5,9 +5,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include "pmem/pool.h"
 
 static void note(rtkit_pmem_check_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -24,10 +21,10 @@ static void note(rtkit_pmem_check_report *r, const char *fmt, ...) {
 static int inspect(const char *path, rtkit_pmem_check_report *r, int lock) {
     memset(r, 0, sizeof *r);
     if (!path || !*path) return rtk_fail(RTKIT_PMEM_EINVAL, EINVAL, path, "path is required");
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* never blocks on a FIFO */
-    if (fd < 0) return rtk_fail(RTKIT_PMEM_ESYS, errno, path, "cannot open: %s", strerror(errno));
-    if (lock && flock(fd, LOCK_SH | LOCK_NB)) {
-        close(fd);
+    int fd = rtk_os_open_nonblock(path, 0); /* never blocks on a FIFO */
+    if (fd < 0) return rtk_fail(RTKIT_PMEM_ESYS, -fd, path, "cannot open: %s", strerror(-fd));
+    if (lock && rtk_os_lock(fd, 0)) {
+        rtk_os_close(fd);
         return rtk_fail(RTKIT_PMEM_EBUSY, EBUSY, path, "pool is open in another process; close it before checking");
     }
     struct rtk_hdr h;
@@ -40,7 +37,7 @@ static int inspect(const char *path, rtkit_pmem_check_report *r, int lock) {
         if (!strncmp(msg, path, pl) && !strncmp(msg + pl, ": ", 2)) msg += pl + 2;
         snprintf(r->first_error, sizeof r->first_error, "%s", msg);
         r->errors = rc == RTKIT_PMEM_ECORRUPT;
-        close(fd);
+        rtk_os_close(fd);
         return rc;
     }
     r->version = h.version;
@@ -54,12 +51,13 @@ static int inspect(const char *path, rtkit_pmem_check_report *r, int lock) {
     r->uuid = g.uuid;
     r->open_count = h.open_count;
     r->clean = h.mcsum == rtk_hdr_mcsum(&h) && h.clean == 1;
-    char *base = mmap(NULL, g.size, PROT_READ, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        int e = errno;
-        close(fd);
-        return rtk_fail(RTKIT_PMEM_ESYS, e, path, "cannot map: %s", strerror(e));
+    void *mapped;
+    int e = rtk_os_map_shared(fd, g.size, 0, &mapped);
+    if (e) {
+        rtk_os_close(fd);
+        return rtk_fail(RTKIT_PMEM_ESYS, -e, path, "cannot map: %s", strerror(-e));
     }
+    char *base = mapped;
     const uint64_t *tab = (const uint64_t *)(base + RTK_META_HDR);
     uint64_t tail_until = 0;
     for (uint64_t s = 0; s < g.nsegs; s++) {
@@ -156,8 +154,8 @@ static int inspect(const char *path, rtkit_pmem_check_report *r, int lock) {
                      "record header, the segment or its summary changed)", (unsigned long long)s,
                      (unsigned long long)now.live, (unsigned long long)want->live);
         }
-    munmap(base, g.size);
-    close(fd);
+    rtk_os_unmap(base, g.size);
+    rtk_os_close(fd);
     if (r->errors) {
         rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, path, "%s", r->first_error);
         return RTKIT_PMEM_ECORRUPT;

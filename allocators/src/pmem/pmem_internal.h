@@ -3,7 +3,7 @@
 #define RTK_PMEM_INTERNAL_H
 
 #include <pthread.h>
-#include <sched.h>
+#include "common/os.h"
 #include <stdatomic.h>
 #include <stdint.h>
 #include "rtkit/pmem.h"
@@ -108,7 +108,7 @@ static inline void rtk_spin_lock(atomic_int *l) {
     while (atomic_exchange_explicit(l, 1, memory_order_acquire)) {
         while (atomic_load_explicit(l, memory_order_relaxed)) {
             if (++n > 200) {
-                sched_yield();
+                rtk_os_yield();
                 n = 0;
             } else {
 #if defined(__x86_64__) || defined(__i386__)

@@ -3,6 +3,7 @@
 #define RTK_PMEM_POOL_H
 #include <limits.h>
 
+#include "common/os.h"
 #include "pmem/pmem_internal.h"
 
 /* per-class shared pool: chains of free records moved from thread caches, and partly used segments */

@@ -214,7 +214,7 @@ int rtk_recover(struct rtkit_pmem_pool *p) {
             if (!corrupt) corrupt_off = ws[i].corrupt_off;
             corrupt += ws[i].corrupt;
         }
-    munmap(scratch, scratch_len);
+    rtk_os_unmap(scratch, scratch_len);
     if (corrupt)
         return rtk_fail(RTKIT_PMEM_ECORRUPT, EINVAL, p->path,
                         "%llu record header(s) corrupt (first at offset %llu); the pool was not changed: "

@@ -61,7 +61,7 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         if (p)
             return p;
     }
-    if (!rtk_hot.inspect || (n < rtk_hot.min_size && !rtk_g.cfg.census))
+    if (!rtk_hot.inspect || (n < rtk_hot.min_size && !rtk_setting_on(RTK_OPT_MALLOC_CENSUS)))
         return libc_alloc(n, align, zero);  /* RTKIT_MALLOC_CENSUS=0: small requests are not counted */
     rtk_tslot_t *s = rtk_slot();
     unsigned b = rtk_bucket(n);
@@ -80,7 +80,7 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         if (p) {
             s->arena_hits++;
             s->live += (int64_t)rtk_arena_block_size(a, p);
-            if (__builtin_expect(rtk_g.cfg.debug, 0))
+            if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0))
                 debug_check(p, rtk_arena_block_size(a, p));
             if (zero)
                 memset(p, 0, n);
@@ -106,7 +106,7 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         if (p) {
             s->large_hits++;
             s->live += (int64_t)u;
-            if (__builtin_expect(rtk_g.cfg.debug, 0))
+            if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0))
                 debug_check(p, u);
             if (zero)
                 memset(p, 0, n);
@@ -142,7 +142,7 @@ void rtk_heap_corrupt(const char *call, const char *what, const void *p)
 static void free_arena(rtk_arena_t *a, void *p)
 {
     size_t bs = rtk_arena_block_size(a, p);
-    if (__builtin_expect(rtk_g.cfg.debug, 0) && rtk_arena_block_live(a, p))
+    if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0) && rtk_arena_block_live(a, p))
         debug_poison(p, bs);  /* a live block only: a bad free aborts below */
     int r = rtk_arena_free(a, p);
     if (r < 0)
@@ -162,7 +162,7 @@ void rtk_free_large(void *p)
     size_t bytes;
     if (rtk_prof_active)
         rtk_profile_free(p);
-    if (__builtin_expect(rtk_g.cfg.debug, 0)) {
+    if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0)) {
         size_t u = rtk_large_usable(p);  /* poison only a live block: a bad free aborts below */
         if (u)
             debug_poison(p, u);

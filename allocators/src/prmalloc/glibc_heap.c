@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 
 #include "common/options.h"
+#include "common/os.h"
 #include "prmalloc/glibc_heap.h"
 
 extern int __libc_mallopt(int, int);
@@ -79,7 +80,7 @@ void rtk_glibc_heap_seen(const void *p)
                     return;
                 continue;
             }
-            madvise((void *)heap, HEAP_MAX, MADV_HUGEPAGE);
+            rtk_os_hugepage((void *)heap, HEAP_MAX);
             return;
         }
     }

@@ -26,37 +26,17 @@
 
 static __thread int t_in_init __attribute__((tls_model("initial-exec")));
 
-/* A bad RTKIT_MALLOC_* value falls back to the table's default (the stderr line says so); only a bad RTKIT_MALLOC
- * itself leaves the allocator a plain pass-through. Each message is kept for the stats file. */
-#define RECORD(call) RTK_KEEP_ERROR(RTK_KEPT(rtk_g.errors, &rtk_g.nerrors), call)
-
+/* Every setting of the library, its tier and its pool, read once; a bad value falls back to the table's default
+ * (its message is kept for the stats files and said once per run). Only a bad RTKIT_MALLOC itself leaves the
+ * allocator a plain pass-through. Returns 1 in that case. */
 static int read_settings(void)
 {
-    rtk_config_t *c = &rtk_g.cfg;
-    int on, bad;
-    long v;
-    size_t sz;
-    rtk_opt_set_fallback_note("the allocator runs as a plain pass-through");
-    RECORD(bad = rtk_opt_bool(RTK_OPT_MALLOC, &on));
-    c->enabled = on;
-    rtk_opt_set_fallback_note(NULL);
-    RECORD(rtk_opt_int(RTK_OPT_MALLOC_PROFILE_START, &v)); c->profile_start = v;
-    RECORD(rtk_opt_int(RTK_OPT_MALLOC_PROFILE_STABLE, &v)); c->profile_stable = v;
-    RECORD(rtk_opt_int(RTK_OPT_MALLOC_PROFILE_MAX, &v)); c->profile_max = v;
-    RECORD(rtk_opt_size(RTK_OPT_MALLOC_MIN_SIZE, &sz)); c->min_size = sz;
-    RECORD(rtk_opt_size(RTK_OPT_MALLOC_ARENA_LIMIT, &sz)); c->arena_limit = sz;
-    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_THP, &c->thp));
-    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_CENSUS, &c->census));
-    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_DEBUG, &c->debug));
-    RECORD(rtk_opt_bool(RTK_OPT_MALLOC_LARGE, &c->large));
-    RECORD(rtk_opt_int(RTK_OPT_MALLOC_DECAY_STEPS, &v)); c->decay_steps = v;
-    const char *plan = rtk_opt_str(RTK_OPT_MALLOC_PLAN);
-    if (plan)
-        snprintf(c->plan_path, sizeof c->plan_path, "%s", plan);
+    rtk_opt_set_fallback_note(RTK_OPT_MALLOC, "the allocator runs as a plain pass-through");
+    rtk_opt_load(RTK_PART_ALL);
     const char *dir = rtk_opt_internal(RTK_ENV_RUN_DIR);
     if (dir)
-        snprintf(c->run_dir, sizeof c->run_dir, "%s", dir);
-    return bad;
+        snprintf(rtk_g.cfg.run_dir, sizeof rtk_g.cfg.run_dir, "%s", dir);
+    return rtk_opt_bad(RTK_OPT_MALLOC);
 }
 
 static void fork_prepare(void);
@@ -71,7 +51,7 @@ static void fork_child(void);
  * Returns 1 when the plan was deferred (profiling, too, then waits for that mark). */
 static int plan_gate_at_init(void)
 {
-    if (!rtk_g.cfg.plan_path[0])
+    if (!rtk_setting_text(RTK_OPT_MALLOC_PLAN))
         return 0;
     if (rtk_planfile_reserve_at_start()) {
         rtk_step_load_plan();
@@ -86,7 +66,7 @@ static void do_init(void)
     /* The first preloaded process of a tree marks itself in the environment its children inherit: only it
      * reports a bad setting on stderr and writes a stats file without step marks (helpers such as `uname`
      * spawned by the job stay silent). setenv may allocate: re-entry goes to glibc while t_in_init is set. */
-    rtk_g.pid = getpid();
+    rtk_g.pid = (pid_t)rtk_os_pid();
     rtk_g.large_min = SIZE_MAX;
     const char *root = rtk_opt_internal(RTK_ENV_MALLOC_ROOT);
     rtk_g.is_root = !root || atol(root) == (long)rtk_g.pid;
@@ -95,20 +75,17 @@ static void do_init(void)
         snprintf(b, sizeof b, "%ld", (long)rtk_g.pid);
         setenv(RTK_ENV_MALLOC_ROOT, b, 1);
     }
-    rtk_opt_set_quiet(1);
     int malloc_bad = read_settings();
     rtk_tier_read_settings();
-    rtk_opt_set_quiet(0);
     /* shells (pyenv shims) do not pass our marker on: the run directory's marker file makes it once per run */
-    if (rtk_g.nerrors && rtk_g.is_root && rtk_say_once(rtk_g.cfg.run_dir, ".malloc-settings-reported"))
-        for (int i = 0; i < rtk_g.nerrors; i++)
-            rtk_log_line("%s", rtk_g.errors[i]);
+    if (rtk_g.is_root)
+        rtk_say_kept(0, rtk_g.cfg.run_dir, ".settings-reported");
     rtk_g.plan_source = "none";
     rtk_g.profile_reason = "";
     /* until the allocator is on, every malloc is glibc's: a budget no request overdraws (in practice) */
     rtk_hot.sample_bytes = SIZE_MAX / 2;
     rtk_hot.fast_max = SIZE_MAX;
-    if (!rtk_g.cfg.enabled) {
+    if (!rtk_setting_on(RTK_OPT_MALLOC)) {
         rtk_g.state = RTK_STATE_OFF;
         return;
     }
@@ -124,18 +101,18 @@ static void do_init(void)
     rtk_g.state = RTK_STATE_PASSTHROUGH;
     rtk_g.faults_mark = rtk_os_minor_faults();
     /* the large-object heap: address space only until used (its size bounds what it can ever hold) */
-    rtk_large_set_debug(rtk_g.cfg.debug);
-    if (rtk_g.cfg.large && rtk_large_init(RTK_LARGE_LIMIT, 0) == 0) {
+    rtk_large_set_debug(rtk_setting_on(RTK_OPT_MALLOC_DEBUG));
+    if (rtk_setting_on(RTK_OPT_MALLOC_LARGE) && rtk_large_init(RTK_LARGE_LIMIT, 0) == 0) {
         rtk_publish_any();
-        rtk_glibc_heap_setup(rtk_g.cfg.thp);  /* the small objects left to glibc: huge pages for its thread heaps */
+        rtk_glibc_heap_setup(rtk_setting_on(RTK_OPT_MALLOC_THP));  /* the small objects left to glibc: huge pages for its thread heaps */
     }
     rtk_hot.inspect = 1;
     /* the inline small path assumes heap chunks: it stays under glibc's smallest mmap threshold (128 KiB) and
      * never reaches the tier; without the census, requests below min_size are a plain tail call to glibc */
-    rtk_step_set_min_size(rtk_g.cfg.min_size);
+    rtk_step_set_min_size(rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
     if (plan_gate_at_init())
         return;
-    if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
+    if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) == 0)
         rtk_step_start_profiling(0);
 }
 
@@ -272,7 +249,7 @@ static void fork_child(void)
     if (g_fork_io_locked)
         _IO_list_resetlock();  /* glibc's fork resets it too when it took it: only this thread is left */
     rtk_g.forked = 1;
-    rtk_g.pid = getpid();
+    rtk_g.pid = (pid_t)rtk_os_pid();
     rtk_g.is_root = 0;
     rtk_g.last_write_ns = 0;
 }

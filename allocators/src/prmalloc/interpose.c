@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/os.h"
 #include "prmalloc/alloc.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/glibc_heap.h"
@@ -78,7 +79,7 @@ __attribute__((noinline)) static void *malloc_slow(size_t n)
 {
     size_t refill = rtk_hot.sample_bytes;
     if (n < rtk_hot.fast_max) {
-        if (rtk_hot.inspect && rtk_g.cfg.census) {
+        if (rtk_hot.inspect && rtk_setting_on(RTK_OPT_MALLOC_CENSUS)) {
             /* this malloc overdrew the budget: it stands for `refill` bytes of small requests */
             rtk_tslot_t *s = rtk_slot();
             size_t m = n < 9 ? 9 : n;
@@ -238,7 +239,7 @@ static size_t page_size(void)
 {
     static size_t page;
     if (!page)
-        page = (size_t)sysconf(_SC_PAGESIZE);
+        page = rtk_os_page_size();
     return page;
 }
 

@@ -30,8 +30,7 @@ int rtk_planfile_fits(const rtk_plan_t *p, size_t limit, size_t page, char *why,
     size_t total = 0;
     for (int i = 0; i < p->nclasses; i++)
         total += (p->cls[i].size + page - 1) / page * page * p->cls[i].blocks;
-    long pages = sysconf(_SC_PHYS_PAGES);
-    size_t phys = pages > 0 ? (size_t)pages * page : 0;
+    size_t phys = (size_t)rtk_os_phys_bytes();
     if (total > limit) {
         snprintf(why, why_cap, "plan reserves %zu bytes, more than %s=%zu", total,
                  rtk_settings[RTK_OPT_MALLOC_ARENA_LIMIT].env, limit);

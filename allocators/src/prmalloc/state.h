@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include "common/options.h"  /* the settings' values (rtk_values) */
 #include "prmalloc/internal.h"
 
 enum { RTK_MODE_UNINIT = 0, RTK_MODE_INITIALIZING = 1, RTK_MODE_READY = 2 };
@@ -32,15 +33,10 @@ RTK_HIDDEN void rtk_publish_fork_prepare(void);
 RTK_HIDDEN void rtk_publish_fork_parent(void);
 RTK_HIDDEN void rtk_publish_fork_child(void);
 
-#define RTK_MAX_ERRORS 12
-
 enum { RTK_STATE_OFF = 0, RTK_STATE_DISABLED, RTK_STATE_PASSTHROUGH, RTK_STATE_PROFILING, RTK_STATE_PLANNED };
 
+/* What rtkit tells the allocator that is not a setting (the settings' values: common/options.h rtk_values). */
 typedef struct rtk_config {
-    int enabled, thp, census, debug, large;
-    long profile_start, profile_stable, profile_max, decay_steps;
-    size_t min_size, arena_limit;
-    char plan_path[1024];
     char run_dir[1024];
 } rtk_config_t;
 
@@ -55,8 +51,6 @@ typedef struct rtk_state {
     pid_t pid;
     int forked;
     int is_root;                       /* first preloaded process of the tree (see init.c do_init) */
-    char errors[RTK_MAX_ERRORS][320];
-    int nerrors;
     uint32_t steps;
     uint32_t profile_start_step, profile_end_step, profiled_steps, plan_step;
     int profile_done;

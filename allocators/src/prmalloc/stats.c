@@ -6,6 +6,7 @@
 #include "common/jsonbuf.h"
 #include "common/options.h"
 #include "common/os.h"
+#include "common/say.h"
 #include "prmalloc/arenas.h"
 #include "prmalloc/large.h"
 #include "prmalloc/profile.h"
@@ -38,27 +39,20 @@ static void put_avg(rtk_out_t *o, uint64_t sum, uint64_t n)
 long rtk_stats_format(char *buf, size_t cap)
 {
     rtk_out_t o = {buf, cap, 0, 0};
-    const rtk_config_t *c = &rtk_g.cfg;
     const rtk_totals_t *t = &rtk_g.last;
     rtk_out_put(&o, "{\n  \"schema_version\": %d,\n  \"pid\": %ld,\n  \"state\": \"%s\",\n  \"errors\": [",
         RTKIT_MALLOC_STATS_SCHEMA, (long)rtk_g.pid, state_name(rtk_g.state));
-    for (int i = 0; i < rtk_g.nerrors; i++) {
-        rtk_out_put(&o, i ? ", " : "");
-        rtk_out_str(&o, rtk_g.errors[i]);
+    for (int i = 0, n = 0, part; i < rtk_kept_count(); i++) {
+        const char *msg = rtk_kept_message(i, &part);
+        if (part != RTK_PART_MALLOC)
+            continue;  /* the tier's and the pool's are the pmem section's notes */
+        rtk_out_put(&o, n++ ? ", " : "");
+        rtk_out_str(&o, msg);
     }
-    /* the settings under rtkit/config.py's keys */
-    rtk_out_put(&o, "],\n  \"config\": {\"malloc\": %s, \"malloc_profile_start\": %ld, \"malloc_profile_stable\": %ld, "
-            "\"malloc_profile_max\": %ld, \"malloc_min_size\": %zu, \"malloc_arena_limit\": %zu, \"malloc_thp\": %s, "
-            "\"malloc_census\": %s, \"malloc_debug\": %s, \"malloc_large\": %s, \"malloc_decay_steps\": %ld, "
-            "\"malloc_plan\": ",
-        c->enabled ? "true" : "false", c->profile_start, c->profile_stable, c->profile_max, c->min_size,
-        c->arena_limit, c->thp ? "true" : "false", c->census ? "true" : "false", c->debug ? "true" : "false",
-        c->large ? "true" : "false", c->decay_steps);
-    rtk_out_str(&o, c->plan_path);
-    rtk_out_put(&o, ", \"malloc_plan_process\": ");
-    rtk_out_str(&o, rtk_opt_str(RTK_OPT_MALLOC_PLAN_PROCESS));
+    rtk_out_put(&o, "],\n  \"config\": {");
+    rtk_opt_echo(&o, RTK_PART_MALLOC);  /* the settings under rtkit/config.py's keys */
     rtk_out_put(&o, ", \"run_dir\": ");
-    rtk_out_str(&o, c->run_dir);
+    rtk_out_str(&o, rtk_g.cfg.run_dir);
     rtk_out_put(&o, "},\n  \"steps\": %u,\n", rtk_g.steps);
     rtk_out_put(&o, "  \"profile\": {\"start_step\": ");
     if (rtk_g.state == RTK_STATE_PROFILING || rtk_g.profile_done)

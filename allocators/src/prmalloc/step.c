@@ -32,20 +32,20 @@ void rtk_step_defer_plan(void) { g_plan_deferred = 1; }
  * good (measured on wdl: 774 hits in the step after an install at the first mark, 7-14 fallbacks a step after). */
 static uint32_t plan_install_step(void)
 {
-    return rtk_g.cfg.profile_start > 0 ? (uint32_t)rtk_g.cfg.profile_start : 1u;
+    return rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) > 0 ? (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) : 1u;
 }
 
 /* min_size decides what the arenas and the large heap see; the profiling or plan loading that follows uses it */
 static void apply_min_size(size_t min_size)
 {
-    rtk_g.cfg.min_size = min_size;
+    rtk_values[RTK_OPT_MALLOC_MIN_SIZE].bytes = min_size;  /* a loaded plan's min_size is the value from then on */
     rtk_hot.min_size = min_size;
-    rtk_g.large_min = rtk_g.cfg.large && rtk_large_span ? (min_size > (16u << 10) ? min_size : (16u << 10)) : SIZE_MAX;
+    rtk_g.large_min = rtk_setting_on(RTK_OPT_MALLOC_LARGE) && rtk_large_span ? (min_size > (16u << 10) ? min_size : (16u << 10)) : SIZE_MAX;
     /* below fast_max malloc is glibc's (sampled by the census); at or above it, rtk_alloc: min_size, or the
      * tier's threshold when lower. The sampling budget stays below fast_max so large requests always overdraw */
     size_t fast = min_size < rtk_tier_min ? min_size : rtk_tier_min;
     rtk_hot.pass_max = 0;
-    rtk_hot.sample_bytes = rtk_g.cfg.census ? (fast > (8u << 10) ? (8u << 10) : fast - 1) : fast - 1;
+    rtk_hot.sample_bytes = rtk_setting_on(RTK_OPT_MALLOC_CENSUS) ? (fast > (8u << 10) ? (8u << 10) : fast - 1) : fast - 1;
     rtk_hot.fast_max = fast;
 }
 
@@ -55,55 +55,55 @@ void rtk_step_load_plan(void)
 {
     char why[200] = "";
     const char *arena_why = "";
-    snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", rtk_g.cfg.plan_path);
-    long n = rtk_planfile_read(rtk_g.cfg.plan_path, g_plan_text, sizeof g_plan_text, why, sizeof why);
+    snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", rtk_setting_text(RTK_OPT_MALLOC_PLAN));
+    long n = rtk_planfile_read(rtk_setting_text(RTK_OPT_MALLOC_PLAN), g_plan_text, sizeof g_plan_text, why, sizeof why);
     rtk_plan_t *p = &rtk_g.plan;
     if (n < 0) {
         snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
-        rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, why);
+        rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_setting_text(RTK_OPT_MALLOC_PLAN), why);
         return;
     } else if (rtk_plan_parse(g_plan_text, p, why, sizeof why) != 0) {
         snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
         p->nclasses = 0;
-    } else if (rtk_planfile_fits(p, rtk_g.cfg.arena_limit, rtk_os_page_size(), why, sizeof why) != 0) {
+    } else if (rtk_planfile_fits(p, rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), rtk_os_page_size(), why, sizeof why) != 0) {
         snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
-        rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, why);
+        rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_setting_text(RTK_OPT_MALLOC_PLAN), why);
         p->nclasses = 0;
         return;
     } else {
         size_t page = rtk_os_page_size();
         /* the plan was made for its min_size: sizes below it were never profiled (an explicit setting wins) */
-        if (p->min_size && !rtk_opt_given(RTK_OPT_MALLOC_MIN_SIZE) && p->min_size != rtk_g.cfg.min_size)
+        if (p->min_size && !rtk_opt_given(RTK_OPT_MALLOC_MIN_SIZE) && p->min_size != rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE))
             apply_min_size(p->min_size);
-        if (rtk_plan_trim(p, rtk_g.cfg.arena_limit, page) < 1 || p->nclasses == 0) {
+        if (rtk_plan_trim(p, rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), page) < 1 || p->nclasses == 0) {
             snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason,
                      "plan does not fit %s=%zu", rtk_settings[RTK_OPT_MALLOC_ARENA_LIMIT].env,
-                     rtk_g.cfg.arena_limit);
+                     rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT));
             p->nclasses = 0;
-        } else if (rtk_arenas_install(p, rtk_g.cfg.thp, rtk_g.cfg.debug, &arena_why) != 0) {
+        } else if (rtk_arenas_install(p, rtk_setting_on(RTK_OPT_MALLOC_THP), rtk_setting_on(RTK_OPT_MALLOC_DEBUG), &arena_why) != 0) {
             snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "arena of %zu bytes not set up: %s",
                      p->reserved, arena_why);
             p->nclasses = 0;
             /* memory pressure is worth a line even without debug: the job runs on without the plan */
             rtk_log_line("%s=%s not used: %s; the job runs on without a plan", rtk_settings[RTK_OPT_MALLOC_PLAN].env,
-                         rtk_g.cfg.plan_path, rtk_g.rejected_reason);
+                         rtk_setting_text(RTK_OPT_MALLOC_PLAN), rtk_g.rejected_reason);
             return;
         } else {
             rtk_g.plan_source = "loaded";
             rtk_g.state = RTK_STATE_PLANNED;
             if (rtk_g.large_min == SIZE_MAX)  /* no large heap serves the fallbacks (the arenas may still use one) */
-                rtk_stash_enable(p, rtk_g.cfg.min_size);
+                rtk_stash_enable(p, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
             rtk_g.profile_reason = "loaded";
             rtk_g.plan_step = 0;
-            rtk_g.after_from = (uint32_t)rtk_g.cfg.profile_start;  /* warm-up steps (imports, graph build) excluded */
+            rtk_g.after_from = (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START);  /* warm-up steps (imports, graph build) excluded */
             rtk_g.validating = 1;
             rtk_g.reserve_due = 1;
             rtk_g.faults_after_start = rtk_os_minor_faults();
             return;
         }
     }
-    if (rtk_g.cfg.debug)
-        rtk_log_line("%s=%s ignored: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, rtk_g.rejected_reason);
+    if (rtk_setting_on(RTK_OPT_MALLOC_DEBUG))
+        rtk_log_line("%s=%s ignored: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_setting_text(RTK_OPT_MALLOC_PLAN), rtk_g.rejected_reason);
 }
 
 static void save_plan(void)
@@ -112,7 +112,7 @@ static void save_plan(void)
         return;
     char path[sizeof rtk_g.cfg.run_dir + 32];
     snprintf(path, sizeof path, "%s/malloc-plan.txt", rtk_g.cfg.run_dir);
-    int n = rtk_plan_format(&rtk_g.plan, rtk_g.cfg.min_size, g_plan_text, sizeof g_plan_text);
+    int n = rtk_plan_format(&rtk_g.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE), g_plan_text, sizeof g_plan_text);
     if (n > 0 && rtk_os_write_file_atomic(path, g_plan_text, (size_t)n) == 0)
         snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", path);
 }
@@ -129,7 +129,7 @@ void rtk_step_start_profiling(uint32_t step)
     rtk_g.profile_reason = "";
     rtk_g.faults_before_start = rtk_os_minor_faults();
     rtk_g.faults_before_steps = 0;
-    rtk_profile_begin(step, rtk_g.cfg.min_size);
+    rtk_profile_begin(step, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
 }
 
 static void finish_profiling(uint32_t step, const char *reason)
@@ -141,8 +141,8 @@ static void finish_profiling(uint32_t step, const char *reason)
     rtk_g.profile_reason = reason;
     rtk_g.profiled_steps = (uint32_t)rtk_profile_steps();
     memcpy(&rtk_g.plan, rtk_profile_candidate(), sizeof rtk_g.plan);
-    if (rtk_g.plan.reserved > rtk_g.cfg.arena_limit) {
-        rtk_plan_trim(&rtk_g.plan, rtk_g.cfg.arena_limit, page);
+    if (rtk_g.plan.reserved > rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT)) {
+        rtk_plan_trim(&rtk_g.plan, rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), page);
         rtk_g.plan_trimmed = 1;
     }
     if (rtk_g.plan.nclasses == 0) {
@@ -155,7 +155,7 @@ static void finish_profiling(uint32_t step, const char *reason)
     /* The profiled blocks are free now, their pages idle in the large heap: the arena is carved from it, so
      * it reuses those pages rather than holding a second copy (glibc's heap is left alone). */
     const char *why = "";
-    if (rtk_arenas_install(&rtk_g.plan, rtk_g.cfg.thp, rtk_g.cfg.debug, &why) != 0) {
+    if (rtk_arenas_install(&rtk_g.plan, rtk_setting_on(RTK_OPT_MALLOC_THP), rtk_setting_on(RTK_OPT_MALLOC_DEBUG), &why) != 0) {
         rtk_g.state = RTK_STATE_PASSTHROUGH;
         rtk_g.plan_source = "none";
         rtk_g.profile_reason = "arena reservation failed";
@@ -172,7 +172,7 @@ static void finish_profiling(uint32_t step, const char *reason)
     rtk_g.after_from = step;
     rtk_g.faults_after_sum = rtk_g.faults_after_steps = 0;
     if (rtk_g.large_min == SIZE_MAX)
-        rtk_stash_enable(&rtk_g.plan, rtk_g.cfg.min_size);
+        rtk_stash_enable(&rtk_g.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
     save_plan();
     rtk_g.faults_after_start = rtk_os_minor_faults();
 }
@@ -183,7 +183,7 @@ static void finish_profiling(uint32_t step, const char *reason)
  * serves what does not fit). Otherwise it is retired and the job is profiled afresh. */
 static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
 {
-    uint32_t begin = (uint32_t)rtk_g.cfg.profile_start, end = begin + (uint32_t)rtk_g.cfg.profile_stable;
+    uint32_t begin = (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START), end = begin + (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_STABLE);
     if (steps == begin || !rtk_g.val_large0) {
         rtk_g.val_hits0 = t->arena_hits + t->arena_exhausted;
         rtk_g.val_large0 = t->arena_hits + t->arena_exhausted + t->arena_misses + 1;  /* +1: marks "taken" */
@@ -271,17 +271,17 @@ void rtk_step_mark(void)
     if (g_plan_deferred) {
         /* warm-up of a run with a plan to load: nothing to profile */
     } else if (rtk_g.state == RTK_STATE_PASSTHROUGH && !rtk_g.profile_done &&
-               (steps == (uint32_t)rtk_g.cfg.profile_start || (loaded_now && rtk_g.cfg.profile_start == 0))) {
+               (steps == (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) || (loaded_now && rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) == 0))) {
         rtk_step_start_profiling(steps);
     } else if (rtk_g.state == RTK_STATE_PROFILING) {
         int streak = rtk_profile_step(steps, rtk_os_page_size());
         rtk_g.plan_hits0 = t.arena_hits;
         rtk_g.plan_large0 = t.arena_hits + t.fallbacks;
-        if (streak >= rtk_g.cfg.profile_stable) {
+        if (streak >= rtk_setting_num(RTK_OPT_MALLOC_PROFILE_STABLE)) {
             finish_profiling(steps, "stable");
             rtk_g.profile_done = 1;
             force = 1;
-        } else if (rtk_profile_steps() >= rtk_g.cfg.profile_max) {
+        } else if (rtk_profile_steps() >= rtk_setting_num(RTK_OPT_MALLOC_PROFILE_MAX)) {
             finish_profiling(steps, "max_steps");
             rtk_g.profile_done = 1;
             force = 1;
@@ -292,11 +292,11 @@ void rtk_step_mark(void)
     } else if (rtk_g.state == RTK_STATE_PLANNED) {
         /* re-check: a class idle for the decay window is dropped, its free pages go back (sizes that drifted
          * since the plan are the large heap's) */
-        int dropped = rtk_arenas_step((uint32_t)rtk_g.cfg.decay_steps);
+        int dropped = rtk_arenas_step((uint32_t)rtk_setting_num(RTK_OPT_MALLOC_DECAY_STEPS));
         rtk_g.classes_dropped += (uint32_t)dropped;
         force |= dropped > 0;
     }
-    rtk_large_step(steps, (uint32_t)rtk_g.cfg.decay_steps);
+    rtk_large_step(steps, (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_DECAY_STEPS));
     reserve_headroom(steps);
     rtk_g.faults_mark = rtk_os_minor_faults();  /* after any arena pre-faulting done by this mark */
     uint64_t now = rtk_os_now_ns();

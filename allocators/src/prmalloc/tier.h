@@ -8,11 +8,11 @@
 #include "prmalloc/state.h"
 
 /* Smallest request tier mode may place in the pool; SIZE_MAX while tier mode is off (the only test on the
- * allocation path when RTKIT_PMEM_PATH is empty). */
+ * allocation path when RTKIT_TIER_POOL_PATH is empty). */
 RTK_HIDDEN extern size_t rtk_tier_min;
 RTK_HIDDEN extern int rtk_tier_pre;   /* 1 until the first step mark */
 
-/* Read the pmem_path / pmem_size / pmem_min_size settings (no allocation, no output); called from do_init. */
+/* Read the tier_pool_path / tier_pool_size / tier_min_size settings (no allocation, no output); called from do_init. */
 RTK_HIDDEN void rtk_tier_read_settings(void);
 /* Place a request in the pool. longlived: 0 = the caller is before the first step mark (any size >= min),
  * 1 = after it (only sizes the profiler saw outliving steps). NULL: not placed, caller uses DRAM. */

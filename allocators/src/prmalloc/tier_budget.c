@@ -46,7 +46,7 @@ static uint32_t g_evict_cursor;
 
 static uint64_t enforce_budget(uint64_t total)
 {
-    uint64_t goal = rtk_tier.resident_max / 4 * 3;
+    uint64_t goal = rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) / 4 * 3;
     rtk_spin_lock(&rtk_tier.live_lock);
     /* one pass drops only part of what it asks for (pages still under writeback, or referenced again meanwhile):
      * a few passes while they make progress */
@@ -111,7 +111,7 @@ void rtk_tier_sample(int force)
         total += r->resident;
     }
     rtk_spin_unlock(&rtk_tier.live_lock);
-    if (rtk_tier.resident_max && total > rtk_tier.resident_max)
+    if (rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) && total > rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX))
         total = enforce_budget(total);
     rtk_tier_view.resident = total;
     /* the records while training runs (at exit the job has already freed most of them) */

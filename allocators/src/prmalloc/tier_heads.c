@@ -6,7 +6,7 @@
 
 #include "prmalloc/tier_internal.h"
 
-/* ---------------------------------------------------------------- DRAM heads (pmem_dram_head)
+/* ---------------------------------------------------------------- DRAM heads (tier_dram_head)
  * A record's head is its first whole pages, remapped as private anonymous memory over the pool's shared file
  * mapping: the same addresses, so pointers into the table stay valid, but its pages are never dirty in the page
  * cache, never written back and never evicted: the rows a job rewrites every step would otherwise be written back
@@ -99,10 +99,10 @@ static uint64_t move_to_dram(char *lo, uint64_t len)
  * over their total bytes. With rows in first-seen order, a table's first rows are its most used ones. */
 static void make_heads(void)
 {
-    if (!rtk_tier.dram_head || rtk_tier.state != T_ON || !rtk_tier.live || rtk_tier.fd < 0)
+    if (!rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD) || rtk_tier.state != T_ON || !rtk_tier.live || rtk_tier.fd < 0)
         return;
     double t0 = rtk_tier_now_s();
-    uint64_t budget = rtk_tier.dram_head, avail = rtk_os_mem_available();
+    uint64_t budget = rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD), avail = rtk_os_mem_available();
     if (avail != SIZE_MAX && budget > avail / 2)
         budget = avail / 2;  /* anonymous pages cannot be reclaimed without swap: leave the page cache room */
     rtk_tier.head_budget = budget;
@@ -198,7 +198,7 @@ static void punch_free_space(void)
      * touch only some. Deactivate them all once: the pages the steps touch are referenced again and stay
      * active, the ones only the initialisers wrote are the first the kernel reclaims under pressure. */
     uint64_t used = rtk_tier.high > s.data_offset ? rtk_tier.high - s.data_offset : 0;
-    if (rtk_tier.cold_hint && used && rtk_os_advise(rtk_tier.base + s.data_offset, used, RTK_ADVISE_COLD) == 0)
+    if (rtk_setting_on(RTK_OPT_TIER_COLD_HINT) && used && rtk_os_advise(rtk_tier.base + s.data_offset, used, RTK_ADVISE_COLD) == 0)
         rtk_tier.cold_hint_bytes = used;
     rtk_spin_unlock(&rtk_tier.live_lock);
     rtk_os_unmap(r, len);

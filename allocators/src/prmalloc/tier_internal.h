@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common/lock.h"
+#include "common/options.h"
 #include "common/os.h"
 #include "prmalloc/tier.h"
 #include "rtkit/pmem.h"
@@ -34,10 +35,7 @@ typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t re
 typedef struct {
     int state;
     char path[PATH_MAX];
-    size_t size, min_size, resident_max, dram_head;
-    int cold_hint;
-    char errors[4][320];
-    int nerrors;
+    size_t size;                          /* the pool's: tier_pool_size until it is made, then its own */
     rtkit_pmem_pool *pool;
     char *base;
     long owner;
@@ -55,7 +53,7 @@ typedef struct {
     int pre_stopped;                      /* placement before the first step stopped: the pool churned */
     int no_remove;                        /* the file system cannot punch holes: freed pages stay */
     uint64_t remove_errors;
-    /* DRAM heads (pmem_dram_head): what the first step mark moved, the budget it had, and what it cost */
+    /* DRAM heads (tier_dram_head): what the first step mark moved, the budget it had, and what it cost */
     uint64_t head_budget, head_bytes, head_copied, head_records, head_restored, heads_at_mark, head_punch_errors;
     uint64_t head_kept_errors;            /* freed records whose head could not be given back: never reused */
     int forked_before_heads;              /* a child may still map the pool's file pages privately */
@@ -95,7 +93,7 @@ static inline char *rtk_tier_head_lo(const char *payload)
 
 /* tier_heads.c: give a freed record's head back to the pool file (under the live lock); -1: it stays anonymous. */
 RTK_HIDDEN int rtk_tier_restore_head(live_t *r);
-/* tier_budget.c: sample residency (at most once a second unless forced) and enforce pmem_resident_max. */
+/* tier_budget.c: sample residency (at most once a second unless forced) and enforce tier_resident_max. */
 RTK_HIDDEN void rtk_tier_sample(int force);
 
 #endif

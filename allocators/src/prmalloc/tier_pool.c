@@ -1,4 +1,4 @@
-/* tier_pool.c -- PMEM tier mode: with RTKIT_PMEM_PATH set, long-lived large allocations (made before the first step
+/* tier_pool.c -- PMEM tier mode: with RTKIT_TIER_POOL_PATH set, long-lived large allocations (made before the first step
  * mark, or of sizes the profiler saw outliving steps) live in a volatile rtkit PMEM pool instead of DRAM: the
  * settings, the pool, placing and freeing a record. */
 #define _GNU_SOURCE
@@ -85,20 +85,14 @@ void rtk_tier_plan_ready(void) { __atomic_store_n(&rtk_tier.plan_ready, 1, __ATO
 /* ---------------------------------------------------------------- settings and the pool */
 void rtk_tier_read_settings(void)
 {
-    const char *path = rtk_opt_str(RTK_OPT_PMEM_PATH);
+    const char *path = rtk_setting_text(RTK_OPT_TIER_POOL_PATH);
     rtk_tier.fd = -1;
-    /* each bad value: its message is kept, said once per run when the pool is opened, and the default applies */
-    rtk_kept_t kept = RTK_KEPT(rtk_tier.errors, &rtk_tier.nerrors);
-    RTK_KEEP_ERROR(kept, rtk_opt_size(RTK_OPT_PMEM_SIZE, &rtk_tier.size));
-    RTK_KEEP_ERROR(kept, rtk_opt_size(RTK_OPT_PMEM_MIN_SIZE, &rtk_tier.min_size));
-    RTK_KEEP_ERROR(kept, rtk_opt_size(RTK_OPT_PMEM_RESIDENT_MAX, &rtk_tier.resident_max));
-    RTK_KEEP_ERROR(kept, rtk_opt_bool(RTK_OPT_PMEM_COLD_HINT, &rtk_tier.cold_hint));
-    RTK_KEEP_ERROR(kept, rtk_opt_size(RTK_OPT_PMEM_DRAM_HEAD, &rtk_tier.dram_head));
+    rtk_tier.size = rtk_setting_bytes(RTK_OPT_TIER_POOL_SIZE);  /* the pool's own size once it is made */
     if (!path || strlen(path) >= sizeof rtk_tier.path) {
         rtk_tier.state = path ? T_FAILED : T_OFF;
         if (path) {  /* no file can have this name (ENAMETOOLONG): said now, since no pool is ever opened */
             snprintf(rtk_tier.reason, sizeof rtk_tier.reason, "%s is longer than %zu bytes (the system's PATH_MAX)",
-                     rtk_settings[RTK_OPT_PMEM_PATH].env, sizeof rtk_tier.path - 1);
+                     rtk_settings[RTK_OPT_TIER_POOL_PATH].env, sizeof rtk_tier.path - 1);
             if (rtk_say_once(rtk_opt_internal(RTK_ENV_RUN_DIR), ".pmem-path-reported"))
                 rtk_log_line("%s; tier mode off, allocations stay in DRAM", rtk_tier.reason);
         }
@@ -106,7 +100,7 @@ void rtk_tier_read_settings(void)
     }
     snprintf(rtk_tier.path, sizeof rtk_tier.path, "%s", path);
     rtk_tier.state = T_IDLE;
-    rtk_tier_min = rtk_tier.min_size;
+    rtk_tier_min = rtk_setting_bytes(RTK_OPT_TIER_MIN_SIZE);
 }
 
 /* Safety rule (docs/safety.md): rtkit never deletes or truncates a file it did not create in this run. The tier
@@ -132,10 +126,8 @@ static void tier_open(void)
     if (!__atomic_compare_exchange_n(&rtk_tier.state, &expect, T_CREATING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;  /* another thread is creating it (its requests meanwhile stay in DRAM) or it is settled */
     t_in_tier = 1;
-    /* one line per problem, said by the first process of the run that opens the pool */
+    /* said by the first process of the run that opens the pool (its settings' messages were said at init) */
     int speak = rtk_say_once(rtk_opt_internal(RTK_ENV_RUN_DIR), ".pmem-path-reported");
-    for (int i = 0; speak && i < rtk_tier.nerrors; i++)
-        rtk_log_line("%s", rtk_tier.errors[i]);
     int st = clear_old();
     int next = T_FAILED;
     if (st == 1) {
@@ -177,7 +169,7 @@ static void tier_open(void)
     if (next == T_FAILED) {
         char line[sizeof rtk_tier.reason + 128];
         snprintf(line, sizeof line, "%s: %s; tier mode off, allocations stay in DRAM",
-                 rtk_settings[RTK_OPT_PMEM_PATH].env, rtk_tier.reason);
+                 rtk_settings[RTK_OPT_TIER_POOL_PATH].env, rtk_tier.reason);
         if (speak)
             rtk_log_line("%s", line);
         rtk_tier_min = SIZE_MAX;

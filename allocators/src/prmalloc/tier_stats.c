@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "common/jsonbuf.h"
+#include "common/options.h"
+#include "common/say.h"
 #include "prmalloc/tier_internal.h"
 
 #define U(x) ((unsigned long long)(x))
@@ -60,7 +62,7 @@ static long tier_format(char *buf, size_t cap)
     rtk_out_put(&o, ",%s\"medium\": ", nl);
     rtk_out_str(&o, t->medium);
     rtk_out_put(&o, ",%s\"pmem_size\": %llu,%s\"pmem_min_size\": %llu,%s\"durable\": false,", nl,
-        U(st == T_OFF ? 0 : t->size), nl, U(t->min_size), nl);
+        U(st == T_OFF ? 0 : t->size), nl, U(rtk_setting_bytes(RTK_OPT_TIER_MIN_SIZE)), nl);
     uint64_t bytes = LD(t->bytes), mark = LD(t->bytes_at_mark);
     rtk_out_put(&o, "%s\"tier_bytes\": %llu,%s\"tier_peak_bytes\": %llu,%s\"tier_last_step_bytes\": %llu,", nl, U(bytes),
         nl, U(LD(t->peak)), nl, U(mark));
@@ -80,7 +82,7 @@ static long tier_format(char *buf, size_t cap)
     rtk_out_put(&o, "%s\"dram_head\": {\"setting_bytes\": %llu, \"budget_bytes\": %llu, \"bytes\": %llu, "
             "\"records\": %llu, \"copied_bytes\": %llu, \"restored_bytes\": %llu, \"seconds\": %.3f, "
             "\"file_copies_kept\": %llu, \"not_given_back\": %llu},", nl,
-        U(t->dram_head), U(t->head_budget), U(t->head_bytes), U(t->head_records), U(t->head_copied), U(t->head_restored),
+        U(rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD)), U(t->head_budget), U(t->head_bytes), U(t->head_records), U(t->head_copied), U(t->head_restored),
         t->head_s, U(t->head_punch_errors), U(LD(t->head_kept_errors)));
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(t->bad_frees)),
         nl, U(LD(t->child_frees)), nl, U(LD(t->errors_other)));
@@ -99,7 +101,7 @@ static long tier_format(char *buf, size_t cap)
     /* the tier view: pool pages in DRAM (mincore), the largest records, and residency over time */
     rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"pmem_resident_max\": %llu,%s\"budget_passes\": %llu,"
             "%s\"budget_dropped_bytes\": %llu,%s\"records_live\": %u,%s\"records\": [", nl, U(v->resident), nl,
-        U(t->resident_max), nl, U(v->passes), nl, U(v->dropped_bytes), nl, t->nlive, nl);
+        U(rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX)), nl, U(v->passes), nl, U(v->dropped_bytes), nl, t->nlive, nl);
     const live_t *top = v->top;
     for (int i = 0; i < v->ntop; i++)
         rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"dram_head_bytes\": %llu, "
@@ -156,9 +158,12 @@ static long tier_format(char *buf, size_t cap)
         rtk_out_str(&o, t->reason);
         n++;
     }
-    for (int i = 0; i < t->nerrors; i++, n++) {
-        rtk_out_put(&o, n ? ", " : "");
-        rtk_out_str(&o, t->errors[i]);
+    for (int i = 0, part; i < rtk_kept_count(); i++) {
+        const char *msg = rtk_kept_message(i, &part);
+        if (part == RTK_PART_MALLOC)
+            continue;  /* the allocator section's errors */
+        rtk_out_put(&o, n++ ? ", " : "");
+        rtk_out_str(&o, msg);
     }
     if (st == T_ON && strcmp(t->medium, "tmpfs") == 0)
         rtk_out_put(&o, "%s\"pool on tmpfs: its pages are shared memory, still RAM; DRAM saved counts anonymous memory only\"",
