@@ -19,6 +19,7 @@ from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S, St
 from rtkit.report.fmt import get
 
 MAX_PROBLEMS = 2
+ROWS_SCATTERED = 2.0   # rows on this many times the pages they fill packed: worth a summary line
 
 
 def _fig(r: Dict[str, Any], fid: str, label: Optional[str] = None) -> Optional[str]:
@@ -83,11 +84,15 @@ def memory_line(r: Dict[str, Any]) -> str:
 
 
 def rows_line(r: Dict[str, Any]) -> Optional[str]:
-    """The embedding rows' layout, for scripts that report it (rows-<pid>.json); nothing for others."""
+    """The embedding rows' layout, for scripts that report it (rows-<pid>.json), when the rows are scattered
+    (ROWS_SCATTERED or more) or the layout could not be measured; nothing for packed rows or other scripts."""
     if not isinstance(r.get("rows"), dict):
         return None
-    if G.value(r, "row_scatter_x") is None:
+    scatter = G.value(r, "row_scatter_x")
+    if scatter is None:
         return f"rtkit: table rows: layout not measured ({G.rows_not_measured(r)})"
+    if scatter < ROWS_SCATTERED:
+        return None
     return "rtkit: table rows: " + _join([_fig(r, "row_scatter_x"), _fig(r, "row_pages_per_row"),
                                           _fig(r, "row_scatter_bytes")])
 
