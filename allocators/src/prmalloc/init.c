@@ -15,6 +15,7 @@
 #include "prmalloc/glibc_heap.h"
 #include "prmalloc/init.h"
 #include "prmalloc/large.h"
+#include "prmalloc/owner.h"
 #include "prmalloc/planfile.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stash.h"
@@ -43,7 +44,7 @@ static int read_settings(void)
     RECORD(rtk_opt_int(RTK_OPT_MALLOC_PROFILE_START, &v)); c->profile_start = v;
     RECORD(rtk_opt_int(RTK_OPT_MALLOC_PROFILE_STABLE, &v)); c->profile_stable = v;
     RECORD(rtk_opt_int(RTK_OPT_MALLOC_PROFILE_MAX, &v)); c->profile_max = v;
-    RECORD(rtk_opt_size(RTK_OPT_MALLOC_MIN_SIZE, &sz)); c->min_size = sz;
+    RECORD(rtk_opt_size(RTK_OPT_MALLOC_MIN_SIZE, &sz)); rtk_hot.min_size = sz;
     RECORD(rtk_opt_size(RTK_OPT_MALLOC_ARENA_LIMIT, &sz)); c->arena_limit = sz;
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_THP, &c->thp));
     RECORD(rtk_opt_bool(RTK_OPT_MALLOC_CENSUS, &c->census));
@@ -132,7 +133,7 @@ static void do_init(void)
     rtk_hot.inspect = 1;
     /* the inline small path assumes heap chunks: it stays under glibc's smallest mmap threshold (128 KiB) and
      * never reaches the tier; without the census, requests below min_size are a plain tail call to glibc */
-    rtk_step_set_min_size(rtk_g.cfg.min_size);
+    rtk_step_set_min_size(rtk_hot.min_size);
     if (plan_gate_at_init())
         return;
     if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
@@ -187,15 +188,17 @@ EXPORT int rtkit_malloc_state(void)
     }
 }
 
-/* rtkit's own memory: a planned arena's block or the large-object heap's */
+/* rtkit's own memory: a planned class's block (handed out or on its free stack) or a live large-heap block */
 EXPORT int rtkit_malloc_in_arena(const void *p)
 {
-    return p && rtk_in_large(p) && rtk_large_usable(p) != 0;  /* arena blocks are large-heap blocks */
+    rtk_owner_t o = rtk_owner_of(p);
+    return o.kind == RTK_OWNER_ARENA || (o.kind == RTK_OWNER_LARGE && o.state == RTK_BLOCK_LIVE);
 }
 
 EXPORT int rtkit_malloc_in_pmem(const void *p)
 {
-    return p && rtk_in_tier(p) && rtk_tier_usable(p) != 0;
+    rtk_owner_t o = rtk_owner_of(p);
+    return o.kind == RTK_OWNER_TIER && o.state == RTK_BLOCK_LIVE;
 }
 
 EXPORT int rtkit_malloc_write_stats(void)

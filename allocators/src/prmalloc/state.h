@@ -12,7 +12,7 @@ enum { RTK_MODE_UNINIT = 0, RTK_MODE_INITIALIZING = 1, RTK_MODE_READY = 2 };
 typedef struct rtk_hot {
     size_t fast_max;        /* malloc/new below this size take the inline small path (0: all go slow) */
     size_t track_min;       /* free of a chunk this large asks the profiler (SIZE_MAX: not profiling) */
-    size_t min_size;        /* RTKIT_MALLOC_MIN_SIZE when active, SIZE_MAX otherwise */
+    size_t min_size;        /* malloc_min_size in force (the setting, or a loaded plan's): its one home; SIZE_MAX before init */
     int inspect;            /* free counts and reads the chunk header */
     int mode;
     uintptr_t tier_lo;      /* [tier_lo, tier_lo + tier_span) is the tier-mode pool (span 0: none), tier.c */
@@ -39,7 +39,7 @@ enum { RTK_STATE_OFF = 0, RTK_STATE_DISABLED, RTK_STATE_PASSTHROUGH, RTK_STATE_P
 typedef struct rtk_config {
     int enabled, thp, census, debug, large;
     long profile_start, profile_stable, profile_max, decay_steps;
-    size_t min_size, arena_limit;
+    size_t arena_limit;
     char plan_path[1024];
     char run_dir[1024];
 } rtk_config_t;

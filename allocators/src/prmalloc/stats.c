@@ -51,7 +51,7 @@ long rtk_stats_format(char *buf, size_t cap)
             "\"malloc_profile_max\": %ld, \"malloc_min_size\": %zu, \"malloc_arena_limit\": %zu, \"malloc_thp\": %s, "
             "\"malloc_census\": %s, \"malloc_debug\": %s, \"malloc_large\": %s, \"malloc_decay_steps\": %ld, "
             "\"malloc_plan\": ",
-        c->enabled ? "true" : "false", c->profile_start, c->profile_stable, c->profile_max, c->min_size,
+        c->enabled ? "true" : "false", c->profile_start, c->profile_stable, c->profile_max, rtk_hot.min_size,
         c->arena_limit, c->thp ? "true" : "false", c->census ? "true" : "false", c->debug ? "true" : "false",
         c->large ? "true" : "false", c->decay_steps);
     rtk_out_str(&o, c->plan_path);

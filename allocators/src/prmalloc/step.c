@@ -1,5 +1,5 @@
-/* step.c -- the step-mark state machine: warm-up -> profiling -> planned, the loaded plan's check, and plan
- * files (load, install, save); the stats file is written from here when due. */
+/* step.c -- the step-mark state machine: warm-up -> profiling -> planned, a plan's install and the loaded plan's
+ * check (its file is planfile.c's); the stats file is written from here when due. */
 #include <stdio.h>
 #include <string.h>
 
@@ -21,15 +21,14 @@
 static rtk_spin_t g_step_lock = RTK_SPIN_INIT;
 static void finish_profiling(uint32_t step, const char *reason);
 
-static char g_plan_text[64 << 10];
 static int g_plan_deferred;  /* the plan file is loaded at a later step mark (under g_step_lock) */
 
 void rtk_step_defer_plan(void) { g_plan_deferred = 1; }
 
 /* A deferred plan takes over at the mark that ends the warm-up, where a profiled run starts profiling: the blocks
  * a job takes while it imports, builds and initialises, and keeps (variables, caches, the graph's constants), are
- * then the large heap's, as they are in the run that made the plan. Installed earlier, they filled the classes for
- * good (measured on wdl: 774 hits in the step after an install at the first mark, 7-14 fallbacks a step after). */
+ * then the large heap's, as they are in the run that made the plan. Installed earlier, they would fill the classes
+ * for good, and the steps' own blocks would fall back. */
 static uint32_t plan_install_step(void)
 {
     return rtk_g.cfg.profile_start > 0 ? (uint32_t)rtk_g.cfg.profile_start : 1u;
@@ -38,7 +37,6 @@ static uint32_t plan_install_step(void)
 /* min_size decides what the arenas and the large heap see; the profiling or plan loading that follows uses it */
 static void apply_min_size(size_t min_size)
 {
-    rtk_g.cfg.min_size = min_size;
     rtk_hot.min_size = min_size;
     rtk_g.large_min = rtk_g.cfg.large && rtk_large_span ? (min_size > (16u << 10) ? min_size : (16u << 10)) : SIZE_MAX;
     /* below fast_max malloc is glibc's (sampled by the census); at or above it, rtk_alloc: min_size, or the
@@ -56,24 +54,17 @@ void rtk_step_load_plan(void)
     char why[200] = "";
     const char *arena_why = "";
     snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", rtk_g.cfg.plan_path);
-    long n = rtk_planfile_read(rtk_g.cfg.plan_path, g_plan_text, sizeof g_plan_text, why, sizeof why);
     rtk_plan_t *p = &rtk_g.plan;
-    if (n < 0) {
+    int loaded = rtk_planfile_load(rtk_g.cfg.plan_path, rtk_g.cfg.arena_limit, p, why, sizeof why);
+    if (loaded < 0)
         snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
+    if (loaded == -1) {
         rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, why);
         return;
-    } else if (rtk_plan_parse(g_plan_text, p, why, sizeof why) != 0) {
-        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
-        p->nclasses = 0;
-    } else if (rtk_planfile_fits(p, rtk_g.cfg.arena_limit, rtk_os_page_size(), why, sizeof why) != 0) {
-        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
-        rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, why);
-        p->nclasses = 0;
-        return;
-    } else {
+    } else if (loaded == 0) {
         size_t page = rtk_os_page_size();
         /* the plan was made for its min_size: sizes below it were never profiled (an explicit setting wins) */
-        if (p->min_size && !rtk_opt_given(RTK_OPT_MALLOC_MIN_SIZE) && p->min_size != rtk_g.cfg.min_size)
+        if (p->min_size && !rtk_opt_given(RTK_OPT_MALLOC_MIN_SIZE) && p->min_size != rtk_hot.min_size)
             apply_min_size(p->min_size);
         if (rtk_plan_trim(p, rtk_g.cfg.arena_limit, page) < 1 || p->nclasses == 0) {
             snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason,
@@ -92,7 +83,7 @@ void rtk_step_load_plan(void)
             rtk_g.plan_source = "loaded";
             rtk_g.state = RTK_STATE_PLANNED;
             if (rtk_g.large_min == SIZE_MAX)  /* no large heap serves the fallbacks (the arenas may still use one) */
-                rtk_stash_enable(p, rtk_g.cfg.min_size);
+                rtk_stash_enable(p, rtk_hot.min_size);
             rtk_g.profile_reason = "loaded";
             rtk_g.plan_step = 0;
             rtk_g.after_from = (uint32_t)rtk_g.cfg.profile_start;  /* warm-up steps (imports, graph build) excluded */
@@ -104,17 +95,6 @@ void rtk_step_load_plan(void)
     }
     if (rtk_g.cfg.debug)
         rtk_log_line("%s=%s ignored: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, rtk_g.rejected_reason);
-}
-
-static void save_plan(void)
-{
-    if (!rtk_g.cfg.run_dir[0] || !rtk_g.plan.nclasses)
-        return;
-    char path[sizeof rtk_g.cfg.run_dir + 32];
-    snprintf(path, sizeof path, "%s/malloc-plan.txt", rtk_g.cfg.run_dir);
-    int n = rtk_plan_format(&rtk_g.plan, rtk_g.cfg.min_size, g_plan_text, sizeof g_plan_text);
-    if (n > 0 && rtk_os_write_file_atomic(path, g_plan_text, (size_t)n) == 0)
-        snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", path);
 }
 
 void rtk_step_start_profiling(uint32_t step)
@@ -129,7 +109,7 @@ void rtk_step_start_profiling(uint32_t step)
     rtk_g.profile_reason = "";
     rtk_g.faults_before_start = rtk_os_minor_faults();
     rtk_g.faults_before_steps = 0;
-    rtk_profile_begin(step, rtk_g.cfg.min_size);
+    rtk_profile_begin(step, rtk_hot.min_size);
 }
 
 static void finish_profiling(uint32_t step, const char *reason)
@@ -172,8 +152,9 @@ static void finish_profiling(uint32_t step, const char *reason)
     rtk_g.after_from = step;
     rtk_g.faults_after_sum = rtk_g.faults_after_steps = 0;
     if (rtk_g.large_min == SIZE_MAX)
-        rtk_stash_enable(&rtk_g.plan, rtk_g.cfg.min_size);
-    save_plan();
+        rtk_stash_enable(&rtk_g.plan, rtk_hot.min_size);
+    if (rtk_g.cfg.run_dir[0])
+        rtk_planfile_save(&rtk_g.plan, rtk_hot.min_size, rtk_g.cfg.run_dir, rtk_g.plan_path, sizeof rtk_g.plan_path);
     rtk_g.faults_after_start = rtk_os_minor_faults();
 }
 
@@ -212,8 +193,8 @@ static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
     rtk_step_start_profiling(steps);
 }
 
-/* Idle headroom for the sizes no class serves, faulted in at the mark before the first step counted after the plan
- * (as the old separate arena was): 1/32 of the large heap in use, 4-64 MiB. The bytes are in large_heap.prefaulted. */
+/* Idle headroom for the sizes no class serves, faulted in at the mark before the first step counted after the plan:
+ * 1/32 of the large heap in use, 4-64 MiB. The bytes are in large_heap.prefaulted. */
 static void reserve_headroom(uint32_t steps)
 {
     if (!rtk_g.reserve_due || rtk_g.state != RTK_STATE_PLANNED || steps < rtk_g.after_from)

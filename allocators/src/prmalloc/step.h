@@ -1,4 +1,4 @@
-/* step.h -- the step-mark state machine (warm-up -> profiling -> planned) and plan load, install and save. */
+/* step.h -- the step-mark state machine (warm-up -> profiling -> planned) and a plan's install. */
 #ifndef RTK_PRMALLOC_STEP_H
 #define RTK_PRMALLOC_STEP_H
 
