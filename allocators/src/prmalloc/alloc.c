@@ -7,12 +7,12 @@
 
 #include "common/options.h"
 #include "prmalloc/alloc.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/init.h"
 #include "prmalloc/large.h"
 #include "prmalloc/owner.h"
 #include "prmalloc/profile.h"
-#include "prmalloc/stash.h"
+#include "prmalloc/fallback_stash.h"
 #include "prmalloc/tier.h"
 
 static void *libc_alloc(size_t n, size_t align, int zero)

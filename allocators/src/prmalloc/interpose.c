@@ -11,14 +11,14 @@
 #include <unistd.h>
 
 #include "prmalloc/alloc.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/glibc_heap.h"
 #include "prmalloc/large.h"
-#include "prmalloc/usage.h"
+#include "prmalloc/heap_usage.h"
 #include "prmalloc/init.h"
 #include "prmalloc/owner.h"
 #include "prmalloc/profile.h"
-#include "prmalloc/stash.h"
+#include "prmalloc/fallback_stash.h"
 #include "prmalloc/tier.h"
 
 #ifdef RTK_NO_INTERPOSE

@@ -3,7 +3,7 @@
 #ifndef RTK_PRMALLOC_OWNER_H
 #define RTK_PRMALLOC_OWNER_H
 
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/large.h"
 #include "prmalloc/tier.h"
 

@@ -67,7 +67,7 @@ typedef struct rtk_state {
     int plan_trimmed;
     int validating;
     int reserve_due;                   /* a plan was installed: keep idle headroom in the large heap (step.c) */
-    uint64_t fallback_reused;   /* fallbacks served by a kept glibc block (stash.c), no fault */
+    uint64_t fallback_reused;   /* fallbacks served by a kept glibc block (fallback_stash.c), no fault */
     uint64_t val_hits0, val_large0;
     uint64_t plan_hits0, plan_large0;  /* totals when the current plan took over (hit_rate_after_plan) */
     rtk_plan_t plan;

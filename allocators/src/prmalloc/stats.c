@@ -6,7 +6,7 @@
 #include "common/jsonbuf.h"
 #include "common/options.h"
 #include "common/os.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/large.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stats.h"

@@ -1,6 +1,6 @@
-/* arenas.h -- the arenas in service (the current one and any number retired), by the slot their blocks' owner words name. */
-#ifndef RTK_PRMALLOC_ARENAS_H
-#define RTK_PRMALLOC_ARENAS_H
+/* arena_slots.h -- the arenas in service (the current one and any number retired), by the slot their blocks' owner words name. */
+#ifndef RTK_PRMALLOC_ARENA_SLOTS_H
+#define RTK_PRMALLOC_ARENA_SLOTS_H
 
 #include "prmalloc/state.h"
 

@@ -1,5 +1,5 @@
-/* stash.c -- the fallback stash: once planned, freed large glibc blocks are kept for the next fallback that fits. */
-#include "prmalloc/stash.h"
+/* fallback_stash.c -- the fallback stash: once planned, freed large glibc blocks are kept for the next fallback that fits. */
+#include "prmalloc/fallback_stash.h"
 
 /* A class that runs out after the plan (a step keeps one block more live than the profile saw: TF ordering ops
  * differently under load) falls back to glibc every step. glibc serves such a block by mmap, or from a heap

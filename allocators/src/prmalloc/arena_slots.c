@@ -1,8 +1,8 @@
-/* arenas.c -- the arenas in service: the current one and any number of retired ones (whose blocks go back to the
+/* arena_slots.c -- the arenas in service: the current one and any number of retired ones (whose blocks go back to the
  * large heap as they are freed), by slot: the slot is in each block's owner word (prmalloc/owner.h). A slot once used
  * keeps its metadata: a concurrent lookup may read it. */
 #include "common/os.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/large.h"
 
 rtk_arena_t *volatile rtk_cur_arena;         /* serving arena, NULL when none */

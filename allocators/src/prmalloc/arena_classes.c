@@ -1,4 +1,4 @@
-/* arena.c -- planned arenas: each class holds `blocks` blocks of the large-object heap, taken at install from the
+/* arena_classes.c -- planned arenas: each class holds `blocks` blocks of the large-object heap, taken at install from the
  * heap's idle resident extents first (only blocks none can hold take other pages, and only those are faulted in)
  * and kept across steps on a spinlock free stack: a plan adds no RSS for pages the heap already holds. A block's
  * owner word in the heap's page map names its arena, class and state (prmalloc/owner.h), so free finds the class in
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/os.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/internal.h"
 #include "prmalloc/large.h"
 #include "prmalloc/owner.h"
