@@ -108,7 +108,7 @@ static int smaller_range_when_refused(void)
 
 /* In a child: the range asked for at an address aligned to 2 MiB and no more (as where the kernel refuses the
  * usual one and places it itself). Alignments past 2 MiB must hold by address, from fresh pages and from freed
- * extents alike; they held only by page index, so posix_memalign(4..64 MiB) came back misaligned there. */
+ * extents alike: a page index that is a multiple of the alignment is no aligned address on such a range. */
 static int alignment_by_address(void)
 {
     pid_t pid = fork();

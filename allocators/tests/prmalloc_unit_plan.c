@@ -168,17 +168,18 @@ static void test_arena(void)
     uint32_t ow;
     CHECK(rtk_large_block(x, &bs, &ow) == RTK_BLOCK_LIVE && ow == (RTK_OWNER_WORD(0, 0) | RTK_OWNER_INUSE));
     CHECK(rtk_large_block(&why, &bs, &ow) == RTK_BLOCK_NONE && ow == 0);
-    CHECK(rtk_arena_free(a, (char *)x + 64) == -1);  /* not a block start */
-    CHECK(rtk_arena_free(a, x) == 0);
-    CHECK(rtk_arena_free(a, x) == -2);                /* double free, in every mode */
-    CHECK(rtk_arena_free(a, y) == 0 && rtk_arena_free(a, z) == 0);
+    CHECK(rtk_arena_free(a, 0, (char *)x + 64) == -1);  /* not a block start */
+    CHECK(rtk_arena_free(a, 1, x) == -1);                /* not a block of that class */
+    CHECK(rtk_arena_free(a, 0, x) == 0);
+    CHECK(rtk_arena_free(a, 0, x) == -2);                /* double free, in every mode */
+    CHECK(rtk_arena_free(a, 0, y) == 0 && rtk_arena_free(a, 1, z) == 0);
     CHECK(a->live_blocks == 0);
     void *m1 = rtk_arena_alloc(a, MiB, 4096, &why, &bs), *m2 = rtk_arena_alloc(a, MiB - 5, 64, &why, &bs);
     CHECK(m1 && m2 && ((uintptr_t)m1 & 4095) == 0 && ((uintptr_t)m2 & 4095) == 0);
     memset(m1, 1, MiB);
     memset(m2, 2, MiB);
-    rtk_arena_free(a, m1);
-    rtk_arena_free(a, m2);
+    rtk_arena_free(a, 2, m1);
+    rtk_arena_free(a, 2, m2);
 }
 
 static void test_env(void)

@@ -154,7 +154,7 @@ void rtk_free_owned(void *p, rtk_owner_t o)
     if (__builtin_expect(rtk_g.cfg.debug, 0))
         debug_poison(p, o.size);  /* a live block only: a free racing another free of p aborts below */
     size_t bytes = o.size;
-    int r = o.kind == RTK_OWNER_ARENA ? rtk_arena_free(o.arena, p) : rtk_large_free(p, &bytes);
+    int r = o.kind == RTK_OWNER_ARENA ? rtk_arena_free(o.arena, o.cls, p) : rtk_large_free(p, &bytes);
     if (r < 0)
         rtk_heap_corrupt("free()", r == -2 ? "double free of" : "invalid pointer", p);
     if (rtk_hot.inspect || o.kind == RTK_OWNER_ARENA) {

@@ -181,26 +181,19 @@ void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why, size_
     return NULL;
 }
 
-/* The owner word of p when it names a class of a, else 0 */
-static uint32_t word_of(const rtk_arena_t *a, const void *p)
+int rtk_arena_free(rtk_arena_t *a, int k, void *p)
 {
-    size_t bytes;
-    uint32_t w;
-    rtk_large_block(p, &bytes, &w);
-    return w && RTK_OWNER_SLOT(w) == a->slot && RTK_OWNER_CLASS(w) < a->n ? w : 0;
-}
-
-int rtk_arena_free(rtk_arena_t *a, void *p)
-{
-    uint32_t w = word_of(a, p);
-    if (!w)
+    if (k < 0 || k >= a->n)
         return -1;
-    rtk_aclass_t *c = &a->cls[RTK_OWNER_CLASS(w)];
+    rtk_aclass_t *c = &a->cls[k];
+    size_t bytes;
+    uint32_t w, mine = RTK_OWNER_WORD(a->slot, k);
     rtk_spin_lock(&c->lock);
-    w = word_of(a, p);  /* again under the class lock: a racing second free of p sees the block back on the stack */
-    if (!(w & RTK_OWNER_INUSE) || &a->cls[RTK_OWNER_CLASS(w)] != c) {
+    /* the owner word under the class lock: a racing second free of p finds the block back on the stack */
+    rtk_large_block(p, &bytes, &w);
+    if (w != (mine | RTK_OWNER_INUSE)) {
         rtk_spin_unlock(&c->lock);
-        return -2;
+        return w == mine ? -2 : -1;
     }
     if (c->dropped || a->retired) {
         give_back(c, p);

@@ -182,8 +182,9 @@ RTK_HIDDEN size_t rtk_arena_release_free(rtk_arena_t *a, int all);
 RTK_HIDDEN int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps);
 /* A block of the smallest class that fits (*bytes: the class's size), or NULL with RTK_ARENA_MISS or _EXHAUSTED. */
 RTK_HIDDEN void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why, size_t *bytes);
-/* 0 ok; -1 not a block start of a (interior or foreign pointer); -2 double free. In every mode. */
-RTK_HIDDEN int rtk_arena_free(rtk_arena_t *a, void *p);
+/* Free p, a block of a's class k (the owner lookup names both). 0 ok; -1 p starts no block of that class (interior
+ * or foreign pointer); -2 double free. In every mode. */
+RTK_HIDDEN int rtk_arena_free(rtk_arena_t *a, int k, void *p);
 /* bytes in handed-out blocks, in free ones, and held from the large heap (page-rounded) */
 RTK_HIDDEN void rtk_arena_usage(const rtk_arena_t *a, size_t *live, size_t *free_bytes, size_t *held);
 /* fork's handlers over every class lock (common/lock.h: a lock the forking thread holds itself is left alone) */

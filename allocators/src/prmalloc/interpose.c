@@ -19,7 +19,6 @@
 #include "prmalloc/owner.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/fallback_stash.h"
-#include "prmalloc/tier.h"
 
 #ifdef RTK_NO_INTERPOSE
 #define API(name) rtk_api_##name
