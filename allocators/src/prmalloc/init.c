@@ -16,7 +16,6 @@
 #include "prmalloc/init.h"
 #include "prmalloc/large.h"
 #include "prmalloc/owner.h"
-#include "prmalloc/planfile.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/fallback_stash.h"
 #include "prmalloc/step.h"
@@ -63,24 +62,6 @@ static int read_settings(void)
 static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
-
-/* Safety rule (docs/safety.md): RTKIT_MALLOC_PLAN is inherited by every descendant, but only the process that
- * marks steps (or the one RTKIT_MALLOC_PLAN_PROCESS names) reserves the plan's arenas; a shell and its `sleep`s
- * never do. */
-
-/* At init: load the plan now in the named process; elsewhere defer it to a step mark (step.c says which).
- * Returns 1 when the plan was deferred (profiling, too, then waits for that mark). */
-static int plan_gate_at_init(void)
-{
-    if (!rtk_g.cfg.plan_path[0])
-        return 0;
-    if (rtk_planfile_reserve_at_start()) {
-        rtk_step_load_plan();
-        return 0;
-    }
-    rtk_step_defer_plan();
-    return 1;
-}
 
 static void do_init(void)
 {
@@ -134,7 +115,7 @@ static void do_init(void)
     /* the inline small path assumes heap chunks: it stays under glibc's smallest mmap threshold (128 KiB) and
      * never reaches the tier; without the census, requests below min_size are a plain tail call to glibc */
     rtk_step_set_min_size(rtk_hot.min_size);
-    if (plan_gate_at_init())
+    if (rtk_step_plan_at_init())
         return;
     if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_g.cfg.profile_start == 0)
         rtk_step_start_profiling(0);

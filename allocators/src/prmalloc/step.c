@@ -23,8 +23,6 @@ static void finish_profiling(uint32_t step, const char *reason);
 
 static int g_plan_deferred;  /* the plan file is loaded at a later step mark (under g_step_lock) */
 
-void rtk_step_defer_plan(void) { g_plan_deferred = 1; }
-
 /* A deferred plan takes over at the mark that ends the warm-up, where a profiled run starts profiling: the blocks
  * a job takes while it imports, builds and initialises, and keeps (variables, caches, the graph's constants), are
  * then the large heap's, as they are in the run that made the plan. Installed earlier, they would fill the classes
@@ -49,7 +47,8 @@ static void apply_min_size(size_t min_size)
 
 void rtk_step_set_min_size(size_t min_size) { apply_min_size(min_size); }
 
-void rtk_step_load_plan(void)
+/* Load, check and install the plan file the settings name. */
+static void load_plan(void)
 {
     char why[200] = "";
     const char *arena_why = "";
@@ -95,6 +94,21 @@ void rtk_step_load_plan(void)
     }
     if (rtk_g.cfg.debug)
         rtk_log_line("%s=%s ignored: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_g.cfg.plan_path, rtk_g.rejected_reason);
+}
+
+/* Safety rule (docs/safety.md): RTKIT_MALLOC_PLAN is inherited by every descendant, but only the process that
+ * marks steps (or the one RTKIT_MALLOC_PLAN_PROCESS names) reserves the plan's arenas; a shell and its `sleep`s
+ * never do. */
+int rtk_step_plan_at_init(void)
+{
+    if (!rtk_g.cfg.plan_path[0])
+        return 0;
+    if (rtk_planfile_reserve_at_start()) {
+        load_plan();
+        return 0;
+    }
+    g_plan_deferred = 1;
+    return 1;
 }
 
 void rtk_step_start_profiling(uint32_t step)
@@ -245,7 +259,7 @@ void rtk_step_mark(void)
     if (g_plan_deferred && steps >= plan_install_step()) {
         g_plan_deferred = 0;
         loaded_now = force = 1;
-        rtk_step_load_plan();
+        load_plan();
         rtk_g.plan_hits0 = t.arena_hits;  /* the plan's figures count from its install, as a profiled plan's do */
         rtk_g.plan_large0 = t.arena_hits + t.fallbacks;
     }
