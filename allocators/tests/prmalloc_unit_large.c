@@ -108,7 +108,7 @@ static int smaller_range_when_refused(void)
 
 /* In a child: the range asked for at an address aligned to 2 MiB and no more (as where the kernel refuses the
  * usual one and places it itself). Alignments past 2 MiB must hold by address, from fresh pages and from freed
- * extents alike; they held only by page index, so posix_memalign(4..64 MiB) came back misaligned there. */
+ * extents alike: a page index that is a multiple of the alignment is no aligned address on such a range. */
 static int alignment_by_address(void)
 {
     pid_t pid = fork();
@@ -166,10 +166,13 @@ int main(void)
     char *g2 = rtk_large_alloc(4096, 4096, &u0);
     CHECK(e == g1 + 4096 && g2 == e + 4 * MiB);
     memset(e, 5, 4 * MiB);
-    CHECK(rtk_large_owner(e) == 0);
+    uint32_t w0 = 1;
+    CHECK(rtk_large_block(e, &u0, &w0) == RTK_BLOCK_LIVE && u0 == 4 * MiB && w0 == 0);
     rtk_large_set_owner(e, RTK_LARGE_OWNED | 7);
-    CHECK(rtk_large_owner(e) == (RTK_LARGE_OWNED | 7) && rtk_large_owner(e + 4096) == 0 && rtk_large_owner(g1) == 0);
-    CHECK(rtk_large_free(e, &b0) == 0 && rtk_large_owner(e) == 0);
+    CHECK(rtk_large_block(e, &u0, &w0) == RTK_BLOCK_LIVE && w0 == (RTK_LARGE_OWNED | 7));
+    CHECK(rtk_large_block(e + 4096, &u0, &w0) == RTK_BLOCK_NONE && w0 == 0 && u0 == 0);
+    CHECK(rtk_large_block(g1, &u0, &w0) == RTK_BLOCK_LIVE && w0 == 0 && u0 == 4096);
+    CHECK(rtk_large_free(e, &b0) == 0 && rtk_large_block(e, &u0, &w0) == RTK_BLOCK_FREE && w0 == 0);
     CHECK(rtk_large_alloc_resident(8 * MiB, 4096, &u0) == NULL);  /* no resident extent that long */
     CHECK(rtk_large_alloc_resident(2 * MiB, 4096, &u0) == e);
     CHECK(rtk_large_free(e, &b0) == 0);
@@ -183,9 +186,10 @@ int main(void)
     /* double free, interior and foreign pointers are refused; the block stays usable */
     size_t u = 0, b = 0;
     char *p = rtk_large_alloc(100 * KiB, 64, &u);
-    CHECK(p && u == 100 * KiB && rtk_in_large(p) && rtk_large_usable(p) == u);
+    uint32_t ow;
+    CHECK(p && u == 100 * KiB && rtk_large_block(p, &b, &ow) == RTK_BLOCK_LIVE && b == u);
     CHECK(rtk_large_free(p + 4096, &b) == -1 && rtk_large_free(p + 8, &b) == -1);
-    CHECK(rtk_large_usable(p + 4096) == 0);
+    CHECK(rtk_large_block(p + 4096, &b, &ow) == RTK_BLOCK_NONE && rtk_large_block(p + 8, &b, &ow) == RTK_BLOCK_NONE);
     CHECK(rtk_large_free(p, &b) == 0 && b == u);
     CHECK(rtk_large_free(p, &b) == -2);
     char *q = rtk_large_alloc(100 * KiB, 64, &u);

@@ -7,6 +7,8 @@
 
 #include "common/options.h"
 #include "prmalloc/internal.h"
+#include "prmalloc/owner.h"
+#include "prmalloc/planfile.h"
 
 static int g_failures;
 #define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
@@ -151,29 +153,33 @@ static void test_arena(void)
     if (!a)
         return;
     int why;
-    void *x = rtk_arena_alloc(a, 60 * KiB, 64, &why);
-    void *y = rtk_arena_alloc(a, 64 * KiB, 64, &why);
+    size_t bs = 0;
+    void *x = rtk_arena_alloc(a, 60 * KiB, 64, &why, &bs);
+    void *y = rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs);
     CHECK(x && y && x != y && why == RTK_ARENA_OK);
     /* class 64K exhausted: borrow 100K (<= 2x) */
-    void *z = rtk_arena_alloc(a, 64 * KiB, 64, &why);
-    CHECK(z && rtk_arena_block_size(a, z) == 100 * KiB);
-    void *w = rtk_arena_alloc(a, 64 * KiB, 64, &why);
+    void *z = rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs);
+    CHECK(z && bs == 100 * KiB);
+    void *w = rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs);
     CHECK(!w && why == RTK_ARENA_EXHAUSTED);
-    CHECK(!rtk_arena_alloc(a, 3 * MiB, 64, &why) && why == RTK_ARENA_MISS);
-    CHECK(!rtk_arena_alloc(a, 10 * KiB, 64, &why) && why == RTK_ARENA_MISS);  /* 64K > 2 x 10K */
-    CHECK(!rtk_arena_alloc(a, MiB, 8192, &why));                             /* stricter than 4096 */
-    CHECK(rtk_arena_class_of(a, x) != NULL && rtk_arena_class_of(a, &why) == NULL);
-    CHECK(rtk_arena_free(a, (char *)x + 64) == -1);  /* not a block start */
-    CHECK(rtk_arena_free(a, x) == 0);
-    CHECK(rtk_arena_free(a, x) == -2);                /* double free, in every mode */
-    CHECK(rtk_arena_free(a, y) == 0 && rtk_arena_free(a, z) == 0);
+    CHECK(!rtk_arena_alloc(a, 3 * MiB, 64, &why, &bs) && why == RTK_ARENA_MISS);
+    CHECK(!rtk_arena_alloc(a, 10 * KiB, 64, &why, &bs) && why == RTK_ARENA_MISS);  /* 64K > 2 x 10K */
+    CHECK(!rtk_arena_alloc(a, MiB, 8192, &why, &bs));                             /* stricter than 4096 */
+    uint32_t ow;
+    CHECK(rtk_large_block(x, &bs, &ow) == RTK_BLOCK_LIVE && ow == (RTK_OWNER_WORD(0, 0) | RTK_OWNER_INUSE));
+    CHECK(rtk_large_block(&why, &bs, &ow) == RTK_BLOCK_NONE && ow == 0);
+    CHECK(rtk_arena_free(a, 0, (char *)x + 64) == -1);  /* not a block start */
+    CHECK(rtk_arena_free(a, 1, x) == -1);                /* not a block of that class */
+    CHECK(rtk_arena_free(a, 0, x) == 0);
+    CHECK(rtk_arena_free(a, 0, x) == -2);                /* double free, in every mode */
+    CHECK(rtk_arena_free(a, 0, y) == 0 && rtk_arena_free(a, 1, z) == 0);
     CHECK(a->live_blocks == 0);
-    void *m1 = rtk_arena_alloc(a, MiB, 4096, &why), *m2 = rtk_arena_alloc(a, MiB - 5, 64, &why);
+    void *m1 = rtk_arena_alloc(a, MiB, 4096, &why, &bs), *m2 = rtk_arena_alloc(a, MiB - 5, 64, &why, &bs);
     CHECK(m1 && m2 && ((uintptr_t)m1 & 4095) == 0 && ((uintptr_t)m2 & 4095) == 0);
     memset(m1, 1, MiB);
     memset(m2, 2, MiB);
-    rtk_arena_free(a, m1);
-    rtk_arena_free(a, m2);
+    rtk_arena_free(a, 2, m1);
+    rtk_arena_free(a, 2, m2);
 }
 
 static void test_env(void)

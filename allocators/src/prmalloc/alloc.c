@@ -7,11 +7,12 @@
 
 #include "common/options.h"
 #include "prmalloc/alloc.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/init.h"
 #include "prmalloc/large.h"
+#include "prmalloc/owner.h"
 #include "prmalloc/profile.h"
-#include "prmalloc/stash.h"
+#include "prmalloc/fallback_stash.h"
 #include "prmalloc/tier.h"
 
 static void *libc_alloc(size_t n, size_t align, int zero)
@@ -76,12 +77,13 @@ void *rtk_alloc(size_t n, size_t align, int zero)
     rtk_arena_t *a = __atomic_load_n(&rtk_cur_arena, __ATOMIC_ACQUIRE);
     if (a) {
         int why;
-        void *p = rtk_arena_alloc(a, n, align, &why);
+        size_t bs;
+        void *p = rtk_arena_alloc(a, n, align, &why, &bs);
         if (p) {
             s->arena_hits++;
-            s->live += (int64_t)rtk_arena_block_size(a, p);
+            s->live += (int64_t)bs;
             if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0))
-                debug_check(p, rtk_arena_block_size(a, p));
+                debug_check(p, bs);
             if (zero)
                 memset(p, 0, n);
             return p;
@@ -138,39 +140,24 @@ void rtk_heap_corrupt(const char *call, const char *what, const void *p)
     abort();
 }
 
-/* a block a planned class holds (it lies in the large heap, its owner word names the class) */
-static void free_arena(rtk_arena_t *a, void *p)
-{
-    size_t bs = rtk_arena_block_size(a, p);
-    if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0) && rtk_arena_block_live(a, p))
-        debug_poison(p, bs);  /* a live block only: a bad free aborts below */
-    int r = rtk_arena_free(a, p);
-    if (r < 0)
-        rtk_heap_corrupt("free()", r == -2 ? "double free of" : "invalid pointer", p);
-    rtk_tslot_t *s = rtk_slot();
-    s->frees++;
-    s->live -= (int64_t)bs;
-}
 
-void rtk_free_large(void *p)
+void rtk_free_owned(void *p, rtk_owner_t o)
 {
-    rtk_arena_t *a = rtk_arena_of(p);
-    if (a) {
-        free_arena(a, p);
+    if (o.kind == RTK_OWNER_TIER) {
+        rtk_tier_free(p);  /* a bad pointer is counted there, never handed to glibc */
         return;
     }
-    size_t bytes;
-    if (rtk_prof_active)
+    if (o.state != RTK_BLOCK_LIVE)
+        rtk_heap_corrupt("free()", o.state == RTK_BLOCK_FREE ? "double free of" : "invalid pointer", p);
+    if (o.kind == RTK_OWNER_LARGE && rtk_prof_active)
         rtk_profile_free(p);
-    if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0)) {
-        size_t u = rtk_large_usable(p);  /* poison only a live block: a bad free aborts below */
-        if (u)
-            debug_poison(p, u);
-    }
-    int r = rtk_large_free(p, &bytes);
+    if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0))
+        debug_poison(p, o.size);  /* a live block only: a free racing another free of p aborts below */
+    size_t bytes = o.size;
+    int r = o.kind == RTK_OWNER_ARENA ? rtk_arena_free(o.arena, o.cls, p) : rtk_large_free(p, &bytes);
     if (r < 0)
         rtk_heap_corrupt("free()", r == -2 ? "double free of" : "invalid pointer", p);
-    if (rtk_hot.inspect) {
+    if (rtk_hot.inspect || o.kind == RTK_OWNER_ARENA) {
         rtk_tslot_t *s = rtk_slot();
         s->frees++;
         s->live -= (int64_t)bytes;
@@ -181,89 +168,29 @@ size_t rtk_usable_size(const void *p)
 {
     if (!p)
         return 0;
-    if (rtk_in_tier(p))
-        return rtk_tier_usable(p);
-    if (rtk_in_large(p)) {
-        rtk_arena_t *a = rtk_arena_of(p);
-        /* a free block has no usable bytes (glibc reports 0 for a free chunk) */
-        if (a)
-            return rtk_arena_block_live(a, p) ? rtk_arena_block_size(a, p) : 0;
-        return rtk_large_usable(p);
-    }
-    if (rtk_stash_holds(p))
-        return 0;
-    return rtk_libc_usable(p);
+    rtk_owner_t o = rtk_owner_of(p);
+    if (o.kind == RTK_OWNER_GLIBC)
+        return rtk_stash_holds(p) ? 0 : rtk_libc_usable(p);  /* a kept block was freed by the program */
+    /* a free block has no usable bytes (glibc reports 0 for a free chunk) */
+    return o.state == RTK_BLOCK_LIVE ? o.size : 0;
 }
 
-/* a tier record: a mild shrink keeps it; otherwise move it (to the pool again only if its new size qualifies) */
-static void *tier_realloc(void *p, size_t n)
-{
-    size_t old;
-    int keep = rtk_tier_keeps(p, n, &old);
-    if (keep < 0) {
-        errno = EINVAL;
-        return NULL;
-    }
-    if (keep)
-        return p;
-    void *q = rtk_alloc(n, 0, 0);
-    if (!q) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    memcpy(q, p, old < n ? old : n);
-    rtk_tier_free(p);
-    return q;
-}
-
-/* realloc that cannot keep the block: a new one from rtk_alloc, the bytes copied, the old one released */
-static void *move_block(void *p, size_t old, size_t n, void (*release)(void *))
+/* realloc that cannot keep the block: a new one from rtk_alloc, the bytes copied, the old one freed */
+static void *move_block(void *p, const rtk_owner_t *o, size_t n)
 {
     void *q = rtk_alloc(n, 0, 0);
     if (!q) {
         errno = ENOMEM;
         return NULL;
     }
-    memcpy(q, p, old < n ? old : n);
-    release(p);
+    memcpy(q, p, o->size < n ? o->size : n);
+    rtk_free_owned(p, *o);
     return q;
 }
 
-/* a large-heap block: resized in place when the heap can (its following pages are free), else moved */
-static void *large_realloc(void *p, size_t n)
+/* a glibc block stays glibc's: it grows in place (or by mremap) wherever glibc can, as without rtkit */
+static void *glibc_realloc(void *p, size_t n)
 {
-    size_t old = rtk_large_usable(p), u;
-    if (!old)
-        rtk_heap_corrupt("realloc()", "invalid pointer", p);
-    if (n >= rtk_g.large_min && rtk_large_resize(p, n, &u)) {
-        if (rtk_hot.inspect)
-            rtk_slot()->live += (int64_t)u - (int64_t)old;
-        return p;
-    }
-    return move_block(p, old, n, rtk_free_large);
-}
-
-void *rtk_realloc(void *p, size_t n)
-{
-    if (rtk_hot.mode != RTK_MODE_READY)
-        rtk_init();
-    if (rtk_in_tier(p))
-        return tier_realloc(p, n);
-    rtk_arena_t *a = rtk_in_large(p) ? rtk_arena_of(p) : NULL;
-    if (rtk_hot.inspect)
-        rtk_slot()->realloc_calls++;
-    if (a) {
-        /* out of or within an arena: keep the block when the new size still fits it and is large */
-        size_t old = rtk_arena_block_live(a, p) ? rtk_arena_block_size(a, p) : 0;
-        if (!old)  /* a free block (on its class's stack): glibc's "realloc(): invalid pointer" */
-            rtk_heap_corrupt("realloc()", "invalid pointer", p);
-        if (n <= old && n >= rtk_hot.min_size && !a->retired)
-            return p;
-        return move_block(p, old, n, rtk_free_large);
-    }
-    if (rtk_in_large(p))
-        return large_realloc(p, n);
-    /* a glibc block stays glibc's: it grows in place (or by mremap) wherever glibc can, as without rtkit */
     if (!rtk_hot.inspect || rtk_hot.mode != RTK_MODE_READY)
         return __libc_realloc(p, n);
     if (rtk_stash_holds(p))  /* freed by the program, kept by rtkit: glibc would not know it is free */
@@ -285,4 +212,40 @@ void *rtk_realloc(void *p, size_t n)
         }
     }
     return q;
+}
+
+void *rtk_realloc(void *p, size_t n)
+{
+    if (rtk_hot.mode != RTK_MODE_READY)
+        rtk_init();
+    rtk_owner_t o = rtk_owner_of(p);
+    if (o.kind == RTK_OWNER_TIER) {
+        /* a mild shrink keeps the record; otherwise it moves (to the pool again only if its new size qualifies) */
+        int keep = rtk_tier_keeps(o.size, n);
+        if (keep < 0) {
+            errno = EINVAL;
+            return NULL;
+        }
+        return keep ? p : move_block(p, &o, n);
+    }
+    if (rtk_hot.inspect)
+        rtk_slot()->realloc_calls++;
+    if (o.kind == RTK_OWNER_GLIBC)
+        return glibc_realloc(p, n);
+    if (o.state != RTK_BLOCK_LIVE)  /* a free block or no block start: glibc's "realloc(): invalid pointer" */
+        rtk_heap_corrupt("realloc()", "invalid pointer", p);
+    if (o.kind == RTK_OWNER_ARENA) {
+        /* out of or within an arena: keep the block when the new size still fits it and is large */
+        if (n <= o.size && n >= rtk_hot.min_size && !o.arena->retired)
+            return p;
+        return move_block(p, &o, n);
+    }
+    /* a large-heap block: resized in place when the heap can (its following pages are free), else moved */
+    size_t u;
+    if (n >= rtk_g.large_min && rtk_large_resize(p, n, &u)) {
+        if (rtk_hot.inspect)
+            rtk_slot()->live += (int64_t)u - (int64_t)o.size;
+        return p;
+    }
+    return move_block(p, &o, n);
 }

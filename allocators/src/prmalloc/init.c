@@ -11,13 +11,13 @@
 #include "common/options.h"
 #include "common/os.h"
 #include "common/say.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/glibc_heap.h"
 #include "prmalloc/init.h"
 #include "prmalloc/large.h"
-#include "prmalloc/planfile.h"
+#include "prmalloc/owner.h"
 #include "prmalloc/profile.h"
-#include "prmalloc/stash.h"
+#include "prmalloc/fallback_stash.h"
 #include "prmalloc/step.h"
 #include "prmalloc/tier.h"
 #include "rtkit/prmalloc.h"
@@ -42,24 +42,6 @@ static int read_settings(void)
 static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
-
-/* Safety rule (docs/safety.md): RTKIT_MALLOC_PLAN is inherited by every descendant, but only the process that
- * marks steps (or the one RTKIT_MALLOC_PLAN_PROCESS names) reserves the plan's arenas; a shell and its `sleep`s
- * never do. */
-
-/* At init: load the plan now in the named process; elsewhere defer it to a step mark (step.c says which).
- * Returns 1 when the plan was deferred (profiling, too, then waits for that mark). */
-static int plan_gate_at_init(void)
-{
-    if (!rtk_setting_text(RTK_OPT_MALLOC_PLAN))
-        return 0;
-    if (rtk_planfile_reserve_at_start()) {
-        rtk_step_load_plan();
-        return 0;
-    }
-    rtk_step_defer_plan();
-    return 1;
-}
 
 static void do_init(void)
 {
@@ -110,7 +92,7 @@ static void do_init(void)
     /* the inline small path assumes heap chunks: it stays under glibc's smallest mmap threshold (128 KiB) and
      * never reaches the tier; without the census, requests below min_size are a plain tail call to glibc */
     rtk_step_set_min_size(rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
-    if (plan_gate_at_init())
+    if (rtk_step_plan_at_init())
         return;
     if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) == 0)
         rtk_step_start_profiling(0);
@@ -164,15 +146,17 @@ EXPORT int rtkit_malloc_state(void)
     }
 }
 
-/* rtkit's own memory: a planned arena's block or the large-object heap's */
+/* rtkit's own memory: a planned class's block (handed out or on its free stack) or a live large-heap block */
 EXPORT int rtkit_malloc_in_arena(const void *p)
 {
-    return p && rtk_in_large(p) && rtk_large_usable(p) != 0;  /* arena blocks are large-heap blocks */
+    rtk_owner_t o = rtk_owner_of(p);
+    return o.kind == RTK_OWNER_ARENA || (o.kind == RTK_OWNER_LARGE && o.state == RTK_BLOCK_LIVE);
 }
 
 EXPORT int rtkit_malloc_in_pmem(const void *p)
 {
-    return p && rtk_in_tier(p) && rtk_tier_usable(p) != 0;
+    rtk_owner_t o = rtk_owner_of(p);
+    return o.kind == RTK_OWNER_TIER && o.state == RTK_BLOCK_LIVE;
 }
 
 EXPORT int rtkit_malloc_write_stats(void)

@@ -140,9 +140,8 @@ RTK_HIDDEN int rtk_planner_plan(const rtk_planner_t *pl, int spacing, size_t pag
 RTK_HIDDEN int rtk_planner_best(const rtk_planner_t *pl, size_t page, rtk_plan_t *out);
 RTK_HIDDEN int rtk_plan_equal(const rtk_plan_t *a, const rtk_plan_t *b);
 RTK_HIDDEN size_t rtk_plan_trim(rtk_plan_t *p, size_t limit, size_t page);
-RTK_HIDDEN uint64_t rtk_plan_fingerprint(const rtk_plan_t *p);
-RTK_HIDDEN int rtk_plan_format(const rtk_plan_t *p, size_t min_size, char *buf, size_t cap);
-RTK_HIDDEN int rtk_plan_parse(const char *text, rtk_plan_t *out, char *why, size_t why_cap);
+/* what a plan's arena takes: each block a large-heap block of whole pages */
+RTK_HIDDEN size_t rtk_plan_reserved(const rtk_plan_t *p, size_t page);
 
 /* ---- arenas */
 typedef struct rtk_aclass {
@@ -181,16 +180,11 @@ RTK_HIDDEN void rtk_arena_destroy(rtk_arena_t *a);
 RTK_HIDDEN size_t rtk_arena_release_free(rtk_arena_t *a, int all);
 /* Step re-check: a class that handed out no block for `steps` steps is dropped and its free blocks given back. */
 RTK_HIDDEN int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps);
-RTK_HIDDEN void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why);
-/* The class of a's block starting at p (held by it, live or free), else NULL: interior pointers are not blocks. */
-RTK_HIDDEN rtk_aclass_t *rtk_arena_class_of(rtk_arena_t *a, const void *p);
-/* The arena slot named by the owner word of the large-heap block at p, -1 when none. */
-RTK_HIDDEN int rtk_arena_slot_of(const void *p);
-/* 0 ok; -1 not a block start (interior or foreign pointer); -2 double free. In every mode. */
-RTK_HIDDEN int rtk_arena_free(rtk_arena_t *a, void *p);
-RTK_HIDDEN size_t rtk_arena_block_size(rtk_arena_t *a, const void *p);
-/* 1 when p is a block of a handed out now */
-RTK_HIDDEN int rtk_arena_block_live(rtk_arena_t *a, const void *p);
+/* A block of the smallest class that fits (*bytes: the class's size), or NULL with RTK_ARENA_MISS or _EXHAUSTED. */
+RTK_HIDDEN void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why, size_t *bytes);
+/* Free p, a block of a's class k (the owner lookup names both). 0 ok; -1 p starts no block of that class (interior
+ * or foreign pointer); -2 double free. In every mode. */
+RTK_HIDDEN int rtk_arena_free(rtk_arena_t *a, int k, void *p);
 /* bytes in handed-out blocks, in free ones, and held from the large heap (page-rounded) */
 RTK_HIDDEN void rtk_arena_usage(const rtk_arena_t *a, size_t *live, size_t *free_bytes, size_t *held);
 /* fork's handlers over every class lock (common/lock.h: a lock the forking thread holds itself is left alone) */

@@ -1,5 +1,5 @@
 /* interpose.c -- the interposed entry points: the C allocation API and every C++ operator new/delete form.
- * Small requests take an inline path (census in the thread's slot + glibc); the rest goes to core.c.
+ * Small requests take an inline path (census in the thread's slot + glibc); the rest goes to alloc.c.
  * With -DRTK_NO_INTERPOSE (unit tests) the same functions are built as rtk_api_* instead. */
 #include <dlfcn.h>
 #include <errno.h>
@@ -12,14 +12,14 @@
 
 #include "common/os.h"
 #include "prmalloc/alloc.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/glibc_heap.h"
 #include "prmalloc/large.h"
-#include "prmalloc/usage.h"
+#include "prmalloc/heap_usage.h"
 #include "prmalloc/init.h"
+#include "prmalloc/owner.h"
 #include "prmalloc/profile.h"
-#include "prmalloc/stash.h"
-#include "prmalloc/tier.h"
+#include "prmalloc/fallback_stash.h"
 
 #ifdef RTK_NO_INTERPOSE
 #define API(name) rtk_api_##name
@@ -128,16 +128,12 @@ __attribute__((noinline)) static void free_special(void *p)
 {
     if (p == NULL)
         return;
-    if (rtk_in_tier(p)) {
-        rtk_tier_free(p);
+    rtk_owner_t o = rtk_owner_of(p);
+    if (o.kind != RTK_OWNER_GLIBC) {
+        rtk_free_owned(p, o);
         return;
     }
-    if (rtk_in_large(p)) {
-        rtk_free_large(p);
-        return;
-    }
-    size_t cs = rtk_chunk_bytes(p);  /* a glibc chunk */
-    free_slow(p, cs);
+    free_slow(p, rtk_chunk_bytes(p));
 }
 
 /* Small frees are not counted: live bytes come from glibc's own books at each step mark (census.c), so a free

@@ -24,8 +24,6 @@ typedef struct rtk_large_info {
  * that lowers RLIMIT_AS after start still has its room (threads, its own mappings) */
 RTK_HIDDEN extern uintptr_t rtk_large_lo, rtk_large_span, rtk_large_reach;
 
-static inline int rtk_in_large(const void *p) { return (uintptr_t)p - rtk_large_lo < rtk_large_span; }
-
 /* the address the range is asked for (high, above glibc's heaps and the libraries); the kernel may place it
  * elsewhere, only 2 MiB-aligned. A variable so a test can ask for an address that is aligned to no more. */
 RTK_HIDDEN extern uintptr_t rtk_large_hint;
@@ -46,14 +44,15 @@ RTK_HIDDEN int rtk_large_free(void *p, size_t *bytes);
 /* The same, its pages given back to the kernel first (a dropped class's or a retired arena's block). */
 RTK_HIDDEN int rtk_large_free_release(void *p, size_t *bytes);
 /* Owner word of a live block: planned arena classes hold large-heap blocks and mark them (RTK_LARGE_OWNED, then
- * their own bits below), so free finds a block's class in O(1) without a header. rtk_large_owner returns the
- * word when p starts a live block that carries the mark, else 0; a new block carries none. */
+ * their own bits: prmalloc/owner.h), so free finds a block's class in O(1) without a header; a new block carries none. */
 #define RTK_LARGE_OWNED 0x80000000u
 #define RTK_LARGE_OWNED_MASK 0xc0000000u
-RTK_HIDDEN uint32_t rtk_large_owner(const void *p);
 RTK_HIDDEN void rtk_large_set_owner(void *p, uint32_t w);
-/* Usable bytes of the live block starting at p, 0 when p is not one. */
-RTK_HIDDEN size_t rtk_large_usable(const void *p);
+/* What the page map says of p (lock-free): RTK_BLOCK_LIVE when p starts a live block (*bytes its size, *owner its
+ * owner word when it carries the mark, else 0), RTK_BLOCK_FREE when p starts a free extent (a second free),
+ * RTK_BLOCK_NONE when no block starts at p (an interior or foreign pointer); *bytes and *owner are 0 then. */
+enum { RTK_BLOCK_NONE = 0, RTK_BLOCK_LIVE = 1, RTK_BLOCK_FREE = 2 };
+RTK_HIDDEN int rtk_large_block(const void *p, size_t *bytes, uint32_t *owner);
 /* Grow or shrink the live block at p in place to at least n bytes (taking or returning following free pages).
  * 1 done (*usable = new size), 0 not possible here. */
 RTK_HIDDEN int rtk_large_resize(void *p, size_t n, size_t *usable);

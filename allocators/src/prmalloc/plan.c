@@ -1,12 +1,8 @@
-/* plan.c -- turns profiled steps into an arena plan (lifetime packing per size class, several spacings) and
- * reads/writes the versioned plan file. Pure functions over caller-owned memory: no allocation, unit-testable. */
-#include <stdlib.h>
+/* plan.c -- turns profiled steps into an arena plan (lifetime packing per size class, several spacings) and fits a
+ * plan into a byte limit. Pure functions over caller-owned memory: no allocation, unit-testable. */
 #include <string.h>
-#include <stdio.h>
 
-#include "common/options.h"
 #include "prmalloc/internal.h"
-#include "rtkit/prmalloc.h"
 
 const char *const rtk_spacing_name[RTK_SPACINGS] = {"exact", "1/8", "1/4", "1/2", "1/1"};
 static const unsigned steps_per_octave[RTK_SPACINGS] = {0, 8, 4, 2, 1};
@@ -98,7 +94,7 @@ static size_t natural_align(size_t size)
 }
 
 /* what the arena takes: each block is a large-heap block of whole pages (a 64-byte class costs a page a block) */
-static size_t plan_reserved(const rtk_plan_t *p, size_t page)
+size_t rtk_plan_reserved(const rtk_plan_t *p, size_t page)
 {
     size_t r = 0;
     for (int i = 0; i < p->nclasses; i++)
@@ -151,7 +147,7 @@ int rtk_planner_plan(const rtk_planner_t *pl, int spacing, size_t page, rtk_plan
         c->align = (uint32_t)(want > natural_align(size) ? want : natural_align(size));
     }
     plan_sort(out);
-    out->reserved = plan_reserved(out, page);
+    out->reserved = rtk_plan_reserved(out, page);
     return 0;
 }
 
@@ -187,11 +183,11 @@ int rtk_plan_equal(const rtk_plan_t *a, const rtk_plan_t *b)
  * glibc fallback handles big sizes with the least relative overhead). */
 size_t rtk_plan_trim(rtk_plan_t *p, size_t limit, size_t page)
 {
-    p->reserved = plan_reserved(p, page);
+    p->reserved = rtk_plan_reserved(p, page);
     for (int i = p->nclasses - 1; i >= 0 && p->reserved > limit; i--) {
         while (p->cls[i].blocks > 0 && p->reserved > limit) {
             p->cls[i].blocks--;
-            p->reserved = plan_reserved(p, page);
+            p->reserved = rtk_plan_reserved(p, page);
         }
     }
     int k = 0;
@@ -199,121 +195,6 @@ size_t rtk_plan_trim(rtk_plan_t *p, size_t limit, size_t page)
         if (p->cls[i].blocks)
             p->cls[k++] = p->cls[i];
     p->nclasses = k;
-    p->reserved = plan_reserved(p, page);
+    p->reserved = rtk_plan_reserved(p, page);
     return p->reserved;
-}
-
-uint64_t rtk_plan_fingerprint(const rtk_plan_t *p)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < p->nclasses; i++) {
-        uint64_t v[3] = {p->cls[i].size, p->cls[i].blocks, p->cls[i].align};
-        const unsigned char *b = (const unsigned char *)v;
-        for (size_t k = 0; k < sizeof v; k++) {
-            h ^= b[k];
-            h *= 1099511628211ull;
-        }
-    }
-    return h;
-}
-
-int rtk_plan_format(const rtk_plan_t *p, size_t min_size, char *buf, size_t cap)
-{
-    size_t off = 0;
-    int n = snprintf(buf, cap,
-                     "rtkit-malloc-plan %d\n"
-                     "# written by librtkit_malloc.so; load with %s=<this file> or rtkit run --plan\n"
-                     "spacing %s\nmin_size %zu\nreserved_bytes %zu\nfingerprint %016llx\nclasses %d\n",
-                     RTKIT_MALLOC_PLAN_VERSION, rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_spacing_name[p->spacing], min_size, p->reserved,
-                     (unsigned long long)rtk_plan_fingerprint(p), p->nclasses);
-    if (n < 0 || (size_t)n >= cap)
-        return -1;
-    off = (size_t)n;
-    for (int i = 0; i < p->nclasses; i++) {
-        n = snprintf(buf + off, cap - off, "class %zu %u %u\n", p->cls[i].size, p->cls[i].blocks, p->cls[i].align);
-        if (n < 0 || (size_t)n >= cap - off)
-            return -1;
-        off += (size_t)n;
-    }
-    n = snprintf(buf + off, cap - off, "end\n");
-    if (n < 0 || (size_t)n >= cap - off)
-        return -1;
-    return (int)(off + (size_t)n);
-}
-
-static const char *next_line(const char *s, char *line, size_t cap)
-{
-    size_t n = 0;
-    while (*s && *s != '\n') {
-        if (n + 1 < cap)
-            line[n++] = *s;
-        s++;
-    }
-    line[n] = 0;
-    return *s ? s + 1 : s;
-}
-
-#define WHY(...) do { snprintf(why, why_cap, __VA_ARGS__); return -1; } while (0)
-
-int rtk_plan_parse(const char *text, rtk_plan_t *out, char *why, size_t why_cap)
-{
-    char line[256];
-    const char *s = text;
-    int version = -1, declared = -1, have_fp = 0, ended = 0;
-    unsigned long long fp = 0;
-    memset(out, 0, sizeof *out);
-    s = next_line(s, line, sizeof line);
-    if (sscanf(line, "rtkit-malloc-plan %d", &version) != 1)
-        WHY("not an rtkit malloc plan (first line '%.40s')", line);
-    if (version != RTKIT_MALLOC_PLAN_VERSION)
-        WHY("plan format version %d, this library reads version %d", version, RTKIT_MALLOC_PLAN_VERSION);
-    while (*s && !ended) {
-        s = next_line(s, line, sizeof line);
-        if (line[0] == '#' || line[0] == 0)
-            continue;
-        char word[32], arg[64];
-        size_t size;
-        unsigned blocks, align;
-        if (sscanf(line, "class %zu %u %u", &size, &blocks, &align) == 3) {
-            if (out->nclasses >= RTK_MAX_CLASSES)
-                WHY("more than %d classes", RTK_MAX_CLASSES);
-            if (size == 0 || size % RTK_MIN_BLOCK_ALIGN || blocks == 0 || align < RTK_MIN_BLOCK_ALIGN ||
-                align > RTK_MAX_BLOCK_ALIGN || (align & (align - 1)) || size % align ||
-                size > ((size_t)1 << 40) / blocks)
-                WHY("bad class line '%.60s'", line);
-            rtk_class_t *c = &out->cls[out->nclasses++];
-            c->size = size;
-            c->blocks = blocks;
-            c->align = align;
-        } else if (sscanf(line, "%31s %63s", word, arg) == 2) {
-            if (!strcmp(word, "spacing")) {
-                for (int i = 0; i < RTK_SPACINGS; i++)
-                    if (!strcmp(arg, rtk_spacing_name[i]))
-                        out->spacing = i;
-            } else if (!strcmp(word, "fingerprint")) {
-                fp = strtoull(arg, NULL, 16);
-                have_fp = 1;
-            } else if (!strcmp(word, "min_size")) {
-                unsigned long long v = strtoull(arg, NULL, 10);
-                if (v < 16 || v > ((size_t)1 << 40))
-                    WHY("bad min_size line '%.60s'", line);
-                out->min_size = (size_t)v;
-            } else if (!strcmp(word, "classes")) {
-                declared = atoi(arg);
-            }
-        } else if (!strcmp(line, "end")) {
-            ended = 1;
-        }
-    }
-    if (!ended)
-        WHY("plan file is truncated (no 'end' line)");
-    if (declared != out->nclasses)
-        WHY("plan declares %d classes but lists %d", declared, out->nclasses);
-    for (int i = 1; i < out->nclasses; i++)
-        if (out->cls[i].size <= out->cls[i - 1].size)
-            WHY("classes are not in increasing size order");
-    if (!have_fp || fp != rtk_plan_fingerprint(out))
-        WHY("fingerprint mismatch: the plan file was edited or is corrupt");
-    out->reserved = plan_reserved(out, 4096);
-    return 0;
 }

@@ -13,7 +13,7 @@ enum { RTK_MODE_UNINIT = 0, RTK_MODE_INITIALIZING = 1, RTK_MODE_READY = 2 };
 typedef struct rtk_hot {
     size_t fast_max;        /* malloc/new below this size take the inline small path (0: all go slow) */
     size_t track_min;       /* free of a chunk this large asks the profiler (SIZE_MAX: not profiling) */
-    size_t min_size;        /* RTKIT_MALLOC_MIN_SIZE when active, SIZE_MAX otherwise */
+    size_t min_size;        /* malloc_min_size in force (the setting, or a loaded plan's): its one home; SIZE_MAX before init */
     int inspect;            /* free counts and reads the chunk header */
     int mode;
     uintptr_t tier_lo;      /* [tier_lo, tier_lo + tier_span) is the tier-mode pool (span 0: none), tier.c */
@@ -61,7 +61,7 @@ typedef struct rtk_state {
     int plan_trimmed;
     int validating;
     int reserve_due;                   /* a plan was installed: keep idle headroom in the large heap (step.c) */
-    uint64_t fallback_reused;   /* fallbacks served by a kept glibc block (stash.c), no fault */
+    uint64_t fallback_reused;   /* fallbacks served by a kept glibc block (fallback_stash.c), no fault */
     uint64_t val_hits0, val_large0;
     uint64_t plan_hits0, plan_large0;  /* totals when the current plan took over (hit_rate_after_plan) */
     rtk_plan_t plan;

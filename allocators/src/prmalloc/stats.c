@@ -7,7 +7,7 @@
 #include "common/options.h"
 #include "common/os.h"
 #include "common/say.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/large.h"
 #include "prmalloc/profile.h"
 #include "prmalloc/stats.h"

@@ -1,17 +1,17 @@
-/* step.c -- the step-mark state machine: warm-up -> profiling -> planned, the loaded plan's check, and plan
- * files (load, install, save); the stats file is written from here when due. */
+/* step.c -- the step-mark state machine: warm-up -> profiling -> planned, a plan's install and the loaded plan's
+ * check (its file is planfile.c's); the stats file is written from here when due. */
 #include <stdio.h>
 #include <string.h>
 
 #include "common/options.h"
 #include "common/os.h"
 #include "prmalloc/alloc.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/large.h"
-#include "prmalloc/usage.h"
+#include "prmalloc/heap_usage.h"
 #include "prmalloc/planfile.h"
 #include "prmalloc/profile.h"
-#include "prmalloc/stash.h"
+#include "prmalloc/fallback_stash.h"
 #include "prmalloc/stats.h"
 #include "prmalloc/step.h"
 #include "prmalloc/tier.h"
@@ -21,15 +21,12 @@
 static rtk_spin_t g_step_lock = RTK_SPIN_INIT;
 static void finish_profiling(uint32_t step, const char *reason);
 
-static char g_plan_text[64 << 10];
 static int g_plan_deferred;  /* the plan file is loaded at a later step mark (under g_step_lock) */
-
-void rtk_step_defer_plan(void) { g_plan_deferred = 1; }
 
 /* A deferred plan takes over at the mark that ends the warm-up, where a profiled run starts profiling: the blocks
  * a job takes while it imports, builds and initialises, and keeps (variables, caches, the graph's constants), are
- * then the large heap's, as they are in the run that made the plan. Installed earlier, they filled the classes for
- * good (measured on wdl: 774 hits in the step after an install at the first mark, 7-14 fallbacks a step after). */
+ * then the large heap's, as they are in the run that made the plan. Installed earlier, they would fill the classes
+ * for good, and the steps' own blocks would fall back. */
 static uint32_t plan_install_step(void)
 {
     return rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) > 0 ? (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) : 1u;
@@ -51,26 +48,21 @@ static void apply_min_size(size_t min_size)
 
 void rtk_step_set_min_size(size_t min_size) { apply_min_size(min_size); }
 
-void rtk_step_load_plan(void)
+/* Load, check and install the plan file the settings name. */
+static void load_plan(void)
 {
     char why[200] = "";
     const char *arena_why = "";
     snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", rtk_setting_text(RTK_OPT_MALLOC_PLAN));
-    long n = rtk_planfile_read(rtk_setting_text(RTK_OPT_MALLOC_PLAN), g_plan_text, sizeof g_plan_text, why, sizeof why);
     rtk_plan_t *p = &rtk_g.plan;
-    if (n < 0) {
+    int loaded = rtk_planfile_load(rtk_setting_text(RTK_OPT_MALLOC_PLAN), rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), p, why,
+                                   sizeof why);
+    if (loaded < 0)
         snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
+    if (loaded == -1) {
         rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_setting_text(RTK_OPT_MALLOC_PLAN), why);
         return;
-    } else if (rtk_plan_parse(g_plan_text, p, why, sizeof why) != 0) {
-        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
-        p->nclasses = 0;
-    } else if (rtk_planfile_fits(p, rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), rtk_os_page_size(), why, sizeof why) != 0) {
-        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
-        rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_setting_text(RTK_OPT_MALLOC_PLAN), why);
-        p->nclasses = 0;
-        return;
-    } else {
+    } else if (loaded == 0) {
         size_t page = rtk_os_page_size();
         /* the plan was made for its min_size: sizes below it were never profiled (an explicit setting wins) */
         if (p->min_size && !rtk_opt_given(RTK_OPT_MALLOC_MIN_SIZE) && p->min_size != rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE))
@@ -106,15 +98,19 @@ void rtk_step_load_plan(void)
         rtk_log_line("%s=%s ignored: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_setting_text(RTK_OPT_MALLOC_PLAN), rtk_g.rejected_reason);
 }
 
-static void save_plan(void)
+/* Safety rule (docs/safety.md): RTKIT_MALLOC_PLAN is inherited by every descendant, but only the process that
+ * marks steps (or the one RTKIT_MALLOC_PLAN_PROCESS names) reserves the plan's arenas; a shell and its `sleep`s
+ * never do. */
+int rtk_step_plan_at_init(void)
 {
-    if (!rtk_g.cfg.run_dir[0] || !rtk_g.plan.nclasses)
-        return;
-    char path[sizeof rtk_g.cfg.run_dir + 32];
-    snprintf(path, sizeof path, "%s/malloc-plan.txt", rtk_g.cfg.run_dir);
-    int n = rtk_plan_format(&rtk_g.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE), g_plan_text, sizeof g_plan_text);
-    if (n > 0 && rtk_os_write_file_atomic(path, g_plan_text, (size_t)n) == 0)
-        snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", path);
+    if (!rtk_setting_text(RTK_OPT_MALLOC_PLAN))
+        return 0;
+    if (rtk_planfile_reserve_at_start()) {
+        load_plan();
+        return 0;
+    }
+    g_plan_deferred = 1;
+    return 1;
 }
 
 void rtk_step_start_profiling(uint32_t step)
@@ -173,7 +169,9 @@ static void finish_profiling(uint32_t step, const char *reason)
     rtk_g.faults_after_sum = rtk_g.faults_after_steps = 0;
     if (rtk_g.large_min == SIZE_MAX)
         rtk_stash_enable(&rtk_g.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
-    save_plan();
+    if (rtk_g.cfg.run_dir[0])
+        rtk_planfile_save(&rtk_g.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE), rtk_g.cfg.run_dir, rtk_g.plan_path,
+                          sizeof rtk_g.plan_path);
     rtk_g.faults_after_start = rtk_os_minor_faults();
 }
 
@@ -212,8 +210,8 @@ static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
     rtk_step_start_profiling(steps);
 }
 
-/* Idle headroom for the sizes no class serves, faulted in at the mark before the first step counted after the plan
- * (as the old separate arena was): 1/32 of the large heap in use, 4-64 MiB. The bytes are in large_heap.prefaulted. */
+/* Idle headroom for the sizes no class serves, faulted in at the mark before the first step counted after the plan:
+ * 1/32 of the large heap in use, 4-64 MiB. The bytes are in large_heap.prefaulted. */
 static void reserve_headroom(uint32_t steps)
 {
     if (!rtk_g.reserve_due || rtk_g.state != RTK_STATE_PLANNED || steps < rtk_g.after_from)
@@ -264,7 +262,7 @@ void rtk_step_mark(void)
     if (g_plan_deferred && steps >= plan_install_step()) {
         g_plan_deferred = 0;
         loaded_now = force = 1;
-        rtk_step_load_plan();
+        load_plan();
         rtk_g.plan_hits0 = t.arena_hits;  /* the plan's figures count from its install, as a profiled plan's do */
         rtk_g.plan_large0 = t.arena_hits + t.fallbacks;
     }

@@ -1,13 +1,13 @@
-/* step.h -- the step-mark state machine (warm-up -> profiling -> planned) and plan load, install and save. */
+/* step.h -- the step-mark state machine (warm-up -> profiling -> planned) and a plan's install. */
 #ifndef RTK_PRMALLOC_STEP_H
 #define RTK_PRMALLOC_STEP_H
 
 #include "prmalloc/state.h"
 
-/* Load, check and install the plan file named by the settings (at init, or at the mark rtk_step_defer_plan names). */
-RTK_HIDDEN void rtk_step_load_plan(void);
-/* Load the plan file at the step mark that ends the warm-up instead (a process that never marks reserves nothing). */
-RTK_HIDDEN void rtk_step_defer_plan(void);
+/* At init, with a plan file named: load and install it now in the process RTKIT_MALLOC_PLAN_PROCESS names; elsewhere
+ * at the step mark that ends the warm-up (a process that never marks reserves nothing). 1 when it waits for that
+ * mark (profiling, too, then waits). */
+RTK_HIDDEN int rtk_step_plan_at_init(void);
 RTK_HIDDEN void rtk_step_start_profiling(uint32_t step);
 /* Set min_size and everything derived from it (fast path bound, large heap threshold). */
 RTK_HIDDEN void rtk_step_set_min_size(size_t min_size);

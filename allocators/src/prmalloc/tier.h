@@ -18,10 +18,11 @@ RTK_HIDDEN void rtk_tier_read_settings(void);
  * 1 = after it (only sizes the profiler saw outliving steps). NULL: not placed, caller uses DRAM. */
 RTK_HIDDEN void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived);
 RTK_HIDDEN void rtk_tier_free(void *p);
+/* The bytes of the pool payload p (the owner lookup's size of a tier block); 0 when p is not one. */
 RTK_HIDDEN size_t rtk_tier_usable(const void *p);
-/* realloc of a pool payload p to n bytes: 1 when p can stay (a mild shrink), 0 when it must move (*old: its
- * size), -1 when p is not a payload of the pool (counted as a bad free). */
-RTK_HIDDEN int rtk_tier_keeps(void *p, size_t n, size_t *old);
+/* realloc of a pool payload of `old` bytes (its owner's size) to n bytes: 1 when it can stay (a mild shrink), 0 when
+ * it must move, -1 when old is 0: the pointer is no payload of the pool (counted as a bad free). */
+RTK_HIDDEN int rtk_tier_keeps(size_t old, size_t n);
 /* The profiler carries allocation p (of `size`) live across a step boundary (called under the profiler lock);
  * one carried across two boundaries in a row marks its size long-lived. carry_done closes the boundary. */
 RTK_HIDDEN void rtk_tier_note_carried(uintptr_t p, size_t size);
@@ -34,11 +35,5 @@ RTK_HIDDEN void rtk_tier_fork_prepare(void);  /* last of the prepare handlers: i
 RTK_HIDDEN void rtk_tier_fork_parent(void);
 RTK_HIDDEN void rtk_tier_fork_child(void);
 RTK_HIDDEN void rtk_tier_exit(void);
-
-/* one subtraction and one compare: tier_span is 0 while no pool is mapped */
-static inline int rtk_in_tier(const void *p)
-{
-    return (uintptr_t)p - rtk_hot.tier_lo < rtk_hot.tier_span;
-}
 
 #endif

@@ -360,15 +360,13 @@ size_t rtk_tier_usable(const void *p)
     return hd ? (size_t)hd[0] : 0;
 }
 
-int rtk_tier_keeps(void *p, size_t n, size_t *old)
+int rtk_tier_keeps(size_t old, size_t n)
 {
-    uint64_t *hd = header_of(p);
-    if (!hd) {
+    if (!old) {
         __atomic_add_fetch(&rtk_tier.bad_frees, 1, __ATOMIC_RELAXED);
         return -1;
     }
-    *old = (size_t)hd[0];
     /* a mild shrink keeps the record (malloc_usable_size still reports the old size) */
-    return n <= *old && n >= *old / 2 && rtk_tier.state != T_CHILD;
+    return n <= old && n >= old / 2 && rtk_tier.state != T_CHILD;
 }
 

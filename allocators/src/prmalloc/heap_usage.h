@@ -1,6 +1,6 @@
-/* usage.h -- how much memory is live and idle, from rtkit's own books (arenas, large heap) and glibc's. */
-#ifndef RTK_PRMALLOC_USAGE_H
-#define RTK_PRMALLOC_USAGE_H
+/* heap_usage.h -- how much memory is live and idle, from rtkit's own books (arenas, large heap) and glibc's. */
+#ifndef RTK_PRMALLOC_HEAP_USAGE_H
+#define RTK_PRMALLOC_HEAP_USAGE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,12 +1,16 @@
-/* arenas.h -- the arenas in service (the current one and any number retired) and the lookup of the one owning a pointer. */
-#ifndef RTK_PRMALLOC_ARENAS_H
-#define RTK_PRMALLOC_ARENAS_H
+/* arena_slots.h -- the arenas in service (the current one and any number retired), by the slot their blocks' owner words name. */
+#ifndef RTK_PRMALLOC_ARENA_SLOTS_H
+#define RTK_PRMALLOC_ARENA_SLOTS_H
 
 #include "prmalloc/state.h"
 
 #define RTK_MAX_ARENAS 64
 
 RTK_HIDDEN extern rtk_arena_t *volatile rtk_cur_arena;   /* serving arena, NULL when none */
+/* Every arena set up so far, by slot (the slot its blocks' owner words name): the owner lookup reads it lock-free.
+ * A slot once used keeps its metadata; a given-back arena has span 0. */
+RTK_HIDDEN extern rtk_arena_t *rtk_arena_slots[RTK_MAX_ARENAS];
+RTK_HIDDEN extern int rtk_arena_slots_used;
 
 /* Reserve an arena for plan and serve from it; -1 when it cannot be set up (*why says why). */
 RTK_HIDDEN int rtk_arenas_install(const rtk_plan_t *plan, int thp, int debug, const char **why);
@@ -19,14 +23,11 @@ RTK_HIDDEN int rtk_arenas_step(uint32_t steps);
 /* Bytes of large-heap blocks held by arenas in service, and by retired ones not yet drained. */
 RTK_HIDDEN void rtk_arenas_bytes(size_t *reserved, size_t *retired);
 /* malloc_trim: give back the free blocks of dropped classes and retired arenas. A serving class keeps its free
- * blocks' pages: libraries call malloc_trim on their own (6 times in a wdl run), and each refault cost a step a
- * burst (measured on wdl 16384: 6865 faults in one step after the plan). */
+ * blocks' pages: libraries call malloc_trim on their own, and the step after each would refault them all. */
 RTK_HIDDEN size_t rtk_arenas_trim(void);
 RTK_HIDDEN int rtk_arenas_retired(void);
 /* Bytes in live arena blocks, in free ones, and held from the large heap (page-rounded). */
 RTK_HIDDEN void rtk_arenas_usage(size_t *live, size_t *free_bytes, size_t *held);
-/* The arena holding the block that starts at p, or NULL (interior pointers too). */
-RTK_HIDDEN rtk_arena_t *rtk_arena_of(const void *p);
 RTK_HIDDEN void rtk_arenas_fork_prepare(void);
 RTK_HIDDEN void rtk_arenas_fork_parent(void);
 RTK_HIDDEN void rtk_arenas_fork_child(void);

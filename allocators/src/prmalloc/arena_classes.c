@@ -1,23 +1,16 @@
-/* arena.c -- planned arenas: each class holds `blocks` blocks of the large-object heap, taken at install from the
+/* arena_classes.c -- planned arenas: each class holds `blocks` blocks of the large-object heap, taken at install from the
  * heap's idle resident extents first (only blocks none can hold take other pages, and only those are faulted in)
- * and kept across steps on a spinlock free stack: a plan adds no RSS for pages the heap already holds (the old
- * arena took one fresh contiguous span and faulted it all in). A block's owner word in the heap's page metadata
- * names its arena, class and state, so free finds the class in O(1) without a header, and a double free or an
- * interior pointer is caught in every mode. Dropped classes and retired arenas give their blocks (and the pages)
+ * and kept across steps on a spinlock free stack: a plan adds no RSS for pages the heap already holds. A block's
+ * owner word in the heap's page map names its arena, class and state (prmalloc/owner.h), so free finds the class in
+ * O(1) without a header, and a double free or an interior pointer is caught in every mode. Dropped classes and retired arenas give their blocks (and the pages)
  * back to the heap. */
 #include <string.h>
 
 #include "common/os.h"
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/internal.h"
 #include "prmalloc/large.h"
-
-/* owner word: RTK_LARGE_OWNED, bit 29 handed out (clear: on its class's free stack), bits 8-15 the arena's slot,
- * bits 0-7 the class */
-#define OWN_INUSE 0x20000000u
-#define OWN(slot, k) (RTK_LARGE_OWNED | (uint32_t)(slot) << 8 | (uint32_t)(k))
-#define OWN_SLOT(w) (((w) >> 8) & 0xffu)
-#define OWN_CLASS(w) ((w) & 0xffu)
+#include "prmalloc/owner.h"
 
 static size_t page_round(size_t v)
 {
@@ -85,9 +78,8 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
     }
     /* The heap's idle resident pages become the classes' blocks first, the largest classes first (they need the
      * longest extents): they cost no fault and no RSS. Only the blocks no resident extent can hold take other
-     * pages, faulted in here, inside the step mark, with one call each: left to first use they cost one step a
-     * burst of faults (measured on wdl 16384: ~4500 in the step after the plan, 179 a step on average, against
-     * 0.14 this way). A block the heap cannot give now is taken when first needed. */
+     * pages, faulted in here, inside the step mark, with one call each: left to first use they would cost the
+     * first steps after the plan a burst of faults. A block the heap cannot give now is taken when first needed. */
     for (int pass = 0; pass < 2; pass++)
         for (int i = a->n - 1; i >= 0; i--) {
             rtk_aclass_t *c = &a->cls[i];
@@ -97,7 +89,7 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
                    (b = pass ? rtk_large_alloc(c->size, al, &usable) : rtk_large_alloc_resident(c->size, al, &usable))) {
                 if (pass)
                     rtk_os_populate(b, usable);
-                rtk_large_set_owner(b, OWN(slot, i));
+                rtk_large_set_owner(b, RTK_OWNER_WORD(slot, i));
                 c->stack[c->top++] = b;
                 c->made++;
             }
@@ -122,14 +114,14 @@ static void give_back(rtk_aclass_t *c, void *p)
     rtk_large_free_release(p, &bytes);
 }
 
-static void *pop(rtk_arena_t *a, rtk_aclass_t *c, int k)
+static void *pop(rtk_arena_t *a, rtk_aclass_t *c, int k, size_t *bytes)
 {
     void *p = NULL;
     int take = 0;
     rtk_spin_lock(&c->lock);
     if (c->top) {
         p = c->stack[--c->top];
-        rtk_large_set_owner(p, OWN(a->slot, k) | OWN_INUSE);
+        rtk_large_set_owner(p, RTK_OWNER_WORD(a->slot, k) | RTK_OWNER_INUSE);
         c->pops++;
     } else if (c->made < c->blocks) {
         c->made++;  /* counted before the heap is asked, so a racing pop cannot overshoot `blocks` */
@@ -144,21 +136,23 @@ static void *pop(rtk_arena_t *a, rtk_aclass_t *c, int k)
             rtk_os_populate(p, usable);
         rtk_spin_lock(&c->lock);
         if (p) {
-            rtk_large_set_owner(p, OWN(a->slot, k) | OWN_INUSE);
+            rtk_large_set_owner(p, RTK_OWNER_WORD(a->slot, k) | RTK_OWNER_INUSE);
             c->pops++;
         } else {
             c->made--;
         }
         rtk_spin_unlock(&c->lock);
     }
-    if (p)
+    if (p) {
         __atomic_add_fetch(&a->live_blocks, 1, __ATOMIC_RELAXED);
+        *bytes = c->size;
+    }
     return p;
 }
 
 /* The smallest class that fits; when it is empty, borrow from larger classes up to twice the request (sizes
  * that vary with the batch land one class up now and then). */
-void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why)
+void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why, size_t *bytes)
 {
     int lo = 0, hi = a->n;
     while (lo < hi) {
@@ -177,7 +171,7 @@ void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why)
         seen = 1;
         if (__atomic_load_n(&c->top, __ATOMIC_RELAXED) == 0 && __atomic_load_n(&c->made, __ATOMIC_RELAXED) >= c->blocks)
             continue;
-        void *p = pop(a, c, i);
+        void *p = pop(a, c, i, bytes);
         if (p) {
             *why = RTK_ARENA_OK;
             return p;
@@ -187,46 +181,24 @@ void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why)
     return NULL;
 }
 
-rtk_aclass_t *rtk_arena_class_of(rtk_arena_t *a, const void *p)
+int rtk_arena_free(rtk_arena_t *a, int k, void *p)
 {
-    uint32_t w = rtk_in_large(p) ? rtk_large_owner(p) : 0;
-    if (!w || OWN_SLOT(w) != (uint32_t)a->slot || OWN_CLASS(w) >= (uint32_t)a->n)
-        return NULL;
-    return &a->cls[OWN_CLASS(w)];
-}
-
-int rtk_arena_slot_of(const void *p)
-{
-    uint32_t w = rtk_in_large(p) ? rtk_large_owner(p) : 0;
-    return w ? (int)OWN_SLOT(w) : -1;
-}
-
-size_t rtk_arena_block_size(rtk_arena_t *a, const void *p)
-{
-    rtk_aclass_t *c = rtk_arena_class_of(a, p);
-    return c ? c->size : 0;
-}
-
-int rtk_arena_block_live(rtk_arena_t *a, const void *p)
-{
-    return rtk_arena_class_of(a, p) && (rtk_large_owner(p) & OWN_INUSE);
-}
-
-int rtk_arena_free(rtk_arena_t *a, void *p)
-{
-    rtk_aclass_t *c = rtk_arena_class_of(a, p);
-    if (!c)
+    if (k < 0 || k >= a->n)
         return -1;
+    rtk_aclass_t *c = &a->cls[k];
+    size_t bytes;
+    uint32_t w, mine = RTK_OWNER_WORD(a->slot, k);
     rtk_spin_lock(&c->lock);
-    uint32_t w = rtk_large_owner(p);
-    if (!(w & OWN_INUSE) || &a->cls[OWN_CLASS(w)] != c) {
+    /* the owner word under the class lock: a racing second free of p finds the block back on the stack */
+    rtk_large_block(p, &bytes, &w);
+    if (w != (mine | RTK_OWNER_INUSE)) {
         rtk_spin_unlock(&c->lock);
-        return -2;
+        return w == mine ? -2 : -1;
     }
     if (c->dropped || a->retired) {
         give_back(c, p);
     } else {
-        rtk_large_set_owner(p, w & ~OWN_INUSE);
+        rtk_large_set_owner(p, w & ~RTK_OWNER_INUSE);
         c->stack[c->top++] = p;  /* top < made <= blocks: the stack has room */
     }
     rtk_spin_unlock(&c->lock);

@@ -1,10 +1,10 @@
-/* stash.c -- the fallback stash: once planned, freed large glibc blocks are kept for the next fallback that fits. */
-#include "prmalloc/stash.h"
+/* fallback_stash.c -- the fallback stash: once planned, freed large glibc blocks are kept for the next fallback that fits. */
+#include "prmalloc/fallback_stash.h"
 
 /* A class that runs out after the plan (a step keeps one block more live than the profile saw: TF ordering ops
  * differently under load) falls back to glibc every step. glibc serves such a block by mmap, or from a heap
- * top it trims again at free once several are freed together, so each recurrence faults the block in anew
- * (measured: 3 extra 2 MiB blocks a step = 2016 faults a step). Once planned, frees of glibc chunks at or
+ * top it trims again at free once several are freed together, so each recurrence faults the block in anew.
+ * Once planned, frees of glibc chunks at or
  * above min_size and no larger than twice the largest class are kept here (at most RTK_STASH) and handed to
  * the next fallback they fit: recurring fallbacks fault once, not every step. Memory held: at most RTK_STASH
  * blocks and max(plan's reserved bytes, 64 MiB), blocks that were live at the same time anyway (peak unchanged). */

@@ -1,6 +1,6 @@
-/* stash.h -- the fallback stash: freed large glibc blocks kept for the next fallback once a plan is in service. */
-#ifndef RTK_PRMALLOC_STASH_H
-#define RTK_PRMALLOC_STASH_H
+/* fallback_stash.h -- the fallback stash: freed large glibc blocks kept for the next fallback once a plan is in service. */
+#ifndef RTK_PRMALLOC_FALLBACK_STASH_H
+#define RTK_PRMALLOC_FALLBACK_STASH_H
 
 #include "prmalloc/state.h"
 

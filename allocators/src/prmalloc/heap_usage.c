@@ -1,11 +1,11 @@
-/* usage.c -- live and idle bytes for the step marks and mallinfo: rtkit's arenas and large heap, and glibc's
+/* heap_usage.c -- live and idle bytes for the step marks and mallinfo: rtkit's arenas and large heap, and glibc's
  * own books (its mallinfo2, found with dlsym so that ours, which adds rtkit's memory, is not counted twice). */
 #include <dlfcn.h>
 #include <malloc.h>
 
-#include "prmalloc/arenas.h"
+#include "prmalloc/arena_slots.h"
 #include "prmalloc/large.h"
-#include "prmalloc/usage.h"
+#include "prmalloc/heap_usage.h"
 
 void rtk_rtkit_usage(size_t *live, size_t *idle)
 {

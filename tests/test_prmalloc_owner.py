@@ -1,0 +1,40 @@
+# test_prmalloc_owner.py -- whose block a pointer is, and how big, is decided in one place: prmalloc/owner.h.
+import glob
+import os
+import re
+
+from conftest import REPO
+
+PRMALLOC = os.path.join(REPO, "allocators", "src", "prmalloc")
+# a pointer tested against one of rtkit's ranges: the first half of every "is it the tier's / the large heap's"
+IN_RANGE = re.compile(r"\(uintptr_t\)\s*\w+\s*-\s*(rtk_large_lo|rtk_hot\.tier_lo)\b")
+# the large heap's page map read for a block's state, bytes and owner word
+PAGE_MAP_READ = re.compile(r"\brtk_large_block\s*\(")
+
+
+def _sources():
+    for path in sorted(glob.glob(os.path.join(PRMALLOC, "*.[ch]"))):
+        with open(path) as fh:
+            text = re.sub(r"/\*.*?\*/|//[^\n]*", "", fh.read(), flags=re.S)
+        yield os.path.basename(path), text
+
+
+def test_a_pointer_is_tested_against_rtkits_ranges_only_by_the_owner_lookup():
+    testers = {name for name, text in _sources() if IN_RANGE.search(text)}
+    # large.c turns a pointer into a page index of its own map (its definition of the range)
+    assert testers - {"large.c"} == {"owner.h"}, sorted(testers)
+
+
+def test_the_page_map_is_asked_by_the_owner_lookup_and_the_class_free_it_checks_under_its_lock():
+    callers = {name for name, text in _sources() if PAGE_MAP_READ.search(text)}
+    assert callers - {"large.c", "large.h"} == {"owner.h", "arena_classes.c"}, sorted(callers)
+
+
+def test_free_realloc_usable_size_and_the_public_checks_use_the_owner_lookup():
+    texts = dict(_sources())
+    users = {name for name, text in texts.items() if re.search(r"\brtk_owner_of\s*\(", text)} - {"owner.h"}
+    assert users == {"alloc.c", "interpose.c", "init.c"}, sorted(users)
+    for name, function in (("alloc.c", "rtk_usable_size"), ("alloc.c", "rtk_realloc"), ("interpose.c", "free_special"),
+                           ("init.c", "rtkit_malloc_in_arena"), ("init.c", "rtkit_malloc_in_pmem")):
+        body = re.search(r"\b%s\([^)]*\)\s*\{(.*?)\n\}" % function, texts[name], re.S)
+        assert body and "rtk_owner_of(" in body.group(1), f"{name}: {function} asks the owner elsewhere"
