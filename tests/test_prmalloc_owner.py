@@ -7,7 +7,7 @@ from conftest import REPO
 
 PRMALLOC = os.path.join(REPO, "allocators", "src", "prmalloc")
 # a pointer tested against one of rtkit's ranges: the first half of every "is it the tier's / the large heap's"
-IN_RANGE = re.compile(r"\(uintptr_t\)\s*\w+\s*-\s*(rtk_large_lo|rtk_hot\.tier_lo)\b")
+IN_RANGE = re.compile(r"\(uintptr_t\)\s*\w+\s*-\s*(rtk_large_lo|rtk_fastpath\.tier_lo)\b")
 # the large heap's page map read for a block's state, bytes and owner word
 PAGE_MAP_READ = re.compile(r"\brtk_large_block\s*\(")
 

@@ -283,7 +283,7 @@ def test_a_new_c_setting_touches_its_row_and_its_user(tmp_path):
     table.write_text(text.replace(anchor, PROBE_ROW + anchor))
     user = scratch / "allocators" / "src" / "prmalloc" / "init.c"
     text = user.read_text()
-    anchor = "    rtk_g.plan_source = \"none\";\n"
+    anchor = "    rtk_engine.plan_source = \"none\";\n"
     assert anchor in text
     user.write_text(text.replace(anchor, PROBE_USE + anchor))
 

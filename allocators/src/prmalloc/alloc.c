@@ -45,16 +45,16 @@ static void debug_check(const void *p, size_t size)
         zero += c[i] == 0;
     }
     if (poison != k && zero != k && poison) {
-        __atomic_add_fetch(&rtk_g.debug_errors, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&rtk_engine.debug_errors, 1, __ATOMIC_RELAXED);
         rtk_log_line("%s: block %p was written after it was freed", rtk_settings[RTK_OPT_MALLOC_DEBUG].env, p);
     }
 }
 
 void *rtk_alloc(size_t n, size_t align, int zero)
 {
-    if (__builtin_expect(rtk_hot.mode != RTK_MODE_READY, 0)) {
+    if (__builtin_expect(rtk_fastpath.mode != RTK_MODE_READY, 0)) {
         rtk_init();
-        if (rtk_hot.mode != RTK_MODE_READY)  /* re-entered from inside init: straight to glibc */
+        if (rtk_fastpath.mode != RTK_MODE_READY)  /* re-entered from inside init: straight to glibc */
             return libc_alloc(n, align, zero);
     }
     if (__builtin_expect(n >= rtk_tier_min, 0) && rtk_tier_pre) {
@@ -62,13 +62,13 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         if (p)
             return p;
     }
-    if (!rtk_hot.inspect || (n < rtk_hot.min_size && !rtk_setting_on(RTK_OPT_MALLOC_CENSUS)))
+    if (!rtk_fastpath.inspect || (n < rtk_fastpath.min_size && !rtk_setting_on(RTK_OPT_MALLOC_CENSUS)))
         return libc_alloc(n, align, zero);  /* RTKIT_MALLOC_CENSUS=0: small requests are not counted */
     rtk_tslot_t *s = rtk_slot();
     unsigned b = rtk_bucket(n);
     s->count[b]++;
     s->bytes[b] += n;
-    if (n < rtk_hot.min_size) {
+    if (n < rtk_fastpath.min_size) {
         void *p = libc_alloc(n, align, zero);
         if (p)
             s->live += (int64_t)rtk_chunk_bytes(p);
@@ -101,7 +101,7 @@ void *rtk_alloc(size_t n, size_t align, int zero)
             return p;
     }
     s->fallbacks++;
-    if (n >= rtk_g.large_min) {
+    if (n >= rtk_engine.large_min) {
         /* no planned block: the large-object heap, whose freed pages stay resident across steps */
         size_t u;
         void *p = rtk_large_alloc(n, align, &u);
@@ -135,7 +135,7 @@ void *rtk_alloc(size_t n, size_t align, int zero)
 
 void rtk_heap_corrupt(const char *call, const char *what, const void *p)
 {
-    __atomic_add_fetch(&rtk_g.debug_errors, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&rtk_engine.debug_errors, 1, __ATOMIC_RELAXED);
     rtk_log_line("%s: %s %p (rtkit's memory); aborting", call, what, p);
     abort();
 }
@@ -157,7 +157,7 @@ void rtk_free_owned(void *p, rtk_owner_t o)
     int r = o.kind == RTK_OWNER_ARENA ? rtk_arena_free(o.arena, o.cls, p) : rtk_large_free(p, &bytes);
     if (r < 0)
         rtk_heap_corrupt("free()", r == -2 ? "double free of" : "invalid pointer", p);
-    if (rtk_hot.inspect || o.kind == RTK_OWNER_ARENA) {
+    if (rtk_fastpath.inspect || o.kind == RTK_OWNER_ARENA) {
         rtk_tslot_t *s = rtk_slot();
         s->frees++;
         s->live -= (int64_t)bytes;
@@ -191,12 +191,12 @@ static void *move_block(void *p, const rtk_owner_t *o, size_t n)
 /* a glibc block stays glibc's: it grows in place (or by mremap) wherever glibc can, as without rtkit */
 static void *glibc_realloc(void *p, size_t n)
 {
-    if (!rtk_hot.inspect || rtk_hot.mode != RTK_MODE_READY)
+    if (!rtk_fastpath.inspect || rtk_fastpath.mode != RTK_MODE_READY)
         return __libc_realloc(p, n);
     if (rtk_stash_holds(p))  /* freed by the program, kept by rtkit: glibc would not know it is free */
         rtk_heap_corrupt("realloc()", "invalid pointer", p);
     size_t old_cs = rtk_chunk_bytes(p);
-    if (old_cs >= rtk_hot.track_min)
+    if (old_cs >= rtk_fastpath.track_min)
         rtk_profile_free(p);
     void *q = __libc_realloc(p, n);
     rtk_tslot_t *s = rtk_slot();
@@ -205,7 +205,7 @@ static void *glibc_realloc(void *p, size_t n)
     s->bytes[b] += n;
     if (q) {
         s->live += (int64_t)rtk_chunk_bytes(q) - (int64_t)old_cs;
-        if (n >= rtk_hot.min_size) {
+        if (n >= rtk_fastpath.min_size) {
             s->fallbacks++;
             if (rtk_prof_active)
                 rtk_profile_alloc(q, n, 0);
@@ -216,7 +216,7 @@ static void *glibc_realloc(void *p, size_t n)
 
 void *rtk_realloc(void *p, size_t n)
 {
-    if (rtk_hot.mode != RTK_MODE_READY)
+    if (rtk_fastpath.mode != RTK_MODE_READY)
         rtk_init();
     rtk_owner_t o = rtk_owner_of(p);
     if (o.kind == RTK_OWNER_TIER) {
@@ -228,7 +228,7 @@ void *rtk_realloc(void *p, size_t n)
         }
         return keep ? p : move_block(p, &o, n);
     }
-    if (rtk_hot.inspect)
+    if (rtk_fastpath.inspect)
         rtk_slot()->realloc_calls++;
     if (o.kind == RTK_OWNER_GLIBC)
         return glibc_realloc(p, n);
@@ -236,14 +236,14 @@ void *rtk_realloc(void *p, size_t n)
         rtk_heap_corrupt("realloc()", "invalid pointer", p);
     if (o.kind == RTK_OWNER_ARENA) {
         /* out of or within an arena: keep the block when the new size still fits it and is large */
-        if (n <= o.size && n >= rtk_hot.min_size && !o.arena->retired)
+        if (n <= o.size && n >= rtk_fastpath.min_size && !o.arena->retired)
             return p;
         return move_block(p, &o, n);
     }
     /* a large-heap block: resized in place when the heap can (its following pages are free), else moved */
     size_t u;
-    if (n >= rtk_g.large_min && rtk_large_resize(p, n, &u)) {
-        if (rtk_hot.inspect)
+    if (n >= rtk_engine.large_min && rtk_large_resize(p, n, &u)) {
+        if (rtk_fastpath.inspect)
             rtk_slot()->live += (int64_t)u - (int64_t)o.size;
         return p;
     }

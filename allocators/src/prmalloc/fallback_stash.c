@@ -26,7 +26,7 @@ void rtk_stash_enable(const rtk_plan_t *p, size_t min_size)
     g_stash_max = 2 * top;
     g_stash_cap = p->reserved > ((size_t)64 << 20) ? p->reserved : (size_t)64 << 20;
     __atomic_store_n(&g_stash_on, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&rtk_hot.track_min, min_size, __ATOMIC_RELEASE);  /* large frees: ask the stash */
+    __atomic_store_n(&rtk_fastpath.track_min, min_size, __ATOMIC_RELEASE);  /* large frees: ask the stash */
     rtk_publish_any();
 }
 
@@ -104,7 +104,7 @@ void *rtk_stash_pop(size_t n, size_t align)
     }
     rtk_spin_unlock(&g_stash_lock);
     if (p)
-        __atomic_add_fetch(&rtk_g.fallback_reused, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&rtk_engine.fallback_reused, 1, __ATOMIC_RELAXED);
     return p;
 }
 

@@ -35,7 +35,7 @@ static int read_settings(void)
     rtk_opt_load(RTK_PART_ALL);
     const char *dir = rtk_opt_internal(RTK_ENV_RUN_DIR);
     if (dir)
-        snprintf(rtk_g.cfg.run_dir, sizeof rtk_g.cfg.run_dir, "%s", dir);
+        snprintf(rtk_engine.cfg.run_dir, sizeof rtk_engine.cfg.run_dir, "%s", dir);
     return rtk_opt_bad(RTK_OPT_MALLOC);
 }
 
@@ -48,87 +48,87 @@ static void do_init(void)
     /* The first preloaded process of a tree marks itself in the environment its children inherit: only it
      * reports a bad setting on stderr and writes a stats file without step marks (helpers such as `uname`
      * spawned by the job stay silent). setenv may allocate: re-entry goes to glibc while t_in_init is set. */
-    rtk_g.pid = (pid_t)rtk_os_pid();
-    rtk_g.large_min = SIZE_MAX;
+    rtk_engine.pid = (pid_t)rtk_os_pid();
+    rtk_engine.large_min = SIZE_MAX;
     const char *root = rtk_opt_internal(RTK_ENV_MALLOC_ROOT);
-    rtk_g.is_root = !root || atol(root) == (long)rtk_g.pid;
+    rtk_engine.is_root = !root || atol(root) == (long)rtk_engine.pid;
     if (!root) {
         char b[32];
-        snprintf(b, sizeof b, "%ld", (long)rtk_g.pid);
+        snprintf(b, sizeof b, "%ld", (long)rtk_engine.pid);
         setenv(RTK_ENV_MALLOC_ROOT, b, 1);
     }
     int malloc_bad = read_settings();
     rtk_tier_read_settings();
     /* shells (pyenv shims) do not pass our marker on: the run directory's marker file makes it once per run */
-    if (rtk_g.is_root)
-        rtk_say_kept(0, rtk_g.cfg.run_dir, ".settings-reported");
-    rtk_g.plan_source = "none";
-    rtk_g.profile_reason = "";
+    if (rtk_engine.is_root)
+        rtk_say_kept(0, rtk_engine.cfg.run_dir, ".settings-reported");
+    rtk_engine.plan_source = "none";
+    rtk_engine.profile_reason = "";
     /* until the allocator is on, every malloc is glibc's: a budget no request overdraws (in practice) */
-    rtk_hot.sample_bytes = SIZE_MAX / 2;
-    rtk_hot.fast_max = SIZE_MAX;
+    rtk_fastpath.sample_bytes = SIZE_MAX / 2;
+    rtk_fastpath.fast_max = SIZE_MAX;
     if (!rtk_setting_on(RTK_OPT_MALLOC)) {
-        rtk_g.state = RTK_STATE_OFF;
+        rtk_engine.state = RTK_STATE_OFF;
         return;
     }
     if (malloc_bad) {
-        rtk_g.state = RTK_STATE_DISABLED;  /* RTKIT_MALLOC itself is bad: plain pass-through, the stats file says why */
+        rtk_engine.state = RTK_STATE_DISABLED;  /* RTKIT_MALLOC itself is bad: plain pass-through, the stats file says why */
         return;
     }
     if (rtk_census_init() != 0) {
-        rtk_g.state = RTK_STATE_DISABLED;
+        rtk_engine.state = RTK_STATE_DISABLED;
         return;
     }
     pthread_atfork(fork_prepare, fork_parent, fork_child);  /* may allocate: re-entry goes to glibc */
-    rtk_g.state = RTK_STATE_PASSTHROUGH;
-    rtk_g.faults_mark = rtk_os_minor_faults();
+    rtk_engine.state = RTK_STATE_PASSTHROUGH;
+    rtk_engine.faults_mark = rtk_os_minor_faults();
     /* the large-object heap: address space only until used (its size bounds what it can ever hold) */
     rtk_large_set_debug(rtk_setting_on(RTK_OPT_MALLOC_DEBUG));
     if (rtk_setting_on(RTK_OPT_MALLOC_LARGE) && rtk_large_init(RTK_LARGE_LIMIT, 0) == 0) {
         rtk_publish_any();
         rtk_glibc_heap_setup(rtk_setting_on(RTK_OPT_MALLOC_THP));  /* the small objects left to glibc: huge pages for its thread heaps */
     }
-    rtk_hot.inspect = 1;
+    rtk_fastpath.inspect = 1;
     /* the inline small path assumes heap chunks: it stays under glibc's smallest mmap threshold (128 KiB) and
      * never reaches the tier; without the census, requests below min_size are a plain tail call to glibc */
     rtk_step_set_min_size(rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
     if (rtk_step_plan_at_init())
         return;
-    if (rtk_g.state == RTK_STATE_PASSTHROUGH && rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) == 0)
+    if (rtk_engine.state == RTK_STATE_PASSTHROUGH && rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) == 0)
         rtk_step_start_profiling(0);
 }
 
 void rtk_init(void)
 {
     int expect = RTK_MODE_UNINIT;
-    if (__atomic_compare_exchange_n(&rtk_hot.mode, &expect, RTK_MODE_INITIALIZING, 0, __ATOMIC_ACQ_REL,
+    if (__atomic_compare_exchange_n(&rtk_fastpath.mode, &expect, RTK_MODE_INITIALIZING, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE)) {
         t_in_init = 1;
         do_init();
         t_in_init = 0;
-        __atomic_store_n(&rtk_hot.mode, RTK_MODE_READY, __ATOMIC_RELEASE);
+        __atomic_store_n(&rtk_fastpath.mode, RTK_MODE_READY, __ATOMIC_RELEASE);
         return;
     }
     if (t_in_init)
         return;
-    while (__atomic_load_n(&rtk_hot.mode, __ATOMIC_ACQUIRE) != RTK_MODE_READY)
+    while (__atomic_load_n(&rtk_fastpath.mode, __ATOMIC_ACQUIRE) != RTK_MODE_READY)
         rtk_cpu_relax();
 }
 
 __attribute__((constructor)) static void rtk_ctor(void)
 {
-    if (rtk_hot.mode == RTK_MODE_UNINIT)
+    if (rtk_fastpath.mode == RTK_MODE_UNINIT)
         rtk_init();
 }
 
 EXPORT void rtkit_step_mark(void)
 {
-    if (rtk_hot.mode != RTK_MODE_READY)
+    if (rtk_fastpath.mode != RTK_MODE_READY)
         rtk_init();
     rtk_tier_step_mark();
-    if (rtk_hot.mode != RTK_MODE_READY || rtk_g.state == RTK_STATE_OFF || rtk_g.state == RTK_STATE_DISABLED) {
-        if (rtk_g.state == RTK_STATE_DISABLED)
-            __atomic_add_fetch(&rtk_g.steps, 1, __ATOMIC_RELAXED);
+    if (rtk_fastpath.mode != RTK_MODE_READY || rtk_engine.state == RTK_STATE_OFF || rtk_engine.state == RTK_STATE_DISABLED) {
+        if (rtk_engine.state == RTK_STATE_DISABLED)
+            __atomic_add_fetch(&rtk_engine.steps, 1, __ATOMIC_RELAXED);
         return;
     }
     rtk_step_mark();
@@ -136,9 +136,9 @@ EXPORT void rtkit_step_mark(void)
 
 EXPORT int rtkit_malloc_state(void)
 {
-    if (rtk_hot.mode != RTK_MODE_READY)
+    if (rtk_fastpath.mode != RTK_MODE_READY)
         rtk_init();
-    switch (rtk_g.state) {
+    switch (rtk_engine.state) {
     case RTK_STATE_PROFILING: return 2;
     case RTK_STATE_PLANNED: return 3;
     case RTK_STATE_PASSTHROUGH: return 1;
@@ -161,18 +161,18 @@ EXPORT int rtkit_malloc_in_pmem(const void *p)
 
 EXPORT int rtkit_malloc_write_stats(void)
 {
-    if (rtk_hot.mode != RTK_MODE_READY)
+    if (rtk_fastpath.mode != RTK_MODE_READY)
         rtk_init();
-    if (rtk_g.state == RTK_STATE_OFF || !rtk_g.cfg.run_dir[0])
+    if (rtk_engine.state == RTK_STATE_OFF || !rtk_engine.cfg.run_dir[0])
         return -1;
     return rtk_step_write_stats();
 }
 
 __attribute__((destructor)) static void rtk_dtor(void)
 {
-    if (rtk_hot.mode != RTK_MODE_READY || rtk_g.state == RTK_STATE_OFF || !rtk_g.cfg.run_dir[0])
+    if (rtk_fastpath.mode != RTK_MODE_READY || rtk_engine.state == RTK_STATE_OFF || !rtk_engine.cfg.run_dir[0])
         goto out;
-    if (rtk_g.steps == 0 && (rtk_g.forked || !rtk_g.is_root))
+    if (rtk_engine.steps == 0 && (rtk_engine.forked || !rtk_engine.is_root))
         goto out;  /* a helper process that never marked a step: the job's own file tells the story */
     rtkit_malloc_write_stats();
 out:
@@ -232,8 +232,8 @@ static void fork_child(void)
     rtk_tier_fork_child();
     if (g_fork_io_locked)
         _IO_list_resetlock();  /* glibc's fork resets it too when it took it: only this thread is left */
-    rtk_g.forked = 1;
-    rtk_g.pid = (pid_t)rtk_os_pid();
-    rtk_g.is_root = 0;
-    rtk_g.last_write_ns = 0;
+    rtk_engine.forked = 1;
+    rtk_engine.pid = (pid_t)rtk_os_pid();
+    rtk_engine.is_root = 0;
+    rtk_engine.last_write_ns = 0;
 }

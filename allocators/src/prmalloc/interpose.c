@@ -77,9 +77,9 @@ over:
 
 __attribute__((noinline)) static void *malloc_slow(size_t n)
 {
-    size_t refill = rtk_hot.sample_bytes;
-    if (n < rtk_hot.fast_max) {
-        if (rtk_hot.inspect && rtk_setting_on(RTK_OPT_MALLOC_CENSUS)) {
+    size_t refill = rtk_fastpath.sample_bytes;
+    if (n < rtk_fastpath.fast_max) {
+        if (rtk_fastpath.inspect && rtk_setting_on(RTK_OPT_MALLOC_CENSUS)) {
             /* this malloc overdrew the budget: it stands for `refill` bytes of small requests */
             rtk_tslot_t *s = rtk_slot();
             size_t m = n < 9 ? 9 : n;
@@ -94,7 +94,7 @@ __attribute__((noinline)) static void *malloc_slow(size_t n)
         return p;
     }
     t_budget = refill;  /* a large request spends nothing of the sampling budget */
-    if (n < rtk_hot.pass_max)  /* RTKIT_MALLOC_CENSUS=0 or not initialised yet: nothing counted */
+    if (n < rtk_fastpath.pass_max)  /* RTKIT_MALLOC_CENSUS=0 or not initialised yet: nothing counted */
         return __libc_malloc(n);
     return rtk_alloc(n, 0, 0);
 }
@@ -111,7 +111,7 @@ __attribute__((noinline)) static void free_slow(void *p, size_t cs)
     rtk_tslot_t *s = rtk_slot();
     s->frees++;
     s->live -= (int64_t)cs;
-    if (cs >= rtk_hot.track_min) {  /* profiling, or planned: a fallback block the stash may keep */
+    if (cs >= rtk_fastpath.track_min) {  /* profiling, or planned: a fallback block the stash may keep */
         rtk_profile_free(p);
         int kept = rtk_stash_push(p, cs);
         if (kept > 0)
@@ -142,7 +142,7 @@ EXPORT void API(free)(void *p)
 {
     /* one range covers all of rtkit's memory (empty while there is none; NULL is never inside). Low first: glibc's
      * main heap lies below every mapping, so most frees leave after one compare */
-    if (unlikely((uintptr_t)p >= rtk_hot.any_lo) && unlikely((uintptr_t)p < rtk_hot.any_hi))
+    if (unlikely((uintptr_t)p >= rtk_fastpath.any_lo) && unlikely((uintptr_t)p < rtk_fastpath.any_hi))
         return free_special(p);
     __libc_free(p);
 }
@@ -154,8 +154,8 @@ EXPORT void *API(calloc)(size_t nmemb, size_t size)
         errno = ENOMEM;
         return NULL;
     }
-    if (likely(n < rtk_hot.fast_max)) {
-        if (rtk_hot.inspect) {
+    if (likely(n < rtk_fastpath.fast_max)) {
+        if (rtk_fastpath.inspect) {
             rtk_tslot_t *s = rtk_slot();
             census_small(s, n);
             s->calloc_calls++;
@@ -163,7 +163,7 @@ EXPORT void *API(calloc)(size_t nmemb, size_t size)
         return __libc_calloc(1, n);
     }
     void *p = rtk_alloc(n, 0, 1);
-    if (rtk_hot.inspect)
+    if (rtk_fastpath.inspect)
         rtk_slot()->calloc_calls++;
     return p;
 }
@@ -192,7 +192,7 @@ EXPORT void *API(reallocarray)(void *p, size_t nmemb, size_t size)
 static void *aligned(size_t align, size_t n)
 {
     void *p = rtk_alloc(n, align, 0);
-    if (rtk_hot.inspect)
+    if (rtk_fastpath.inspect)
         rtk_slot()->memalign_calls++;
     return p;
 }

@@ -31,7 +31,7 @@ typedef struct rtk_owner {
 static inline rtk_owner_t rtk_owner_of(const void *p)
 {
     rtk_owner_t o = {RTK_OWNER_GLIBC, RTK_BLOCK_LIVE, 0, NULL, -1};
-    if ((uintptr_t)p - rtk_hot.tier_lo < rtk_hot.tier_span) {
+    if ((uintptr_t)p - rtk_fastpath.tier_lo < rtk_fastpath.tier_span) {
         o.kind = RTK_OWNER_TIER;
         o.size = rtk_tier_usable(p);
         o.state = o.size ? RTK_BLOCK_LIVE : RTK_BLOCK_NONE;

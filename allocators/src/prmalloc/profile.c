@@ -115,14 +115,14 @@ void rtk_profile_begin(uint32_t step, size_t min_size)
     g_pstep = step;
     memset(g_ptab, 0, sizeof(rtk_pent_t) * PTAB_CAP);
     g_pcount = 0;
-    __atomic_store_n(&rtk_hot.track_min, min_size, __ATOMIC_RELEASE);
+    __atomic_store_n(&rtk_fastpath.track_min, min_size, __ATOMIC_RELEASE);
     rtk_publish_any();
     rtk_spin_unlock(&g_prof_lock);
 }
 
 void rtk_profile_end(void)
 {
-    __atomic_store_n(&rtk_hot.track_min, SIZE_MAX, __ATOMIC_RELEASE);
+    __atomic_store_n(&rtk_fastpath.track_min, SIZE_MAX, __ATOMIC_RELEASE);
     rtk_publish_any();
     rtk_spin_lock(&g_prof_lock);
     rtk_prof_active = 0;

@@ -10,7 +10,7 @@
 enum { RTK_MODE_UNINIT = 0, RTK_MODE_INITIALIZING = 1, RTK_MODE_READY = 2 };
 
 /* What the hot paths read, together on one cache line. */
-typedef struct rtk_hot {
+typedef struct rtk_fastpath {
     size_t fast_max;        /* malloc/new below this size take the inline small path (0: all go slow) */
     size_t track_min;       /* free of a chunk this large asks the profiler (SIZE_MAX: not profiling) */
     size_t min_size;        /* malloc_min_size in force (the setting, or a loaded plan's): its one home; SIZE_MAX before init */
@@ -22,9 +22,9 @@ typedef struct rtk_hot {
     uintptr_t any_hi;       /* this one range, then sorts out which (rtk_publish_any); empty: lo = hi = 0 */
     size_t pass_max;        /* malloc below this that reaches the slow path goes straight to glibc */
     size_t sample_bytes;    /* the small-malloc census samples one request per this many bytes (< fast_max) */
-} rtk_hot_t;
+} rtk_fastpath_t;
 
-RTK_HIDDEN extern rtk_hot_t rtk_hot;
+RTK_HIDDEN extern rtk_fastpath_t rtk_fastpath;
 
 /* Recompute any_lo/any_hi after tier_* or the large heap changed (widened first: never misses a live
  * range). Its lock is taken by the fork handlers (rtk_publish_fork_*). */
@@ -45,7 +45,7 @@ typedef struct rtk_step {
     int64_t live;
 } rtk_step_t;
 
-typedef struct rtk_state {
+typedef struct rtk_engine {
     rtk_config_t cfg;
     int state;
     pid_t pid;
@@ -76,8 +76,8 @@ typedef struct rtk_state {
     int64_t peak_live;              /* highest live bytes seen at a step mark or stats write */
     uint64_t last_write_ns;
     rtk_step_t ring[RTK_RING_STEPS];
-} rtk_state_t;
+} rtk_engine_t;
 
-RTK_HIDDEN extern rtk_state_t rtk_g;
+RTK_HIDDEN extern rtk_engine_t rtk_engine;
 
 #endif

@@ -39,9 +39,9 @@ static void put_avg(rtk_out_t *o, uint64_t sum, uint64_t n)
 long rtk_stats_format(char *buf, size_t cap)
 {
     rtk_out_t o = {buf, cap, 0, 0};
-    const rtk_totals_t *t = &rtk_g.last;
+    const rtk_totals_t *t = &rtk_engine.last;
     rtk_out_put(&o, "{\n  \"schema_version\": %d,\n  \"pid\": %ld,\n  \"state\": \"%s\",\n  \"errors\": [",
-        RTKIT_MALLOC_STATS_SCHEMA, (long)rtk_g.pid, state_name(rtk_g.state));
+        RTKIT_MALLOC_STATS_SCHEMA, (long)rtk_engine.pid, state_name(rtk_engine.state));
     for (int i = 0, n = 0, part; i < rtk_kept_count(); i++) {
         const char *msg = rtk_kept_message(i, &part);
         if (part != RTK_PART_MALLOC)
@@ -52,40 +52,40 @@ long rtk_stats_format(char *buf, size_t cap)
     rtk_out_put(&o, "],\n  \"config\": {");
     rtk_opt_echo(&o, RTK_PART_MALLOC);  /* the settings under rtkit/config.py's keys */
     rtk_out_put(&o, ", \"run_dir\": ");
-    rtk_out_str(&o, rtk_g.cfg.run_dir);
-    rtk_out_put(&o, "},\n  \"steps\": %u,\n", rtk_g.steps);
+    rtk_out_str(&o, rtk_engine.cfg.run_dir);
+    rtk_out_put(&o, "},\n  \"steps\": %u,\n", rtk_engine.steps);
     rtk_out_put(&o, "  \"profile\": {\"start_step\": ");
-    if (rtk_g.state == RTK_STATE_PROFILING || rtk_g.profile_done)
-        rtk_out_put(&o, "%u", rtk_g.profile_start_step);
+    if (rtk_engine.state == RTK_STATE_PROFILING || rtk_engine.profile_done)
+        rtk_out_put(&o, "%u", rtk_engine.profile_start_step);
     else
         rtk_out_put(&o, "null");
     rtk_out_put(&o, ", \"end_step\": ");
-    if (rtk_g.profile_done)
-        rtk_out_put(&o, "%u", rtk_g.profile_end_step);
+    if (rtk_engine.profile_done)
+        rtk_out_put(&o, "%u", rtk_engine.profile_end_step);
     else
         rtk_out_put(&o, "null");
-    rtk_out_put(&o, ", \"profiled_steps\": %u, \"dropped_allocations\": %llu, \"reason\": ", rtk_g.profiled_steps,
+    rtk_out_put(&o, ", \"profiled_steps\": %u, \"dropped_allocations\": %llu, \"reason\": ", rtk_engine.profiled_steps,
                 (unsigned long long)rtk_profile_dropped());
-    rtk_out_str(&o, rtk_g.profile_reason ? rtk_g.profile_reason : "");
+    rtk_out_str(&o, rtk_engine.profile_reason ? rtk_engine.profile_reason : "");
     rtk_out_put(&o, "},\n  \"plan\": {\"source\": ");
-    rtk_out_str(&o, rtk_g.plan_source ? rtk_g.plan_source : "none");
+    rtk_out_str(&o, rtk_engine.plan_source ? rtk_engine.plan_source : "none");
     rtk_out_put(&o, ", \"made_at_step\": ");
-    if (rtk_g.state == RTK_STATE_PLANNED)
-        rtk_out_put(&o, "%u", rtk_g.plan_step);
+    if (rtk_engine.state == RTK_STATE_PLANNED)
+        rtk_out_put(&o, "%u", rtk_engine.plan_step);
     else
         rtk_out_put(&o, "null");
     rtk_out_put(&o, ", \"classes\": [");
-    int have = rtk_g.state == RTK_STATE_PLANNED;
-    for (int i = 0; have && i < rtk_g.plan.nclasses; i++)
-        rtk_out_put(&o, "%s{\"size_bytes\": %zu, \"blocks\": %u, \"align_bytes\": %u}", i ? ", " : "", rtk_g.plan.cls[i].size,
-            rtk_g.plan.cls[i].blocks, rtk_g.plan.cls[i].align);
-    rtk_out_put(&o, "], \"reserved_bytes\": %zu, \"spacing\": ", have ? rtk_g.plan.reserved : 0);
-    rtk_out_str(&o, have ? rtk_spacing_name[rtk_g.plan.spacing] : "");
-    rtk_out_put(&o, ", \"trimmed_to_limit\": %s, \"plan_path\": ", rtk_g.plan_trimmed ? "true" : "false");
-    rtk_out_str(&o, rtk_g.plan_path);
+    int have = rtk_engine.state == RTK_STATE_PLANNED;
+    for (int i = 0; have && i < rtk_engine.plan.nclasses; i++)
+        rtk_out_put(&o, "%s{\"size_bytes\": %zu, \"blocks\": %u, \"align_bytes\": %u}", i ? ", " : "", rtk_engine.plan.cls[i].size,
+            rtk_engine.plan.cls[i].blocks, rtk_engine.plan.cls[i].align);
+    rtk_out_put(&o, "], \"reserved_bytes\": %zu, \"spacing\": ", have ? rtk_engine.plan.reserved : 0);
+    rtk_out_str(&o, have ? rtk_spacing_name[rtk_engine.plan.spacing] : "");
+    rtk_out_put(&o, ", \"trimmed_to_limit\": %s, \"plan_path\": ", rtk_engine.plan_trimmed ? "true" : "false");
+    rtk_out_str(&o, rtk_engine.plan_path);
     rtk_out_put(&o, ", \"rejected_reason\": ");
-    if (rtk_g.rejected_reason[0])
-        rtk_out_str(&o, rtk_g.rejected_reason);
+    if (rtk_engine.rejected_reason[0])
+        rtk_out_str(&o, rtk_engine.rejected_reason);
     else
         rtk_out_put(&o, "null");
     uint64_t malloc_calls = t->allocs - t->calloc_calls - t->memalign_calls - t->realloc_calls;
@@ -100,8 +100,8 @@ long rtk_stats_format(char *buf, size_t cap)
         (unsigned long long)t->realloc_calls, (unsigned long long)t->memalign_calls, (unsigned long long)t->bytes,
         (unsigned long long)t->arena_hits, (unsigned long long)t->fallbacks, (unsigned long long)t->small_calls,
         (unsigned long long)t->arena_misses, (unsigned long long)t->arena_exhausted, (long long)t->live,
-        (long long)rtk_g.peak_live, (unsigned long long)rtk_g.debug_errors,
-        (unsigned long long)__atomic_load_n(&rtk_g.fallback_reused, __ATOMIC_RELAXED),
+        (long long)rtk_engine.peak_live, (unsigned long long)rtk_engine.debug_errors,
+        (unsigned long long)__atomic_load_n(&rtk_engine.fallback_reused, __ATOMIC_RELAXED),
         (unsigned long long)t->large_hits);
     /* rtkit's own memory: what bounds its share of RSS (live blocks) and what it holds idle or gave back */
     rtk_large_info_t li;
@@ -116,7 +116,7 @@ long rtk_stats_format(char *buf, size_t cap)
         (unsigned long long)li.blocks, (unsigned long long)li.trims, li.prefaulted);
     rtk_out_put(&o, "  \"arenas\": {\"reserved_bytes\": %zu, \"retired_bytes\": %zu, \"live_bytes\": %zu, "
             "\"free_bytes\": %zu, \"retired\": %d, \"classes_dropped\": %u, \"released_at_retirement_bytes\": %zu},\n",
-        ar_res, ar_ret, ar_live, ar_free, rtk_arenas_retired(), rtk_g.classes_dropped, rtk_g.retired_released);
+        ar_res, ar_ret, ar_live, ar_free, rtk_arenas_retired(), rtk_engine.classes_dropped, rtk_engine.retired_released);
     uint64_t large = t->arena_hits + t->fallbacks;
     rtk_out_put(&o, "  \"hit_rate\": ");
     if (large)
@@ -124,28 +124,28 @@ long rtk_stats_format(char *buf, size_t cap)
     else
         rtk_out_put(&o, "null");
     rtk_out_put(&o, ",\n  \"hit_rate_after_plan\": ");
-    uint64_t large_after = large - rtk_g.plan_large0, hits_after = t->arena_hits - rtk_g.plan_hits0;
-    if (rtk_g.state == RTK_STATE_PLANNED && large >= rtk_g.plan_large0 && large_after)
+    uint64_t large_after = large - rtk_engine.plan_large0, hits_after = t->arena_hits - rtk_engine.plan_hits0;
+    if (rtk_engine.state == RTK_STATE_PLANNED && large >= rtk_engine.plan_large0 && large_after)
         rtk_out_put(&o, "%.4f", (double)hits_after / (double)large_after);
     else
         rtk_out_put(&o, "null");
     rtk_out_put(&o, ",\n  \"minor_faults_per_step_before_plan\": ");
-    put_avg(&o, rtk_g.faults_before_sum, rtk_g.faults_before_steps);
+    put_avg(&o, rtk_engine.faults_before_sum, rtk_engine.faults_before_steps);
     rtk_out_put(&o, ",\n  \"after_plan_from_step\": ");
-    if (rtk_g.state == RTK_STATE_PLANNED)
-        rtk_out_put(&o, "%u", rtk_g.after_from);
+    if (rtk_engine.state == RTK_STATE_PLANNED)
+        rtk_out_put(&o, "%u", rtk_engine.after_from);
     else
         rtk_out_put(&o, "null");
     rtk_out_put(&o, ",\n  \"minor_faults_per_step_after_plan\": ");
-    put_avg(&o, rtk_g.faults_after_sum, rtk_g.faults_after_steps);
+    put_avg(&o, rtk_engine.faults_after_sum, rtk_engine.faults_after_steps);
     /* the mean's own sum and count: per_step's records from after_plan_from_step on add up to them (the ring
      * keeps the last RTK_RING_STEPS) */
     rtk_out_put(&o, ",\n  \"minor_faults_after_plan\": %llu, \"after_plan_steps\": %llu",
-                (unsigned long long)rtk_g.faults_after_sum, (unsigned long long)rtk_g.faults_after_steps);
+                (unsigned long long)rtk_engine.faults_after_sum, (unsigned long long)rtk_engine.faults_after_steps);
     rtk_out_put(&o, ",\n  \"per_step\": [");
-    uint32_t n = rtk_g.steps < RTK_RING_STEPS ? rtk_g.steps : RTK_RING_STEPS;
+    uint32_t n = rtk_engine.steps < RTK_RING_STEPS ? rtk_engine.steps : RTK_RING_STEPS;
     for (uint32_t i = 0; i < n; i++) {
-        const rtk_step_t *e = &rtk_g.ring[(rtk_g.steps - n + i) % RTK_RING_STEPS];
+        const rtk_step_t *e = &rtk_engine.ring[(rtk_engine.steps - n + i) % RTK_RING_STEPS];
         rtk_out_put(&o, "%s\n    {\"step\": %llu, \"allocs\": %llu, \"frees\": %llu, \"bytes_allocated\": %llu, "
                 "\"live_bytes\": %lld, \"arena_hits\": %llu, \"fallbacks\": %llu, \"minor_faults\": %llu}",
             i ? "," : "", (unsigned long long)e->step, (unsigned long long)e->allocs, (unsigned long long)e->frees,
@@ -168,19 +168,19 @@ long rtk_stats_format(char *buf, size_t cap)
 
 int rtk_stats_write_locked(uint64_t now_ns)
 {
-    if (!rtk_g.cfg.run_dir[0])
+    if (!rtk_engine.cfg.run_dir[0])
         return -1;
     if (!g_buf && !(g_buf = rtk_os_map(STATS_CAP, 0)))
         return -1;
-    if (rtk_g.last.live > rtk_g.peak_live)
-        rtk_g.peak_live = rtk_g.last.live;
+    if (rtk_engine.last.live > rtk_engine.peak_live)
+        rtk_engine.peak_live = rtk_engine.last.live;
     long n = rtk_stats_format(g_buf, STATS_CAP);
     if (n < 0)
         return -1;
-    char path[sizeof rtk_g.cfg.run_dir + 64];
-    snprintf(path, sizeof path, "%s/allocator-%ld.json", rtk_g.cfg.run_dir, (long)rtk_g.pid);
-    rtk_g.last_write_ns = now_ns;
+    char path[sizeof rtk_engine.cfg.run_dir + 64];
+    snprintf(path, sizeof path, "%s/allocator-%ld.json", rtk_engine.cfg.run_dir, (long)rtk_engine.pid);
+    rtk_engine.last_write_ns = now_ns;
     int r = rtk_os_write_file_atomic(path, g_buf, (size_t)n);
-    rtk_tier_write_file(rtk_g.cfg.run_dir, (long)rtk_g.pid);
+    rtk_tier_write_file(rtk_engine.cfg.run_dir, (long)rtk_engine.pid);
     return r;
 }

@@ -36,14 +36,14 @@ static uint32_t plan_install_step(void)
 static void apply_min_size(size_t min_size)
 {
     rtk_values[RTK_OPT_MALLOC_MIN_SIZE].bytes = min_size;  /* a loaded plan's min_size is the value from then on */
-    rtk_hot.min_size = min_size;
-    rtk_g.large_min = rtk_setting_on(RTK_OPT_MALLOC_LARGE) && rtk_large_span ? (min_size > (16u << 10) ? min_size : (16u << 10)) : SIZE_MAX;
+    rtk_fastpath.min_size = min_size;
+    rtk_engine.large_min = rtk_setting_on(RTK_OPT_MALLOC_LARGE) && rtk_large_span ? (min_size > (16u << 10) ? min_size : (16u << 10)) : SIZE_MAX;
     /* below fast_max malloc is glibc's (sampled by the census); at or above it, rtk_alloc: min_size, or the
      * tier's threshold when lower. The sampling budget stays below fast_max so large requests always overdraw */
     size_t fast = min_size < rtk_tier_min ? min_size : rtk_tier_min;
-    rtk_hot.pass_max = 0;
-    rtk_hot.sample_bytes = rtk_setting_on(RTK_OPT_MALLOC_CENSUS) ? (fast > (8u << 10) ? (8u << 10) : fast - 1) : fast - 1;
-    rtk_hot.fast_max = fast;
+    rtk_fastpath.pass_max = 0;
+    rtk_fastpath.sample_bytes = rtk_setting_on(RTK_OPT_MALLOC_CENSUS) ? (fast > (8u << 10) ? (8u << 10) : fast - 1) : fast - 1;
+    rtk_fastpath.fast_max = fast;
 }
 
 void rtk_step_set_min_size(size_t min_size) { apply_min_size(min_size); }
@@ -53,12 +53,12 @@ static void load_plan(void)
 {
     char why[200] = "";
     const char *arena_why = "";
-    snprintf(rtk_g.plan_path, sizeof rtk_g.plan_path, "%s", rtk_setting_text(RTK_OPT_MALLOC_PLAN));
-    rtk_plan_t *p = &rtk_g.plan;
+    snprintf(rtk_engine.plan_path, sizeof rtk_engine.plan_path, "%s", rtk_setting_text(RTK_OPT_MALLOC_PLAN));
+    rtk_plan_t *p = &rtk_engine.plan;
     int loaded = rtk_planfile_load(rtk_setting_text(RTK_OPT_MALLOC_PLAN), rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), p, why,
                                    sizeof why);
     if (loaded < 0)
-        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "%s", why);
+        snprintf(rtk_engine.rejected_reason, sizeof rtk_engine.rejected_reason, "%s", why);
     if (loaded == -1) {
         rtk_log_line("%s=%s not used: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_setting_text(RTK_OPT_MALLOC_PLAN), why);
         return;
@@ -68,34 +68,34 @@ static void load_plan(void)
         if (p->min_size && !rtk_opt_given(RTK_OPT_MALLOC_MIN_SIZE) && p->min_size != rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE))
             apply_min_size(p->min_size);
         if (rtk_plan_trim(p, rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), page) < 1 || p->nclasses == 0) {
-            snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason,
+            snprintf(rtk_engine.rejected_reason, sizeof rtk_engine.rejected_reason,
                      "plan does not fit %s=%zu", rtk_settings[RTK_OPT_MALLOC_ARENA_LIMIT].env,
                      rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT));
             p->nclasses = 0;
         } else if (rtk_arenas_install(p, rtk_setting_on(RTK_OPT_MALLOC_THP), rtk_setting_on(RTK_OPT_MALLOC_DEBUG), &arena_why) != 0) {
-            snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "arena of %zu bytes not set up: %s",
+            snprintf(rtk_engine.rejected_reason, sizeof rtk_engine.rejected_reason, "arena of %zu bytes not set up: %s",
                      p->reserved, arena_why);
             p->nclasses = 0;
             /* memory pressure is worth a line even without debug: the job runs on without the plan */
             rtk_log_line("%s=%s not used: %s; the job runs on without a plan", rtk_settings[RTK_OPT_MALLOC_PLAN].env,
-                         rtk_setting_text(RTK_OPT_MALLOC_PLAN), rtk_g.rejected_reason);
+                         rtk_setting_text(RTK_OPT_MALLOC_PLAN), rtk_engine.rejected_reason);
             return;
         } else {
-            rtk_g.plan_source = "loaded";
-            rtk_g.state = RTK_STATE_PLANNED;
-            if (rtk_g.large_min == SIZE_MAX)  /* no large heap serves the fallbacks (the arenas may still use one) */
+            rtk_engine.plan_source = "loaded";
+            rtk_engine.state = RTK_STATE_PLANNED;
+            if (rtk_engine.large_min == SIZE_MAX)  /* no large heap serves the fallbacks (the arenas may still use one) */
                 rtk_stash_enable(p, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
-            rtk_g.profile_reason = "loaded";
-            rtk_g.plan_step = 0;
-            rtk_g.after_from = (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START);  /* warm-up steps (imports, graph build) excluded */
-            rtk_g.validating = 1;
-            rtk_g.reserve_due = 1;
-            rtk_g.faults_after_start = rtk_os_minor_faults();
+            rtk_engine.profile_reason = "loaded";
+            rtk_engine.plan_step = 0;
+            rtk_engine.after_from = (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START);  /* warm-up steps (imports, graph build) excluded */
+            rtk_engine.validating = 1;
+            rtk_engine.reserve_due = 1;
+            rtk_engine.faults_after_start = rtk_os_minor_faults();
             return;
         }
     }
     if (rtk_setting_on(RTK_OPT_MALLOC_DEBUG))
-        rtk_log_line("%s=%s ignored: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_setting_text(RTK_OPT_MALLOC_PLAN), rtk_g.rejected_reason);
+        rtk_log_line("%s=%s ignored: %s", rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_setting_text(RTK_OPT_MALLOC_PLAN), rtk_engine.rejected_reason);
 }
 
 /* Safety rule (docs/safety.md): RTKIT_MALLOC_PLAN is inherited by every descendant, but only the process that
@@ -116,15 +116,15 @@ int rtk_step_plan_at_init(void)
 void rtk_step_start_profiling(uint32_t step)
 {
     if (rtk_profile_buffers() != 0) {
-        rtk_g.profile_reason = "profiler buffers could not be mapped";
+        rtk_engine.profile_reason = "profiler buffers could not be mapped";
         return;
     }
     rtk_stash_disable();
-    rtk_g.state = RTK_STATE_PROFILING;
-    rtk_g.profile_start_step = step;
-    rtk_g.profile_reason = "";
-    rtk_g.faults_before_start = rtk_os_minor_faults();
-    rtk_g.faults_before_steps = 0;
+    rtk_engine.state = RTK_STATE_PROFILING;
+    rtk_engine.profile_start_step = step;
+    rtk_engine.profile_reason = "";
+    rtk_engine.faults_before_start = rtk_os_minor_faults();
+    rtk_engine.faults_before_steps = 0;
     rtk_profile_begin(step, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
 }
 
@@ -133,46 +133,46 @@ static void finish_profiling(uint32_t step, const char *reason)
     size_t page = rtk_os_page_size();
     rtk_profile_end();
     rtk_tier_plan_ready();
-    rtk_g.profile_end_step = step;
-    rtk_g.profile_reason = reason;
-    rtk_g.profiled_steps = (uint32_t)rtk_profile_steps();
-    memcpy(&rtk_g.plan, rtk_profile_candidate(), sizeof rtk_g.plan);
-    if (rtk_g.plan.reserved > rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT)) {
-        rtk_plan_trim(&rtk_g.plan, rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), page);
-        rtk_g.plan_trimmed = 1;
+    rtk_engine.profile_end_step = step;
+    rtk_engine.profile_reason = reason;
+    rtk_engine.profiled_steps = (uint32_t)rtk_profile_steps();
+    memcpy(&rtk_engine.plan, rtk_profile_candidate(), sizeof rtk_engine.plan);
+    if (rtk_engine.plan.reserved > rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT)) {
+        rtk_plan_trim(&rtk_engine.plan, rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), page);
+        rtk_engine.plan_trimmed = 1;
     }
-    if (rtk_g.plan.nclasses == 0) {
-        rtk_g.state = RTK_STATE_PASSTHROUGH;
-        rtk_g.plan_source = "none";
-        if (!rtk_g.plan_trimmed)
-            rtk_g.profile_reason = "no recurring allocation at or above min_size";
+    if (rtk_engine.plan.nclasses == 0) {
+        rtk_engine.state = RTK_STATE_PASSTHROUGH;
+        rtk_engine.plan_source = "none";
+        if (!rtk_engine.plan_trimmed)
+            rtk_engine.profile_reason = "no recurring allocation at or above min_size";
         return;
     }
     /* The profiled blocks are free now, their pages idle in the large heap: the arena is carved from it, so
      * it reuses those pages rather than holding a second copy (glibc's heap is left alone). */
     const char *why = "";
-    if (rtk_arenas_install(&rtk_g.plan, rtk_setting_on(RTK_OPT_MALLOC_THP), rtk_setting_on(RTK_OPT_MALLOC_DEBUG), &why) != 0) {
-        rtk_g.state = RTK_STATE_PASSTHROUGH;
-        rtk_g.plan_source = "none";
-        rtk_g.profile_reason = "arena reservation failed";
-        snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason, "arena of %zu bytes not set up: %s",
-                 rtk_g.plan.reserved, why);
-        rtk_log_line("allocator plan not used: %s; the job runs on without a plan", rtk_g.rejected_reason);
-        rtk_g.plan.nclasses = 0;
+    if (rtk_arenas_install(&rtk_engine.plan, rtk_setting_on(RTK_OPT_MALLOC_THP), rtk_setting_on(RTK_OPT_MALLOC_DEBUG), &why) != 0) {
+        rtk_engine.state = RTK_STATE_PASSTHROUGH;
+        rtk_engine.plan_source = "none";
+        rtk_engine.profile_reason = "arena reservation failed";
+        snprintf(rtk_engine.rejected_reason, sizeof rtk_engine.rejected_reason, "arena of %zu bytes not set up: %s",
+                 rtk_engine.plan.reserved, why);
+        rtk_log_line("allocator plan not used: %s; the job runs on without a plan", rtk_engine.rejected_reason);
+        rtk_engine.plan.nclasses = 0;
         return;
     }
-    rtk_g.state = RTK_STATE_PLANNED;
-    rtk_g.reserve_due = 1;
-    rtk_g.plan_source = "profiled";
-    rtk_g.plan_step = step;
-    rtk_g.after_from = step;
-    rtk_g.faults_after_sum = rtk_g.faults_after_steps = 0;
-    if (rtk_g.large_min == SIZE_MAX)
-        rtk_stash_enable(&rtk_g.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
-    if (rtk_g.cfg.run_dir[0])
-        rtk_planfile_save(&rtk_g.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE), rtk_g.cfg.run_dir, rtk_g.plan_path,
-                          sizeof rtk_g.plan_path);
-    rtk_g.faults_after_start = rtk_os_minor_faults();
+    rtk_engine.state = RTK_STATE_PLANNED;
+    rtk_engine.reserve_due = 1;
+    rtk_engine.plan_source = "profiled";
+    rtk_engine.plan_step = step;
+    rtk_engine.after_from = step;
+    rtk_engine.faults_after_sum = rtk_engine.faults_after_steps = 0;
+    if (rtk_engine.large_min == SIZE_MAX)
+        rtk_stash_enable(&rtk_engine.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
+    if (rtk_engine.cfg.run_dir[0])
+        rtk_planfile_save(&rtk_engine.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE), rtk_engine.cfg.run_dir, rtk_engine.plan_path,
+                          sizeof rtk_engine.plan_path);
+    rtk_engine.faults_after_start = rtk_os_minor_faults();
 }
 
 /* A loaded plan must earn its place, judged on what it can know: the sizes the job's steps ask for. Over the
@@ -182,15 +182,15 @@ static void finish_profiling(uint32_t step, const char *reason)
 static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
 {
     uint32_t begin = (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START), end = begin + (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_STABLE);
-    if (steps == begin || !rtk_g.val_large0) {
-        rtk_g.val_hits0 = t->arena_hits + t->arena_exhausted;
-        rtk_g.val_large0 = t->arena_hits + t->arena_exhausted + t->arena_misses + 1;  /* +1: marks "taken" */
+    if (steps == begin || !rtk_engine.val_large0) {
+        rtk_engine.val_hits0 = t->arena_hits + t->arena_exhausted;
+        rtk_engine.val_large0 = t->arena_hits + t->arena_exhausted + t->arena_misses + 1;  /* +1: marks "taken" */
     }
     if (steps < end)
         return;
-    rtk_g.validating = 0;
-    uint64_t fit = t->arena_hits + t->arena_exhausted - rtk_g.val_hits0;
-    uint64_t large = t->arena_hits + t->arena_exhausted + t->arena_misses + 1 - rtk_g.val_large0;
+    rtk_engine.validating = 0;
+    uint64_t fit = t->arena_hits + t->arena_exhausted - rtk_engine.val_hits0;
+    uint64_t large = t->arena_hits + t->arena_exhausted + t->arena_misses + 1 - rtk_engine.val_large0;
     const char *what = NULL;
     if (large == 0)
         what = "sizes absent";
@@ -198,15 +198,15 @@ static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
         what = "sizes do not match";
     if (!what)
         return;
-    snprintf(rtk_g.rejected_reason, sizeof rtk_g.rejected_reason,
+    snprintf(rtk_engine.rejected_reason, sizeof rtk_engine.rejected_reason,
              "loaded plan does not match the job (%s): %llu of %llu allocations >= min_size in steps %u..%u had a planned class",
              what, (unsigned long long)fit, (unsigned long long)large, begin, end - 1);
-    rtk_g.retired_released += rtk_arenas_retire();
-    rtk_g.plan_hits0 = t->arena_hits;
-    rtk_g.plan_large0 = t->arena_hits + t->fallbacks;
-    rtk_g.plan_source = "none";
-    rtk_g.plan.nclasses = 0;
-    rtk_g.faults_after_sum = rtk_g.faults_after_steps = 0;  /* the rejected plan's steps are no plan's figures */
+    rtk_engine.retired_released += rtk_arenas_retire();
+    rtk_engine.plan_hits0 = t->arena_hits;
+    rtk_engine.plan_large0 = t->arena_hits + t->fallbacks;
+    rtk_engine.plan_source = "none";
+    rtk_engine.plan.nclasses = 0;
+    rtk_engine.faults_after_sum = rtk_engine.faults_after_steps = 0;  /* the rejected plan's steps are no plan's figures */
     rtk_step_start_profiling(steps);
 }
 
@@ -214,9 +214,9 @@ static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
  * 1/32 of the large heap in use, 4-64 MiB. The bytes are in large_heap.prefaulted. */
 static void reserve_headroom(uint32_t steps)
 {
-    if (!rtk_g.reserve_due || rtk_g.state != RTK_STATE_PLANNED || steps < rtk_g.after_from)
+    if (!rtk_engine.reserve_due || rtk_engine.state != RTK_STATE_PLANNED || steps < rtk_engine.after_from)
         return;
-    rtk_g.reserve_due = 0;
+    rtk_engine.reserve_due = 0;
     rtk_large_info_t li;
     rtk_large_info(&li);
     size_t want = li.in_use / 32, lo = (size_t)4 << 20, hi = (size_t)64 << 20;
@@ -225,9 +225,9 @@ static void reserve_headroom(uint32_t steps)
 
 static int stats_due(uint64_t now)
 {
-    if (!rtk_g.cfg.run_dir[0])
+    if (!rtk_engine.cfg.run_dir[0])
         return 0;
-    return now - rtk_g.last_write_ns >= STATS_PERIOD_NS;
+    return now - rtk_engine.last_write_ns >= STATS_PERIOD_NS;
 }
 
 void rtk_step_mark(void)
@@ -238,65 +238,65 @@ void rtk_step_mark(void)
     /* the census misses small frees (not counted): glibc's books, read at the stats period, + rtkit's */
     t.live = rtk_live_bytes(rtk_os_now_ns(), STATS_PERIOD_NS);
     uint64_t faults = rtk_os_minor_faults();
-    uint32_t steps = ++rtk_g.steps;          /* the step that just ended has index steps - 1 */
-    rtk_step_t *e = &rtk_g.ring[(steps - 1) % RTK_RING_STEPS];
+    uint32_t steps = ++rtk_engine.steps;          /* the step that just ended has index steps - 1 */
+    rtk_step_t *e = &rtk_engine.ring[(steps - 1) % RTK_RING_STEPS];
     e->step = steps - 1;
-    e->allocs = t.allocs - rtk_g.last.allocs;
-    e->frees = t.frees - rtk_g.last.frees;
-    e->bytes = t.bytes - rtk_g.last.bytes;
+    e->allocs = t.allocs - rtk_engine.last.allocs;
+    e->frees = t.frees - rtk_engine.last.frees;
+    e->bytes = t.bytes - rtk_engine.last.bytes;
     e->live = t.live;
-    e->arena_hits = t.arena_hits - rtk_g.last.arena_hits;
-    e->fallbacks = t.fallbacks - rtk_g.last.fallbacks;
-    e->minor_faults = faults - rtk_g.faults_mark;
-    if (rtk_g.state == RTK_STATE_PROFILING) {
-        rtk_g.faults_before_sum += e->minor_faults;
-        rtk_g.faults_before_steps++;
-    } else if (rtk_g.state == RTK_STATE_PLANNED && e->step >= rtk_g.after_from) {
-        rtk_g.faults_after_sum += e->minor_faults;
-        rtk_g.faults_after_steps++;
+    e->arena_hits = t.arena_hits - rtk_engine.last.arena_hits;
+    e->fallbacks = t.fallbacks - rtk_engine.last.fallbacks;
+    e->minor_faults = faults - rtk_engine.faults_mark;
+    if (rtk_engine.state == RTK_STATE_PROFILING) {
+        rtk_engine.faults_before_sum += e->minor_faults;
+        rtk_engine.faults_before_steps++;
+    } else if (rtk_engine.state == RTK_STATE_PLANNED && e->step >= rtk_engine.after_from) {
+        rtk_engine.faults_after_sum += e->minor_faults;
+        rtk_engine.faults_after_steps++;
     }
-    rtk_g.last = t;
-    if (t.live > rtk_g.peak_live)
-        rtk_g.peak_live = t.live;
+    rtk_engine.last = t;
+    if (t.live > rtk_engine.peak_live)
+        rtk_engine.peak_live = t.live;
     int force = 0, loaded_now = 0;
     if (g_plan_deferred && steps >= plan_install_step()) {
         g_plan_deferred = 0;
         loaded_now = force = 1;
         load_plan();
-        rtk_g.plan_hits0 = t.arena_hits;  /* the plan's figures count from its install, as a profiled plan's do */
-        rtk_g.plan_large0 = t.arena_hits + t.fallbacks;
+        rtk_engine.plan_hits0 = t.arena_hits;  /* the plan's figures count from its install, as a profiled plan's do */
+        rtk_engine.plan_large0 = t.arena_hits + t.fallbacks;
     }
     if (g_plan_deferred) {
         /* warm-up of a run with a plan to load: nothing to profile */
-    } else if (rtk_g.state == RTK_STATE_PASSTHROUGH && !rtk_g.profile_done &&
+    } else if (rtk_engine.state == RTK_STATE_PASSTHROUGH && !rtk_engine.profile_done &&
                (steps == (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) || (loaded_now && rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) == 0))) {
         rtk_step_start_profiling(steps);
-    } else if (rtk_g.state == RTK_STATE_PROFILING) {
+    } else if (rtk_engine.state == RTK_STATE_PROFILING) {
         int streak = rtk_profile_step(steps, rtk_os_page_size());
-        rtk_g.plan_hits0 = t.arena_hits;
-        rtk_g.plan_large0 = t.arena_hits + t.fallbacks;
+        rtk_engine.plan_hits0 = t.arena_hits;
+        rtk_engine.plan_large0 = t.arena_hits + t.fallbacks;
         if (streak >= rtk_setting_num(RTK_OPT_MALLOC_PROFILE_STABLE)) {
             finish_profiling(steps, "stable");
-            rtk_g.profile_done = 1;
+            rtk_engine.profile_done = 1;
             force = 1;
         } else if (rtk_profile_steps() >= rtk_setting_num(RTK_OPT_MALLOC_PROFILE_MAX)) {
             finish_profiling(steps, "max_steps");
-            rtk_g.profile_done = 1;
+            rtk_engine.profile_done = 1;
             force = 1;
         }
-    } else if (rtk_g.state == RTK_STATE_PLANNED && rtk_g.validating) {
+    } else if (rtk_engine.state == RTK_STATE_PLANNED && rtk_engine.validating) {
         validate_loaded(&t, steps);
         force = 1;
-    } else if (rtk_g.state == RTK_STATE_PLANNED) {
+    } else if (rtk_engine.state == RTK_STATE_PLANNED) {
         /* re-check: a class idle for the decay window is dropped, its free pages go back (sizes that drifted
          * since the plan are the large heap's) */
         int dropped = rtk_arenas_step((uint32_t)rtk_setting_num(RTK_OPT_MALLOC_DECAY_STEPS));
-        rtk_g.classes_dropped += (uint32_t)dropped;
+        rtk_engine.classes_dropped += (uint32_t)dropped;
         force |= dropped > 0;
     }
     rtk_large_step(steps, (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_DECAY_STEPS));
     reserve_headroom(steps);
-    rtk_g.faults_mark = rtk_os_minor_faults();  /* after any arena pre-faulting done by this mark */
+    rtk_engine.faults_mark = rtk_os_minor_faults();  /* after any arena pre-faulting done by this mark */
     uint64_t now = rtk_os_now_ns();
     /* also at steps 1, 2, 4, 8, ...: a short run's files (and the tier's residency samples) see its training */
     if (force || stats_due(now) || !(steps & (steps - 1)))
@@ -307,9 +307,9 @@ void rtk_step_mark(void)
 int rtk_step_write_stats(void)
 {
     rtk_spin_lock(&g_step_lock);
-    if (rtk_g.state != RTK_STATE_DISABLED) {
-        rtk_census_sum(&rtk_g.last);
-        rtk_g.last.live = rtk_live_bytes(rtk_os_now_ns(), 0);
+    if (rtk_engine.state != RTK_STATE_DISABLED) {
+        rtk_census_sum(&rtk_engine.last);
+        rtk_engine.last.live = rtk_live_bytes(rtk_os_now_ns(), 0);
     }
     int r = rtk_stats_write_locked(rtk_os_now_ns());
     rtk_spin_unlock(&g_step_lock);

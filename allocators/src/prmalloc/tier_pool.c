@@ -158,8 +158,8 @@ static void tier_open(void)
             if (rtk_tier.fd >= 0)
                 rtk_os_unlink(rtk_tier.path);
             /* publish the range before anything can be placed: a free must always recognise pool memory */
-            __atomic_store_n(&rtk_hot.tier_lo, (uintptr_t)rtk_tier.base, __ATOMIC_RELEASE);
-            __atomic_store_n(&rtk_hot.tier_span, (uintptr_t)s.pool_size, __ATOMIC_RELEASE);
+            __atomic_store_n(&rtk_fastpath.tier_lo, (uintptr_t)rtk_tier.base, __ATOMIC_RELEASE);
+            __atomic_store_n(&rtk_fastpath.tier_span, (uintptr_t)s.pool_size, __ATOMIC_RELEASE);
             rtk_publish_any();
             next = T_ON;
         } else {
