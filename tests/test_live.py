@@ -356,3 +356,17 @@ def test_snapshot_cost_is_a_share_of_the_time_actually_left_between_snapshots(tm
     cost = live.cost()
     assert cost["interval_s"] == 2.0 and cost["interval_s_median"] == 4.0
     assert cost["cpu_share_of_interval"] == BUDGET
+
+
+def test_metrics_help_says_so_far_while_running_and_whole_run_after():
+    pytest.importorskip("prometheus_client")
+    from rtkit.live.metrics import _Collector
+    from rtkit.report.contract import Allocator as A
+
+    def help_of(status):
+        c = _Collector({"run": "r"})
+        c.report = {"run": {"name": "r", "status": status}, "allocator": {A.HIT_RATE: 0.5}}
+        return {m.name: m.documentation for m in c.collect()}["rtkit_hit_rate"]
+
+    assert "so far" in help_of("running") and "whole run" not in help_of("running")
+    assert "whole run" in help_of("ok")

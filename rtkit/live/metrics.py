@@ -17,6 +17,8 @@ FIGURES = ("steps", "measured_steps", "step_ms_median", "step_ms_p95", "steps_pe
            "reserved_bytes", "tier_bytes", "tier_peak_bytes", "pool_resident_now_bytes", "tier_fallbacks",
            "pipelined_steps", "occupancy_mean", "tuning_gain_pct")
 ROLE_ORDER = ("chief", "worker", "ps", "evaluator")
+# while the job runs, these figures are described by their running twin's words ("so far", not "whole run")
+WORDS_WHILE_RUNNING = {"hit_rate": "hit_rate_now"}
 
 
 def task_port(base: int, task: Any) -> int:
@@ -47,12 +49,13 @@ class _Collector:
         names, values = list(self.labels), list(self.labels.values())
         running = GaugeMetricFamily("rtkit_running", "1 while the job runs, 0 once its report is written",
                                     labels=names)
-        running.add_metric(values, 1.0 if (r.get("run") or {}).get("status") == "running" else 0.0)
+        is_running = (r.get("run") or {}).get("status") == "running"
+        running.add_metric(values, 1.0 if is_running else 0.0)
         yield running
         for fid in FIGURES:
             v = G.value(r, fid)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
-                f = G.FIGURES[fid]
+                f = G.FIGURES[WORDS_WHILE_RUNNING.get(fid, fid) if is_running else fid]
                 g = GaugeMetricFamily(f"rtkit_{fid}", f"{f.name}: {f.meaning}", labels=names)
                 g.add_metric(values, float(v))
                 yield g
