@@ -76,6 +76,33 @@ def test_capacity_rule_sizes_the_pool_from_the_peak_rss(profiled):
     assert "--profile capacity" in text and "run: rtkit run" in text
 
 
+def _head_for(report, available):
+    """The DRAM head the capacity rule should give on a machine with `available` bytes: half of what is left
+    after the run's non-table memory (its peak RSS less the tables, filled whole at initialisation here)."""
+    rows = report["rows"]
+    assert rows["table_fill"] == "eager" and rows["table_bytes"] > 0
+    other = max(0, report["process"]["peak_rss_bytes"] - rows["table_bytes"])
+    return (max(0, available - other) // 2) >> 20
+
+
+@requires_tf
+def test_capacity_rule_bounds_the_dram_head_from_the_memory_given(profiled):
+    report = load_report(profiled)
+    peak = report["process"]["peak_rss_bytes"]
+    for available in (peak, 2 * peak):
+        cap = _recommend(profiled, "--mem-available", str(available))["capacity"]
+        head = _head_for(report, available)
+        assert head > 0 and f"--set tier_dram_head={head}M" in cap["command"].split(" -- ")[0]
+        assert "the DRAM head bounded from the memory available" in cap["reason"]
+    # nothing left after the run's non-table memory: no anonymous head at all, whatever this machine has
+    other = peak - report["rows"]["table_bytes"]
+    assert other >= peak // 2     # small tables: the rule still fires on a machine with only the rest
+    cap = _recommend(profiled, "--mem-available", str(other))["capacity"]
+    assert "--set tier_dram_head=0 " in cap["command"] and "tier_dram_head=0, every table row" in cap["reason"]
+    argv = shlex.split(cap["command"])
+    assert argv.count("--profile") == 1 and sum(a.startswith("tier_dram_head=") for a in argv) == 1
+
+
 @requires_tf
 def test_input_rule_on_a_legacy_input_with_read_latency(tmp_path, data_dir):
     run_dir = str(tmp_path / "legacy")

@@ -9,7 +9,8 @@ figures that were looked at. Rules, in order:
 - plan: the allocator profiled this run and the steps before its plan faulted far more than those after
   -> `--plan RUN_DIR/malloc-plan.txt` (the rerun serves planned sizes from its first step);
 - capacity: the run's peak RSS is a large share of the memory available (the caller's: MemAvailable now, or
-  --mem-available for another machine) -> `--profile capacity` with a pool sized from the run;
+  --mem-available for another machine) -> `--profile capacity` with a pool sized from the run and the DRAM head
+  bounded from that memory (so the command fits the machine it is made for, not only this one);
 - rows: the rows the script used lie scattered over its embedding tables (measured by scripts that report
   their id -> row maps: pages holding the rows used against the pages they fill packed) -> a vocabulary lookup
   (ids get rows in first-seen order) instead of hashing ids to rows; for the bundled workload,
@@ -114,6 +115,34 @@ def _plan_rule(report: Dict[str, Any], run_dir: str) -> Optional[Recommendation]
         _command(report, ["--plan", plan], drop=("malloc_plan",)))
 
 
+def _non_table_bytes(report: Dict[str, Any], peak: float) -> tuple:
+    """The run's peak RSS less what its tables held of it, where the report knows the tables (scripts that report
+    their id -> row maps): (bytes, how it was found). Otherwise the whole peak RSS: the tables' share unknown."""
+    rows = report.get("rows") if isinstance(report.get("rows"), dict) else {}
+    tables = rows.get("table_bytes")
+    if not fmt.is_num(tables) or rows.get("table_fill") not in ("eager", "lazy"):
+        return peak, f"{G.name('peak_rss_bytes')}, the tables' share of it not measured"
+    if rows["table_fill"] == "lazy":   # filled row by row: resident only where rows were used
+        page = rows.get("page_bytes") or 4096
+        tables = min(tables, (rows.get("row_pages") or 0) * page) if fmt.is_num(rows.get("row_pages")) else 0
+    return max(0.0, peak - tables), f"{G.name('peak_rss_bytes')} less the tables' {fmt.nbytes(tables)} resident"
+
+
+def _dram_head(report: Dict[str, Any], peak: float, available: float) -> tuple:
+    """tier_dram_head for a machine with `available` bytes: half of what the budget leaves after the run's
+    non-table memory (as tier mode itself takes at most half of MemAvailable at the first step, leaving the page
+    cache room for the pool's pages), in whole MiB; 0 when nothing is left. (bytes, the reason in words)."""
+    other, how = _non_table_bytes(report, peak)
+    left = max(0.0, available - other)
+    head = int(left // 2) & ~((1 << 20) - 1)
+    why = (f"the DRAM head bounded from the memory available: {fmt.nbytes(available)} less the run's non-table "
+           f"memory {fmt.nbytes(other)} ({how}) leaves {fmt.nbytes(left)}, ")
+    why += (f"half of it {fmt.nbytes(head)} for the tables' leading rows in anonymous DRAM, the rest for the "
+            "page cache holding the pool's pages" if head else
+            "no room for anonymous table rows: tier_dram_head=0, every table row stays in the pool file")
+    return head, why
+
+
 def _capacity_rule(report: Dict[str, Any], available: Optional[int], where: str) -> Optional[Recommendation]:
     peak = G.value(report, "peak_rss_bytes")
     if G.tier_on(report) or not fmt.is_num(peak) or not available or peak < MEMORY_SHARE * available:
@@ -121,21 +150,24 @@ def _capacity_rule(report: Dict[str, Any], available: Optional[int], where: str)
     size_g = max(1, int(-(-peak * POOL_HEADROOM // (1 << 30))))
     pool = "/tmp/rtkit-capacity.pool"
     growth = G.value(report, "rss_growth_bytes")
+    head, head_why = _dram_head(report, peak, available)
+    head_set = f"tier_dram_head={head >> 20}M" if head else "tier_dram_head=0"
+    sets = ["--set", f"tier_pool_path={pool}", "--set", f"tier_pool_size={size_g}G", "--set", head_set]
     return Recommendation(
-        "capacity", f"--profile capacity --set tier_pool_path={pool} --set tier_pool_size={size_g}G",
+        "capacity", f"--profile capacity --set tier_pool_path={pool} --set tier_pool_size={size_g}G --set {head_set}",
         f"{G.name('peak_rss_bytes')} {fmt.nbytes(peak)} is {peak / available:.0%} of the memory available "
-        f"({fmt.nbytes(available)}, {where})",
+        f"({fmt.nbytes(available)}, {where}); {head_why}",
         "tier mode puts the long-lived large allocations (tables, optimizer slots) in a pool file the page cache "
-        f"keeps in DRAM as far as it fits: anonymous memory down by the tables' size (peak RSS "
-        f"{fmt.nbytes(peak)}, {G.name('rss_growth_bytes')} {fmt.nbytes(growth)}); steps slow down as rows are "
-        f"faulted in from the file (docs/pmem.md). The profile also moves each table's leading rows back to "
-        "anonymous DRAM at the first step (tier_dram_head, up to half of MemAvailable then): where that holds the "
-        "whole tables, as on a machine with more memory than planned for, anonymous memory does not go down; "
-        "tables filled by an initializer whose temporaries are freed before the first step stop the pool's "
-        f"placement (docs/results.md). The pool is sized {POOL_HEADROOM}x the peak RSS; put "
-        "tier_pool_path on a local disk with that much room",
-        _command(report, ["--profile", "capacity", "--set", f"tier_pool_path={pool}", "--set", f"tier_pool_size={size_g}G"],
-                 drop=("profile", "tier_pool_path", "tier_pool_size")))
+        f"keeps in DRAM as far as it fits: anonymous memory down by the tables' resident bytes beyond the DRAM head "
+        f"of {fmt.nbytes(head)} (peak RSS {fmt.nbytes(peak)}, {G.name('rss_growth_bytes')} {fmt.nbytes(growth)}); "
+        "steps slow down as rows are faulted in from the file (docs/pmem.md). The profile's own DRAM head (up to "
+        "half of MemAvailable at the first step) would hold whole tables on a machine with more memory than "
+        "planned for, so the head is set from the memory planned for; tables filled row by row are resident only "
+        "where rows are used, so a short run saves only those; tables filled by an initializer whose temporaries "
+        f"are freed before the first step stop the pool's placement (docs/results.md). The pool is sized "
+        f"{POOL_HEADROOM}x the peak RSS; put tier_pool_path on a local disk with that much room",
+        _command(report, ["--profile", "capacity", *sets],
+                 drop=("profile", "tier_pool_path", "tier_pool_size", "tier_dram_head")))
 
 
 def _workload_rows_command(report: Dict[str, Any]) -> Optional[str]:
