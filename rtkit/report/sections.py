@@ -17,7 +17,7 @@ from rtkit.report import fmt
 from rtkit.report import glossary as G
 from rtkit.report import load
 from rtkit.report import scheduler_outcome
-from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S
+from rtkit.report.contract import Allocator as A, Pmem as PM, Rows as RW, Scheduler as S
 from rtkit.report.contract import Steps as ST
 from rtkit.report.fmt import get
 
@@ -431,6 +431,23 @@ def notes_section(report: Dict[str, Any]) -> Section:
     return s
 
 
+def rows_section(report: Dict[str, Any]) -> Section:
+    """How the rows the run used lie in its embedding tables (rows-<pid>.json, from scripts that know their id -> row
+    maps): the scatter figures, the layout they were measured on, and why not when they could not be."""
+    r = report.get("rows")
+    s = Section("rows", "Embedding table rows")
+    if not isinstance(r, dict):
+        s.off = "not measured (the script reported no id -> row map)"
+        return s
+    for fid in ("row_pages_per_row", "row_scatter_x", "row_scatter_bytes"):
+        _fig(s.rows, report, fid)
+    s.rows.extend(generic_rows(r, skip={RW.NOT_MEASURED, "schema_version", "pid"}))
+    if r.get(RW.NOT_MEASURED):
+        s.notes.append(f"scatter not measured: {r[RW.NOT_MEASURED]}")
+    s.notes += contract.missing_note("rows", r)
+    return s
+
+
 def _tier_view(report: Dict[str, Any]) -> Section:
     from rtkit.report.tier_view import tier_view
 
@@ -444,8 +461,8 @@ def build_sections(report: Dict[str, Any], view: str = "terminal") -> List[Secti
     """The sections in order; `view` is "terminal" or "html" (the HTML draws what the terminal only mentions)."""
     report = load.normalize(report)
     out = [run_section(report), steps_section(report, view), process_section(report, view),
-           bounds_section(report, view), allocator_section(report, view), pmem_section(report, view), _tier_view(report), scheduler_section(report, view),
-           notes_section(report)]
+           bounds_section(report, view), allocator_section(report, view), pmem_section(report, view), _tier_view(report),
+           rows_section(report), scheduler_section(report, view), notes_section(report)]
     for s in out[:3]:  # the parent's own sections follow the same contract
         s.notes += contract.missing_note(s.key, report.get(s.key))
     return out
