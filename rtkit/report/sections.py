@@ -435,9 +435,9 @@ def rows_section(report: Dict[str, Any]) -> Section:
     """How the rows the run used lie in its embedding tables (rows-<pid>.json, from scripts that know their id -> row
     maps): the scatter figures, the layout they were measured on, and why not when they could not be."""
     r = report.get("rows")
-    s = Section("rows", "Embedding table rows")
+    s = Section("rows", "Embedding rows")
     if not isinstance(r, dict):
-        s.off = "not measured (the script reported no id -> row map)"
+        s.off = "not measured (no id -> row map reported)"
         return s
     for fid in ("row_pages_per_row", "row_scatter_x", "row_scatter_bytes"):
         _fig(s.rows, report, fid)
