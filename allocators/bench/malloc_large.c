@@ -15,6 +15,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench_clock.h"
+
 #define LIVE 20
 #define PER_STEP 40
 
@@ -44,20 +46,6 @@ static int draw(int shape, size_t *sizes, int *slots)
     return n;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static long faults(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_minflt;
-}
-
 static double cpu_s(void)
 {
     struct rusage ru;
@@ -84,14 +72,14 @@ int main(int argc, char **argv)
     int per_step = draw(shape, sizes, slots);
     void *live[LIVE] = {0};
     double *t = calloc((size_t)steps, sizeof *t);
-    long f_warm = 0, f_start = faults();
-    double run0 = now(), cpu0 = cpu_s();
+    long f_warm = 0, f_start = bench_minor_faults();
+    double run0 = bench_now_s(), cpu0 = cpu_s();
     for (int st = 0; st < steps; st++) {
         if (st == warm)
-            f_warm = faults();
+            f_warm = bench_minor_faults();
         if (random && st)
             draw(shape, sizes, slots);
-        double t0 = now();
+        double t0 = bench_now_s();
         for (int i = 0; i < per_step; i++) {
             free(live[slots[i]]);
             char *p = malloc(sizes[i]);
@@ -106,12 +94,12 @@ int main(int argc, char **argv)
             free(live[k]);
             live[k] = NULL;
         }
-        t[st] = now() - t0;
+        t[st] = bench_now_s() - t0;
         if (mark)
             mark();
     }
-    double total = now() - run0, cpu = cpu_s() - cpu0;
-    long f_end = faults();
+    double total = bench_now_s() - run0, cpu = cpu_s() - cpu0;
+    long f_end = bench_minor_faults();
     int n = steps - warm;
     qsort(t + warm, (size_t)n, sizeof *t, cmp);
     printf("bench=malloc_large touch=%d random=%d shape=%d step_us=%.2f faults_per_step=%.1f total_ms=%.2f "

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+
+#include "bench_clock.h"
 #include <unistd.h>
 
 #define MAX_ROWS 256
@@ -178,20 +180,6 @@ static void step_work(thread_t *t, int step)
     list_free_all(&t->step_live);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static long minor_faults(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_minflt;
-}
-
 /* closes the previous JSON array and writes the per-step series `name` */
 static void print_counts(const char *name, const long *v)
 {
@@ -253,14 +241,14 @@ int main(int argc, char **argv)
             die("pthread_create failed");
     /* the main thread is the step driver (a training loop's Session.run caller): it times and marks each step */
     for (int step = 0; step < g_steps; step++) {
-        long f0 = minor_faults();
-        double t0 = now_s();
+        long f0 = bench_minor_faults();
+        double t0 = bench_now_s();
         pthread_barrier_wait(&g_start);
         pthread_barrier_wait(&g_end);
         if (mark)
             mark();
-        ms[step] = (now_s() - t0) * 1e3;
-        faults[step] = minor_faults() - f0;
+        ms[step] = (bench_now_s() - t0) * 1e3;
+        faults[step] = bench_minor_faults() - f0;
     }
     for (int i = 0; i < g_threads; i++)
         pthread_join(tid[i], NULL);
