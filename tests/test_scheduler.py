@@ -11,7 +11,7 @@ import pytest
 
 from conftest import requires_tf
 from rtkit import config as rconfig
-from rtkit.hooks import registry, session as session_hooks
+from rtkit.hooks import session as session_hooks
 from rtkit.hooks.steps import StepRecorder
 from rtkit.scheduler import pools
 from rtkit.scheduler.core import Scheduler
@@ -691,7 +691,7 @@ def test_a_staged_step_counts_its_wait_for_the_batch(tmp_path):
     m = Model(path, probe=slow)
     def before_run(ms):  # as rtkit.hooks.install passes it: told to the step timing, kept here to compare
         calls.append(ms)
-        registry.before_run(ms)
+        session_hooks.before_run(ms)
 
     sched = Scheduler(tf, settings(sched_stage=True), str(tmp_path), before_run=before_run)
     h = Hooked(sched, m.graph)

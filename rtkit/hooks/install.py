@@ -90,9 +90,11 @@ def on_tensorflow(tf) -> None:
     if values["sched"]:
         try:
             from rtkit import scheduler
+            from rtkit.hooks import session as session_timing
 
-            sched = scheduler.activate(tf, values, os.environ.get("RTKIT_RUN_DIR") or None, internal=registry.internal,
-                                        before_run=registry.before_run, timed_run=registry.timed_run)
+            sched = scheduler.activate(tf, values, os.environ.get("RTKIT_RUN_DIR") or None, internal=session_timing.internal,
+                                        before_run=session_timing.before_run,
+                                        timed_run=session_timing.timed_run)
             if sched.on_close not in registry.close_callbacks:  # once per process, however often TF is hooked
                 registry.register(sched)
         except Exception as exc:  # the job runs on TF's defaults

@@ -66,7 +66,7 @@ def next_interval(interval: float, advanced, target: int) -> float:
 
 
 def _poll(tf, server, ps_tasks: int, target: int, rec) -> None:
-    from rtkit.hooks import registry
+    from rtkit.hooks import session as session_timing
     from rtkit.hooks.steps import minor_faults
 
     graph = tf.Graph()
@@ -79,7 +79,7 @@ def _poll(tf, server, ps_tasks: int, target: int, rec) -> None:
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps"])
     last, last_unix, last_t, last_faults = None, time.time(), time.perf_counter(), minor_faults()
     found, flushed_t, interval = None, last_t, POLL_MIN_S
-    with registry.internal():   # these reads are not steps of the session hooks
+    with session_timing.internal():   # these reads are not steps of the session hooks
         sess = tf.compat.v1.Session(server.target, graph=graph, config=config)
         while not _superseded.is_set():
             candidates = [found] if found is not None else range(ps_tasks)

@@ -99,9 +99,9 @@ def measure(tf, session, objs: List[Dict[str, Any]]) -> None:
     finally:
         if was_final:
             graph.finalize()
-    from rtkit.hooks import registry
+    from rtkit.hooks import session as session_timing
 
-    with registry.internal():   # bounded: a PS that is gone must not hold the user's close up
+    with session_timing.internal():   # bounded: a PS that is gone must not hold the user's close up
         values = session.run(sizes, options=tf.compat.v1.RunOptions(timeout_in_ms=SIZE_TIMEOUT_MS))
     for o, n in zip(tables, values):
         o["entries"] = int(n)

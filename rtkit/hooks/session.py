@@ -6,9 +6,16 @@ hooks add fetches), else the fetched tensors.
 Inside a MonitoredSession.run call, only the one run that carries the caller's fetches (with the hooks'
 before_run requests merged in) can be a training step; runs a SessionRunHook makes itself through
 ``run_context.session`` (a step-based CheckpointSaverHook's global-step read and save, StopAtStepHook's read,
-a user hook's own ops) are recorded as hook runs, so however often they recur they never outvote the train op."""
+a user hook's own ops) are recorded as hook runs, so however often they recur they never outvote the train op.
+
+What a component (the scheduler) needs from this timing is here too: `internal()` marks rtkit's own session
+runs, which are not training steps; `before_run(ms)` adds time a component spent on a run's behalf before it
+reached TensorFlow (waiting for a staged batch) to the step that follows on the same thread, so a step's time
+is what the script waited for, not TF's part alone; `timed_run` times a run a component makes through a path
+these hooks do not see (a callable made from CallableOptions) and records it as the run it stands for."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -19,6 +26,42 @@ _PATCHED_FLAG = "_rtkit_patched"
 # which API a session step came through, for the report's words: Session.run sets `run`, MonitoredSession's run
 # sets `monitored`, a make_callable callable sets `callable` (one without feeds skips run() altogether)
 _where = threading.local()
+_local = threading.local()   # per thread: inside internal(), and the time components spent before the next run
+_timer = None                # set by install(): fn(session, fetch names, target names, call), timed and recorded
+
+
+@contextlib.contextmanager
+def internal():
+    """Session runs made by rtkit itself (e.g. a pipelined input stage) inside this block are not steps."""
+    previous = getattr(_local, "internal", False)
+    _local.internal = True
+    try:
+        yield
+    finally:
+        _local.internal = previous
+
+
+def is_internal() -> bool:
+    return getattr(_local, "internal", False)
+
+
+def before_run(ms: float) -> None:
+    """A component spent `ms` before this thread's next session run, on that run's behalf."""
+    _local.pre_ms = getattr(_local, "pre_ms", 0.0) + float(ms)
+
+
+def _take_before_run_ms() -> float:
+    """The time components spent before this run (consumed: the next run starts from zero)."""
+    ms = getattr(_local, "pre_ms", 0.0)
+    _local.pre_ms = 0.0
+    return ms
+
+
+def timed_run(session, fetch_names, target_names, call):
+    """Run `call()` (one TF call for `session`) timed and recorded as a Session.run with these fetches and targets
+    is; just call() when the session hooks are not installed."""
+    timer = _timer
+    return call() if timer is None else timer(session, fetch_names, target_names, call)
 
 
 def api_now() -> str:
@@ -88,7 +131,7 @@ def timed(signature, call, rec=None):
     start_unix, t0, f0 = time.time(), time.perf_counter(), minor_faults()
     result = call()
     elapsed_ms = (time.perf_counter() - t0) * 1000.0
-    pre_ms = registry.take_before_run_ms()  # e.g. the scheduler's wait for a staged batch: part of the step
+    pre_ms = _take_before_run_ms()  # e.g. the scheduler's wait for a staged batch: part of the step
     start_unix -= pre_ms / 1000.0
     elapsed_ms += pre_ms
     # in a MonitoredSession.run, a run outside the hooked session's own is a hook's: never a step
@@ -101,6 +144,7 @@ def timed(signature, call, rec=None):
 
 
 def install(session_module, pywrap) -> None:
+    global _timer
     base = session_module.BaseSession
     if getattr(base, _PATCHED_FLAG, False):
         return
@@ -143,14 +187,14 @@ def install(session_module, pywrap) -> None:
         return chain(0)(fetches, feed_dict, options, run_metadata)
 
     def _call_tf_sessionrun(self, options, feed_dict, fetch_list, target_list, run_metadata):
-        if registry.is_internal():
+        if is_internal():
             return orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata)
         return timed(lambda: signature_of(fetch_list, target_list, name_of),
                      lambda: orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata))
 
     def timed_names(session, fetch_names, target_names, call):
-        """registry.timed_run: a component's run of these fetches/targets (names) that does not pass here."""
-        if registry.is_internal():
+        """timed_run: a component's run of these fetches/targets (names) that does not pass here."""
+        if is_internal():
             return call()
         return timed(lambda: signature_of_names(fetch_names, target_names), call)
 
@@ -182,7 +226,7 @@ def install(session_module, pywrap) -> None:
         fn.__doc__ = orig.__doc__
         setattr(base, name, fn)
     setattr(base, _PATCHED_FLAG, True)
-    registry._timer = timed_names
+    _timer = timed_names
     _mark_callables(base)
     try:  # MonitoredTrainingSession's steps reach BaseSession.run through its wrappers: mark them
         from tensorflow.python.training import monitored_session
