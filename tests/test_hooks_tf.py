@@ -26,15 +26,21 @@ def _run_script(tmp_path, body, *extra):
     return load_report(tmp_path / "r"), proc
 
 
-def test_session_run_steps_counted(tmp_path):
-    report, _ = _run_script(tmp_path, """
+@pytest.fixture(scope="module")
+def session_run(tmp_path_factory):
+    """One Session.run training loop, then an evaluation run: the steps and the allocator's step marks of it."""
+    report, _ = _run_script(tmp_path_factory.mktemp("session"), """
         with tf.compat.v1.Session() as s:
             s.run(tf.compat.v1.global_variables_initializer())
             for i in range(STEPS):
                 s.run([train, loss])
             s.run(loss)  # an evaluation run after training: not a step
     """)
-    steps = report["steps"]
+    return report
+
+
+def test_session_run_steps_counted(session_run):
+    steps = session_run["steps"]
     assert steps["count"] == 23
     assert steps["source"] == "session"
     assert "GradientDescent" in steps["signature"]
@@ -51,17 +57,6 @@ def test_make_callable_steps_counted(tmp_path):
             step = s.make_callable([train, loss])
             for i in range(STEPS):
                 step()
-    """)
-    assert report["steps"]["count"] == 23
-
-
-def test_monitored_training_session_steps_counted(tmp_path):
-    report, _ = _run_script(tmp_path, """
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        train = tf.group(train, tf.compat.v1.assign_add(gs, 1))
-        with tf.compat.v1.train.MonitoredTrainingSession() as s:
-            for i in range(STEPS):
-                s.run([train, loss])
     """)
     assert report["steps"]["count"] == 23
 
@@ -117,15 +112,8 @@ def test_keras_fit_steps_counted(tmp_path):
     assert steps["count"] == 16  # 512 / 64 batches x 2 epochs
 
 
-def test_step_mark_reaches_preloaded_allocator(tmp_path):
-    report, _ = _run_script(tmp_path, """
-        import ctypes
-        with tf.compat.v1.Session() as s:
-            s.run(tf.compat.v1.global_variables_initializer())
-            for i in range(STEPS):
-                s.run(train)
-    """)
-    alloc = report.get("allocator")
+def test_step_mark_reaches_preloaded_allocator(session_run):
+    alloc = session_run.get("allocator")
     if alloc is None:
         pytest.skip("the allocator library wrote no statistics in this build")
     # the first training step is recognised as dominant from its second occurrence on
@@ -133,11 +121,11 @@ def test_step_mark_reaches_preloaded_allocator(tmp_path):
 
 
 @pytest.mark.parametrize("model,api", [("wdl", "session"), ("dlrm", "monitored"), ("wdl", "keras")])
-def test_bundled_workload_steps_equal_steps_run(tmp_path, model, api):
+def test_bundled_workload_steps_equal_steps_run(tmp_path, data_dir, model, api):
     """The bundled workloads never call rtkit: the hooks must find exactly the steps they ran."""
     proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", sys.executable, "-m", "rtkit.workloads", model,
                       "--api", api, "--steps", "14", "--batch", "256", "--rows", "20000", "--no-progress",
-                      "--data-dir", str(tmp_path / "data")])
+                      "--data-dir", data_dir])
     assert proc.returncode == 0, proc.stderr
     line = [l for l in proc.stdout.splitlines() if l.startswith("rtkit-workload:")]
     assert len(line) == 1
