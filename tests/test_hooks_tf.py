@@ -63,7 +63,8 @@ def test_make_callable_steps_counted(tmp_path):
 
 def test_monitored_session_hooks_own_runs_are_not_steps(tmp_path):
     """A step-based CheckpointSaverHook reads the global step and saves with runs of its own, StopAtStepHook
-    reads it too, and a user hook runs an op twice per step: none of them outvotes the train op."""
+    reads it too, and a user hook runs an op twice per step: none of them outvotes the train op, and the step
+    is named by the API it came through."""
     report, proc = _run_script(tmp_path, f"""
         gs = tf.compat.v1.train.get_or_create_global_step()
         train = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss, global_step=gs)
@@ -91,6 +92,10 @@ def test_monitored_session_hooks_own_runs_are_not_steps(tmp_path):
     steps = report["steps"]
     assert steps["count"] == 23, steps["signature"]
     assert "GradientDescent" in steps["signature"]
+    assert steps["api"] == "tf.compat.v1 MonitoredTrainingSession"
+    assert "steps: 23 counted from tf.compat.v1 MonitoredTrainingSession" in proc.stderr
+    reads = [o for o in steps["other_signatures"] if "global_step" in o["signature"]]
+    assert reads and reads[0]["count"] > 23            # the hooks' reads did recur more often than the step
     others = {o["signature"]: o["count"] for o in steps["other_signatures"]}
     assert others["hook run: targets=AssignAddVariableOp"] == 46   # recorded, named as the hook's, not counted
     assert any(n.startswith("hook run: fetches=save/") for n in others)

@@ -647,35 +647,6 @@ def test_compare_across_schema_versions(runs):
     assert "no step pipelined (no tf.data input)" in "\n".join(terminal.summary_lines(b))
 
 
-MTS_SCRIPT = """
-import numpy as np, tensorflow as tf
-tf.compat.v1.disable_eager_execution()
-gs = tf.compat.v1.train.get_or_create_global_step()
-x = tf.constant(np.random.rand(64, 32).astype(np.float32))
-w = tf.Variable(tf.random.normal([32, 1]))
-loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
-train = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(loss, global_step=gs)
-hooks = [tf.compat.v1.train.StopAtStepHook(last_step=40)]
-with tf.compat.v1.train.MonitoredTrainingSession(checkpoint_dir={ckpt!r}, hooks=hooks, save_checkpoint_steps=10) as s:
-    while not s.should_stop():
-        s.run(train)
-"""
-
-
-@requires_tf
-def test_monitored_training_session_hooks_reading_global_step_are_not_the_step(tmp_path):
-    """The checkpoint hook reads global_step after every step and a few times more: the train op is the step."""
-    script = tmp_path / "mts.py"
-    script.write_text(MTS_SCRIPT.format(ckpt=str(tmp_path / "ckpt")))
-    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, str(script)], check_rc=0)
-    rep = load_report(str(tmp_path / "r"))
-    assert rep["steps"]["signature"].startswith("targets=") and rep["steps"]["count"] == 40, rep["steps"]["signature"]
-    assert rep["steps"]["api"] == "tf.compat.v1 MonitoredTrainingSession"
-    reads = [o for o in rep["steps"]["other_signatures"] if "global_step" in o["signature"]]
-    assert reads and reads[0]["count"] > 40            # the reads did recur more often than the step
-    assert "steps: 40 counted from tf.compat.v1 MonitoredTrainingSession" in proc.stderr
-
-
 def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():
     """With staging off on a staged graph, an unstaged step is the script's own run: the summary says so
     (and reports of schedulers that did not count unstaged steps do not claim it)."""
