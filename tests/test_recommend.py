@@ -12,11 +12,6 @@ SMALL = ["--batch", "256", "--rows", "4096", "--capacity", "4096", "--no-progres
 PLAN_SIZE = ["--rows", "16384", "--capacity", "16384", "--no-progress"]
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("criteo"))
-
-
 def _workload(data_dir, *args, small=SMALL):
     return [sys.executable, "-m", "rtkit.workloads", "wdl", *args, *small, "--data-dir", data_dir]
 
