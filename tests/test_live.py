@@ -306,7 +306,7 @@ def test_launch_tasks_serve_their_own_labelled_endpoints(tmp_path):
         launcher = subprocess.Popen(
             [RTKIT, "launch", "--ps", "1", "--workers", "1", "--cluster-dir", str(folder),
              "--set", f"metrics_port={base}", "--set", f"tensorboard_dir={tb}", "--", sys.executable, "-m",
-             "rtkit.workloads", "wdl", "--steps", "400", "--batch", "256", "--rows", "4096", "--capacity", "4096",
+             "rtkit.workloads", "wdl", "--steps", "1000000", "--batch", "256", "--rows", "4096", "--capacity", "4096",
              "--data-dir", str(tmp_path / "data"), "--checkpoint-dir", str(tmp_path / "ckpt"), "--no-progress"],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
@@ -319,9 +319,11 @@ def test_launch_tasks_serve_their_own_labelled_endpoints(tmp_path):
             view = run_rtkit(["top", str(folder), "--once"], check_rc=0).stdout
             rows = {line.split()[0]: line.split()[1] for line in view.splitlines()[2:] if line.strip()}
             assert rows.get("worker-0") == "running" and rows.get("ps-0") == "running", view
-        finally:
+        finally:   # the job trains until stopped: what is checked is seen while it runs
+            if launcher.poll() is None:
+                launcher.send_signal(signal.SIGTERM)
             code = launcher.wait()
-    assert code == 0
+    assert code == 128 + signal.SIGTERM
     assert sorted(os.listdir(tb)) == ["rtkit-ps-0", "rtkit-worker-0"]
 
 
