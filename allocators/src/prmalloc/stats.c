@@ -121,6 +121,14 @@ long rtk_stats_format(char *buf, size_t cap)
             "\"adopted_blocks\": %llu, \"awaited_blocks\": %llu},\n",
         ar_res, ar_ret, ar_live, ar_free, rtk_arenas_retired(), rtk_engine.classes_dropped, rtk_engine.retired_released,
         (unsigned long long)adopted, (unsigned long long)awaited);
+    const rtk_footprint_t *fp = &rtk_engine.peak_footprint;
+    rtk_out_put(&o, "  \"peak_footprint\": {\"step\": ");
+    if (fp->have)
+        rtk_out_put(&o, "%u", fp->step);
+    else
+        rtk_out_put(&o, "null");
+    rtk_out_put(&o, ", \"live_bytes\": %zu, \"arena_idle_bytes\": %zu, \"large_idle_bytes\": %zu, \"glibc_free_bytes\": %zu},\n",
+                fp->live, fp->arena_idle, fp->large_idle, fp->glibc_free);
     uint64_t large = t->arena_hits + t->fallbacks;
     rtk_out_put(&o, "  \"hit_rate\": ");
     if (large)

@@ -258,6 +258,13 @@ void rtk_step_mark(void)
     rtk_engine.last = t;
     if (t.live > rtk_engine.peak_live)
         rtk_engine.peak_live = t.live;
+    rtk_footprint_t fp;
+    rtk_footprint_read(t.live > 0 ? (size_t)t.live : 0, rtk_os_now_ns(), STATS_PERIOD_NS, &fp);
+    if (!rtk_engine.peak_footprint.have || rtk_footprint_total(&fp) > rtk_footprint_total(&rtk_engine.peak_footprint)) {
+        fp.step = steps - 1;
+        fp.have = 1;
+        rtk_engine.peak_footprint = fp;
+    }
     int force = 0, loaded_now = 0;
     if (g_plan_deferred && steps >= plan_install_step()) {
         g_plan_deferred = 0;
