@@ -212,8 +212,8 @@ static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
 
 /* Idle headroom for the sizes no class serves, faulted in at the mark before the first step counted after the plan:
  * 1/128 of the large heap in use, 4-64 MiB. The bytes are in large_heap.prefaulted. The heap in use is mostly the
- * job's long-lived blocks (tables, variables), so a larger share only sat idle: on wdl 1/32 kept 21-27 MiB idle,
- * and 1/128 ran with the same 0.2-0.4 faults a step after the plan at batch 2048 and 16384. */
+ * job's long-lived blocks (tables, variables), which need none: a larger share only sits idle (on wdl 1/32 held
+ * 21-27 MiB, with the same 0.2-0.4 faults a step after the plan as 1/128 at batch 2048 and 16384). */
 static void reserve_headroom(uint32_t steps)
 {
     if (!rtk_engine.reserve_due || rtk_engine.state != RTK_STATE_PLANNED || steps < rtk_engine.after_from)
