@@ -1,6 +1,7 @@
 /* arena_classes.c -- planned arenas: each class holds `blocks` blocks of the large-object heap, taken at install from the
- * heap's idle resident extents first (only blocks none can hold take other pages, and only those are faulted in)
- * and kept across steps on a spinlock free stack: a plan adds no RSS for pages the heap already holds. A block's
+ * heap's idle resident extents first (blocks of a class's size still live at the install are adopted as they are
+ * freed; only blocks neither covers take other pages, faulted in then) and kept across steps on a spinlock free
+ * stack: a plan adds no RSS for pages the heap already holds. A block's
  * owner word in the heap's page map names its arena, class and state (prmalloc/owner.h), so free finds the class in
  * O(1) without a header, and a double free or an interior pointer is caught in every mode. Dropped classes and retired arenas give their blocks (and the pages)
  * back to the heap. */
