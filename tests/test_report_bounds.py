@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import load_report, run_rtkit
-from rtkit.report import bounds, fmt, html as html_mod, terminal
+from rtkit.report import bounds, fmt, html as html_mod, summary, terminal
 from rtkit.report import glossary as G
 from rtkit.report.contract import Bounds as B
 
@@ -56,7 +56,7 @@ def test_bounds_add_up_and_equal_the_measured_figures(run):
     assert b[B.STEP_LIVE_BYTES] + b[B.OVERHEAD_BYTES] == b[B.GROWTH_BYTES]
     # the steps after the first held 11 x 8 MiB more: the live figure sees them (glibc's books, mmapped blocks)
     assert (STEPS - 1) * (8 << 20) <= b[B.STEP_LIVE_BYTES] <= (STEPS + 2) * (8 << 20), b
-    assert b[B.ESTIMATES] == [B.STEP_LIVE_BYTES, B.OVERHEAD_BYTES]
+    assert b[B.ESTIMATES] == [B.STEP_LIVE_BYTES, B.OVERHEAD_BYTES, B.OVER_RUNTIME_BYTES]
     assert b[B.RTKIT_IDLE_BYTES] == a["large_heap"]["idle_bytes"] + a["arenas"]["free_bytes"]
 
 
@@ -73,14 +73,48 @@ def test_terminal_and_html_show_report_json_figures(run):
     with open(os.path.join(d, "report.html")) as fh:
         page = htmllib.unescape(fh.read())
     assert eq in page
-    for fid in ("baseline_rss_bytes", "rss_growth_bytes", "peak_live_bytes", "step_live_bytes", "rss_overhead_bytes",
-                "rtkit_idle_bytes"):
+    over = bounds.over_live_equation(b)
+    assert over and over.startswith(f"RSS over live {fmt.nbytes(b[B.OVER_LIVE_BYTES])} = arenas idle ")
+    assert over in block and over in page, block
+    for fid in bounds.FIGURE_IDS:
         v = G.value(rep, fid)
         assert v is not None, fid
         row = f"{G.name(fid)}  "
         line = [l for l in block.splitlines() if l.strip().startswith(row.strip())]
         assert line and G.FIGURES[fid].text(v) in line[0], (fid, block)
         assert f"<td>{G.FIGURES[fid].text(v)}" in page.split(f">{G.name(fid)}</td>", 1)[1][:80], fid
+
+
+def test_rss_over_live_is_split_by_component_at_the_largest_footprint(run):
+    _, rep = run
+    b, a = rep["bounds"], rep["allocator"]
+    fp = a["peak_footprint"]
+    # the steps held 8 MiB more each: the heap's footprint was largest at one of the last step ends
+    assert fp["step"] >= STEPS - 2, fp
+    live = {x["step"]: x["live_bytes"] for x in a["per_step"]}
+    assert fp["live_bytes"] == live[fp["step"]]
+    assert b[B.FOOTPRINT_STEP] == fp["step"] and b[B.FOOTPRINT_LIVE_BYTES] == fp["live_bytes"]
+    assert b[B.OVER_LIVE_BYTES] == b[B.PEAK_RSS_BYTES] - fp["live_bytes"]
+    assert (b[B.OVER_ARENAS_BYTES], b[B.OVER_LARGE_IDLE_BYTES], b[B.OVER_GLIBC_BYTES]) == (
+        fp["arena_idle_bytes"], fp["large_idle_bytes"], fp["glibc_free_bytes"])
+    parts = b[B.OVER_ARENAS_BYTES] + b[B.OVER_LARGE_IDLE_BYTES] + b[B.OVER_GLIBC_BYTES] + b[B.OVER_RUNTIME_BYTES]
+    assert parts == b[B.OVER_LIVE_BYTES]
+    # the rest is the interpreter and its libraries (the 64 MiB buffer is heap live)
+    assert b[B.OVER_RUNTIME_BYTES] > 0 and B.OVER_RUNTIME_BYTES in b[B.ESTIMATES]
+    line = summary.memory_line(rep)
+    assert f"RSS over live {fmt.nbytes(b[B.OVER_LIVE_BYTES])} (arenas idle " in line and "runtime and the rest" in line
+    # compare shows each part side by side
+    from rtkit.report import compare
+    text = compare.render(rep, rep, width=200)
+    for fid in ("over_live_bytes", "over_live_large_idle_bytes", "over_live_runtime_bytes"):
+        assert G.name(fid) in text, fid
+    # without the allocator's footprint: no split, nothing invented
+    old = copy.deepcopy(rep)
+    del old["allocator"]["peak_footprint"]
+    nb = bounds.build(old)
+    assert nb[B.OVER_LIVE_BYTES] is None and nb[B.OVER_RUNTIME_BYTES] is None and B.OVER_RUNTIME_BYTES not in nb[B.ESTIMATES]
+    old["bounds"] = nb
+    assert "RSS over live" not in terminal.render(old, width=200)
 
 
 def test_without_the_allocator_only_measured_terms_are_shown(run):

@@ -172,6 +172,14 @@ int main(void)
     CHECK(rtk_large_block(e, &u0, &w0) == RTK_BLOCK_LIVE && w0 == (RTK_LARGE_OWNED | 7));
     CHECK(rtk_large_block(e + 4096, &u0, &w0) == RTK_BLOCK_NONE && w0 == 0 && u0 == 0);
     CHECK(rtk_large_block(g1, &u0, &w0) == RTK_BLOCK_LIVE && w0 == 0 && u0 == 4096);
+    /* a block a class holds goes back only through its class, which clears the word first: a free of it as the
+     * heap's own (one racing the class's adoption of it) is a double free */
+    CHECK(rtk_large_free(e, &b0) == -2 && rtk_large_block(e, &u0, &w0) == RTK_BLOCK_LIVE);
+    CHECK(rtk_large_adopt(e, RTK_LARGE_OWNED | 8) == -2 && rtk_large_adopt(e + 4096, RTK_LARGE_OWNED | 8) == -1);
+    rtk_large_set_owner(e, 0);
+    CHECK(rtk_large_adopt(g1, RTK_LARGE_OWNED | 9) == 0 && rtk_large_block(g1, &u0, &w0) == RTK_BLOCK_LIVE &&
+          w0 == (RTK_LARGE_OWNED | 9));
+    rtk_large_set_owner(g1, 0);
     CHECK(rtk_large_free(e, &b0) == 0 && rtk_large_block(e, &u0, &w0) == RTK_BLOCK_FREE && w0 == 0);
     CHECK(rtk_large_alloc_resident(8 * MiB, 4096, &u0) == NULL);  /* no resident extent that long */
     CHECK(rtk_large_alloc_resident(2 * MiB, 4096, &u0) == e);

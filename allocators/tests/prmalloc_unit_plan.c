@@ -182,6 +182,53 @@ static void test_arena(void)
     rtk_arena_free(a, 2, m2);
 }
 
+/* Blocks of a class's size still live in the large heap when the plan is installed are not doubled with fresh
+ * pages: the class takes them as they are freed, and only what none will cover is taken now. */
+static void test_arena_adopts_live_blocks(void)
+{
+    size_t sz = 196 * KiB, u, bs;
+    void *live[3];
+    for (int i = 0; i < 3; i++)
+        live[i] = rtk_large_alloc(sz, 4096, &u);
+    CHECK(live[0] && live[1] && live[2]);
+    rtk_large_trim();  /* no resident idle pages: the class's first block must come from fresh ones */
+    rtk_large_info_t before, after;
+    rtk_large_info(&before);
+    rtk_plan_t p = {0};
+    p.nclasses = 1;
+    p.cls[0] = (rtk_class_t){sz, 4, 4096};
+    rtk_arena_t *a = rtk_arena_create(&p, 1, 0, 0, NULL);
+    CHECK(a != NULL);
+    if (!a)
+        return;
+    rtk_large_info(&after);
+    CHECK(a->cls[0].made == 1 && a->cls[0].awaited == 3);
+    CHECK(after.in_use - before.in_use == 196 * KiB);  /* one block's pages, not four */
+    for (int i = 0; i < 3; i++)
+        CHECK(rtk_arena_adopt(a, live[i], 196 * KiB) == 1);
+    CHECK(a->cls[0].made == 4 && a->cls[0].adopted == 3 && a->cls[0].awaited == 0);
+    uint32_t ow;
+    CHECK(rtk_large_block(live[0], &bs, &ow) == RTK_BLOCK_LIVE && ow == RTK_OWNER_WORD(1, 0));
+    CHECK(rtk_large_free(live[0], &bs) == -2);  /* a free racing the adoption: the class holds it, a double free */
+    void *extra = rtk_large_alloc(sz, 4096, &u);
+    CHECK(extra && rtk_arena_adopt(a, extra, 196 * KiB) == 0);  /* the class is full: the large heap's again */
+    CHECK(rtk_arena_adopt(a, extra, 100 * KiB) == 0);           /* no class of that size */
+    CHECK(rtk_large_free(extra, &bs) == 0);
+    int why;
+    void *got[4];
+    for (int i = 0; i < 4; i++)
+        got[i] = rtk_arena_alloc(a, sz, 64, &why, &bs);
+    CHECK(got[0] && got[1] && got[2] && got[3] && why == RTK_ARENA_OK);
+    CHECK(!rtk_arena_alloc(a, sz, 64, &why, &bs) && why == RTK_ARENA_EXHAUSTED);
+    for (int i = 0; i < 4; i++)
+        CHECK(rtk_arena_free(a, 0, got[i]) == 0);
+    a->retired = 1;
+    uint64_t held = a->cls[0].made;
+    void *late = rtk_large_alloc(sz, 4096, &u);
+    CHECK(late && rtk_arena_adopt(a, late, 196 * KiB) == 0 && a->cls[0].made == held);  /* a retired arena adopts nothing */
+    CHECK(rtk_large_free(late, &bs) == 0);
+}
+
 static void test_env(void)
 {
     size_t s;
@@ -244,6 +291,7 @@ int main(void)
     test_spacing_choice();
     test_trim_and_file();
     test_arena();
+    test_arena_adopts_live_blocks();
     test_env();
     if (g_failures) {
         fprintf(stderr, "prmalloc_unit_plan: %d check(s) failed\n", g_failures);

@@ -12,6 +12,17 @@ peak RSS is from what the program itself needs:
 - overhead (derived): the rest: allocator memory held idle or retained, fragmentation, the steps' transient
   peak between step ends; `rtkit idle at exit` is the measured part of it that is rtkit's own.
 
+With the allocator's figures the peak RSS over the heap's live bytes is also split by who holds it, at the
+step mark where the heap's footprint was largest (the allocator keeps that mark's figures):
+
+    RSS over live = arenas idle + large heap idle + glibc heap free + runtime and the rest
+
+- arenas idle: free blocks of the planned classes and every block's rounding up to whole pages;
+- large heap idle: resident free pages of rtkit's large-object heap (the headroom faulted in after a plan too);
+- glibc heap free: free chunks in glibc's heaps (its books; an upper bound on their resident part);
+- runtime and the rest (derived): libraries, stacks, Python, TensorFlow's own mappings, and what a step holds
+  between step ends.
+
 Without the allocator's figures only the growth over the runtime (peak - baseline) is given."""
 from __future__ import annotations
 
@@ -51,6 +62,23 @@ def _rtkit_idle(alloc: Any) -> Optional[int]:
     return int((idle if fmt.is_num(idle) else 0) + (free if fmt.is_num(free) else 0))
 
 
+def _over_live(peak: int, alloc: Any) -> Dict[str, Any]:
+    """RSS over live per component, from the allocator's largest footprint (every value None without it)."""
+    fp = get(alloc, A.FOOTPRINT) if isinstance(alloc, dict) else None
+    keys = (B.FOOTPRINT_STEP, B.FOOTPRINT_LIVE_BYTES, B.OVER_LIVE_BYTES, B.OVER_ARENAS_BYTES, B.OVER_LARGE_IDLE_BYTES,
+            B.OVER_GLIBC_BYTES, B.OVER_RUNTIME_BYTES)
+    out: Dict[str, Any] = dict.fromkeys(keys)
+    parts = [fp.get(k) for k in (A.FP_LIVE, A.FP_ARENA_IDLE, A.FP_LARGE_IDLE, A.FP_GLIBC_FREE)] if isinstance(fp, dict) else []
+    if not isinstance(fp, dict) or not fmt.is_num(fp.get(A.FP_STEP)) or not all(fmt.is_num(v) for v in parts):
+        return out
+    live, arenas, large, glibc = (int(v) for v in parts)
+    over = peak - live
+    out.update({B.FOOTPRINT_STEP: int(fp[A.FP_STEP]), B.FOOTPRINT_LIVE_BYTES: live, B.OVER_LIVE_BYTES: over,
+                B.OVER_ARENAS_BYTES: arenas, B.OVER_LARGE_IDLE_BYTES: large, B.OVER_GLIBC_BYTES: glibc,
+                B.OVER_RUNTIME_BYTES: over - arenas - large - glibc})
+    return out
+
+
 def build(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The bounds section, or None when the report has no peak RSS or no sample before the first step."""
     peak = get(report, "process." + P.PEAK_RSS_BYTES)
@@ -69,6 +97,10 @@ def build(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         out.update({B.PEAK_LIVE_BYTES: int(peak_live), B.FIRST_STEP_LIVE_BYTES: first_live, B.STEP_LIVE_BYTES: live,
                     B.OVERHEAD_BYTES: out[B.GROWTH_BYTES] - live, B.RTKIT_IDLE_BYTES: _rtkit_idle(alloc)})
         out[B.ESTIMATES] = [B.STEP_LIVE_BYTES, B.OVERHEAD_BYTES]
+    over = _over_live(int(peak), alloc)
+    out.update(over)
+    if over[B.OVER_RUNTIME_BYTES] is not None:
+        out[B.ESTIMATES] = out[B.ESTIMATES] + [B.OVER_RUNTIME_BYTES]
     return out
 
 
@@ -90,6 +122,21 @@ def equation(b: Dict[str, Any]) -> Optional[str]:
             "rtkit's allocator measures live bytes)")
 
 
+def over_live_equation(b: Dict[str, Any]) -> Optional[str]:
+    """'RSS over live X = arenas idle A + large heap idle L + glibc heap free G + runtime and the rest R', or None."""
+    if not fmt.is_num(b.get(B.OVER_LIVE_BYTES)):
+        return None
+    terms = " + ".join(_t(fid, b.get(key)) for fid, key in OVER_LIVE_PARTS)
+    return f"{_t('over_live_bytes', b[B.OVER_LIVE_BYTES])} = {terms}"
+
+
+# the components of RSS over live, as (glossary id, bounds key), in the order the equation adds them
+OVER_LIVE_PARTS = (("over_live_arenas_bytes", B.OVER_ARENAS_BYTES), ("over_live_large_idle_bytes", B.OVER_LARGE_IDLE_BYTES),
+                   ("over_live_glibc_free_bytes", B.OVER_GLIBC_BYTES), ("over_live_runtime_bytes", B.OVER_RUNTIME_BYTES))
+FIGURE_IDS = ("baseline_rss_bytes", "rss_growth_bytes", "peak_live_bytes", "step_live_bytes", "rss_overhead_bytes",
+              "rtkit_idle_bytes", "over_live_bytes") + tuple(fid for fid, _ in OVER_LIVE_PARTS)
+
+
 def rows(report: Dict[str, Any]) -> List[tuple]:
     """(name, text) rows of the report's bounds block: the equation, then each figure under its glossary name."""
     b = report.get("bounds")
@@ -97,10 +144,14 @@ def rows(report: Dict[str, Any]) -> List[tuple]:
         return []
     eq = equation(b)
     out = [("peak RSS is", eq)] if eq else []
+    over = over_live_equation(b)
+    if over:
+        out.append(("RSS over live is", over))
     extra = {"baseline_rss_bytes": f" (sampled at {fmt.seconds(b.get(B.BASELINE_AT_S))}, before the first step began)",
-             "peak_live_bytes": f" (at the end of the first step {fmt.nbytes(b.get(B.FIRST_STEP_LIVE_BYTES))})"}
-    for fid in ("baseline_rss_bytes", "rss_growth_bytes", "peak_live_bytes", "step_live_bytes", "rss_overhead_bytes",
-                "rtkit_idle_bytes"):
+             "peak_live_bytes": f" (at the end of the first step {fmt.nbytes(b.get(B.FIRST_STEP_LIVE_BYTES))})",
+             "over_live_bytes": (f" (peak RSS minus the heap live {fmt.nbytes(b.get(B.FOOTPRINT_LIVE_BYTES))} at the end "
+                                 f"of step {b.get(B.FOOTPRINT_STEP)}, the heap's largest footprint)")}
+    for fid in FIGURE_IDS:
         v = G.value(report, fid)
         if v is not None:
             out.append((G.name(fid), G.FIGURES[fid].text(v) + extra.get(fid, "")))

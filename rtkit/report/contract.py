@@ -76,6 +76,10 @@ class Allocator:
     STEP_LIVE_BYTES = "live_bytes"        # in each per-step record: heap live at the step's end (glibc's + rtkit's)
     PEAK_LIVE_BYTES = "totals.peak_live_bytes"   # the highest of those (and of the stats writes)
     LARGE_IDLE_BYTES, ARENA_FREE_BYTES = "large_heap.idle_bytes", "arenas.free_bytes"   # rtkit's memory held idle
+    # optional: the heap's footprint at the step mark where it was largest, split into live and each part's idle
+    FOOTPRINT = "peak_footprint"
+    FP_STEP, FP_LIVE, FP_ARENA_IDLE, FP_LARGE_IDLE, FP_GLIBC_FREE = (
+        "step", "live_bytes", "arena_idle_bytes", "large_idle_bytes", "glibc_free_bytes")
     REQUIRED = (STATE, SETTINGS_ECHO, PROFILE_START, PROFILE_END, PLAN_CLASSES, PLAN_RESERVED_BYTES, PLAN_MADE_AT_STEP,
                 PLAN_SOURCE, PLAN_REJECTED, ARENA_HITS, FALLBACKS, HIT_RATE, HIT_RATE_AFTER_PLAN, FAULTS_BEFORE_PLAN,
                 FAULTS_AFTER_PLAN, PER_STEP)
@@ -142,9 +146,17 @@ class Bounds:
     PEAK_LIVE_BYTES, FIRST_STEP_LIVE_BYTES = "peak_live_bytes", "first_step_live_bytes"   # null without rtkit's allocator
     STEP_LIVE_BYTES, OVERHEAD_BYTES = "step_live_bytes", "overhead_bytes"   # growth = step live + overhead
     RTKIT_IDLE_BYTES = "rtkit_idle_bytes"
+    # peak RSS over the heap's live bytes, per component, at the allocator's largest footprint (null without it):
+    # over live = arenas idle + large heap idle + glibc heap free + runtime (the rest)
+    FOOTPRINT_STEP, FOOTPRINT_LIVE_BYTES = "footprint_step", "footprint_live_bytes"
+    OVER_LIVE_BYTES, OVER_ARENAS_BYTES = "over_live_bytes", "over_live_arenas_bytes"
+    OVER_LARGE_IDLE_BYTES, OVER_GLIBC_BYTES = "over_live_large_idle_bytes", "over_live_glibc_free_bytes"
+    OVER_RUNTIME_BYTES = "over_live_runtime_bytes"
     ESTIMATES = "estimates"               # the keys above that are estimates, not measurements
     REQUIRED = (PEAK_RSS_BYTES, BASELINE_RSS_BYTES, BASELINE_AT_S, GROWTH_BYTES, PEAK_LIVE_BYTES, FIRST_STEP_LIVE_BYTES,
-                STEP_LIVE_BYTES, OVERHEAD_BYTES, RTKIT_IDLE_BYTES, ESTIMATES)
+                STEP_LIVE_BYTES, OVERHEAD_BYTES, RTKIT_IDLE_BYTES, FOOTPRINT_STEP, FOOTPRINT_LIVE_BYTES,
+                OVER_LIVE_BYTES, OVER_ARENAS_BYTES, OVER_LARGE_IDLE_BYTES, OVER_GLIBC_BYTES, OVER_RUNTIME_BYTES,
+                ESTIMATES)
 
 
 # report section -> its declaration; None for the sections a component may leave out (component off)

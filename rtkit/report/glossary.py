@@ -242,6 +242,21 @@ _F: List[Figure] = [
     _bound("rtkit_idle_bytes", "rtkit idle at exit", B.RTKIT_IDLE_BYTES,
            "rtkit's own memory held but unused when the report was written (large-object heap idle + free arena "
            "blocks); read at exit, so it also holds what the job freed at its end"),
+    # peak RSS over the heap's live bytes, by who holds it (report/bounds.py), at the heap's largest footprint
+    _bound("over_live_bytes", "RSS over live", B.OVER_LIVE_BYTES,
+           "rtkit's allocator only: peak RSS minus the heap live at the step end where the heap's footprint (live + "
+           "idle) was largest; the sum of the four parts below: how far the peak RSS is from the live bytes"),
+    _bound("over_live_arenas_bytes", "arenas idle", B.OVER_ARENAS_BYTES,
+           "at that step end: free blocks of the plan's classes and every class block's rounding up to whole pages"),
+    _bound("over_live_large_idle_bytes", "large heap idle", B.OVER_LARGE_IDLE_BYTES,
+           "at that step end: resident free pages of rtkit's large-object heap (kept within its high-water mark, and "
+           "the headroom faulted in after a plan)"),
+    _bound("over_live_glibc_free_bytes", "glibc heap free", B.OVER_GLIBC_BYTES,
+           "at that step end: free chunks in glibc's heaps, where the small objects live, by glibc's books "
+           "(malloc_info's bins: each heap's untouched top is left out); an upper bound on their resident part"),
+    _bound("over_live_runtime_bytes", "runtime and the rest (estimate)", B.OVER_RUNTIME_BYTES,
+           "RSS over live minus the three heap parts: libraries, stacks, Python, TensorFlow's own mappings, and what "
+           "a step holds between step ends"),
     Figure("minor_faults", "minor faults (whole run)", "count", True, "minor page faults of the whole run",
            _num(_sec("process", P.MINOR_FAULTS))),
     Figure("major_faults", "major faults (whole run)", "count", True, "major page faults of the whole run",

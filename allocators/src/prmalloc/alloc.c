@@ -154,7 +154,11 @@ void rtk_free_owned(void *p, rtk_owner_t o)
     if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0))
         debug_poison(p, o.size);  /* a live block only: a free racing another free of p aborts below */
     size_t bytes = o.size;
-    int r = o.kind == RTK_OWNER_ARENA ? rtk_arena_free(o.arena, o.cls, p) : rtk_large_free(p, &bytes);
+    int r = 0;
+    if (o.kind == RTK_OWNER_ARENA)
+        r = rtk_arena_free(o.arena, o.cls, p);
+    else if (!rtk_arena_adopt(__atomic_load_n(&rtk_cur_arena, __ATOMIC_ACQUIRE), p, o.size))
+        r = rtk_large_free(p, &bytes);
     if (r < 0)
         rtk_heap_corrupt("free()", r == -2 ? "double free of" : "invalid pointer", p);
     if (rtk_fastpath.inspect || o.kind == RTK_OWNER_ARENA) {

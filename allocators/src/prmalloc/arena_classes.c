@@ -1,6 +1,7 @@
 /* arena_classes.c -- planned arenas: each class holds `blocks` blocks of the large-object heap, taken at install from the
- * heap's idle resident extents first (only blocks none can hold take other pages, and only those are faulted in)
- * and kept across steps on a spinlock free stack: a plan adds no RSS for pages the heap already holds. A block's
+ * heap's idle resident extents first (blocks of a class's size still live at the install are adopted as they are
+ * freed; only blocks neither covers take other pages, faulted in then) and kept across steps on a spinlock free
+ * stack: a plan adds no RSS for pages the heap already holds. A block's
  * owner word in the heap's page map names its arena, class and state (prmalloc/owner.h), so free finds the class in
  * O(1) without a header, and a double free or an interior pointer is caught in every mode. Dropped classes and retired arenas give their blocks (and the pages)
  * back to the heap. */
@@ -80,12 +81,26 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
      * longest extents): they cost no fault and no RSS. Only the blocks no resident extent can hold take other
      * pages, faulted in here, inside the step mark, with one call each: left to first use they would cost the
      * first steps after the plan a burst of faults. A block the heap cannot give now is taken when first needed. */
-    for (int pass = 0; pass < 2; pass++)
+    uint32_t pages[RTK_MAX_CLASSES], live[RTK_MAX_CLASSES];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) {
+            for (int i = 0; i < a->n; i++)
+                pages[i] = (uint32_t)(page_round(a->cls[i].size) / rtk_os_page_size());
+            rtk_large_count_live(pages, a->n, live);
+        }
         for (int i = a->n - 1; i >= 0; i--) {
             rtk_aclass_t *c = &a->cls[i];
             size_t usable, al = c->align > 4096 ? c->align : 4096;
             void *b;
-            while (c->made < c->blocks &&
+            /* Blocks of this size still live at the mark (the input pipeline's next batch, a step's outputs) are
+             * adopted as they are freed (rtk_arena_adopt): fresh pages now would leave theirs idle for good */
+            uint32_t want = c->blocks;
+            if (pass) {
+                uint32_t later = live[i] < c->blocks - c->made ? live[i] : c->blocks - c->made;
+                want = c->blocks - later;
+                c->awaited = later;
+            }
+            while (c->made < want &&
                    (b = pass ? rtk_large_alloc(c->size, al, &usable) : rtk_large_alloc_resident(c->size, al, &usable))) {
                 if (pass)
                     rtk_os_populate(b, usable);
@@ -94,6 +109,7 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
                 c->made++;
             }
         }
+    }
     rtk_large_epoch();  /* the decay's high-water mark restarts from the plan's footprint */
     *why = NULL;
     return a;
@@ -203,6 +219,49 @@ int rtk_arena_free(rtk_arena_t *a, int k, void *p)
     }
     rtk_spin_unlock(&c->lock);
     __atomic_sub_fetch(&a->live_blocks, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* A freed large-heap block (no class's, `bytes` its page-rounded size) joins a class of its size that holds fewer
+ * blocks than planned, in place of pages taken afresh when the class next runs short. 1 adopted; 0 not (the caller
+ * frees it to the large heap, which also says whether the free was valid). */
+int rtk_arena_adopt(rtk_arena_t *a, void *p, size_t bytes)
+{
+    if (!a || a->retired)
+        return 0;
+    int lo = 0, hi = a->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (page_round(a->cls[mid].size) < bytes)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (int k = lo; k < a->n && page_round(a->cls[k].size) == bytes; k++) {
+        rtk_aclass_t *c = &a->cls[k];
+        if (c->dropped || (c->align > 4096 && ((uintptr_t)p & (c->align - 1))) ||
+            __atomic_load_n(&c->made, __ATOMIC_RELAXED) >= c->blocks)
+            continue;
+        rtk_spin_lock(&c->lock);
+        int room = !c->dropped && c->made < c->blocks;
+        if (room)
+            c->made++;  /* counted first, as pop does: a racing pop cannot overshoot `blocks` */
+        rtk_spin_unlock(&c->lock);
+        if (!room)
+            continue;
+        int r = rtk_large_adopt(p, RTK_OWNER_WORD(a->slot, k));
+        rtk_spin_lock(&c->lock);
+        if (r == 0) {
+            c->stack[c->top++] = p;  /* top < made <= blocks */
+            c->adopted++;
+            if (c->awaited)
+                c->awaited--;
+        } else {
+            c->made--;
+        }
+        rtk_spin_unlock(&c->lock);
+        return r == 0;
+    }
     return 0;
 }
 

@@ -104,6 +104,18 @@ void rtk_arenas_usage(size_t *live, size_t *free_bytes, size_t *held)
     }
 }
 
+void rtk_arenas_adoption(uint64_t *adopted, uint64_t *awaited)
+{
+    *adopted = *awaited = 0;
+    int n = __atomic_load_n(&rtk_arena_slots_used, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; rtk_arena_slots[i]->span && k < rtk_arena_slots[i]->n; k++) {
+            const rtk_aclass_t *c = &rtk_arena_slots[i]->cls[k];
+            *adopted += __atomic_load_n(&c->adopted, __ATOMIC_RELAXED);
+            *awaited += __atomic_load_n(&c->awaited, __ATOMIC_RELAXED);
+        }
+}
+
 void rtk_arenas_fork_prepare(void)
 {
     rtk_spin_fork_prepare(&g_lock);

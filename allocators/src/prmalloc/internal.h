@@ -155,6 +155,8 @@ typedef struct rtk_aclass {
     uint64_t pops;              /* blocks handed out so far (the re-check compares it across steps) */
     uint64_t pops_seen;
     uint32_t idle_steps;
+    uint32_t awaited;           /* blocks left to adopt: of this size, live in the large heap when the plan came */
+    uint64_t adopted;           /* freed large-heap blocks taken in (rtk_arena_adopt) */
 } rtk_aclass_t;
 
 typedef struct rtk_arena {
@@ -182,6 +184,9 @@ RTK_HIDDEN size_t rtk_arena_release_free(rtk_arena_t *a, int all);
 RTK_HIDDEN int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps);
 /* A block of the smallest class that fits (*bytes: the class's size), or NULL with RTK_ARENA_MISS or _EXHAUSTED. */
 RTK_HIDDEN void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why, size_t *bytes);
+/* A freed large-heap block of `bytes` (page-rounded) taken by a class of its size that is short of its planned
+ * blocks: 1 taken (it is the class's, free), 0 not (free it to the large heap). */
+RTK_HIDDEN int rtk_arena_adopt(rtk_arena_t *a, void *p, size_t bytes);
 /* Free p, a block of a's class k (the owner lookup names both). 0 ok; -1 p starts no block of that class (interior
  * or foreign pointer); -2 double free. In every mode. */
 RTK_HIDDEN int rtk_arena_free(rtk_arena_t *a, int k, void *p);

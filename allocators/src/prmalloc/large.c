@@ -341,6 +341,11 @@ int rtk_large_put(void *p, size_t *bytes, int giveback)
         return (int)i;
     }
     uint32_t x = (uint32_t)i, n = T_PAGES(rtk_large.meta[x].tag);
+    if ((rtk_large.meta[x].prev & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED) {
+        /* an arena class holds it (adopted while a racing second free of p looked it up): a double free */
+        rtk_spin_unlock(&rtk_large.lock);
+        return -2;
+    }
     rtk_large.meta[x].tag = 0;  /* neither live nor free until it is back on a list: no neighbour merges with it */
     rtk_large.meta[x].prev = 0;
     rtk_large.in_use -= n;
@@ -377,6 +382,43 @@ int rtk_large_block(const void *p, size_t *bytes, uint32_t *owner)
     *bytes = live ? (size_t)T_PAGES(t) << PAGE_SHIFT : 0;
     *owner = (w & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED ? w : 0;
     return live ? RTK_BLOCK_LIVE : T_STATE(t) == T_FREE ? RTK_BLOCK_FREE : RTK_BLOCK_NONE;
+}
+
+int rtk_large_adopt(void *p, uint32_t w)
+{
+    rtk_spin_lock(&rtk_large.lock);
+    int64_t i = block_index(p);
+    if (i >= 0 && (rtk_large.meta[i].prev & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED)
+        i = -2;
+    if (i >= 0)
+        __atomic_store_n(&rtk_large.meta[i].prev, w, __ATOMIC_RELEASE);
+    rtk_spin_unlock(&rtk_large.lock);
+    return i < 0 ? (int)i : 0;
+}
+
+void rtk_large_count_live(const uint32_t *pages, int n, uint32_t *counts)
+{
+    memset(counts, 0, (size_t)n * sizeof *counts);
+    rtk_spin_lock(&rtk_large.lock);
+    for (uint32_t x = 0, len; x < rtk_large.top; x += len) {
+        uint32_t t = rtk_large.meta[x].tag;
+        len = T_PAGES(t);
+        if (!len)
+            break;  /* no extent starts here: the map is not what this walk expects, so count no further */
+        if (T_STATE(t) != T_ALLOC || (rtk_large.meta[x].prev & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED)
+            continue;
+        int lo = 0, hi = n;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (pages[mid] < len)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < n && pages[lo] == len)
+            counts[lo]++;
+    }
+    rtk_spin_unlock(&rtk_large.lock);
 }
 
 void rtk_large_set_owner(void *p, uint32_t w)

@@ -48,6 +48,12 @@ RTK_HIDDEN int rtk_large_free_release(void *p, size_t *bytes);
 #define RTK_LARGE_OWNED 0x80000000u
 #define RTK_LARGE_OWNED_MASK 0xc0000000u
 RTK_HIDDEN void rtk_large_set_owner(void *p, uint32_t w);
+/* An arena class takes the live block at p as one of its own blocks, free (its owner word becomes w): 0 done;
+ * -1 p starts no live block, -2 a class holds it already (a second free); under the heap's lock, so a racing
+ * free of p finds it owned and fails as a double free. */
+RTK_HIDDEN int rtk_large_adopt(void *p, uint32_t w);
+/* counts[i] = live blocks no class holds whose page count is pages[i] (pages ascending, n entries). */
+RTK_HIDDEN void rtk_large_count_live(const uint32_t *pages, int n, uint32_t *counts);
 /* What the page map says of p (lock-free): RTK_BLOCK_LIVE when p starts a live block (*bytes its size, *owner its
  * owner word when it carries the mark, else 0), RTK_BLOCK_FREE when p starts a free extent (a second free),
  * RTK_BLOCK_NONE when no block starts at p (an interior or foreign pointer); *bytes and *owner are 0 then. */

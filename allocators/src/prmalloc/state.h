@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include "common/options.h"  /* the settings' values (rtk_values) */
+#include "prmalloc/heap_usage.h"
 #include "prmalloc/internal.h"
 
 enum { RTK_MODE_UNINIT = 0, RTK_MODE_INITIALIZING = 1, RTK_MODE_READY = 2 };
@@ -74,6 +75,7 @@ typedef struct rtk_engine {
     uint32_t classes_dropped;          /* planned classes the re-check dropped (pages released) */
     size_t retired_released;           /* bytes of retired arenas' free blocks given back at retirement */
     int64_t peak_live;              /* highest live bytes seen at a step mark or stats write */
+    rtk_footprint_t peak_footprint; /* the heap's footprint at the step mark where it was largest */
     uint64_t last_write_ns;
     rtk_step_t ring[RTK_RING_STEPS];
 } rtk_engine_t;

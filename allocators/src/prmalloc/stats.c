@@ -114,9 +114,21 @@ long rtk_stats_format(char *buf, size_t cap)
             "\"prefaulted_bytes\": %zu},\n",
         li.reserved, li.used, li.in_use, li.idle, li.released, (unsigned long long)li.decayed_bytes,
         (unsigned long long)li.blocks, (unsigned long long)li.trims, li.prefaulted);
+    uint64_t adopted, awaited;
+    rtk_arenas_adoption(&adopted, &awaited);
     rtk_out_put(&o, "  \"arenas\": {\"reserved_bytes\": %zu, \"retired_bytes\": %zu, \"live_bytes\": %zu, "
-            "\"free_bytes\": %zu, \"retired\": %d, \"classes_dropped\": %u, \"released_at_retirement_bytes\": %zu},\n",
-        ar_res, ar_ret, ar_live, ar_free, rtk_arenas_retired(), rtk_engine.classes_dropped, rtk_engine.retired_released);
+            "\"free_bytes\": %zu, \"retired\": %d, \"classes_dropped\": %u, \"released_at_retirement_bytes\": %zu, "
+            "\"adopted_blocks\": %llu, \"awaited_blocks\": %llu},\n",
+        ar_res, ar_ret, ar_live, ar_free, rtk_arenas_retired(), rtk_engine.classes_dropped, rtk_engine.retired_released,
+        (unsigned long long)adopted, (unsigned long long)awaited);
+    const rtk_footprint_t *fp = &rtk_engine.peak_footprint;
+    rtk_out_put(&o, "  \"peak_footprint\": {\"step\": ");
+    if (fp->have)
+        rtk_out_put(&o, "%u", fp->step);
+    else
+        rtk_out_put(&o, "null");
+    rtk_out_put(&o, ", \"live_bytes\": %zu, \"arena_idle_bytes\": %zu, \"large_idle_bytes\": %zu, \"glibc_free_bytes\": %zu},\n",
+                fp->live, fp->arena_idle, fp->large_idle, fp->glibc_free);
     uint64_t large = t->arena_hits + t->fallbacks;
     rtk_out_put(&o, "  \"hit_rate\": ");
     if (large)
