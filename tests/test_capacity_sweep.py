@@ -124,3 +124,17 @@ def test_capacity_sweep_runs_end_to_end(tmp_path):
     assert len(root.findall("{http://www.w3.org/2000/svg}polyline")) == 2
     assert "frequency" in proc.stdout and "capacity-sweep.svg" in proc.stdout
     assert not (tmp_path / "rtkit-capacity.pool").exists()
+
+
+@requires_tf
+def test_user_table_script_trains_and_refuses_bad_sizes():
+    """The user-style script (one randomly initialised table, Adagrad, fed ids) trains and says what its
+    initialisation took; a bad size is one line and exit 2."""
+    cmd = [sys.executable, "-m", "rtkit.bench.user_table", "--rows", "5000", "--dim", "4", "--batch", "64"]
+    proc = subprocess.run(cmd + ["--steps", "3", "--rows-from", "hashed"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("loss ")] == ["1", "2", "3"]
+    assert "user_table: initialisation " in proc.stderr
+    proc = subprocess.run(cmd + ["--steps", "0"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "user_table: --rows, --dim, --steps and --batch must be positive, --exponent in (0, 4)"]

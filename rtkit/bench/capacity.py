@@ -20,6 +20,10 @@ that at the defaults (2000 steps of 2048, dim 64) the rows used reach ~26 GiB, p
 it small and gives the pool the same budget for its resident pages (`--resident-gb`, tier mode's
 `tier_resident_max`), so (b) really keeps 1.5x its budget while only the budget stays in DRAM.
 
+`--sweep 2,1,0.5,0.25` runs the capacity curve instead (`rtkit.bench.capacity_sweep`): per row layout
+(`--sweep-rows`: first-seen, frequency, hashed) and per share of the rows used that fits in DRAM, a run
+with that resident budget and no DRAM head against an all-in-DRAM run, into capacity-sweep.json and .svg.
+
 Safety (there is no swap): it refuses to start (one line, exit 2) when the pool does not fit on its disk, (a)
 does not fit in the memory available now, or the id -> row maps alone would pass `--max-anon-gb`; while a
 run trains, MemAvailable and the run's anonymous RSS are read twice a second and the run is stopped (one
