@@ -86,6 +86,9 @@ def run(args, run_one, touched: float, pool_path: str, pool_size: int) -> Dict[s
     """All points; run_one(label, run_dir, table_gb, args, sets, profile, max_anon) is capacity._run."""
     table_gb = args.scale_b * args.dram / GIB
     points: List[Dict[str, Any]] = []
+    sweep = {"table_bytes": int(table_gb * GIB), "touched_bytes_expected": touched, "shares": args.shares,
+             "layouts": args.layouts, "steps": args.steps, "batch": args.batch, "dram_head_bytes": args.dram_head,
+             "points": points}
     n = len(args.layouts) * len(args.shares)
     k = 0
     for layout in args.layouts:
@@ -113,9 +116,8 @@ def run(args, run_one, touched: float, pool_path: str, pool_size: int) -> Dict[s
             points.append({"rows": layout, "share": share, "budget_bytes": budget, "dram": d, "tier": t,
                            "ratio": _ratio(t["step_ms_median"], d["step_ms_median"]),
                            "ratio_last_quarter": _ratio(t["step_ms_last_quarter"], d["step_ms_last_quarter"])})
-    return {"table_bytes": int(table_gb * GIB), "touched_bytes_expected": touched, "shares": args.shares,
-            "layouts": args.layouts, "steps": args.steps, "batch": args.batch, "dram_head_bytes": args.dram_head,
-            "points": points}
+            write(args, sweep)   # after each point: a stopped sweep keeps the points it measured
+    return sweep
 
 
 def _ratio(a, b) -> Optional[float]:
