@@ -20,6 +20,10 @@ that at the defaults (2000 steps of 2048, dim 64) the rows used reach ~26 GiB, p
 it small and gives the pool the same budget for its resident pages (`--resident-gb`, tier mode's
 `tier_resident_max`), so (b) really keeps 1.5x its budget while only the budget stays in DRAM.
 
+`--sweep 2,1,0.5,0.25` runs the capacity curve instead (`rtkit.bench.capacity_sweep`): per row layout
+(`--sweep-rows`: first-seen, frequency, hashed) and per share of the rows used that fits in DRAM, a run
+with that resident budget and no DRAM head against an all-in-DRAM run, into capacity-sweep.json and .svg.
+
 Safety (there is no swap): it refuses to start (one line, exit 2) when the pool does not fit on its disk, (a)
 does not fit in the memory available now, or the id -> row maps alone would pass `--max-anon-gb`; while a
 run trains, MemAvailable and the run's anonymous RSS are read twice a second and the run is stopped (one
@@ -41,6 +45,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from rtkit import atomic, pool_room
+from rtkit.bench import capacity_sweep
 
 GIB = 1 << 30
 POOL_SLACK = 1.10          # pool size over the table bytes: initializer temporaries, extents, the 4 KiB headers
@@ -63,7 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="zipf: power-law ids drawn on the fly (default); file: the 200k-line cached file (few ids)")
     p.add_argument("--distinct", type=int, default=50_000_000, help="--ids zipf: distinct ids per feature")
     p.add_argument("--zipf-exponent", type=float, default=0.9, help="--ids zipf: the power law's exponent")
-    p.add_argument("--row-assign", choices=("first-seen", "hashed"), default="first-seen")
+    p.add_argument("--row-assign", choices=("first-seen", "frequency", "hashed"), default="first-seen",
+                   help="id -> row: first-seen (default), frequency (the most frequent id at row 0) or hashed")
+    p.add_argument("--sweep", default=None, metavar="SHARES",
+                   help="the capacity curve instead of (a)/(b): per share of the used rows that fits in DRAM "
+                        "(comma-separated, e.g. 2,1,0.5,0.25), a tier run with that resident budget against an "
+                        "all-in-DRAM run, tables of --b x --dram-gb (rtkit.bench.capacity_sweep)")
+    p.add_argument("--sweep-rows", default="first-seen,frequency,hashed", metavar="LAYOUTS",
+                   help="--sweep: the row layouts to run (default first-seen,frequency,hashed)")
     p.add_argument("--compact-steps", type=int, default=0,
                    help="(b): move the most used rows to the front of each table every N steps (0: off)")
     p.add_argument("--compact-hot-rows", type=int, default=0,
@@ -333,6 +345,12 @@ def figures(run_dir: str, losses: List[float], batch: int) -> Dict[str, Any]:
 def check(args, dram: int) -> Optional[str]:
     """The one line that stops the benchmark before it starts, or None."""
     a_bytes, b_bytes = args.scale_a * dram, args.scale_b * dram
+    who = "(a)"
+    if args.sweep:   # no (a): each layout runs (b)'s tables in DRAM
+        problem = capacity_sweep.parse_sweep(args)
+        if problem:
+            return problem
+        a_bytes, who = b_bytes, "the sweep's runs in DRAM"
     pool = int(b_bytes * POOL_SLACK + POOL_EXTRA)
     if not os.path.isdir(args.pool_dir) or not os.access(args.pool_dir, os.W_OK):
         return f"capacity: --pool-dir {args.pool_dir} is not a writable folder"
@@ -345,7 +363,7 @@ def check(args, dram: int) -> Optional[str]:
     maps = map_bytes(args)
     need_a = a_bytes + maps + 2 * GIB + args.min_available_gb * GIB
     if need_a > avail:
-        return (f"capacity: (a) needs {need_a / GIB:.1f}G of memory ({a_bytes / GIB:.1f}G of tables and slots, "
+        return (f"capacity: {who} needs {need_a / GIB:.1f}G of memory ({a_bytes / GIB:.1f}G of tables and slots, "
                 f"{maps / GIB:.1f}G of id -> row maps, 2G for TensorFlow, --min-available-gb), {avail / GIB:.1f}G is "
                 "available; lower --dram-gb, --a or --steps")
     if maps + 1.5 * GIB > args.max_anon_gb * GIB:
@@ -364,6 +382,10 @@ def check(args, dram: int) -> Optional[str]:
         return "capacity: --steps must be at least 10, --batch and --emb-dim positive"
     if args.ids == "zipf" and (args.distinct < 1 or not 0 < args.zipf_exponent < 4):
         return "capacity: --distinct must be positive and --zipf-exponent in (0, 4), e.g. 0.9"
+    if args.sweep:
+        problem = capacity_sweep.budgets(args, touched_bytes(args))
+        if problem:
+            return problem
     if args.max_anon_gb <= 0 or args.max_anon_gb * GIB + args.min_available_gb * GIB > avail:
         return (f"capacity: --max-anon-gb {args.max_anon_gb:g} must be positive and fit in the {avail / GIB:.1f}G "
                 "available with --min-available-gb")
@@ -396,6 +418,21 @@ def _terminated(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def _sweep(args, pool_path: str, pool_size: int) -> int:
+    touched = touched_bytes(args)
+    n = len(args.layouts) * len(args.shares)
+    sys.stderr.write(
+        f"capacity: sweep of {n} points ({', '.join(args.layouts)} rows x {', '.join(f'{s:g}x' for s in args.shares)} "
+        f"of the {touched / GIB:.2f}G of rows used, expected), each a tier run with that resident budget and an "
+        f"all-in-DRAM run; tables and slots {args.scale_b * args.dram / GIB:.2f}G, {args.steps} steps of {args.batch}"
+        + (f", {args.dram_head / GIB:.2f}G of table heads in DRAM" if args.dram_head else "") + "\n")
+    sweep = capacity_sweep.run(args, _run, touched, pool_path, pool_size)
+    js, pic = capacity_sweep.write(args, sweep)
+    print(capacity_sweep.table(sweep))
+    print(f"figures: {js}; plot: {pic}")
+    return 0
+
+
 def main(argv=None) -> int:
     from rtkit.workloads.data import NUM_CAT
 
@@ -405,7 +442,7 @@ def main(argv=None) -> int:
     args.dram = dram
     if args.dram_head_gb is not None:
         args.dram_head = int(args.dram_head_gb * GIB)
-    elif args.resident_gb:
+    elif args.resident_gb or args.sweep:   # both act out a small DRAM: no head unless asked for
         args.dram_head = 0
     else:  # what tier mode itself allows at the first step (half of MemAvailable), measured best (docs/pmem.md),
         # within what the anonymous-RSS watchdog leaves
@@ -422,6 +459,8 @@ def main(argv=None) -> int:
     plan = [("a", args.scale_a, [], None)]
     if args.b_in_dram:
         plan.append(("b-dram", args.scale_b, [], None))
+    if args.sweep:
+        return _sweep(args, pool_path, pool_size)
     tier = [f"tier_pool_path={pool_path}", f"tier_pool_size={pool_size}"]
     if args.resident_gb:
         tier.append(f"tier_resident_max={int(args.resident_gb * GIB)}")

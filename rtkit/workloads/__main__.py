@@ -78,8 +78,10 @@ def build_parser():
     p.add_argument("--table-gb", type=float, default=None,
                    help="size the embedding tables: GiB of tables plus their Adagrad slots in all "
                         "(sets --capacity; graph APIs)")
-    p.add_argument("--row-assign", choices=("first-seen", "hashed"), default="first-seen",
-                   help="id -> row: first-seen order keeps the rows in use packed (default); hashed scatters them")
+    p.add_argument("--row-assign", choices=("first-seen", "frequency", "hashed"), default="first-seen",
+                   help="id -> row: first-seen order keeps the rows in use packed (default); frequency puts the "
+                        "most frequent id at row 0, the next at row 1, ... (a vocabulary adapted on the data; "
+                        "--ids zipf, whose ranks are known); hashed scatters them")
     p.add_argument("--table-fill", choices=("eager", "lazy"), default="eager",
                    help="eager: tables filled at initialisation, as tf.Variable tables are (default); lazy: a row "
                         "gets its value when first used, as DeepRec's EmbeddingVariable (the capacity benchmark's)")
@@ -155,6 +157,16 @@ def _zipf_ids(args):
             zipf.DEFAULT_EXPONENT if args.zipf_exponent is None else args.zipf_exponent)
 
 
+def _rank_of(args):
+    """frequency rows: (ids, feature) -> the ids' frequency ranks under the zipf law the run draws from."""
+    if args.row_assign != "frequency":
+        return None
+    from rtkit.workloads import zipf
+
+    distinct = _zipf_ids(args)[0]
+    return lambda ids, feature: zipf.rank_of(ids, feature, args.seed, distinct)
+
+
 def _compact(args):
     if not args.compact_steps:
         return None
@@ -184,6 +196,8 @@ def main(argv=None):
         parser.error("--zipf-exponent: expected a number in (0, 4), e.g. 0.9")
     if (args.ids == "zipf" or args.compact_steps) and (args.api in ("keras", "tf2") or args.input != "prefetch"):
         parser.error("--ids zipf and --compact-steps need a graph API (session, monitored) and --input prefetch")
+    if args.row_assign == "frequency" and args.ids != "zipf":
+        parser.error("--row-assign frequency needs --ids zipf (the ids' frequency ranks come from its law)")
     if args.compact_steps and args.row_assign != "first-seen":
         parser.error("--compact-steps moves first-seen rows; drop it or use --row-assign first-seen")
     if args.compact_hot_rows is not None and not args.compact_steps:
@@ -209,7 +223,7 @@ def main(argv=None):
         return _run_pss(args, task)
     from rtkit.workloads import ev  # imports TensorFlow
 
-    ev.set_row_assign(args.row_assign)
+    ev.set_row_assign(args.row_assign, _rank_of(args))
     ev.set_table_fill(args.table_fill)
     ev.set_compaction(bool(args.compact_steps))
     if task is not None:

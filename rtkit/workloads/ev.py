@@ -43,17 +43,20 @@ Row heat: rows are handed out in first-seen order, so the ids a run meets (frequ
 at the front of each table and share pages; the rest of a large table is never touched.
 ``set_row_assign("hashed")`` is the counterfactual (a hash bucket per id, as stock TF's hashing does):
 the same ids scattered over the whole table, one page each (the map then remembers which physical
-rows have been initialised). ``--table-gb`` sizes the tables from a byte budget (``python -m rtkit.workloads``).
+rows have been initialised). ``set_row_assign("frequency", rank_of)`` puts each id at its frequency rank's
+row (the most frequent id at row 0), what a vocabulary adapted on the data gives (Keras' ``StringLookup``
+and ``IntegerLookup`` sort by frequency): ``rank_of`` knows the ranks (``rtkit.workloads.zipf.rank_of``). ``--table-gb`` sizes the tables from a byte budget (``python -m rtkit.workloads``).
 :class:`Compactor` (``--compact-steps``) also moves the most used rows to the front at step boundaries, by
 access counts, loss-neutrally; on power-law ids (``--ids zipf``) first-seen order already gets most of what
 it gets (docs/pmem.md).
 """
 import tensorflow as tf
 
-ROW_ASSIGNS = ("first-seen", "hashed")
+ROW_ASSIGNS = ("first-seen", "frequency", "hashed")
 TABLE_FILLS = ("eager", "lazy")
 ACCUMULATOR_INIT = 0.1          # tf.compat.v1.train.AdagradOptimizer's initial_accumulator_value
 _row_assign = "first-seen"
+_rank_of = None                 # frequency rows: (ids, feature) -> ranks from 1 (the most frequent id), 0 if unknown
 _table_fill = "eager"
 _compaction = False
 _MAPS = "rtkit_ev_compacted_maps"   # graph collection of the IdRowMaps that keep access counts
@@ -63,12 +66,15 @@ _GAMMA = 0x9E3779B97F4A7C15             # splitmix64 constants
 _MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
-def set_row_assign(mode):
-    """Row assignment of the IdRowMaps built from now on: first-seen (packed) or hashed (scattered)."""
-    global _row_assign
+def set_row_assign(mode, rank_of=None):
+    """Row assignment of the IdRowMaps built from now on: first-seen (packed), frequency (row = the id's
+    frequency rank - 1, from rank_of(ids, feature)) or hashed (scattered)."""
+    global _row_assign, _rank_of
     if mode not in ROW_ASSIGNS:
         raise ValueError(f"unknown row assignment {mode!r}; expected one of {', '.join(ROW_ASSIGNS)}")
-    _row_assign = mode
+    if (mode == "frequency") != (rank_of is not None):
+        raise ValueError("frequency rows need rank_of (the ids' frequency ranks), and only they take it")
+    _row_assign, _rank_of = mode, rank_of
 
 
 def set_table_fill(mode):
@@ -128,17 +134,22 @@ class RowBatch:
 class IdRowMap:
     """id -> row assignment for one feature (hash table + counter)."""
 
-    def __init__(self, name, capacity):
+    def __init__(self, name, capacity, feature=None):
+        """feature: the categorical feature's index (frequency rows: which feature's ranks)."""
         self.name = name
         self.capacity = int(capacity)
         self.assign = _row_assign
+        self.rank_of = _rank_of
+        self.feature = feature
+        if self.assign == "frequency" and feature is None:
+            raise ValueError("frequency rows need the map's feature index")
         self.lazy = _table_fill == "lazy"
         self.compact = _compaction and self.assign == "first-seen"
         self.variables = []      # the EmbeddingVariables' tables addressed by these rows
         self.batch_phys = []     # each rows() call's unique physical rows (the Compactor counts them)
         tf.compat.v1.add_to_collection(_ALL_MAPS, self)
         with tf.compat.v1.variable_scope(name):
-            # first-seen: id -> row; hashed: physical row -> itself (which rows have been initialised).
+            # first-seen: id -> row; hashed, frequency: physical row -> itself (which rows have been initialised).
             # Checkpointed under its full name: TF's own saveable takes the bare `name`, so every feature's
             # table would be saved as one "id_to_row" and a restored job would lose its id -> row maps
             self.table = tf.lookup.experimental.MutableHashTable(
@@ -172,8 +183,13 @@ class IdRowMap:
         with tf.name_scope(self.name + "/assign_rows"):
             flat = tf.reshape(ids, [-1])
             uniq, idx = tf.unique(flat, out_idx=tf.int64)
-            if self.assign == "hashed":   # Fibonacci hashing of the id: neighbours in id space land far apart
-                phys = tf.math.floormod(uniq * 2654435761, self.capacity)
+            if self.assign != "first-seen":
+                hashed = tf.math.floormod(uniq * 2654435761, self.capacity)   # Fibonacci hashing: neighbours land far apart
+                if self.assign == "hashed":
+                    phys = hashed
+                else:   # the rank's row; an id of unknown rank (none from the generator) gets its hashed row
+                    rank = self.rank_of(uniq, self.feature)
+                    phys = tf.where(rank > 0, tf.math.floormod(rank - 1, self.capacity), hashed)
                 if not self.lazy:         # filled tables: nothing to remember
                     return RowBatch(phys, idx, None)
                 fresh = tf.boolean_mask(phys, self.table.lookup(phys) < 0)   # may repeat: same row, same values
@@ -404,8 +420,8 @@ class RowLayout:
 
     def __init__(self, graph=None):
         self.maps = (graph or tf.compat.v1.get_default_graph()).get_collection(_ALL_MAPS)
-        self.counted = [m for m in self.maps if m.assign != "hashed"]
-        self.hashed = [m for m in self.maps if m.assign == "hashed" and m.lazy]
+        self.counted = [m for m in self.maps if m.assign == "first-seen"]
+        self.hashed = [m for m in self.maps if m.assign != "first-seen" and m.lazy]   # hashed and frequency rows
         self.fetches = ([m.counter.read_value() for m in self.counted], [m.table.export()[0] for m in self.hashed])
 
     def read(self, sess):
@@ -417,8 +433,8 @@ class RowLayout:
         if not self.maps:
             out["not_measured"] = "no id -> row map in the graph"
             return out
-        if any(m.assign == "hashed" and not m.lazy for m in self.maps):
-            out["not_measured"] = ("hashed rows in tables filled at initialisation: the map keeps no record of the "
+        if any(m.assign != "first-seen" and not m.lazy for m in self.maps):
+            out["not_measured"] = (f"{_row_assign} rows in tables filled at initialisation: the map keeps no record of the "
                                    "rows used (--table-fill lazy keeps one)")
         used, keys = sess.run(self.fetches)
         rows_of = {m: np.arange(min(int(n), m.capacity)) for m, n in zip(self.counted, used)}

@@ -52,7 +52,7 @@ def _embed(batch, capacity, emb_dim, seed, extra_wide):
     deep, wide = [], []
     for f in range(NUM_CAT):
         with tf.compat.v1.variable_scope(f"C{f + 1}"):
-            id_map = IdRowMap("ev", capacity)
+            id_map = IdRowMap("ev", capacity, feature=f)
             rows = id_map.rows(cat[:, f])
             deep.append(EmbeddingVariable("embedding", id_map, emb_dim, seed=seed + 1000 + f)
                         .lookup(rows, batch_shape))

@@ -54,6 +54,45 @@ def expected_distinct(draws, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONEN
     return float(np.sum(width * -np.expm1(draws * np.log1p(-np.minimum(p, 1 - 1e-15)))))
 
 
+def _salt(feature, seed):
+    """The 64-bit salt xored into feature `feature`'s ranks before mixing."""
+    return (0x632BE5AB * (feature + 1) + 0x7F4A7C15 + int(seed) * 0x9E3779B97F4A7C15) & (2**64 - 1)
+
+
+def _unmix(z):
+    """The inverse of ev._mix (splitmix64's finaliser) on uint64: each xorshift undone by xoring in the
+    value's shifts by s, 2s, ...; each multiply by the odd constant's inverse modulo 2^64."""
+    import tensorflow as tf
+
+    from rtkit.workloads.ev import _MIX1, _MIX2
+
+    def unshift(y, s):
+        x, t = y, tf.bitwise.right_shift(y, tf.constant(s, tf.uint64))
+        for _ in range(1, 64 // s + 1):
+            x = tf.bitwise.bitwise_xor(x, t)
+            t = tf.bitwise.right_shift(t, tf.constant(s, tf.uint64))
+        return x
+
+    z = unshift(z, 31) * tf.constant(pow(_MIX2, -1, 2**64), tf.uint64)
+    z = unshift(z, 27) * tf.constant(pow(_MIX1, -1, 2**64), tf.uint64)
+    return unshift(z, 30)
+
+
+def rank_of(ids, feature, seed=0, distinct=DEFAULT_DISTINCT):
+    """int64 popularity ranks (1: the most frequent id) of feature `feature`'s ids as make_dataset(seed,
+    distinct) draws them, 0 for an id it never draws: the id is the mixed (rank xor salt) with its top 2 bits
+    cleared, so each of the 4 top-bit completions is unmixed and the one giving a rank in [1, distinct] kept
+    (two that both do: odds of about distinct / 2^62)."""
+    import tensorflow as tf
+
+    low = tf.bitcast(tf.reshape(tf.cast(ids, tf.int64), [-1, 1]), tf.uint64)
+    tops = tf.constant([[k << 62 for k in range(4)]], tf.uint64)
+    cand = tf.bitwise.bitwise_xor(_unmix(tf.bitwise.bitwise_or(low, tops)), tf.constant(_salt(feature, seed), tf.uint64))
+    ok = tf.logical_and(cand >= 1, cand <= tf.constant(int(distinct), tf.uint64))
+    ranks = tf.reduce_max(tf.where(ok, cand, tf.zeros_like(cand)), axis=1)
+    return tf.reshape(tf.cast(ranks, tf.int64), tf.shape(ids))
+
+
 def make_dataset(batch_size, seed=0, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONENT, shard=None):
     """tf.data.Dataset of parsed batches, endless; batch k depends on (seed, k) only.
     shard=(count, index): the batches index, index + count, ... (a cluster worker's own part)."""
@@ -64,8 +103,7 @@ def make_dataset(batch_size, seed=0, distinct=DEFAULT_DISTINCT, exponent=DEFAULT
     distinct, exponent, b = int(distinct), float(exponent), int(batch_size)
     if distinct < 1 or not 0.0 < exponent < 4.0:
         raise ValueError(f"zipf ids: distinct must be >= 1 and 0 < exponent < 4, got {distinct}, {exponent}")
-    salts = tf.constant([(0x632BE5AB * (f + 1) + 0x7F4A7C15 + int(seed) * 0x9E3779B97F4A7C15) & (2**64 - 1)
-                         for f in range(NUM_CAT)], tf.uint64)
+    salts = tf.constant([_salt(f, seed) for f in range(NUM_CAT)], tf.uint64)
 
     def batch(k):
         s = tf.stack([tf.constant(int(seed), tf.int64), k])
