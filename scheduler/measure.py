@@ -17,6 +17,8 @@ from .tuner import Tuner
 TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without a profiler session, which FULL_TRACE would start and which two concurrent runs cannot share) to measure per-stage cost
 WARM_RUNS = 3            # steps of the chosen signature before tracing starts
 MAX_STEP_KEYS = 64       # run shapes remembered as the step's (for the decisions made before a run)
+PROBE_STEPS = 3          # probe steps after the tracing: the put alone, then the staged compute alone (the bound)
+PROBE_WARM = 1           # the first probe is not kept: it makes the staged step's callable (an executor: seconds)
 
 
 class Measurement:
@@ -38,6 +40,7 @@ class Measurement:
         self.stage_cost_ms = {s: 0.0 for s in STAGES}
         self.input_run_cost_ms = 0.0
         self.pin_result: Optional[Dict] = None
+        self._probe_reset()
         self.profile_written: List[str] = []
         self._finished = False
 
@@ -47,12 +50,74 @@ class Measurement:
         return Tuner(self.plan.compute_sizes, self.plan.input_sizes, int(self.settings.get("sched_tune_steps") or 0),
                      stage_options=(False, True) if self.stage else (False,))
 
+    # ------------------------------------------------------------------ the overlap bound
+    def _probe_reset(self) -> None:
+        self._probe_samples: List[List[float]] = []   # [step, put ms, put cpu ms, compute ms, step ms]
+        self._probe_attempts = 0
+        self._probe_warm = PROBE_WARM
+        self._probe_closed = not self.stage
+        self._staged_ms: List[float] = []             # staged steps at the configuration kept after tuning
+
+    def _probe_open(self) -> bool:
+        """The probe steps come after the traced steps and before the tuner's first trial: the put and the staged
+        compute of the unstaged step, each alone, give the bound that staging can reach."""
+        return not self._probe_closed and self._traced_steps >= TRACE_STEPS and \
+            (self.tuner is not None or self.active["stage"])   # staging is on, or a trial may choose it
+
+    def _probe_step(self, mode: str, t0: float, t1: float, ms: float) -> None:
+        """After a step of the probe phase: keep its sample; the phase ends after PROBE_STEPS probes, at a step
+        that does not read staged input (nothing to probe), or after the staged items of a running pipeline had
+        time to drain (the runner is halted for the probes)."""
+        probe = getattr(self._local, "probe", None)
+        self._local.probe = None
+        self._probe_attempts += 1
+        if probe is not None and self._probe_warm > 0:
+            self._probe_warm -= 1
+        elif probe is not None:
+            put_ms, cpu_ms = probe
+            self._probe_samples.append([self.step_runs, round(put_ms, 3), round(cpu_ms, 3),
+                                        round((t1 - t0) * 1000.0, 3), round(ms, 3)])
+        if mode != "staged" or len(self._probe_samples) >= PROBE_STEPS or \
+                self._probe_attempts >= PROBE_WARM + PROBE_STEPS + self.depth + 2:
+            self._probe_closed = True
+
+    def bound_report(self) -> Optional[Dict[str, Any]]:
+        """The overlap bound of the unstaged step, from the probe steps: input = the put alone, compute = the
+        staged step's run alone (medians); bound = max(input, compute) / (input + compute), the step-time ratio a
+        staged step reaches at best when one put is in flight; x of bound = the staged steps' median after tuning
+        over max(input, compute) (1.00x: at the bound)."""
+        if not self._probe_samples:
+            return None
+        put = statistics.median(x[1] for x in self._probe_samples)
+        cpu = statistics.median(x[2] for x in self._probe_samples)
+        comp = statistics.median(x[3] for x in self._probe_samples)
+        total = put + comp
+        staged = statistics.median(self._staged_ms) if self._staged_ms else None
+        return {
+            "method": "probe steps: the put alone in the step's thread, then the staged step's run alone (serially, "
+                      "as an unstaged step runs them); medians",
+            "probe_steps": len(self._probe_samples),
+            "samples": self._probe_samples,
+            "columns": ["step", "put_ms", "put_cpu_ms", "compute_ms", "step_ms"],
+            "input_ms": round(put, 3), "compute_ms": round(comp, 3),
+            "input_plus_compute_ms": round(total, 3),
+            "probe_step_ms_median": statistics.median(x[4] for x in self._probe_samples),
+            # the process's CPU time over the put's wall time: low when the put mostly waits (a read's latency)
+            "input_cpu_pct": round(100.0 * cpu / put, 1) if put > 0 else None,
+            "bound_x": round(max(put, comp) / total, 4) if total > 0 else None,
+            "staged_steps_measured": len(self._staged_ms),
+            "staged_step_ms_median": staged,
+            "x_of_bound": round(staged / max(put, comp), 4) if staged and max(put, comp) > 0 else None,
+        }
+
     def _before_step_run(self, key: tuple) -> bool:
-        """Before a run of run shape `key`: whether it is traced; a step run past the tracing gets the tuner's
-        current candidate."""
+        """Before a run of run shape `key`: whether it is traced; a step run past the tracing (and the probe steps)
+        gets the tuner's current candidate."""
         is_step = key in self._step_keys   # the step's run shape: known only after the step owner named it once
         tracing = is_step and self._traced_steps < TRACE_STEPS and self.step_runs > WARM_RUNS
-        if is_step and not tracing and self.tuner is not None and not self.tuner.done and \
+        probing = is_step and not tracing and self._probe_open()
+        self._local.probe_ok = probing
+        if is_step and not tracing and not probing and self.tuner is not None and not self.tuner.done and \
                 self._traced_steps >= TRACE_STEPS:
             c, i, stg = self.tuner.current()
             self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
@@ -71,6 +136,7 @@ class Measurement:
                     self._traced_steps = 0
                     self.stage_cost_ms = {k: 0.0 for k in self.stage_cost_ms}
                     self.tuner = self._new_tuner()
+                    self._probe_reset()
                     self.active.update(compute=self.plan.compute_sizes[0], input=self.plan.input_sizes[0],
                                        stage=self.stage and self.tuner is None)
                 self.step_signature = signature
@@ -101,6 +167,11 @@ class Measurement:
             self._take_stats(md, st, "step")
             return
         self.step_ms.append(ms)
+        if self._probe_open():
+            self._probe_step(mode, t0, t1, ms)
+            return
+        if kind == "staged" and (self.tuner is None or self.tuner.done) and len(self._staged_ms) < 100000:
+            self._staged_ms.append(ms)
         if self.tuner is not None and self._traced_steps >= TRACE_STEPS and not self.tuner.done:
             self.tuner.record(ms)
             if self.tuner.done:
@@ -238,6 +309,8 @@ class Measurement:
                 "overlap_samples": self._overlap,
                 "overlap_columns": ["step", "put_ms", "wait_ms", "hidden_pct"],
                 "input_hidden_pct_median": statistics.median(hidden) if hidden else None,
+                "probe_steps": self.counts["probe_steps"],
+                "overlap_bound": self.bound_report(),
             },
             "pinning": self.pin_result,
             "profiles_written": self.profile_written,

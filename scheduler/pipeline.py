@@ -80,7 +80,8 @@ class Pipeline:
         self.last_staged: Optional[Staged] = None
         self.stage_reason: Optional[str] = None
         self.counts = {"runners_started": 0, "staged_steps": 0, "inline_steps": 0, "dropped_items": 0,
-                       "errors_delivered": 0, "direct_input_runs": 0, "rewrites": 0, "input_runs": 0}
+                       "errors_delivered": 0, "direct_input_runs": 0, "rewrites": 0, "input_runs": 0,
+                       "probe_steps": 0}
         self._depth: List[List[float]] = []      # [t, items staged] when a step took its item
         self._overlap: List[List[float]] = []    # [step, put ms, wait ms, hidden %]
         self._ident = 0
@@ -274,6 +275,7 @@ class Pipeline:
             if getattr(sched._local, "bypass", False):
                 return fn(*args, **kwargs)
             t_begin = time.time()
+            sched._local.probe_ok = False
             state = sched._before(session, st, mode, False)
             t0 = time.time()
             sched._report_before_run(mode, t0 - t_begin)
@@ -301,7 +303,9 @@ class Pipeline:
         """Staging work before a run: stop the runner for an iterator reset; before a run that reads the input,
         take the staged batch ('ready': the run reads it from the get op) or learn that none is staged and none
         will come ('inline': the script's own graph runs and reads the iterator itself, with no extra run), or
-        raise the input error of this step. None for runs that do not read the input."""
+        raise the input error of this step. None for runs that do not read the input. A probe step (the tuner's
+        measurement of the unstaged step's parts, measure.py) runs its put here, alone, then its compute alone."""
+        self._local.probe = None
         if mode == "reset":
             self._stop_runner(st, "iterator reset/save run")
             return None
@@ -314,9 +318,11 @@ class Pipeline:
         if mode != "staged":
             return None
         runner = self._runner(session, st)
+        probing = getattr(self._local, "probe_ok", False)
+        self._local.probe_ok = False
         if tracing and self._traced_inputs == 0 and self._input_trace_left == 0:
             self._input_trace_left = TRACE_STEPS
-        if self.active["stage"]:
+        if self.active["stage"] and not probing:
             if not runner.alive and runner.error is None:  # a pending error is raised at its step first
                 with self._lock:
                     self._ident += 1
@@ -324,14 +330,20 @@ class Pipeline:
                     self.counts["runners_started"] += 1
                 runner.start(ident)
         elif runner.alive:
-            runner.halt()  # unstaged from now on: the items already staged are served first
+            runner.halt()  # unstaged from now on (or for the probe steps): the items already staged are served first
         try:
+            if probing and not runner.alive and runner.error is None and runner.puts == runner.gets:
+                self._local.probe = self._probe_put(runner)
             state, put_ms, wait_ms = runner.take()
         except BaseException as exc:
             if self._input_error(exc):
                 with self._lock:
                     self.counts["errors_delivered"] += 1
             raise
+        if getattr(self._local, "probe", None) is not None:  # the step waited for all of its put: none hidden
+            wait_ms += self._local.probe[0]
+            with self._lock:
+                self.counts["probe_steps"] += 1
         self._local.step_kind = "unstaged" if state == "inline" else "staged"
         with self._lock:  # the counts are shared by the steps of every thread and session
             self.counts["input_runs"] += 1
@@ -348,6 +360,13 @@ class Pipeline:
         if len(runner.depth_samples) > 64:
             del runner.depth_samples[:-1]
         return state
+
+    def _probe_put(self, runner: Runner) -> Tuple[float, float]:
+        """The probe step's put, alone in the caller's thread: (its wall ms, the process's CPU ms meanwhile: nothing
+        else of the job runs, so a put far shorter in CPU than in wall time is waiting, e.g. on a read)."""
+        c0 = time.process_time()
+        put_ms = runner.put_now()
+        return put_ms, (time.process_time() - c0) * 1000.0
 
     def _input_error(self, exc: BaseException) -> bool:
         """Whether a step's error comes from the input (the end of the data, a bad or corrupt record): one that a

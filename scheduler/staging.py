@@ -147,13 +147,27 @@ class Runner:
                         self.error = exc
                     self.cond.notify_all()
                 return
-            t1 = time.time()
-            with self.cond:
-                self.puts += 1
-                self._items.append((t1 - t0) * 1000.0)
-                self.cond.notify_all()
-            if self._on_event:
-                self._on_event("put", t0, t1, {"item": self.puts})
+            self._staged(t0, time.time(), {})
+
+    def put_now(self) -> float:
+        """One put in the caller's thread while the runner's thread is not running and nothing is staged (a probe
+        step: the put alone, then the step's compute alone, serially as an unstaged step runs them): the item is
+        the next one in the iterator's order, staged for the caller's step. Returns the put's ms; an input error
+        raises here, at the step that would have raised it unstaged."""
+        t0 = time.time()
+        self._run_put()
+        t1 = time.time()
+        self._staged(t0, t1, {"probe": True})
+        return (t1 - t0) * 1000.0
+
+    def _staged(self, t0: float, t1: float, args: Dict) -> None:
+        """A put from t0 to t1 staged its item."""
+        with self.cond:
+            self.puts += 1
+            self._items.append((t1 - t0) * 1000.0)
+            self.cond.notify_all()
+        if self._on_event:
+            self._on_event("put", t0, t1, {"item": self.puts, **args})
 
     def take(self) -> Tuple[str, float, float]:
         """Before a step's run that reads the input: ('ready', put ms of the item, wait ms) when an item is

@@ -149,6 +149,42 @@ def train(tmp_path, stage, rows=320, bad_row=None, probe=None, steps=None, **kw)
     return losses, err, sched, h
 
 
+def test_probe_steps_measure_the_overlap_bound_and_keep_the_batch_order(tmp_path):
+    """After the traced steps, probe steps run the put alone, then the staged compute alone (serially, as an
+    unstaged step runs them): the overlap bound is max(input, compute) / (input + compute) of their medians. The
+    probes' puts take the iterator's next batches in the steps' order (the runner is halted and drained for them,
+    then restarted): the losses stay the unstaged ones."""
+    import statistics
+    import time as _time
+
+    def slow(x):
+        _time.sleep(0.03)  # a put that waits (a read's latency)
+        return x
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    base, err0, _, h0 = train(tmp_path / "a", stage=False, rows=32 * 20, probe=slow)
+    staged, err1, s1, h1 = train(tmp_path / "b", stage=True, rows=32 * 20, probe=slow)
+    h0.close()
+    h1.close()
+    assert err0 is None and err1 is None and len(base) == 20
+    assert staged == base
+    p = s1.report()["pipeline"]
+    b = p["overlap_bound"]
+    assert p["probe_steps"] == 4 and b["probe_steps"] == 3, p  # the first probe makes the callable: not kept
+    assert p["staged_steps"] == 20 and p["pipelines_started"] >= 2  # the runner restarted after the probes
+    samples = b["samples"]
+    assert len(samples) == 3 and all(x[1] >= 30.0 for x in samples)  # each probe's put slept its 30 ms
+    put = statistics.median(x[1] for x in samples)
+    comp = statistics.median(x[3] for x in samples)
+    assert (b["input_ms"], b["compute_ms"]) == (round(put, 3), round(comp, 3))
+    assert b["input_plus_compute_ms"] == round(put + comp, 3)
+    assert b["bound_x"] == round(max(put, comp) / (put + comp), 4) and 0.5 <= b["bound_x"] < 1.0
+    assert b["input_cpu_pct"] < 100.0  # the put mostly sleeps: less CPU than wall time
+    assert b["staged_steps_measured"] >= 1
+    assert b["x_of_bound"] == round(b["staged_step_ms_median"] / max(put, comp), 4)
+
+
 def h1_callables(sched, h):
     """The staged step's callables the scheduler made for this session: [(key, callable)]."""
     return list(sched._states[h.sess].callables.items())
