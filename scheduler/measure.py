@@ -12,12 +12,13 @@ from . import pools as _pools
 from .report import now_iso, write_profile, write_report
 from .stages import STAGES
 from .trace import Trace
-from .tuner import Tuner
+from .tuner import READ_AHEAD, Tuner
 
 TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without a profiler session, which FULL_TRACE would start and which two concurrent runs cannot share) to measure per-stage cost
 WARM_RUNS = 3            # steps of the chosen signature before tracing starts
 MAX_STEP_KEYS = 64       # run shapes remembered as the step's (for the decisions made before a run)
 PROBE_STEPS = 3          # probe steps after the tracing: the put alone, then the staged compute alone (the bound)
+READ_WAITS_CPU_PCT = 50  # a probe's put with less CPU time than this share of its wall time mostly waits (a read)
 PROBE_WARM = 1           # the first probe is not kept: it makes the staged step's callable (an executor: seconds)
 
 
@@ -44,11 +45,16 @@ class Measurement:
         self.profile_written: List[str] = []
         self._finished = False
 
-    def _new_tuner(self) -> Optional[Tuner]:
+    def _new_tuner(self, read_ahead: bool = False) -> Optional[Tuner]:
         if not self.tune:
             return None
+        options = ((False, True, READ_AHEAD) if read_ahead else (False, True)) if self.stage else (False,)
         return Tuner(self.plan.compute_sizes, self.plan.input_sizes, int(self.settings.get("sched_tune_steps") or 0),
-                     stage_options=(False, True) if self.stage else (False,))
+                     stage_options=options)
+
+    def _apply(self, cfg) -> None:
+        c, i, stg = cfg
+        self.active.update(compute=c, input=i, stage=bool(stg), read_ahead=stg == READ_AHEAD)
 
     # ------------------------------------------------------------------ the overlap bound
     def _probe_reset(self) -> None:
@@ -80,6 +86,20 @@ class Measurement:
         if mode != "staged" or len(self._probe_samples) >= PROBE_STEPS or \
                 self._probe_attempts >= PROBE_WARM + PROBE_STEPS + self.depth + 2:
             self._probe_closed = True
+            self._after_probes()
+
+    def _after_probes(self) -> None:
+        """A put that mostly waits (a read's latency): a reader may take batches ahead of the decode. The tuner
+        gets it as one more candidate (kept only if faster); without a tuner it is applied."""
+        b = self.bound_report()
+        waits = b is not None and b["input_cpu_pct"] is not None and b["input_cpu_pct"] < READ_WAITS_CPU_PCT
+        staged = self.last_staged
+        if not waits or self.read_ahead <= 0 or staged is None or staged.read_put is None:
+            return
+        if self.tuner is None:
+            self.active["read_ahead"] = bool(self.active["stage"])
+        elif self.tuner.steps_used == 0:
+            self.tuner = self._new_tuner(read_ahead=True)
 
     def bound_report(self) -> Optional[Dict[str, Any]]:
         """The overlap bound of the unstaged step, from the probe steps: input = the put alone, compute = the
@@ -119,8 +139,7 @@ class Measurement:
         self._local.probe_ok = probing
         if is_step and not tracing and not probing and self.tuner is not None and not self.tuner.done and \
                 self._traced_steps >= TRACE_STEPS:
-            c, i, stg = self.tuner.current()
-            self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
+            self._apply(self.tuner.current())
         return tracing
 
     def on_step(self, signature: str, ms: float) -> None:
@@ -138,7 +157,7 @@ class Measurement:
                     self.tuner = self._new_tuner()
                     self._probe_reset()
                     self.active.update(compute=self.plan.compute_sizes[0], input=self.plan.input_sizes[0],
-                                       stage=self.stage and self.tuner is None)
+                                       stage=self.stage and self.tuner is None, read_ahead=False)
                 self.step_signature = signature
                 self.step_runs = 0
                 self._step_keys = set()
@@ -197,8 +216,9 @@ class Measurement:
 
     def _tuning_finished(self) -> None:
         c, i, stg = self.tuner.chosen
-        self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
-        values = {"sched": True, "sched_stage": stg, "sched_stage_depth": self.depth,
+        self._apply(self.tuner.chosen)
+        values = {"sched": True, "sched_stage": bool(stg), "sched_stage_depth": self.depth,
+                  "sched_stage_read_ahead": self.read_ahead if stg == READ_AHEAD else 0,
                   "sched_inter_op": c, "sched_intra_op": self.plan.intra_op, "sched_input_threads": i,
                   "sched_tune": False}
         desc = f"Tuned by the rtkit scheduler on {now_iso()} ({_pools.cpu_count()} CPUs)"
@@ -279,7 +299,8 @@ class Measurement:
             "step_ms_median": med,
             "chosen": {"compute_threads": self.active["compute"], "input_threads": self.active["input"],
                        "intra_op_threads": self.plan.intra_op, "stage_pipelined": self.active["stage"],
-                       "stage_depth_steps": self.depth if self.active["stage"] else 0},
+                       "stage_depth_steps": self.depth if self.active["stage"] else 0,
+                       "stage_read_ahead_batches": self.read_ahead if self.active.get("read_ahead") else 0},
             "tuning": tuning,
             "speedup_over_first_x": tuning["speedup_over_first_x"] if tuning else None,
             "pipeline": {
@@ -310,6 +331,9 @@ class Measurement:
                 "overlap_columns": ["step", "put_ms", "wait_ms", "hidden_pct"],
                 "input_hidden_pct_median": statistics.median(hidden) if hidden else None,
                 "probe_steps": self.counts["probe_steps"],
+                # batches a reader took from the iterator ahead of the cut's decode (sched_stage_read_ahead)
+                "read_ahead_available": bool(staged is not None and staged.read_put is not None),
+                "read_ahead_batches": self.counts["read_ahead_batches"],
                 "overlap_bound": self.bound_report(),
             },
             "pinning": self.pin_result,

@@ -13,7 +13,7 @@ import numpy as np
 
 from .measure import TRACE_STEPS
 from .stages import StageMap, analyze, reachable
-from .staging import Runner, Staged, rewrite
+from .staging import ReadAhead, Runner, Staged, rewrite
 
 MAX_SAMPLES = 2000
 MAX_CALLABLES = 32       # staged callables kept per session (each holds an executor of the step's graph)
@@ -57,6 +57,14 @@ class _SessionState:
         self.lock = threading.Lock()
 
 
+def _alive(ref):
+    """The session of a weak reference, for a run of the pipeline's own."""
+    sess = ref()
+    if sess is None:
+        raise RuntimeError("rtkit scheduler: the session was garbage-collected")
+    return sess
+
+
 def _keep_callable(st: _SessionState, key: tuple, fn) -> None:
     """Keep a staged callable for its run shape; past MAX_CALLABLES (run shapes that never repeat) the oldest
     goes (dict order). Under the session's lock: two threads' steps evicting at once would both pick the same
@@ -73,6 +81,7 @@ class Pipeline:
     def _init_pipeline(self, settings: Dict[str, Any]) -> None:
         self.stage = bool(settings.get("sched_stage"))
         self.depth = int(settings.get("sched_stage_depth") or 2)
+        self.read_ahead = int(settings.get("sched_stage_read_ahead") or 0)
         self._graphs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._states: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._runners: "weakref.WeakSet" = weakref.WeakSet()
@@ -81,7 +90,7 @@ class Pipeline:
         self.stage_reason: Optional[str] = None
         self.counts = {"runners_started": 0, "staged_steps": 0, "inline_steps": 0, "dropped_items": 0,
                        "errors_delivered": 0, "direct_input_runs": 0, "rewrites": 0, "input_runs": 0,
-                       "probe_steps": 0}
+                       "probe_steps": 0, "read_ahead_batches": 0}
         self._depth: List[List[float]] = []      # [t, items staged] when a step took its item
         self._overlap: List[List[float]] = []    # [step, put ms, wait ms, hidden %]
         self._ident = 0
@@ -322,17 +331,26 @@ class Pipeline:
         self._local.probe_ok = False
         if tracing and self._traced_inputs == 0 and self._input_trace_left == 0:
             self._input_trace_left = TRACE_STEPS
+        ra = runner.read_ahead
         if self.active["stage"] and not probing:
+            if ra is not None:
+                ra.on = bool(self.active.get("read_ahead"))
             if not runner.alive and runner.error is None:  # a pending error is raised at its step first
                 with self._lock:
                     self._ident += 1
                     ident = self._ident
                     self.counts["runners_started"] += 1
                 runner.start(ident)
+            if ra is not None:
+                if ra.on and not ra.alive and ra.error is None:
+                    ra.start(self._ident)
+                elif not ra.on:
+                    ra.halt()   # what it read is decoded first
         elif runner.alive:
             runner.halt()  # unstaged from now on (or for the probe steps): the items already staged are served first
         try:
-            if probing and not runner.alive and runner.error is None and runner.puts == runner.gets:
+            if probing and not runner.alive and runner.error is None and runner.puts == runner.gets and \
+                    (ra is None or (not ra.alive and not ra.pending())):
                 self._local.probe = self._probe_put(runner)
             state, put_ms, wait_ms = runner.take()
         except BaseException as exc:
@@ -396,16 +414,13 @@ class Pipeline:
         with st.lock:
             if st.runner is None:
                 gs = self._graphs[session.graph]
-                ref = weakref.ref(session)
-                clear = gs.staged.clear
-
-                def run_clear():
-                    sess = ref()
-                    if sess is not None and not getattr(sess, "_closed", False):
-                        self._run_internal(sess, clear, None, None)
-
+                run_clear = self._clear_of(session, gs.staged.clear)
+                ra = None
+                if self.read_ahead > 0 and gs.staged.read_put is not None:
+                    ra = ReadAhead(self._make_read(session, st), self._make_decode(session, st),
+                                   self._clear_of(session, gs.staged.read_clear), self.read_ahead)
                 st.runner = Runner(self._make_put(session, st), run_clear, self._runner_event,
-                                   depth=self.depth)
+                                   depth=self.depth, read_ahead=ra)
                 self._runners.add(st.runner)
             return st.runner
 
@@ -424,12 +439,8 @@ class Pipeline:
         put = self._graphs[session.graph].staged.put
 
         def run_put():
-            sess = ref()
-            if sess is None:
-                raise RuntimeError("rtkit scheduler: the session was garbage-collected")
-            opts = RunOptions()
-            if st.routed:
-                opts.inter_op_thread_pool = self.plan.index("input", self.active["input"])
+            sess = _alive(ref)
+            opts = self._input_options(st)
             md = None
             if self._input_trace_left > 0:
                 self._input_trace_left -= 1
@@ -440,6 +451,62 @@ class Pipeline:
             if md is not None:
                 self._take_stats(md, st, "put", input_run=True)
         return run_put
+
+    def _input_options(self, st: _SessionState):
+        opts = self.tf.compat.v1.RunOptions()
+        if st.routed:
+            opts.inter_op_thread_pool = self.plan.index("input", self.active["input"])
+        return opts
+
+    def _clear_of(self, session, clear):
+        ref = weakref.ref(session)
+
+        def run_clear():
+            sess = ref()
+            if sess is not None and not getattr(sess, "_closed", False):
+                self._run_internal(sess, clear, None, None)
+        return run_clear
+
+    def _make_read(self, session, st: _SessionState):
+        """The reader's run: get_next's outputs into the read area (the iterator's next batch, nothing parsed)."""
+        ref = weakref.ref(session)
+        read_put = self._graphs[session.graph].staged.read_put
+
+        def run_read():
+            self._run_internal(_alive(ref), read_put, self._input_options(st), None)
+            with self._lock:
+                self.counts["read_ahead_batches"] += 1
+        return run_read
+
+    def _make_decode(self, session, st: _SessionState):
+        """The decoder's run: the cut's put, its get_next outputs connected to the read area's get
+        (CallableOptions.tensor_connection, as a staged step reads the staging area): one callable, made at the
+        first decode on the input pool then applied."""
+        ref = weakref.ref(session)
+        staged = self._graphs[session.graph].staged
+        made: Dict[str, Any] = {}
+
+        def run_decode():
+            sess = _alive(ref)
+            fn = made.get("fn")
+            if fn is None:
+                from tensorflow.core.protobuf import config_pb2  # CallableOptions has no public tf.* name
+
+                co = config_pb2.CallableOptions()
+                co.target.append(staged.put.name)
+                for to, frm in staged.read_mapping.items():
+                    c = co.tensor_connection.add()
+                    c.from_tensor = frm.name
+                    c.to_tensor = to
+                co.run_options.CopyFrom(self._input_options(st))
+                fn = made["fn"] = sess._make_callable_from_options(co)
+            self._local.bypass = True
+            try:
+                with self._internal():
+                    fn()
+            finally:
+                self._local.bypass = False
+        return run_decode
 
     def _runner_event(self, kind: str, t0: float, t1: float, args: Dict) -> None:
         track = "stage-put" if kind == "put" else "stage-wait"

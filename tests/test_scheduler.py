@@ -185,6 +185,42 @@ def test_probe_steps_measure_the_overlap_bound_and_keep_the_batch_order(tmp_path
     assert b["x_of_bound"] == round(b["staged_step_ms_median"] / max(put, comp), 4)
 
 
+def test_read_ahead_when_the_put_waits_keeps_the_batch_order(tmp_path):
+    """A put that mostly waits (the probes' CPU time under half their wall time): a reader takes the iterator's
+    batches ahead of the cut's decode, so a read and a decode are in flight at once; one reader and one decoder,
+    with the plain put and a read never at once, keep the order: the losses are the unstaged ones, bit for bit,
+    through the end of the data (delivered at its step) and through the tuner's switches between read-ahead,
+    plain staging and unstaged blocks (the batches read ahead are staged and served first)."""
+    import time as _time
+
+    def slow(x):
+        _time.sleep(0.03)
+        return x
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    (tmp_path / "d").mkdir()
+    rows = 32 * 90
+    base, _, _, h0 = train(tmp_path / "a", stage=False, rows=rows, probe=slow)
+    staged, err, s1, h1 = train(tmp_path / "b", stage=True, rows=rows, probe=slow)
+    off, _, s2, h2 = train(tmp_path / "c", stage=True, rows=rows, probe=slow, sched_stage_read_ahead=0)
+    tuned, err3, s3, h3 = train(tmp_path / "d", stage=True, rows=rows, probe=slow, sched_tune=True)
+    for h in (h0, h1, h2, h3):
+        h.close()
+    assert err is None and err3 is None and len(base) == 90
+    assert staged == base and off == base and tuned == base
+    t = s3.report()["tuning"]
+    assert t["done"] and any(tr["stage_read_ahead"] and tr["steps"] for tr in t["trials"]), t
+    assert s3.report()["pipeline"]["read_ahead_batches"] >= 5
+    rep = s1.report()
+    p = rep["pipeline"]
+    assert p["overlap_bound"]["input_cpu_pct"] < 50 and p["read_ahead_available"]
+    assert rep["chosen"]["stage_read_ahead_batches"] == 2 and p["read_ahead_batches"] >= 5, p
+    assert p["staged_steps"] == 90 and p["errors_delivered"] == 1  # the end of the data, at its step
+    assert s2.report()["pipeline"]["read_ahead_batches"] == 0  # sched_stage_read_ahead=0: never
+
+
 def h1_callables(sched, h):
     """The staged step's callables the scheduler made for this session: [(key, callable)]."""
     return list(sched._states[h.sess].callables.items())
@@ -773,7 +809,9 @@ def _count_tf_calls(monkeypatch):
 @pytest.mark.parametrize("stage_on", [False, True])
 def test_a_step_is_one_tf_call_with_staging_off_or_on(tmp_path, monkeypatch, stage_on):
     """With staging off on a staged graph (what the tuner leaves when it keeps the script's configuration)
-    a step is the script's own run, one TF call and no put; staged, it is one call too (the put runs on the runner)."""
+    a step is the script's own run, one TF call and no put; staged, it is one call too (the put runs on the runner),
+    but for the probe steps, which run the put alone and then the staged compute: two calls, the unstaged step's
+    two parts."""
     (tmp_path / "a").mkdir()
     base, _, _, h0 = train(tmp_path / "a", stage=False)
     h0.close()
@@ -794,8 +832,9 @@ def test_a_step_is_one_tf_call_with_staging_off_or_on(tmp_path, monkeypatch, sta
         pass
     h.close()
     assert losses == base
-    assert per_step == [1] * 10, per_step
     p = sched.report()["pipeline"]
+    probes = p["probe_steps"] if stage_on else 0
+    assert sorted(per_step) == [1] * (10 - probes) + [2] * probes, (per_step, probes)
     assert p["staged"] and (p["staged_steps"], p["unstaged_steps"]) == ((10, 0) if stage_on else (0, 10)), p
     if not stage_on:
         assert p["pipelines_started"] == 0 and not sched._states[h.sess].callables
