@@ -146,6 +146,7 @@ def train(tmp_path, stage, rows=320, bad_row=None, probe=None, steps=None, **kw)
         pass
     except tf.errors.OpError as exc:
         err = exc
+    h.model = m
     return losses, err, sched, h
 
 
@@ -213,6 +214,24 @@ def test_read_ahead_when_the_put_waits_keeps_the_batch_order(tmp_path):
     t = s3.report()["tuning"]
     assert t["done"] and any(tr["stage_read_ahead"] and tr["steps"] for tr in t["trials"]), t
     assert s3.report()["pipeline"]["read_ahead_batches"] >= 5
+    # staging switched off while the reader is ahead: the batches it read are staged and served before the
+    # script's own graph reads the iterator again
+    (tmp_path / "e").mkdir()
+    part, _, s4, h4 = train(tmp_path / "e", stage=True, rows=rows, probe=slow, steps=30)
+    ra = s4._states[h4.sess].runner.read_ahead
+    for _ in range(200):  # the reader is ahead of the slow decode within a few ms; waits for it, not timed
+        if ra.pending() >= 1:
+            break
+        _time.sleep(0.05)
+    assert s4.active["read_ahead"] and ra.pending() >= 1
+    s4.active["stage"] = False
+    try:
+        while True:
+            part.append(float(h4.run([h4.model.train, h4.model.loss])[1]))
+    except tf.errors.OutOfRangeError:
+        pass
+    h4.close()
+    assert part == base
     rep = s1.report()
     p = rep["pipeline"]
     assert p["overlap_bound"]["input_cpu_pct"] < 50 and p["read_ahead_available"]
