@@ -70,7 +70,7 @@ class Measurement:
         return not self._probe_closed and self._traced_steps >= TRACE_STEPS and \
             (self.tuner is not None or self.active["stage"])   # staging is on, or a trial may choose it
 
-    def _probe_step(self, mode: str, t0: float, t1: float, ms: float) -> None:
+    def _probe_step(self, st, mode: str, t0: float, t1: float, ms: float) -> None:
         """After a step of the probe phase: keep its sample; the phase ends after PROBE_STEPS probes, at a step
         that does not read staged input (nothing to probe), or after the staged items of a running pipeline had
         time to drain (the runner is halted for the probes)."""
@@ -86,9 +86,9 @@ class Measurement:
         if mode != "staged" or len(self._probe_samples) >= PROBE_STEPS or \
                 self._probe_attempts >= PROBE_WARM + PROBE_STEPS + self.depth + 2:
             self._probe_closed = True
-            self._after_probes()
+            self._after_probes(st)
 
-    def _after_probes(self) -> None:
+    def _after_probes(self, st) -> None:
         """A put that mostly waits (a read's latency): a reader may take batches ahead of the decode. The tuner
         gets it as one more candidate (kept only if faster); without a tuner it is applied."""
         b = self.bound_report()
@@ -100,6 +100,14 @@ class Measurement:
             self.active["read_ahead"] = bool(self.active["stage"])
         elif self.tuner.steps_used == 0:
             self.tuner = self._new_tuner(read_ahead=True)
+        else:
+            return
+        ra = st.runner.read_ahead if st.runner is not None else None
+        if ra is not None:
+            try:  # its build is not a trial's cost
+                ra.prepare()
+            except Exception as exc:  # the decode builds it at its first run instead
+                self._error(f"read-ahead decode not prepared ({type(exc).__name__}: {exc})")
 
     def bound_report(self) -> Optional[Dict[str, Any]]:
         """The overlap bound of the unstaged step, from the probe steps: input = the put alone, compute = the
@@ -187,7 +195,7 @@ class Measurement:
             return
         self.step_ms.append(ms)
         if self._probe_open():
-            self._probe_step(mode, t0, t1, ms)
+            self._probe_step(st, mode, t0, t1, ms)
             return
         if kind == "staged" and (self.tuner is None or self.tuner.done) and len(self._staged_ms) < 100000:
             self._staged_ms.append(ms)

@@ -486,10 +486,9 @@ class Pipeline:
         staged = self._graphs[session.graph].staged
         made: Dict[str, Any] = {}
 
-        def run_decode():
+        def prepare():
             sess = _alive(ref)
-            fn = made.get("fn")
-            if fn is None:
+            if made.get("fn") is None:
                 from tensorflow.core.protobuf import config_pb2  # CallableOptions has no public tf.* name
 
                 co = config_pb2.CallableOptions()
@@ -499,13 +498,18 @@ class Pipeline:
                     c.from_tensor = frm.name
                     c.to_tensor = to
                 co.run_options.CopyFrom(self._input_options(st))
-                fn = made["fn"] = sess._make_callable_from_options(co)
+                made["fn"] = sess._make_callable_from_options(co)
+            return made["fn"]
+
+        def run_decode():
+            fn = prepare()
             self._local.bypass = True
             try:
                 with self._internal():
                     fn()
             finally:
                 self._local.bypass = False
+        run_decode.prepare = prepare
         return run_decode
 
     def _runner_event(self, kind: str, t0: float, t1: float, args: Dict) -> None:

@@ -166,6 +166,12 @@ class ReadAhead:
     def halt(self) -> None:
         self._halt = True
 
+    def prepare(self) -> None:
+        """Build the decode's callable now (an executor: a second or so on wdl), before it is timed."""
+        build = getattr(self._run_decode, "prepare", None)
+        if build is not None:
+            build()
+
     def _loop(self) -> None:
         try:
             while True:

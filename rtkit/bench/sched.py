@@ -138,7 +138,7 @@ def _sched_figures(run_dir: str) -> Dict[str, Any]:
         "staged_steps": p.get("staged_steps"), "input_runs": p.get("input_runs"),
         "hidden_pct": p.get("input_hidden_pct_median"), "input_share_pct": sc.get("input_share_pct"),
         "tuned": bool(t.get("done")), "kept_script": bool(t.get("done")) and (t.get("gain_pct") or 0) == 0,
-        "chose_staged": chosen.get("stage_pipelined"),
+        "chose_staged": chosen.get("stage_pipelined"), "chose_read_ahead": chosen.get("stage_read_ahead"),
         "tuning_cost_pct_1000": t.get("cost_pct_of_1000_step_job"),
         "keras_datasets": len((sc.get("keras") or {}).get("datasets") or []),
         "state": sc.get("state"),
@@ -176,6 +176,9 @@ def summarize(cells: List[Dict], names: List[str], runs: List[Dict]) -> List[Dic
                 staged = sum(1 for s in tuned if s.get("chose_staged") and not s.get("kept_script"))
                 kept = sum(1 for s in tuned if s.get("kept_script"))
                 tuning = f"kept script {kept}/{len(tuned)}, chose staging {staged}/{len(tuned)}"
+                ahead = sum(1 for s in tuned if s.get("chose_read_ahead") and not s.get("kept_script"))
+                if ahead:
+                    tuning += f" (read-ahead {ahead}/{len(tuned)})"
             elif any(s.get("keras_datasets") for s in sf):
                 # the tuner switches pools and staging per session run; fit's steps are tf.function calls whose
                 # dataset options are fixed when fit makes its iterator
