@@ -197,7 +197,9 @@ class Measurement:
         if self._probe_open():
             self._probe_step(st, mode, t0, t1, ms)
             return
-        if kind == "staged" and (self.tuner is None or self.tuner.done) and len(self._staged_ms) < 100000:
+        # the staged steps of a configuration that stages (not the drained items after the tuner kept it off)
+        if kind == "staged" and self.active["stage"] and (self.tuner is None or self.tuner.done) and \
+                len(self._staged_ms) < 100000:
             self._staged_ms.append(ms)
         if self.tuner is not None and self._traced_steps >= TRACE_STEPS and not self.tuner.done:
             self.tuner.record(ms)
