@@ -254,6 +254,9 @@ SETTINGS: List[Setting] = [
     _s("sched", "bool", False, "", "give TensorFlow sessions rtkit's thread configuration and per-stage pools"),
     _s("sched_stage", "bool", False, "", "pipeline the input stage ahead of compute (SmartStage)"),
     _s("sched_stage_depth", "int", 2, "steps", "how many steps the input stage may run ahead", minimum=1, maximum=64),
+    _s("sched_stage_read_ahead", "int", 2, "batches", "batches a reader may read ahead of the input stage's decode "
+       "when the read mostly waits (a probe's CPU time under half its wall time); the tuner keeps it only if faster "
+       "(0: never)", minimum=0, maximum=64),
     _s("sched_inter_op", "int", 0, "threads", "inter-op threads for compute (0: chosen by rtkit)", minimum=0),
     _s("sched_intra_op", "int", 0, "threads", "intra-op threads (0: chosen by rtkit)", minimum=0),
     _s("sched_input_threads", "int", 0, "threads", "threads of the input stage's pool (0: chosen by rtkit)", minimum=0),

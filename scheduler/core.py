@@ -46,7 +46,7 @@ class Scheduler(ThreadConfig, Pipeline, Measurement):
         # the candidate applied now, read by the threads and the pipeline and set by the tuner; the first is the job
         # as the script made it (TF-sized pool, the input stage run inline)
         self.active = {"compute": self.plan.compute_sizes[0], "input": self.plan.input_sizes[0],
-                       "stage": self.stage and self.tuner is None}
+                       "stage": self.stage and self.tuner is None, "read_ahead": False}
 
     def note(self, text: str) -> None:
         with self._lock:

@@ -12,11 +12,14 @@ from . import pools as _pools
 from .report import now_iso, write_profile, write_report
 from .stages import STAGES
 from .trace import Trace
-from .tuner import Tuner
+from .tuner import READ_AHEAD, Tuner
 
 TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without a profiler session, which FULL_TRACE would start and which two concurrent runs cannot share) to measure per-stage cost
 WARM_RUNS = 3            # steps of the chosen signature before tracing starts
 MAX_STEP_KEYS = 64       # run shapes remembered as the step's (for the decisions made before a run)
+PROBE_STEPS = 3          # probe steps after the tracing: the put alone, then the staged compute alone (the bound)
+READ_WAITS_CPU_PCT = 50  # a probe's put with less CPU time than this share of its wall time mostly waits (a read)
+PROBE_WARM = 1           # the first probe is not kept: it makes the staged step's callable (an executor: seconds)
 
 
 class Measurement:
@@ -38,24 +41,113 @@ class Measurement:
         self.stage_cost_ms = {s: 0.0 for s in STAGES}
         self.input_run_cost_ms = 0.0
         self.pin_result: Optional[Dict] = None
+        self._probe_reset()
         self.profile_written: List[str] = []
         self._finished = False
 
-    def _new_tuner(self) -> Optional[Tuner]:
+    def _new_tuner(self, read_ahead: bool = False) -> Optional[Tuner]:
         if not self.tune:
             return None
+        options = ((False, True, READ_AHEAD) if read_ahead else (False, True)) if self.stage else (False,)
         return Tuner(self.plan.compute_sizes, self.plan.input_sizes, int(self.settings.get("sched_tune_steps") or 0),
-                     stage_options=(False, True) if self.stage else (False,))
+                     stage_options=options)
+
+    def _apply(self, cfg) -> None:
+        c, i, stg = cfg
+        self.active.update(compute=c, input=i, stage=bool(stg), read_ahead=stg == READ_AHEAD)
+
+    # ------------------------------------------------------------------ the overlap bound
+    def _probe_reset(self) -> None:
+        self._probe_samples: List[List[float]] = []   # [step, put ms, put cpu ms, compute ms, step ms]
+        self._probe_attempts = 0
+        self._probe_warm = PROBE_WARM
+        self._probe_closed = not self.stage
+        self._staged_ms: List[float] = []             # staged steps at the configuration kept after tuning
+
+    def _probe_open(self) -> bool:
+        """The probe steps come after the traced steps and before the tuner's first trial: the put and the staged
+        compute of the unstaged step, each alone, give the bound that staging can reach."""
+        return not self._probe_closed and self._traced_steps >= TRACE_STEPS and \
+            (self.tuner is not None or self.active["stage"])   # staging is on, or a trial may choose it
+
+    def _probe_step(self, st, mode: str, t0: float, t1: float, ms: float) -> None:
+        """After a step of the probe phase: keep its sample; the phase ends after PROBE_STEPS probes, at a step
+        that does not read staged input (nothing to probe), or after the staged items of a running pipeline had
+        time to drain (the runner is halted for the probes)."""
+        probe = getattr(self._local, "probe", None)
+        self._local.probe = None
+        self._probe_attempts += 1
+        if probe is not None and self._probe_warm > 0:
+            self._probe_warm -= 1
+        elif probe is not None:
+            put_ms, cpu_ms = probe
+            self._probe_samples.append([self.step_runs, round(put_ms, 3), round(cpu_ms, 3),
+                                        round((t1 - t0) * 1000.0, 3), round(ms, 3)])
+        if mode != "staged" or len(self._probe_samples) >= PROBE_STEPS or \
+                self._probe_attempts >= PROBE_WARM + PROBE_STEPS + self.depth + 2:
+            self._probe_closed = True
+            self._after_probes(st)
+
+    def _after_probes(self, st) -> None:
+        """A put that mostly waits (a read's latency): a reader may take batches ahead of the decode. The tuner
+        gets it as one more candidate (kept only if faster); without a tuner it is applied."""
+        b = self.bound_report()
+        waits = b is not None and b["input_cpu_pct"] is not None and b["input_cpu_pct"] < READ_WAITS_CPU_PCT
+        staged = self.last_staged
+        if not waits or self.read_ahead <= 0 or staged is None or staged.read_put is None:
+            return
+        if self.tuner is None:
+            self.active["read_ahead"] = bool(self.active["stage"])
+        elif self.tuner.steps_used == 0:
+            self.tuner = self._new_tuner(read_ahead=True)
+        else:
+            return
+        ra = st.runner.read_ahead if st.runner is not None else None
+        if ra is not None:
+            try:  # its build is not a trial's cost
+                ra.prepare()
+            except Exception as exc:  # the decode builds it at its first run instead
+                self._error(f"read-ahead decode not prepared ({type(exc).__name__}: {exc})")
+
+    def bound_report(self) -> Optional[Dict[str, Any]]:
+        """The overlap bound of the unstaged step, from the probe steps: input = the put alone, compute = the
+        staged step's run alone (medians); bound = max(input, compute) / (input + compute), the step-time ratio a
+        staged step reaches at best when one put is in flight; x of bound = the staged steps' median after tuning
+        over max(input, compute) (1.00x: at the bound)."""
+        if not self._probe_samples:
+            return None
+        put = statistics.median(x[1] for x in self._probe_samples)
+        cpu = statistics.median(x[2] for x in self._probe_samples)
+        comp = statistics.median(x[3] for x in self._probe_samples)
+        total = put + comp
+        staged = statistics.median(self._staged_ms) if self._staged_ms else None
+        return {
+            "method": "probe steps: the put alone in the step's thread, then the staged step's run alone (serially, "
+                      "as an unstaged step runs them); medians",
+            "probe_steps": len(self._probe_samples),
+            "samples": self._probe_samples,
+            "columns": ["step", "put_ms", "put_cpu_ms", "compute_ms", "step_ms"],
+            "input_ms": round(put, 3), "compute_ms": round(comp, 3),
+            "input_plus_compute_ms": round(total, 3),
+            "probe_step_ms_median": statistics.median(x[4] for x in self._probe_samples),
+            # the process's CPU time over the put's wall time: low when the put mostly waits (a read's latency)
+            "input_cpu_pct": round(100.0 * cpu / put, 1) if put > 0 else None,
+            "bound_x": round(max(put, comp) / total, 4) if total > 0 else None,
+            "staged_steps_measured": len(self._staged_ms),
+            "staged_step_ms_median": staged,
+            "x_of_bound": round(staged / max(put, comp), 4) if staged and max(put, comp) > 0 else None,
+        }
 
     def _before_step_run(self, key: tuple) -> bool:
-        """Before a run of run shape `key`: whether it is traced; a step run past the tracing gets the tuner's
-        current candidate."""
+        """Before a run of run shape `key`: whether it is traced; a step run past the tracing (and the probe steps)
+        gets the tuner's current candidate."""
         is_step = key in self._step_keys   # the step's run shape: known only after the step owner named it once
         tracing = is_step and self._traced_steps < TRACE_STEPS and self.step_runs > WARM_RUNS
-        if is_step and not tracing and self.tuner is not None and not self.tuner.done and \
+        probing = is_step and not tracing and self._probe_open()
+        self._local.probe_ok = probing
+        if is_step and not tracing and not probing and self.tuner is not None and not self.tuner.done and \
                 self._traced_steps >= TRACE_STEPS:
-            c, i, stg = self.tuner.current()
-            self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
+            self._apply(self.tuner.current())
         return tracing
 
     def on_step(self, signature: str, ms: float) -> None:
@@ -71,8 +163,9 @@ class Measurement:
                     self._traced_steps = 0
                     self.stage_cost_ms = {k: 0.0 for k in self.stage_cost_ms}
                     self.tuner = self._new_tuner()
+                    self._probe_reset()
                     self.active.update(compute=self.plan.compute_sizes[0], input=self.plan.input_sizes[0],
-                                       stage=self.stage and self.tuner is None)
+                                       stage=self.stage and self.tuner is None, read_ahead=False)
                 self.step_signature = signature
                 self.step_runs = 0
                 self._step_keys = set()
@@ -101,6 +194,13 @@ class Measurement:
             self._take_stats(md, st, "step")
             return
         self.step_ms.append(ms)
+        if self._probe_open():
+            self._probe_step(st, mode, t0, t1, ms)
+            return
+        # the staged steps of a configuration that stages (not the drained items after the tuner kept it off)
+        if kind == "staged" and self.active["stage"] and (self.tuner is None or self.tuner.done) and \
+                len(self._staged_ms) < 100000:
+            self._staged_ms.append(ms)
         if self.tuner is not None and self._traced_steps >= TRACE_STEPS and not self.tuner.done:
             self.tuner.record(ms)
             if self.tuner.done:
@@ -126,8 +226,9 @@ class Measurement:
 
     def _tuning_finished(self) -> None:
         c, i, stg = self.tuner.chosen
-        self.active["compute"], self.active["input"], self.active["stage"] = c, i, stg
-        values = {"sched": True, "sched_stage": stg, "sched_stage_depth": self.depth,
+        self._apply(self.tuner.chosen)
+        values = {"sched": True, "sched_stage": bool(stg), "sched_stage_depth": self.depth,
+                  "sched_stage_read_ahead": self.read_ahead if stg == READ_AHEAD else 0,
                   "sched_inter_op": c, "sched_intra_op": self.plan.intra_op, "sched_input_threads": i,
                   "sched_tune": False}
         desc = f"Tuned by the rtkit scheduler on {now_iso()} ({_pools.cpu_count()} CPUs)"
@@ -208,7 +309,8 @@ class Measurement:
             "step_ms_median": med,
             "chosen": {"compute_threads": self.active["compute"], "input_threads": self.active["input"],
                        "intra_op_threads": self.plan.intra_op, "stage_pipelined": self.active["stage"],
-                       "stage_depth_steps": self.depth if self.active["stage"] else 0},
+                       "stage_depth_steps": self.depth if self.active["stage"] else 0,
+                       "stage_read_ahead_batches": self.read_ahead if self.active.get("read_ahead") else 0},
             "tuning": tuning,
             "speedup_over_first_x": tuning["speedup_over_first_x"] if tuning else None,
             "pipeline": {
@@ -238,6 +340,11 @@ class Measurement:
                 "overlap_samples": self._overlap,
                 "overlap_columns": ["step", "put_ms", "wait_ms", "hidden_pct"],
                 "input_hidden_pct_median": statistics.median(hidden) if hidden else None,
+                "probe_steps": self.counts["probe_steps"],
+                # batches a reader took from the iterator ahead of the cut's decode (sched_stage_read_ahead)
+                "read_ahead_available": bool(staged is not None and staged.read_put is not None),
+                "read_ahead_batches": self.counts["read_ahead_batches"],
+                "overlap_bound": self.bound_report(),
             },
             "pinning": self.pin_result,
             "profiles_written": self.profile_written,

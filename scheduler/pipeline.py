@@ -13,7 +13,7 @@ import numpy as np
 
 from .measure import TRACE_STEPS
 from .stages import StageMap, analyze, reachable
-from .staging import Runner, Staged, rewrite
+from .staging import ReadAhead, Runner, Staged, rewrite
 
 MAX_SAMPLES = 2000
 MAX_CALLABLES = 32       # staged callables kept per session (each holds an executor of the step's graph)
@@ -57,6 +57,14 @@ class _SessionState:
         self.lock = threading.Lock()
 
 
+def _alive(ref):
+    """The session of a weak reference, for a run of the pipeline's own."""
+    sess = ref()
+    if sess is None:
+        raise RuntimeError("rtkit scheduler: the session was garbage-collected")
+    return sess
+
+
 def _keep_callable(st: _SessionState, key: tuple, fn) -> None:
     """Keep a staged callable for its run shape; past MAX_CALLABLES (run shapes that never repeat) the oldest
     goes (dict order). Under the session's lock: two threads' steps evicting at once would both pick the same
@@ -73,6 +81,7 @@ class Pipeline:
     def _init_pipeline(self, settings: Dict[str, Any]) -> None:
         self.stage = bool(settings.get("sched_stage"))
         self.depth = int(settings.get("sched_stage_depth") or 2)
+        self.read_ahead = int(settings.get("sched_stage_read_ahead") or 0)
         self._graphs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._states: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._runners: "weakref.WeakSet" = weakref.WeakSet()
@@ -80,7 +89,8 @@ class Pipeline:
         self.last_staged: Optional[Staged] = None
         self.stage_reason: Optional[str] = None
         self.counts = {"runners_started": 0, "staged_steps": 0, "inline_steps": 0, "dropped_items": 0,
-                       "errors_delivered": 0, "direct_input_runs": 0, "rewrites": 0, "input_runs": 0}
+                       "errors_delivered": 0, "direct_input_runs": 0, "rewrites": 0, "input_runs": 0,
+                       "probe_steps": 0, "read_ahead_batches": 0}
         self._depth: List[List[float]] = []      # [t, items staged] when a step took its item
         self._overlap: List[List[float]] = []    # [step, put ms, wait ms, hidden %]
         self._ident = 0
@@ -274,6 +284,7 @@ class Pipeline:
             if getattr(sched._local, "bypass", False):
                 return fn(*args, **kwargs)
             t_begin = time.time()
+            sched._local.probe_ok = False
             state = sched._before(session, st, mode, False)
             t0 = time.time()
             sched._report_before_run(mode, t0 - t_begin)
@@ -301,7 +312,9 @@ class Pipeline:
         """Staging work before a run: stop the runner for an iterator reset; before a run that reads the input,
         take the staged batch ('ready': the run reads it from the get op) or learn that none is staged and none
         will come ('inline': the script's own graph runs and reads the iterator itself, with no extra run), or
-        raise the input error of this step. None for runs that do not read the input."""
+        raise the input error of this step. None for runs that do not read the input. A probe step (the tuner's
+        measurement of the unstaged step's parts, measure.py) runs its put here, alone, then its compute alone."""
+        self._local.probe = None
         if mode == "reset":
             self._stop_runner(st, "iterator reset/save run")
             return None
@@ -314,24 +327,41 @@ class Pipeline:
         if mode != "staged":
             return None
         runner = self._runner(session, st)
+        probing = getattr(self._local, "probe_ok", False)
+        self._local.probe_ok = False
         if tracing and self._traced_inputs == 0 and self._input_trace_left == 0:
             self._input_trace_left = TRACE_STEPS
-        if self.active["stage"]:
+        ra = runner.read_ahead
+        if self.active["stage"] and not probing:
+            if ra is not None:
+                ra.on = bool(self.active.get("read_ahead"))
             if not runner.alive and runner.error is None:  # a pending error is raised at its step first
                 with self._lock:
                     self._ident += 1
                     ident = self._ident
                     self.counts["runners_started"] += 1
                 runner.start(ident)
+            if ra is not None:
+                if ra.on and not ra.alive and ra.error is None:
+                    ra.start(self._ident)
+                elif not ra.on:
+                    ra.halt()   # what it read is decoded first
         elif runner.alive:
-            runner.halt()  # unstaged from now on: the items already staged are served first
+            runner.halt()  # unstaged from now on (or for the probe steps): the items already staged are served first
         try:
+            if probing and not runner.alive and runner.error is None and runner.puts == runner.gets and \
+                    (ra is None or (not ra.alive and not ra.pending())):
+                self._local.probe = self._probe_put(runner)
             state, put_ms, wait_ms = runner.take()
         except BaseException as exc:
             if self._input_error(exc):
                 with self._lock:
                     self.counts["errors_delivered"] += 1
             raise
+        if getattr(self._local, "probe", None) is not None:  # the step waited for all of its put: none hidden
+            wait_ms += self._local.probe[0]
+            with self._lock:
+                self.counts["probe_steps"] += 1
         self._local.step_kind = "unstaged" if state == "inline" else "staged"
         with self._lock:  # the counts are shared by the steps of every thread and session
             self.counts["input_runs"] += 1
@@ -348,6 +378,13 @@ class Pipeline:
         if len(runner.depth_samples) > 64:
             del runner.depth_samples[:-1]
         return state
+
+    def _probe_put(self, runner: Runner) -> Tuple[float, float]:
+        """The probe step's put, alone in the caller's thread: (its wall ms, the process's CPU ms meanwhile: nothing
+        else of the job runs, so a put far shorter in CPU than in wall time is waiting, e.g. on a read)."""
+        c0 = time.process_time()
+        put_ms = runner.put_now()
+        return put_ms, (time.process_time() - c0) * 1000.0
 
     def _input_error(self, exc: BaseException) -> bool:
         """Whether a step's error comes from the input (the end of the data, a bad or corrupt record): one that a
@@ -377,16 +414,13 @@ class Pipeline:
         with st.lock:
             if st.runner is None:
                 gs = self._graphs[session.graph]
-                ref = weakref.ref(session)
-                clear = gs.staged.clear
-
-                def run_clear():
-                    sess = ref()
-                    if sess is not None and not getattr(sess, "_closed", False):
-                        self._run_internal(sess, clear, None, None)
-
+                run_clear = self._clear_of(session, gs.staged.clear)
+                ra = None
+                if self.read_ahead > 0 and gs.staged.read_put is not None:
+                    ra = ReadAhead(self._make_read(session, st), self._make_decode(session, st),
+                                   self._clear_of(session, gs.staged.read_clear), self.read_ahead)
                 st.runner = Runner(self._make_put(session, st), run_clear, self._runner_event,
-                                   depth=self.depth)
+                                   depth=self.depth, read_ahead=ra)
                 self._runners.add(st.runner)
             return st.runner
 
@@ -405,12 +439,8 @@ class Pipeline:
         put = self._graphs[session.graph].staged.put
 
         def run_put():
-            sess = ref()
-            if sess is None:
-                raise RuntimeError("rtkit scheduler: the session was garbage-collected")
-            opts = RunOptions()
-            if st.routed:
-                opts.inter_op_thread_pool = self.plan.index("input", self.active["input"])
+            sess = _alive(ref)
+            opts = self._input_options(st)
             md = None
             if self._input_trace_left > 0:
                 self._input_trace_left -= 1
@@ -421,6 +451,66 @@ class Pipeline:
             if md is not None:
                 self._take_stats(md, st, "put", input_run=True)
         return run_put
+
+    def _input_options(self, st: _SessionState):
+        opts = self.tf.compat.v1.RunOptions()
+        if st.routed:
+            opts.inter_op_thread_pool = self.plan.index("input", self.active["input"])
+        return opts
+
+    def _clear_of(self, session, clear):
+        ref = weakref.ref(session)
+
+        def run_clear():
+            sess = ref()
+            if sess is not None and not getattr(sess, "_closed", False):
+                self._run_internal(sess, clear, None, None)
+        return run_clear
+
+    def _make_read(self, session, st: _SessionState):
+        """The reader's run: get_next's outputs into the read area (the iterator's next batch, nothing parsed)."""
+        ref = weakref.ref(session)
+        read_put = self._graphs[session.graph].staged.read_put
+
+        def run_read():
+            self._run_internal(_alive(ref), read_put, self._input_options(st), None)
+            with self._lock:
+                self.counts["read_ahead_batches"] += 1
+        return run_read
+
+    def _make_decode(self, session, st: _SessionState):
+        """The decoder's run: the cut's put, its get_next outputs connected to the read area's get
+        (CallableOptions.tensor_connection, as a staged step reads the staging area): one callable, made at the
+        first decode on the input pool then applied."""
+        ref = weakref.ref(session)
+        staged = self._graphs[session.graph].staged
+        made: Dict[str, Any] = {}
+
+        def prepare():
+            sess = _alive(ref)
+            if made.get("fn") is None:
+                from tensorflow.core.protobuf import config_pb2  # CallableOptions has no public tf.* name
+
+                co = config_pb2.CallableOptions()
+                co.target.append(staged.put.name)
+                for to, frm in staged.read_mapping.items():
+                    c = co.tensor_connection.add()
+                    c.from_tensor = frm.name
+                    c.to_tensor = to
+                co.run_options.CopyFrom(self._input_options(st))
+                made["fn"] = sess._make_callable_from_options(co)
+            return made["fn"]
+
+        def run_decode():
+            fn = prepare()
+            self._local.bypass = True
+            try:
+                with self._internal():
+                    fn()
+            finally:
+                self._local.bypass = False
+        run_decode.prepare = prepare
+        return run_decode
 
     def _runner_event(self, kind: str, t0: float, t1: float, args: Dict) -> None:
         track = "stage-put" if kind == "put" else "stage-wait"

@@ -36,6 +36,11 @@ class Staged:
     boundary: List[str]
     connected: int = 0          # consumer inputs a staged step reads from the get op's outputs
     get_name: str = ""
+    # the read-ahead area: get_next's outputs staged by a reader, read by the cut's put through tensor connections
+    # (None when the cut is get_next alone, or an output cannot be staged)
+    read_put: object = None
+    read_clear: object = None
+    read_mapping: Dict[str, object] = field(default_factory=dict)   # get_next output name -> the read get's output
 
 
 def check(graph, sm: StageMap) -> Optional[str]:
@@ -83,19 +88,161 @@ def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional
             got = area.get()
             got = list(got) if isinstance(got, (list, tuple)) else [got]
             clear = area.clear()
+            read = _read_area(graph, sm, depth)
         mapping = {}
         for t, g in zip(bnd, got):
             g.set_shape(t.shape)
             mapping[t.name] = g
         staged = Staged(put=put, get_op=got[0].op, clear=clear, mapping=mapping, boundary=list(sm.boundary),
                         get_name=got[0].op.name)
+        if read is not None:
+            staged.read_put, staged.read_clear, staged.read_mapping = read
         # no consumer is rewired (the script's graph runs as it was); a staged step connects them per run
         staged.connected = sum(1 for t in bnd for c in t.consumers() if c.name not in sm.pipelined and c is not put
-                               for x in c.inputs if x.name == t.name)
+                               and c is not staged.read_put for x in c.inputs if x.name == t.name)
         return staged, None
     finally:
         if was_final:
             graph.finalize()
+
+
+def _read_area(graph, sm: StageMap, depth: int):
+    """(put, clear, {get_next output name: the read get's output}) of a second area holding get_next's outputs, or
+    None: only where the cut does work after get_next (in-graph parsing) for a reader to run ahead of."""
+    from tensorflow.python.ops import data_flow_ops
+
+    sources = [graph.get_operation_by_name(n) for n in sm.pipelined
+               if graph.get_operation_by_name(n).type in GET_NEXT_TYPES]
+    if len(sources) != 1 or len(sm.pipelined) <= 1:
+        return None
+    outs = list(sources[0].outputs)
+    if not outs or any(t.dtype.name in _UNSTAGEABLE_DTYPES or t.dtype._is_ref_dtype for t in outs):
+        return None
+    area = data_flow_ops.StagingArea([t.dtype for t in outs], capacity=max(1, int(depth)) + 1, shared_name=None)
+    put = area.put(outs)
+    got = area.get()
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    for t, g in zip(outs, got):
+        g.set_shape(t.shape)
+    return put, area.clear(), {t.name: g for t, g in zip(outs, got)}
+
+
+class ReadAhead:
+    """A reader thread runs the read put (get_next's outputs into the read area) up to `depth` batches ahead, and the
+    Runner stages each next batch by decoding a read one (the cut's put on it) or, with none read or being read, by
+    its own plain put. The plain put and a read never run at once (the `plain` and `reading` flags, under one
+    condition), and the Runner alone stages, in order: the steps see the batches in the iterator's order. The
+    reader's input error is raised after the batches read before it are staged. No TF op here blocks on an empty or
+    full area: the counts are checked first."""
+
+    def __init__(self, run_read: Callable[[], None], run_decode: Callable[[], None], run_clear: Callable[[], None],
+                 depth: int):
+        self.depth = max(1, int(depth))
+        self._run_read, self._run_decode, self._run_clear = run_read, run_decode, run_clear
+        self.cond = threading.Condition()
+        self.on = False                # the configuration applied now reads ahead
+        self.reads = self.decoded = 0
+        self.reading = False           # a read is in flight (its batch will need a decode)
+        self.plain = False             # the Runner's plain put is in flight: no read may start
+        self.error: Optional[BaseException] = None
+        self._halt = False
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def pending(self) -> int:
+        """Batches taken from the iterator that are not staged yet (the one being read included)."""
+        with self.cond:
+            return self.reads - self.decoded + (1 if self.reading else 0)
+
+    def start(self, ident: int) -> None:
+        self._halt = False
+        if not self.alive:
+            self._thread = threading.Thread(target=self._loop, name=f"{RUNNER_PREFIX}-read-{ident}", daemon=True)
+            self._thread.start()
+
+    def halt(self) -> None:
+        self._halt = True
+
+    def prepare(self) -> None:
+        """Build the decode's callable now (an executor: a second or so on wdl), before it is timed."""
+        build = getattr(self._run_decode, "prepare", None)
+        if build is not None:
+            build()
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self.cond:
+                    while not self._halt and (self.plain or self.reads - self.decoded >= self.depth):
+                        self.cond.wait(0.05)
+                    if self._halt or self.error is not None:
+                        return
+                    self.reading = True
+                try:
+                    self._run_read()
+                except BaseException as exc:  # raised where the batches read before it are staged
+                    with self.cond:
+                        self.error = exc
+                    return
+                finally:
+                    with self.cond:
+                        self.reading = False
+                with self.cond:
+                    self.reads += 1
+        finally:
+            with self.cond:
+                self.cond.notify_all()
+
+    def stage_next(self, run_plain: Callable[[], None], prefer_read: bool, stopping: Callable[[], bool]) -> bool:
+        """Stage the next batch: decode the oldest read one; or wait for the read in flight (or, with
+        prefer_read, for the running reader's next); or else run the plain put with reads held off. False when
+        `stopping()` said to stop first."""
+        with self.cond:
+            while True:
+                if stopping():
+                    return False
+                if self.reads > self.decoded:
+                    decode = True
+                    break
+                if self.error is not None:
+                    exc, self.error = self.error, None
+                    raise exc
+                if self.reading or (prefer_read and self.alive and not self._halt):
+                    self.cond.wait(0.05)
+                    continue
+                decode, self.plain = False, True
+                break
+        if not decode:
+            try:
+                run_plain()
+            finally:
+                with self.cond:
+                    self.plain = False
+                    self.cond.notify_all()
+            return True
+        self._run_decode()
+        with self.cond:
+            self.decoded += 1
+            self.cond.notify_all()
+        return True
+
+    def stop(self, timeout_s: float) -> int:
+        """Stop reading and drop what was read (after the Runner stopped): returns the dropped batches."""
+        self._halt = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        try:
+            self._run_clear()
+        except Exception:
+            pass
+        with self.cond:
+            dropped = max(0, self.reads - self.decoded)
+            self.reads = self.decoded = 0
+            self.error = None
+        return dropped
 
 
 class Runner:
@@ -106,8 +253,11 @@ class Runner:
     have raised it unstaged."""
 
     def __init__(self, run_put: Callable[[], None], run_clear: Callable[[], None],
-                 on_event: Optional[Callable[[str, float, float, Dict], None]] = None, depth: int = 2):
+                 on_event: Optional[Callable[[str, float, float, Dict], None]] = None, depth: int = 2,
+                 read_ahead: Optional[ReadAhead] = None):
         self.depth = max(1, int(depth))
+        self.read_ahead = read_ahead
+        self._stopping = False
         self._run_put = run_put
         self._run_clear = run_clear
         self._on_event = on_event
@@ -125,7 +275,7 @@ class Runner:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self, ident: int) -> None:
-        self._halt = False
+        self._halt = self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"{RUNNER_PREFIX}-{ident}", daemon=True)
         self._thread.start()
 
@@ -133,27 +283,48 @@ class Runner:
         while True:
             # wait for room here, not inside the Stage op: a put's time is then its own work (the overlap
             # figures), and a put never holds an input-pool thread blocked on a full area
+            # halted, it still decodes the batches the read-ahead took from the iterator: they come before
+            # whatever the step reads itself next
             with self.cond:
-                while not self._halt and self.puts - self.gets >= self.depth:
+                while not self._stopping and (not self._halt or self._pending()) and \
+                        self.puts - self.gets >= self.depth:
                     self.cond.wait(0.05)
-                if self._halt:
+                if self._stopping or (self._halt and not self._pending()):
                     return
             t0 = time.time()
+            ra = self.read_ahead
             try:
-                self._run_put()
+                if ra is None:
+                    self._run_put()
+                elif not ra.stage_next(self._run_put, ra.on and not self._halt, lambda: self._stopping):
+                    return
             except BaseException as exc:  # delivered at its step
                 with self.cond:
-                    if not self._halt:
+                    if not self._stopping:
                         self.error = exc
                     self.cond.notify_all()
                 return
-            t1 = time.time()
-            with self.cond:
-                self.puts += 1
-                self._items.append((t1 - t0) * 1000.0)
-                self.cond.notify_all()
-            if self._on_event:
-                self._on_event("put", t0, t1, {"item": self.puts})
+            self._staged(t0, time.time(), {})
+
+    def put_now(self) -> float:
+        """One put in the caller's thread while the runner's thread is not running and nothing is staged (a probe
+        step: the put alone, then the step's compute alone, serially as an unstaged step runs them): the item is
+        the next one in the iterator's order, staged for the caller's step. Returns the put's ms; an input error
+        raises here, at the step that would have raised it unstaged."""
+        t0 = time.time()
+        self._run_put()
+        t1 = time.time()
+        self._staged(t0, t1, {"probe": True})
+        return (t1 - t0) * 1000.0
+
+    def _staged(self, t0: float, t1: float, args: Dict) -> None:
+        """A put from t0 to t1 staged its item."""
+        with self.cond:
+            self.puts += 1
+            self._items.append((t1 - t0) * 1000.0)
+            self.cond.notify_all()
+        if self._on_event:
+            self._on_event("put", t0, t1, {"item": self.puts, **args})
 
     def take(self) -> Tuple[str, float, float]:
         """Before a step's run that reads the input: ('ready', put ms of the item, wait ms) when an item is
@@ -180,13 +351,21 @@ class Runner:
             self._on_event("wait", t0, t1, {"item": self.gets})
         return state, put_ms, (t1 - t0) * 1000.0
 
+    def _pending(self) -> int:
+        return self.read_ahead.pending() if self.read_ahead is not None else 0
+
     def halt(self) -> None:
-        """Stop putting (the in-flight put completes when a step takes an item); staged items stay."""
+        """Stop putting (the in-flight put completes when a step takes an item; batches read ahead are still
+        decoded); staged items stay."""
         self._halt = True
+        if self.read_ahead is not None:
+            self.read_ahead.halt()
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """Stop the thread and drop what is staged (a reset of the iterator): returns the dropped items."""
-        self._halt = True
+        self._halt = self._stopping = True
+        if self.read_ahead is not None:
+            self.read_ahead.halt()
         deadline = time.time() + timeout_s
         while self.alive and time.time() < deadline:
             try:  # a put blocked on a full area returns once the area is cleared
@@ -198,8 +377,12 @@ class Runner:
             self._run_clear()
         except Exception:
             pass
+        if self.read_ahead is not None:  # the decoder has stopped: what was read can go
+            read_dropped = self.read_ahead.stop(max(0.0, deadline - time.time()))
+        else:
+            read_dropped = 0
         with self.cond:
-            dropped = max(0, self.puts - self.gets)
+            dropped = max(0, self.puts - self.gets) + read_dropped
             self.puts = self.gets = 0
             self.error = None
             self._items.clear()

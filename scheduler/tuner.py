@@ -20,7 +20,9 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional, Tuple
 
-Config = Tuple[int, int, bool]  # (compute pool threads, input pool threads, input stage staged ahead)
+# (compute pool threads, input pool threads, input stage staged ahead: False, True or READ_AHEAD)
+Config = Tuple[int, int, object]
+READ_AHEAD = "read-ahead"   # staged, with a reader taking the iterator's batches ahead of the cut's decode
 MIN_GAIN = 0.03
 MIN_ROUNDS = 3      # a candidate must win every round: with 3, chance alone picks one of 3 others ~1 time in 3
 MAX_ROUNDS = 6
@@ -34,7 +36,9 @@ class Tuner:
         # a larger compute pool than the CPUs rarely helps: left out, so that three rounds fit the budget
         cands: List[Config] = [(c0, i0, s0)] + [(c, i0, s0) for c in compute_sizes[1:] if c <= c0]
         for s in stage_options[1:]:
-            cands += [(c0, i, s) for i in input_sizes]
+            # with read-ahead among them, the staged candidates keep the first input pool: three rounds of five
+            # candidates would not fit the budget, and a put that mostly waits gains little from more threads
+            cands += [(c0, i, s) for i in (input_sizes[:1] if READ_AHEAD in stage_options else input_sizes)]
         if not any(stage_options):  # input pool sizes matter only while the input stage runs ahead
             cands = cands[:1] + [c for c in cands[1:] if c[1] == i0]
         self.budget_steps = int(budget_steps)
@@ -164,7 +168,8 @@ class Tuner:
         trials = []
         for c, i, st in self.candidates:
             r = self.ratios((c, i, st))
-            trials.append({"compute_threads": c, "input_threads": i, "stage_pipelined": st,
+            trials.append({"compute_threads": c, "input_threads": i, "stage_pipelined": bool(st),
+                           "stage_read_ahead": st == READ_AHEAD,
                            "steps": sum(len(b) for b in self.blocks[(c, i, st)]),
                            "dropped_after_round": self.dropped.get((c, i, st)),
                            "step_ms_median": self._median((c, i, st)),
@@ -175,7 +180,7 @@ class Tuner:
                 "rounds_run": self.rounds_run,
                 "trials": trials,
                 "chosen": {"compute_threads": self.chosen[0], "input_threads": self.chosen[1],
-                           "stage_pipelined": self.chosen[2]},
+                           "stage_pipelined": bool(self.chosen[2]), "stage_read_ahead": self.chosen[2] == READ_AHEAD},
                 "verdict": self.verdict, "gain_pct": None if self.gain is None else round(100 * self.gain, 2),
                 "confidence": self.confidence,
                 "first_step_ms_median": first, "chosen_step_ms_median": best,

@@ -662,6 +662,26 @@ def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():
     assert "0 extra runs" not in scheduler_outcome.pipeline(old)
 
 
+def test_scheduler_section_and_summary_put_the_bound_beside_the_staged_step():
+    """The overlap bound and the staged step over it: in the Scheduler section's rows and on the summary line,
+    with the input and compute they come from; nothing when no probe step measured them."""
+    from rtkit.report import sections, summary
+
+    bound = {"input_ms": 39.0, "compute_ms": 21.0, "input_cpu_pct": 25.0, "bound_x": 0.65, "x_of_bound": 1.04}
+    rep = {"scheduler": {"pipeline": {"staged_steps": 150, "overlap_bound": bound}}}
+    rows = dict((k.strip(), v) for k, v, *_ in sections.scheduler_section(rep).rows)
+    text = rows["overlap bound (staged step / unstaged step, at best)"]
+    assert text.startswith("0.65x (input 39.0 ms, compute 21.0 ms, each alone; input CPU 25% of its wall time)"), text
+    assert text.endswith("staged step / the bound 1.04x"), text
+    line = summary.scheduler_line(rep)
+    assert "overlap bound (staged step / unstaged step, at best) 0.65x" in line and "the bound 1.04x" in line, line
+    del bound["x_of_bound"]
+    assert "no staged step after tuning" in summary.scheduler_line(rep)
+    rep["scheduler"]["pipeline"].pop("overlap_bound")
+    assert "overlap bound" not in summary.scheduler_line(rep)
+    assert not any("overlap bound" in str(r[0]) for r in sections.scheduler_section(rep).rows)
+
+
 def test_not_default_lists_only_settings_whose_value_differs(runs):
     """A profile that restates defaults (throughput includes default, which sets malloc/hooks to their defaults)
     changes only what it sets to other values: "not default" names those, as compare's "what differs" does."""

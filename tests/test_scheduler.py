@@ -146,7 +146,98 @@ def train(tmp_path, stage, rows=320, bad_row=None, probe=None, steps=None, **kw)
         pass
     except tf.errors.OpError as exc:
         err = exc
+    h.model = m
     return losses, err, sched, h
+
+
+def test_probe_steps_measure_the_overlap_bound_and_keep_the_batch_order(tmp_path):
+    """After the traced steps, probe steps run the put alone, then the staged compute alone (serially, as an
+    unstaged step runs them): the overlap bound is max(input, compute) / (input + compute) of their medians. The
+    probes' puts take the iterator's next batches in the steps' order (the runner is halted and drained for them,
+    then restarted): the losses stay the unstaged ones."""
+    import statistics
+    import time as _time
+
+    def slow(x):
+        _time.sleep(0.03)  # a put that waits (a read's latency)
+        return x
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    base, err0, _, h0 = train(tmp_path / "a", stage=False, rows=32 * 20, probe=slow)
+    staged, err1, s1, h1 = train(tmp_path / "b", stage=True, rows=32 * 20, probe=slow)
+    h0.close()
+    h1.close()
+    assert err0 is None and err1 is None and len(base) == 20
+    assert staged == base
+    p = s1.report()["pipeline"]
+    b = p["overlap_bound"]
+    assert p["probe_steps"] == 4 and b["probe_steps"] == 3, p  # the first probe makes the callable: not kept
+    assert p["staged_steps"] == 20 and p["pipelines_started"] >= 2  # the runner restarted after the probes
+    samples = b["samples"]
+    assert len(samples) == 3 and all(x[1] >= 30.0 for x in samples)  # each probe's put slept its 30 ms
+    put = statistics.median(x[1] for x in samples)
+    comp = statistics.median(x[3] for x in samples)
+    assert (b["input_ms"], b["compute_ms"]) == (round(put, 3), round(comp, 3))
+    assert b["input_plus_compute_ms"] == round(put + comp, 3)
+    assert b["bound_x"] == round(max(put, comp) / (put + comp), 4) and 0.5 <= b["bound_x"] < 1.0
+    assert b["input_cpu_pct"] < 100.0  # the put mostly sleeps: less CPU than wall time
+    assert b["staged_steps_measured"] >= 1
+    assert b["x_of_bound"] == round(b["staged_step_ms_median"] / max(put, comp), 4)
+
+
+def test_read_ahead_when_the_put_waits_keeps_the_batch_order(tmp_path):
+    """A put that mostly waits (the probes' CPU time under half their wall time): a reader takes the iterator's
+    batches ahead of the cut's decode, so a read and a decode are in flight at once; one reader and one decoder,
+    with the plain put and a read never at once, keep the order: the losses are the unstaged ones, bit for bit,
+    through the end of the data (delivered at its step) and through the tuner's switches between read-ahead,
+    plain staging and unstaged blocks (the batches read ahead are staged and served first)."""
+    import time as _time
+
+    def slow(x):
+        _time.sleep(0.03)
+        return x
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    (tmp_path / "d").mkdir()
+    rows = 32 * 90
+    base, _, _, h0 = train(tmp_path / "a", stage=False, rows=rows, probe=slow)
+    staged, err, s1, h1 = train(tmp_path / "b", stage=True, rows=rows, probe=slow)
+    off, _, s2, h2 = train(tmp_path / "c", stage=True, rows=rows, probe=slow, sched_stage_read_ahead=0)
+    tuned, err3, s3, h3 = train(tmp_path / "d", stage=True, rows=rows, probe=slow, sched_tune=True)
+    for h in (h0, h1, h2, h3):
+        h.close()
+    assert err is None and err3 is None and len(base) == 90
+    assert staged == base and off == base and tuned == base
+    t = s3.report()["tuning"]
+    assert t["done"] and any(tr["stage_read_ahead"] and tr["steps"] for tr in t["trials"]), t
+    assert s3.report()["pipeline"]["read_ahead_batches"] >= 5
+    # staging switched off while the reader is ahead: the batches it read are staged and served before the
+    # script's own graph reads the iterator again
+    (tmp_path / "e").mkdir()
+    part, _, s4, h4 = train(tmp_path / "e", stage=True, rows=rows, probe=slow, steps=30)
+    ra = s4._states[h4.sess].runner.read_ahead
+    for _ in range(200):  # the reader is ahead of the slow decode within a few ms; waits for it, not timed
+        if ra.pending() >= 1:
+            break
+        _time.sleep(0.05)
+    assert s4.active["read_ahead"] and ra.pending() >= 1
+    s4.active["stage"] = False
+    try:
+        while True:
+            part.append(float(h4.run([h4.model.train, h4.model.loss])[1]))
+    except tf.errors.OutOfRangeError:
+        pass
+    h4.close()
+    assert part == base
+    rep = s1.report()
+    p = rep["pipeline"]
+    assert p["overlap_bound"]["input_cpu_pct"] < 50 and p["read_ahead_available"]
+    assert rep["chosen"]["stage_read_ahead_batches"] == 2 and p["read_ahead_batches"] >= 5, p
+    assert p["staged_steps"] == 90 and p["errors_delivered"] == 1  # the end of the data, at its step
+    assert s2.report()["pipeline"]["read_ahead_batches"] == 0  # sched_stage_read_ahead=0: never
 
 
 def h1_callables(sched, h):
@@ -737,7 +828,9 @@ def _count_tf_calls(monkeypatch):
 @pytest.mark.parametrize("stage_on", [False, True])
 def test_a_step_is_one_tf_call_with_staging_off_or_on(tmp_path, monkeypatch, stage_on):
     """With staging off on a staged graph (what the tuner leaves when it keeps the script's configuration)
-    a step is the script's own run, one TF call and no put; staged, it is one call too (the put runs on the runner)."""
+    a step is the script's own run, one TF call and no put; staged, it is one call too (the put runs on the runner),
+    but for the probe steps, which run the put alone and then the staged compute: two calls, the unstaged step's
+    two parts."""
     (tmp_path / "a").mkdir()
     base, _, _, h0 = train(tmp_path / "a", stage=False)
     h0.close()
@@ -758,8 +851,9 @@ def test_a_step_is_one_tf_call_with_staging_off_or_on(tmp_path, monkeypatch, sta
         pass
     h.close()
     assert losses == base
-    assert per_step == [1] * 10, per_step
     p = sched.report()["pipeline"]
+    probes = p["probe_steps"] if stage_on else 0
+    assert sorted(per_step) == [1] * (10 - probes) + [2] * probes, (per_step, probes)
     assert p["staged"] and (p["staged_steps"], p["unstaged_steps"]) == ((10, 0) if stage_on else (0, 10)), p
     if not stage_on:
         assert p["pipelines_started"] == 0 and not sched._states[h.sess].callables

@@ -131,11 +131,14 @@ def _sched_figures(run_dir: str) -> Dict[str, Any]:
     p = sc.get("pipeline") or {}
     t = sc.get("tuning") or {}
     chosen = (t.get("chosen") or {}) if t.get("done") else {}
+    b = p.get("overlap_bound") or {}
     return {
+        "bound_x": b.get("bound_x"), "x_of_bound": b.get("x_of_bound"), "input_ms": b.get("input_ms"),
+        "compute_ms": b.get("compute_ms"), "input_cpu_pct": b.get("input_cpu_pct"),
         "staged_steps": p.get("staged_steps"), "input_runs": p.get("input_runs"),
         "hidden_pct": p.get("input_hidden_pct_median"), "input_share_pct": sc.get("input_share_pct"),
         "tuned": bool(t.get("done")), "kept_script": bool(t.get("done")) and (t.get("gain_pct") or 0) == 0,
-        "chose_staged": chosen.get("stage_pipelined"),
+        "chose_staged": chosen.get("stage_pipelined"), "chose_read_ahead": chosen.get("stage_read_ahead"),
         "tuning_cost_pct_1000": t.get("cost_pct_of_1000_step_job"),
         "keras_datasets": len((sc.get("keras") or {}).get("datasets") or []),
         "state": sc.get("state"),
@@ -173,8 +176,14 @@ def summarize(cells: List[Dict], names: List[str], runs: List[Dict]) -> List[Dic
                 staged = sum(1 for s in tuned if s.get("chose_staged") and not s.get("kept_script"))
                 kept = sum(1 for s in tuned if s.get("kept_script"))
                 tuning = f"kept script {kept}/{len(tuned)}, chose staging {staged}/{len(tuned)}"
+                ahead = sum(1 for s in tuned if s.get("chose_read_ahead") and not s.get("kept_script"))
+                if ahead:
+                    tuning += f" (read-ahead {ahead}/{len(tuned)})"
             elif any(s.get("keras_datasets") for s in sf):
-                tuning = "Keras: dataset options (no tuner)"
+                # the tuner switches pools and staging per session run; fit's steps are tf.function calls whose
+                # dataset options are fixed when fit makes its iterator
+                tuning = "Keras: dataset options (no tuner: fit runs no session step to switch)"
+            bound = _med([s.get("bound_x") for s in sf])
             rows.append({
                 "cell": cell["name"], "input": cell["input"], "api": cell["api"], "config": name,
                 "runs": len(rs), "ok": len(ok), "wall_ms_median": med,
@@ -184,6 +193,12 @@ def summarize(cells: List[Dict], names: List[str], runs: List[Dict]) -> List[Dic
                 "staged_steps": _med([s.get("staged_steps") for s in sf]),
                 "hidden_pct": _med([s.get("hidden_pct") for s in sf]),
                 "input_share_pct": _med([s.get("input_share_pct") for s in sf]),
+                "bound_x": bound, "input_ms": _med([s.get("input_ms") for s in sf]),
+                "compute_ms": _med([s.get("compute_ms") for s in sf]),
+                "input_cpu_pct": _med([s.get("input_cpu_pct") for s in sf]),
+                # the bench's own figure (wall step over tf-default's, per round) against the bound
+                "x_of_bound": (_med(ratios) / bound) if bound and ratios else None,
+                "x_of_bound_sched": _med([s.get("x_of_bound") for s in sf]),
                 "tuning": tuning,
                 "tuning_cost_pct_1000": _med([s.get("tuning_cost_pct_1000") for s in sf]),
             })
@@ -205,22 +220,28 @@ def render(bench: Dict[str, Any]) -> str:
            f"- machine: {m.get('cpu_model', '?')}, {m.get('cpus', '?')} CPUs, load average at start "
            f"{', '.join(f'{x:.2f}' for x in (m.get('loadavg_at_start') or []))}",
            "", "| input | api | config | runs ok | step ms (wall, median) | x tf-default (median, per-round range) | "
-               "verdict | step range | pipelined steps | input hidden | input share | tuning | tuning cost (1000-step job) |",
-           "|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|"]
+               "overlap bound (input / compute ms) | x of bound | verdict | step range | pipelined steps | input hidden | input share | "
+               "tuning | tuning cost (1000-step job) |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|"]
     for r in bench["rows"]:
         ratio = "-" if r["ratio_median"] is None else (
             f"{r['ratio_median']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})" if r["ratio_min"] != r["ratio_max"]
             else f"{r['ratio_median']:.2f}x")
         out.append("| " + " | ".join([
             r["input"], r["api"], r["config"], f"{r['ok']}/{r['runs']}", _f(r["wall_ms_median"]),
-            "1.00x" if r["config"] == BASELINE and r["ok"] else ratio, r["verdict"] or "-",
+            "1.00x" if r["config"] == BASELINE and r["ok"] else ratio, _bound_text(r),
+            _f(r["x_of_bound"], "{:.2f}x"), r["verdict"] or "-",
             _f(r["step_range_pct"], "{:.0f}%"), _f(r["staged_steps"], "{:.0f}"), _f(r["hidden_pct"], "{:.0f}%"),
             _f(r["input_share_pct"], "{:.0f}%"), r["tuning"] or "-", _f(r["tuning_cost_pct_1000"], "{:.1f}%"),
         ]) + " |")
     out += ["", "Columns: step ms = the workload's median wall time per step after 3 warm-up steps "
                 "(`wall_step_ms_median`: everything the script waited for, the tuning trials included), median over "
                 "the rounds; x tf-default = per round, this run over tf-default's run of the same cell: median "
-                "(min-max); verdict: faster/slower only when every round agrees; step range = (max - min) / median "
+                "(min-max); overlap bound = max(input, compute) / (input + compute) of the unstaged step, input = the put "
+                "alone and compute = the staged step's run alone (the scheduler's probe steps), median over the "
+                "rounds: the ratio staging with one put in flight reaches at best; x of bound = the x tf-default "
+                "median over the bound (1.00x: at the bound; <= 1.10x: within 10%); "
+                "verdict: faster/slower only when every round agrees; step range = (max - min) / median "
                 "of the rounds' step ms; pipelined steps, input hidden (median share of each put hidden behind "
                 "compute), input share (the input stage's share of op time: the bound on what staging can hide), "
                 "tuning (the tuner's choice per run) and tuning cost (the trials' extra time over the chosen "
@@ -232,6 +253,12 @@ def render(bench: Dict[str, Any]) -> str:
         out += [f"- {r['cell']} {r['config']} round {r['round']}: {r['status']} {r.get('error') or ''}; "
                 f"log {r['log']}" for r in failed]
     return "\n".join(out) + "\n"
+
+
+def _bound_text(r: Dict[str, Any]) -> str:
+    if r.get("bound_x") is None:
+        return "-"
+    return f"{r['bound_x']:.2f}x ({_f(r.get('input_ms'))} / {_f(r.get('compute_ms'))})"
 
 
 def _estimate_s(cells, names, a) -> float:

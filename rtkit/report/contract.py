@@ -119,6 +119,10 @@ class Scheduler:
     ERRORS = "errors"
     INPUT_SHARE = "input_share_pct"       # the input stage's share of op time: what staging can hide at most
     HIDDEN_PCT = "pipeline.input_hidden_pct_median"
+    # the overlap bound of the unstaged step (probe steps: the put alone, then the staged compute alone):
+    # bound_x = max(input, compute) / (input + compute); x_of_bound = the staged steps' median over max(input, compute)
+    OVERLAP_BOUND = "pipeline.overlap_bound"
+    BOUND_X, X_OF_BOUND = "pipeline.overlap_bound.bound_x", "pipeline.overlap_bound.x_of_bound"
     QUEUE_DEPTH_SAMPLES = "pipeline.queue_depth_samples"   # [[t, items staged]] per step (plotted, not tabled)
     OVERLAP_SAMPLES = "pipeline.overlap_samples"           # [[step, put_ms, wait_ms, hidden_pct]] per step
     OCCUPANCY_MEAN = "pipeline.occupancy_mean_batches"

@@ -326,6 +326,13 @@ _F: List[Figure] = [
            "the tuning trials' extra time (every trial step against the chosen configuration's median step time) "
            "as a share of 1000 steps at the chosen configuration",
            _num(_sec("scheduler", S.TUNING_COST_1000))),
+    Figure("overlap_bound", "overlap bound (staged step / unstaged step, at best)", "x", None,
+           "max(input, compute) / (input + compute) of the unstaged step, input = the put alone and compute = the "
+           "staged step's run alone (the scheduler's probe steps, medians): the step-time ratio staging with one "
+           "put in flight reaches at best", _num(_sec("scheduler", S.BOUND_X))),
+    Figure("x_of_bound", "staged step / the bound", "x", True,
+           "the staged steps' median step time after tuning over max(input, compute) of the probe steps: 1.00x "
+           "at the overlap bound, 1.10x 10% short of it", _num(_sec("scheduler", S.X_OF_BOUND))),
     Figure("occupancy_mean", "mean pipeline occupancy", "count", False,
            "mean number of input batches ready when a step asked for one", _num(_sec("scheduler", S.OCCUPANCY_MEAN))),
     # a running job (the live snapshot, `rtkit top`, the exporters): the latest steps and the latest sample;

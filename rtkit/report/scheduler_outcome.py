@@ -95,3 +95,20 @@ def tuning(r: Dict[str, Any], tuning: Dict[str, Any]) -> str:
         if fmt.is_num(job):
             text += f" ({fmt.num(job)}% of this job)"
     return text
+
+
+def bound(sc: Dict[str, Any], named: bool = True) -> str:
+    """The overlap bound beside the staged step: '' when no probe step measured the unstaged step's parts."""
+    b = get(sc, S.OVERLAP_BOUND)
+    if not isinstance(b, dict) or not fmt.is_num(b.get("bound_x")):
+        return ""
+    text = (f"{G.name('overlap_bound') + ' ' if named else ''}{fmt.ratio(b['bound_x'])} (input {fmt.ms(b.get('input_ms'))}, compute "
+            f"{fmt.ms(b.get('compute_ms'))}, each alone")
+    if fmt.is_num(b.get("input_cpu_pct")):
+        text += f"; input CPU {fmt.num(b['input_cpu_pct'])}% of its wall time"
+    text += ")"
+    if fmt.is_num(b.get("x_of_bound")):
+        text += f", {G.name('x_of_bound')} {fmt.ratio(b['x_of_bound'])}"
+    else:
+        text += ", no staged step after tuning to set against it"
+    return text
