@@ -348,6 +348,8 @@ class Pipeline:
                     ra.halt()   # what it read is decoded first
         elif runner.alive:
             runner.halt()  # unstaged from now on (or for the probe steps): the items already staged are served first
+        if probing:
+            runner.settle()
         try:
             if probing and not runner.alive and runner.error is None and runner.puts == runner.gets and \
                     (ra is None or (not ra.alive and not ra.pending())):

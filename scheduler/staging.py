@@ -354,6 +354,16 @@ class Runner:
     def _pending(self) -> int:
         return self.read_ahead.pending() if self.read_ahead is not None else 0
 
+    def settle(self) -> None:
+        """Wait until a halted runner has staged an item or ended, and its reader too: a probe step then takes
+        the item or runs its own put, and never falls back to the script's graph because the runner was still
+        ending when it looked (a thread's exit is not timed; each wait is short and looks again)."""
+        ra = self.read_ahead
+        with self.cond:
+            while self.puts <= self.gets and self.error is None and \
+                    (self.alive or (ra is not None and ra.alive)):
+                self.cond.wait(0.05)
+
     def halt(self) -> None:
         """Stop putting (the in-flight put completes when a step takes an item; batches read ahead are still
         decoded); staged items stay."""

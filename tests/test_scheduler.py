@@ -481,12 +481,13 @@ def test_user_thread_settings_win_unless_override(tmp_path):
 def test_tuning_picks_a_config_writes_profile_report_and_trace(tmp_path):
     out = tmp_path / "tuned.toml"
     (tmp_path / "base").mkdir()
-    base, _, _, h0 = train(tmp_path / "base", stage=False, rows=32 * 70)
+    # 80 steps: the traced steps (3) and the probe steps (at most 8) come before the tuner's 60
+    base, _, _, h0 = train(tmp_path / "base", stage=False, rows=32 * 80)
     h0.close()
-    losses, err, sched, h = train(tmp_path, stage=True, rows=32 * 70,
+    losses, err, sched, h = train(tmp_path, stage=True, rows=32 * 80,
                                   sched_tune=True, sched_tune_steps=60, sched_save_profile=str(out))
     h.close()
-    assert err is None and len(losses) == 70
+    assert err is None and len(losses) == 80
     # trials switch pools and staging on and off (serving what was staged first): same batches, same order
     assert losses == base
     rep = sched.report()
