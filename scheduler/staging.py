@@ -366,10 +366,11 @@ class Runner:
 
     def halt(self) -> None:
         """Stop putting (the in-flight put completes when a step takes an item; batches read ahead are still
-        decoded); staged items stay."""
-        self._halt = True
+        decoded); staged items stay. The reader is halted first: halted before it, the runner could find nothing
+        read, end, and leave a batch the reader then took from the iterator undecoded, out of the steps' order."""
         if self.read_ahead is not None:
             self.read_ahead.halt()
+        self._halt = True
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """Stop the thread and drop what is staged (a reset of the iterator): returns the dropped items."""
