@@ -160,3 +160,35 @@ def test_keras_fit_with_positional_callbacks_keeps_user_callback(tmp_path):
     assert "user-callback-batches 4" in proc.stdout
     steps = load_report(tmp_path / "r")["steps"]
     assert steps["source"] == "keras" and steps["count"] == 4
+
+
+def test_queue_runner_enqueues_are_not_steps(tmp_path):
+    """A tf.train.shuffle_batch input (QueueRunner threads, one enqueue run per example) makes far more runs
+    than the training loop: they are counted as the queue runner's, and the train op stays the step, under
+    MonitoredTrainingSession (which starts the runners) as under a plain Session with start_queue_runners."""
+    report, proc = _run_script(tmp_path, """
+        example = tf.random.uniform([64])
+        batch = tf.compat.v1.train.shuffle_batch([example], batch_size=4, capacity=400, min_after_dequeue=200,
+                                                 num_threads=2)
+        train = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss + tf.reduce_sum(batch))
+        with tf.compat.v1.train.MonitoredTrainingSession() as s:
+            for i in range(STEPS):
+                s.run(train)
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            coord = tf.compat.v1.train.Coordinator()
+            threads = tf.compat.v1.train.start_queue_runners(s, coord)
+            for i in range(STEPS):
+                s.run(train)
+            coord.request_stop()
+            coord.join(threads)
+    """)
+    steps = report["steps"]
+    assert "GradientDescent" in steps["signature"], steps["other_signatures"][:3]
+    assert steps["count"] == 2 * 23   # GRAPH's STEPS, in each session
+    others = {o["signature"]: o["count"] for o in steps["other_signatures"]}
+    enqueues = [n for n in others if n.startswith("queue runner: ") and "enqueue" in n]
+    assert enqueues and others[enqueues[0]] >= 200 > steps["count"]   # they did outnumber the steps
+    assert not any("enqueue" in n for n in others if not n.startswith("queue runner: "))
+    assert "steps: 46 counted from tf.compat.v1" in proc.stderr
+

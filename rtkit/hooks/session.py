@@ -7,6 +7,8 @@ Inside a MonitoredSession.run call, only the one run that carries the caller's f
 before_run requests merged in) can be a training step; runs a SessionRunHook makes itself through
 ``run_context.session`` (a step-based CheckpointSaverHook's global-step read and save, StopAtStepHook's read,
 a user hook's own ops) are recorded as hook runs, so however often they recur they never outvote the train op.
+Likewise the runs of a QueueRunner's threads (one enqueue per example of a tf.train.shuffle_batch input, tens
+of thousands in a short job) are recorded as queue-runner runs, never steps.
 
 What a component (the scheduler) needs from this timing is here too: `internal()` marks rtkit's own session
 runs, which are not training steps; `before_run(ms)` adds time a component spent on a run's behalf before it
@@ -20,7 +22,9 @@ import threading
 import time
 
 from rtkit.hooks import registry
-from rtkit.hooks.steps import minor_faults, recorder
+from rtkit.hooks.steps import HOOK_RUN_PREFIX, minor_faults, recorder
+
+QUEUE_RUNNER_PREFIX = "queue runner: "
 
 _PATCHED_FLAG = "_rtkit_patched"
 # which API a session step came through, for the report's words: Session.run sets `run`, MonitoredSession's run
@@ -136,8 +140,12 @@ def timed(signature, call, rec=None):
     elapsed_ms += pre_ms
     # in a MonitoredSession.run, a run outside the hooked session's own is a hook's: never a step
     candidate = not getattr(_where, "monitored", 0) or getattr(_where, "hooked", 0) > 0
+    prefix = HOOK_RUN_PREFIX
+    if getattr(_where, "queue_runner", 0):   # an input thread's enqueue or close: never a step
+        candidate, prefix = False, QUEUE_RUNNER_PREFIX
     try:
-        rec.record("session", signature(), start_unix, elapsed_ms, minor_faults() - f0, api_now(), candidate)
+        rec.record("session", signature(), start_unix, elapsed_ms, minor_faults() - f0, api_now(), candidate,
+                   not_step_prefix=prefix)
     except Exception as exc:
         rec.notes.append(f"step recording failed: {exc!r}")
     return result
@@ -228,6 +236,7 @@ def install(session_module, pywrap) -> None:
     setattr(base, _PATCHED_FLAG, True)
     _timer = timed_names
     _mark_callables(base)
+    _mark_queue_runners(rec)
     try:  # MonitoredTrainingSession's steps reach BaseSession.run through its wrappers: mark them
         from tensorflow.python.training import monitored_session
 
@@ -266,3 +275,20 @@ def _mark_hooked_run(monitored_session, rec) -> None:
         wrapped_cls.run = run
     except Exception as exc:  # hooks' own runs then count as candidates, as plain Session.run calls do
         rec.notes.append(f"MonitoredSession hook runs not told apart from its steps: {exc!r}")
+
+
+def _mark_queue_runners(rec) -> None:
+    """QueueRunner threads run their enqueue (and, at the end, close or cancel) ops in a loop of their own: set
+    `queue_runner` around those loops, so their runs are told apart from the training loop's."""
+    try:
+        from tensorflow.python.training import queue_runner_impl
+
+        cls = queue_runner_impl.QueueRunner
+        for name in ("_run", "_close_on_stop"):
+            fn = getattr(cls, name)
+            if not getattr(fn, "_rtkit_queue_runner", False):
+                marked = _counting("queue_runner", fn)
+                marked._rtkit_queue_runner = True
+                setattr(cls, name, marked)
+    except Exception as exc:  # their enqueues then count as candidates, as plain Session.run calls do
+        rec.notes.append(f"QueueRunner runs not told apart from steps: {exc!r}")

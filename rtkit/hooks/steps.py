@@ -159,14 +159,26 @@ class StepRecorder:
             self.subscribers.append(callback)
 
     def record(self, source: str, signature: str, start_unix: float, step_ms: float, faults: int,
-               api: Optional[str] = None, candidate: bool = True, traced: bool = False) -> bool:
+               api: Optional[str] = None, candidate: bool = True, traced: bool = False,
+               not_step_prefix: str = HOOK_RUN_PREFIX) -> bool:
         """One run of `signature`; returns whether it was the training step. candidate=False: a run that can never
         be the training step, however often it recurs (a SessionRunHook's own session.run inside a MonitoredSession
-        step); it is kept apart from the same fetches run as steps, and listed among the other signatures.
+        step, a QueueRunner thread's enqueue); it is kept apart from the same fetches run as steps, named with
+        not_step_prefix, counted and timed but its per-run records not kept (only the step's are ever written).
         traced: a tf.function call that traced a new concrete function."""
-        rss = _rss_bytes()
         if not candidate:
-            signature = HOOK_RUN_PREFIX + signature
+            signature = not_step_prefix + signature
+            with self.lock:
+                table = self.sources[source]
+                sig = table.get(signature)
+                if sig is None:
+                    sig = table[signature] = _Signature(signature, api, candidate)
+                sig.count += 1
+                sig.total_ms += step_ms
+            if time.monotonic() - self.last_flush > self.flush_interval:
+                self.flush()
+            return False
+        rss = _rss_bytes()
         with self.lock:
             table = self.sources[source]
             sig = table.get(signature)
