@@ -723,3 +723,21 @@ def test_compare_gives_no_verdict_on_single_samples_or_few_epochs(runs):
     m = {x["key"]: x for x in compare_mod.compare(a, b)["metrics"]}
     assert m["duration_s"]["better"] == "a" and m["major_faults"]["better"] == "a"
     assert m["epoch_s_median"]["better"] == "b"
+
+
+def test_allocator_call_totals_say_which_are_estimates_or_partial(runs, tmp_path):
+    """The census samples small mallocs by bytes and counts a glibc free only while large frees are watched: a
+    real run's totals show tens of thousands of mallocs against a few frees. The labels say which figures are
+    estimates and which partial, in the terminal and the HTML report alike."""
+    out, _, _ = runs
+    rep = load_report(out["plain"])
+    totals = rep["allocator"]["totals"]
+    assert totals["malloc_calls"] > totals["free_calls"]     # what a bare label would present as a leak
+    text = terminal.render(rep)
+    assert re.search(r"malloc calls \(estimate\)\s+[\d,]+$", text, re.M)
+    assert re.search(r"small calls \(estimate\)\s+[\d,]+$", text, re.M)
+    assert re.search(r"free calls \(partial\)\s+[\d,]+$", text, re.M)
+    assert not re.search(r"^\s+(malloc|free|small) calls\s+[\d,]", text, re.M)
+    assert re.search(r"bucket bytes\s+count \(estimate\)\s+bytes", text)
+    body = "".join(check_html(open(html_mod.write(rep, str(tmp_path / "r.html"))).read()).text)
+    assert "free calls (partial)" in body and "malloc calls (estimate)" in body and "count (estimate)" in body
