@@ -122,8 +122,8 @@ class Measurement:
         total = put + comp
         staged = statistics.median(self._staged_ms) if self._staged_ms else None
         return {
-            "method": "probe steps: the put alone in the step's thread, then the staged step's run alone (serially, "
-                      "as an unstaged step runs them); medians",
+            "method": "probe steps: the put alone in the step's thread on the compute pool, then the staged step's run "
+                      "alone (serially and on the pool an unstaged step runs them on); medians",
             "probe_steps": len(self._probe_samples),
             "samples": self._probe_samples,
             "columns": ["step", "put_ms", "put_cpu_ms", "compute_ms", "step_ms"],

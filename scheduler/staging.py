@@ -306,13 +306,14 @@ class Runner:
                 return
             self._staged(t0, time.time(), {})
 
-    def put_now(self) -> float:
+    def put_now(self, **how) -> float:
         """One put in the caller's thread while the runner's thread is not running and nothing is staged (a probe
         step: the put alone, then the step's compute alone, serially as an unstaged step runs them): the item is
-        the next one in the iterator's order, staged for the caller's step. Returns the put's ms; an input error
-        raises here, at the step that would have raised it unstaged."""
+        the next one in the iterator's order, staged for the caller's step. `how` goes to the put (a probe's put
+        runs where the unstaged step would run it). Returns the put's ms; an input error raises here, at the step
+        that would have raised it unstaged."""
         t0 = time.time()
-        self._run_put()
+        self._run_put(**how)
         t1 = time.time()
         self._staged(t0, t1, {"probe": True})
         return (t1 - t0) * 1000.0
@@ -332,8 +333,7 @@ class Runner:
         script's own graph, which reads the iterator itself); raises the input error at its step."""
         t0 = time.time()
         with self.cond:
-            while self.puts <= self.gets and self.error is None and self.alive:
-                self.cond.wait(0.5)
+            self.wait_item()
             self.depth_samples.append((t0, self.puts - self.gets))
             put_ms = 0.0
             if self.puts > self.gets:
@@ -354,10 +354,12 @@ class Runner:
     def _pending(self) -> int:
         return self.read_ahead.pending() if self.read_ahead is not None else 0
 
-    def settle(self) -> None:
-        """Wait until a halted runner has staged an item or ended, and its reader too: a probe step then takes
-        the item or runs its own put, and never falls back to the script's graph because the runner was still
-        ending when it looked (a thread's exit is not timed; each wait is short and looks again)."""
+    def wait_item(self) -> None:
+        """Wait until an item is staged, an input error is kept, or nothing will come: the runner and its reader
+        have both ended (a reader still running may hold a batch only this runner would stage). take() waits so,
+        and so does a probe step before it decides between the staged item and its own put: it never falls back
+        to the script's graph because the runner was still ending when it looked (a thread's exit notifies
+        nothing, so each wait is short and looks again)."""
         ra = self.read_ahead
         with self.cond:
             while self.puts <= self.gets and self.error is None and \

@@ -378,21 +378,32 @@ def test_staged_and_unstaged_give_same_losses_and_steps(tmp_path):
 
 
 def test_input_stage_ops_run_on_the_input_pool_threads(tmp_path):
+    """Staged, the input stage's ops run on the input pool, but for the probe steps' puts, which run where the
+    unstaged step runs them (the compute pool): the bound's input + compute is then the unstaged step's parts.
+    One call of the input stage's py_func per batch: the calls on the compute pool are the probes' puts (and any
+    step that ran the script's own graph), whatever the number of probe steps."""
     seen = set()
+    calls = []
 
     def probe(x):
         seen.add(threading.get_native_id())
+        calls.append(threading.get_native_id())
         return x
 
-    losses, err, sched, h = train(tmp_path, stage=True, probe=probe)
+    losses, err, sched, h = train(tmp_path, stage=True, probe=probe, rows=32 * 20)  # probe steps from step 7 on
     try:
-        assert err is None and len(losses) == 10
+        assert err is None and len(losses) == 20
         input_idx = sched.plan.index("input", sched.active["input"])
         compute_idx = sched.plan.index("compute", sched.active["compute"])
         input_tids = set(pools.pool_threads(input_idx))
-        assert input_tids, pools.thread_names()
-        assert seen and seen <= input_tids, (seen, pools.thread_names())
-        assert not seen & set(pools.pool_threads(compute_idx))
+        compute_tids = set(pools.pool_threads(compute_idx))
+        assert input_tids and compute_tids and not input_tids & compute_tids, pools.thread_names()
+        p = sched.report()["pipeline"]
+        assert p["probe_steps"] >= 1 and p["overlap_bound"]["probe_steps"] >= 1, p
+        on_compute = sum(1 for t in calls if t in compute_tids)
+        assert on_compute == p["probe_steps"] + p["inline_steps"], (calls, p, pools.thread_names())
+        assert seen <= input_tids | compute_tids, (seen, pools.thread_names())
+        assert len(calls) - on_compute >= 1  # the staged puts ahead: the input pool
     finally:
         h.close()
     # unstaged, the same op runs on the compute pool
