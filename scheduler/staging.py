@@ -41,6 +41,7 @@ class Staged:
     read_put: object = None
     read_clear: object = None
     read_mapping: Dict[str, object] = field(default_factory=dict)   # get_next output name -> the read get's output
+    read_source: str = ""       # the get_next op a reader runs ahead (its op time in a traced put is the read)
 
 
 def check(graph, sm: StageMap) -> Optional[str]:
@@ -96,7 +97,7 @@ def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional
         staged = Staged(put=put, get_op=got[0].op, clear=clear, mapping=mapping, boundary=list(sm.boundary),
                         get_name=got[0].op.name)
         if read is not None:
-            staged.read_put, staged.read_clear, staged.read_mapping = read
+            staged.read_put, staged.read_clear, staged.read_mapping, staged.read_source = read
         # no consumer is rewired (the script's graph runs as it was); a staged step connects them per run
         staged.connected = sum(1 for t in bnd for c in t.consumers() if c.name not in sm.pipelined and c is not put
                                and c is not staged.read_put for x in c.inputs if x.name == t.name)
@@ -107,8 +108,9 @@ def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional
 
 
 def _read_area(graph, sm: StageMap, depth: int):
-    """(put, clear, {get_next output name: the read get's output}) of a second area holding get_next's outputs, or
-    None: only where the cut does work after get_next (in-graph parsing) for a reader to run ahead of."""
+    """(put, clear, {get_next output name: the read get's output}, get_next's name) of a second area holding
+    get_next's outputs, or None: only where the cut does work after get_next (in-graph parsing) for a reader to
+    run ahead of."""
     from tensorflow.python.ops import data_flow_ops
 
     sources = [graph.get_operation_by_name(n) for n in sm.pipelined
@@ -124,7 +126,7 @@ def _read_area(graph, sm: StageMap, depth: int):
     got = list(got) if isinstance(got, (list, tuple)) else [got]
     for t, g in zip(outs, got):
         g.set_shape(t.shape)
-    return put, area.clear(), {t.name: g for t, g in zip(outs, got)}
+    return put, area.clear(), {t.name: g for t, g in zip(outs, got)}, sources[0].name
 
 
 class ReadAhead:
