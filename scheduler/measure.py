@@ -12,7 +12,7 @@ from . import pools as _pools
 from .report import now_iso, write_profile, write_report
 from .stages import STAGES
 from .trace import Trace
-from .tuner import READ_AHEAD, Tuner
+from .tuner import MIN_GAIN, READ_AHEAD, Tuner
 
 TRACE_STEPS = 3          # step runs traced (SOFTWARE_TRACE: step stats without a profiler session, which FULL_TRACE would start and which two concurrent runs cannot share) to measure per-stage cost
 WARM_RUNS = 3            # steps of the chosen signature before tracing starts
@@ -40,6 +40,8 @@ class Measurement:
         self._traced_inputs = 0
         self.stage_cost_ms = {s: 0.0 for s in STAGES}
         self.input_run_cost_ms = 0.0
+        self._read_ms: List[float] = []   # get_next's op time in each traced put: the read a reader would run ahead
+        self.read_ahead_decision: Optional[str] = None
         self.pin_result: Optional[Dict] = None
         self._probe_reset()
         self.profile_written: List[str] = []
@@ -89,18 +91,35 @@ class Measurement:
             self._after_probes(st)
 
     def _after_probes(self, st) -> None:
-        """A put that mostly waits (a read's latency): a reader may take batches ahead of the decode. The tuner
-        gets it as one more candidate (kept only if faster); without a tuner it is applied."""
+        """A put that mostly waits (a read's latency) and that a reader would shorten enough to shorten the staged
+        step (read + decode > compute: the estimate of the bound): a reader may take batches ahead of the decode.
+        The tuner gets it as one more candidate (kept only if faster); without a tuner it is applied. A staged
+        step bound by its compute gains nothing from it: it is then no candidate, and the report says why."""
         b = self.bound_report()
         waits = b is not None and b["input_cpu_pct"] is not None and b["input_cpu_pct"] < READ_WAITS_CPU_PCT
         staged = self.last_staged
-        if not waits or self.read_ahead <= 0 or staged is None or staged.read_put is None:
+        if self.read_ahead <= 0 or staged is None or staged.read_put is None or b is None:
             return
+        gain = b.get("read_ahead_gain_pct_est")
+        if not waits:
+            self.read_ahead_decision = (f"off: the put is not waiting (CPU {b['input_cpu_pct']}% of its wall time, "
+                                        f"read-ahead needs under {READ_WAITS_CPU_PCT}%)")
+            return
+        if gain is None or gain <= 100.0 * MIN_GAIN:
+            self.read_ahead_decision = (
+                "off: the staged step would not be shorter with the read ahead (read "
+                f"{b.get('read_ms')} ms, decode {b.get('decode_ms')} ms, compute {b['compute_ms']} ms: estimated "
+                f"gain {gain if gain is not None else '-'}%, under {100.0 * MIN_GAIN:.0f}%)")
+            return
+        why = f"the put waits and the read ahead would shorten the staged step by {gain}% (estimate)"
         if self.tuner is None:
             self.active["read_ahead"] = bool(self.active["stage"])
+            self.read_ahead_decision = "on: " + why
         elif self.tuner.steps_used == 0:
             self.tuner = self._new_tuner(read_ahead=True)
+            self.read_ahead_decision = "a tuner candidate: " + why
         else:
+            self.read_ahead_decision = "off: the tuner's trials had begun before the probes ended; " + why
             return
         ra = st.runner.read_ahead if st.runner is not None else None
         if ra is not None:
@@ -121,9 +140,13 @@ class Measurement:
         comp = statistics.median(x[3] for x in self._probe_samples)
         total = put + comp
         staged = statistics.median(self._staged_ms) if self._staged_ms else None
+        # with a reader ahead, the put's read and its decode overlap: the staged step is then at best the longest
+        # of compute, read and decode (the read from the traced puts' get_next op time, the decode the rest)
+        read = min(put, statistics.median(self._read_ms)) if self._read_ms else None
+        ra_est = max(comp, read, put - read) if read is not None else None
         return {
-            "method": "probe steps: the put alone in the step's thread, then the staged step's run alone (serially, "
-                      "as an unstaged step runs them); medians",
+            "method": "probe steps: the put alone in the step's thread on the compute pool, then the staged step's run "
+                      "alone (serially and on the pool an unstaged step runs them on); medians",
             "probe_steps": len(self._probe_samples),
             "samples": self._probe_samples,
             "columns": ["step", "put_ms", "put_cpu_ms", "compute_ms", "step_ms"],
@@ -136,6 +159,12 @@ class Measurement:
             "staged_steps_measured": len(self._staged_ms),
             "staged_step_ms_median": staged,
             "x_of_bound": round(staged / max(put, comp), 4) if staged and max(put, comp) > 0 else None,
+            "read_ms": None if read is None else round(read, 3),
+            "decode_ms": None if read is None else round(put - read, 3),
+            "read_ahead_step_ms_est": None if ra_est is None else round(ra_est, 3),
+            "read_ahead_gain_pct_est": (round(100.0 * (1.0 - ra_est / max(put, comp)), 1)
+                                        if ra_est is not None and max(put, comp) > 0 else None),
+            "read_ahead_decision": self.read_ahead_decision,
         }
 
     def _before_step_run(self, key: tuple) -> bool:
@@ -223,6 +252,12 @@ class Measurement:
             if input_run:
                 self._traced_inputs += 1
                 self.input_run_cost_ms += sum(cost.values())
+        staged = self.last_staged
+        if input_run and staged is not None and staged.read_source:
+            read = sum((ns.op_end_rel_micros or ns.all_end_rel_micros) / 1000.0 for dev in md.step_stats.dev_stats
+                       for ns in dev.node_stats if ns.node_name.split(":")[0] == staged.read_source)
+            with self._lock:
+                self._read_ms.append(read)
 
     def _tuning_finished(self) -> None:
         c, i, stg = self.tuner.chosen

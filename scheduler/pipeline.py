@@ -349,7 +349,7 @@ class Pipeline:
         elif runner.alive:
             runner.halt()  # unstaged from now on (or for the probe steps): the items already staged are served first
         if probing:
-            runner.settle()
+            runner.wait_item()
         try:
             if probing and not runner.alive and runner.error is None and runner.puts == runner.gets and \
                     (ra is None or (not ra.alive and not ra.pending())):
@@ -382,10 +382,12 @@ class Pipeline:
         return state
 
     def _probe_put(self, runner: Runner) -> Tuple[float, float]:
-        """The probe step's put, alone in the caller's thread: (its wall ms, the process's CPU ms meanwhile: nothing
-        else of the job runs, so a put far shorter in CPU than in wall time is waiting, e.g. on a read)."""
+        """The probe step's put, alone in the caller's thread and on the compute pool, where the unstaged step
+        runs the same ops (the input pool may have fewer threads: the bound's input + compute is then the unstaged
+        step's time, not more): (its wall ms, the process's CPU ms meanwhile: nothing else of the job runs, so a
+        put far shorter in CPU than in wall time is waiting, e.g. on a read)."""
         c0 = time.process_time()
-        put_ms = runner.put_now()
+        put_ms = runner.put_now(stage="compute")
         return put_ms, (time.process_time() - c0) * 1000.0
 
     def _input_error(self, exc: BaseException) -> bool:
@@ -440,9 +442,9 @@ class Pipeline:
         ref = weakref.ref(session)
         put = self._graphs[session.graph].staged.put
 
-        def run_put():
+        def run_put(stage: str = "input"):
             sess = _alive(ref)
-            opts = self._input_options(st)
+            opts = self._input_options(st, stage)
             md = None
             if self._input_trace_left > 0:
                 self._input_trace_left -= 1
@@ -454,10 +456,12 @@ class Pipeline:
                 self._take_stats(md, st, "put", input_run=True)
         return run_put
 
-    def _input_options(self, st: _SessionState):
+    def _input_options(self, st: _SessionState, stage: str = "input"):
+        """Run options of an input-stage run: on the active pool of `stage` (the input pool; the compute pool for
+        a probe's put, as the unstaged step runs it)."""
         opts = self.tf.compat.v1.RunOptions()
         if st.routed:
-            opts.inter_op_thread_pool = self.plan.index("input", self.active["input"])
+            opts.inter_op_thread_pool = self.plan.index(stage, self.active[stage])
         return opts
 
     def _clear_of(self, session, clear):

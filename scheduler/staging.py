@@ -41,6 +41,7 @@ class Staged:
     read_put: object = None
     read_clear: object = None
     read_mapping: Dict[str, object] = field(default_factory=dict)   # get_next output name -> the read get's output
+    read_source: str = ""       # the get_next op a reader runs ahead (its op time in a traced put is the read)
 
 
 def check(graph, sm: StageMap) -> Optional[str]:
@@ -96,7 +97,7 @@ def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional
         staged = Staged(put=put, get_op=got[0].op, clear=clear, mapping=mapping, boundary=list(sm.boundary),
                         get_name=got[0].op.name)
         if read is not None:
-            staged.read_put, staged.read_clear, staged.read_mapping = read
+            staged.read_put, staged.read_clear, staged.read_mapping, staged.read_source = read
         # no consumer is rewired (the script's graph runs as it was); a staged step connects them per run
         staged.connected = sum(1 for t in bnd for c in t.consumers() if c.name not in sm.pipelined and c is not put
                                and c is not staged.read_put for x in c.inputs if x.name == t.name)
@@ -107,8 +108,9 @@ def rewrite(graph, sm: StageMap, depth: int) -> Tuple[Optional[Staged], Optional
 
 
 def _read_area(graph, sm: StageMap, depth: int):
-    """(put, clear, {get_next output name: the read get's output}) of a second area holding get_next's outputs, or
-    None: only where the cut does work after get_next (in-graph parsing) for a reader to run ahead of."""
+    """(put, clear, {get_next output name: the read get's output}, get_next's name) of a second area holding
+    get_next's outputs, or None: only where the cut does work after get_next (in-graph parsing) for a reader to
+    run ahead of."""
     from tensorflow.python.ops import data_flow_ops
 
     sources = [graph.get_operation_by_name(n) for n in sm.pipelined
@@ -124,7 +126,7 @@ def _read_area(graph, sm: StageMap, depth: int):
     got = list(got) if isinstance(got, (list, tuple)) else [got]
     for t, g in zip(outs, got):
         g.set_shape(t.shape)
-    return put, area.clear(), {t.name: g for t, g in zip(outs, got)}
+    return put, area.clear(), {t.name: g for t, g in zip(outs, got)}, sources[0].name
 
 
 class ReadAhead:
@@ -306,13 +308,14 @@ class Runner:
                 return
             self._staged(t0, time.time(), {})
 
-    def put_now(self) -> float:
+    def put_now(self, **how) -> float:
         """One put in the caller's thread while the runner's thread is not running and nothing is staged (a probe
         step: the put alone, then the step's compute alone, serially as an unstaged step runs them): the item is
-        the next one in the iterator's order, staged for the caller's step. Returns the put's ms; an input error
-        raises here, at the step that would have raised it unstaged."""
+        the next one in the iterator's order, staged for the caller's step. `how` goes to the put (a probe's put
+        runs where the unstaged step would run it). Returns the put's ms; an input error raises here, at the step
+        that would have raised it unstaged."""
         t0 = time.time()
-        self._run_put()
+        self._run_put(**how)
         t1 = time.time()
         self._staged(t0, t1, {"probe": True})
         return (t1 - t0) * 1000.0
@@ -332,8 +335,7 @@ class Runner:
         script's own graph, which reads the iterator itself); raises the input error at its step."""
         t0 = time.time()
         with self.cond:
-            while self.puts <= self.gets and self.error is None and self.alive:
-                self.cond.wait(0.5)
+            self.wait_item()
             self.depth_samples.append((t0, self.puts - self.gets))
             put_ms = 0.0
             if self.puts > self.gets:
@@ -354,10 +356,12 @@ class Runner:
     def _pending(self) -> int:
         return self.read_ahead.pending() if self.read_ahead is not None else 0
 
-    def settle(self) -> None:
-        """Wait until a halted runner has staged an item or ended, and its reader too: a probe step then takes
-        the item or runs its own put, and never falls back to the script's graph because the runner was still
-        ending when it looked (a thread's exit is not timed; each wait is short and looks again)."""
+    def wait_item(self) -> None:
+        """Wait until an item is staged, an input error is kept, or nothing will come: the runner and its reader
+        have both ended (a reader still running may hold a batch only this runner would stage). take() waits so,
+        and so does a probe step before it decides between the staged item and its own put: it never falls back
+        to the script's graph because the runner was still ending when it looked (a thread's exit notifies
+        nothing, so each wait is short and looks again)."""
         ra = self.read_ahead
         with self.cond:
             while self.puts <= self.gets and self.error is None and \

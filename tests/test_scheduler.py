@@ -44,10 +44,16 @@ def write_data(path, rows=320, bad_row=None):
 class Model:
     """A small sparse model whose parsing happens in-graph after get_next (the input stage)."""
 
-    def __init__(self, path, batch=32, probe=None, scaled=False):
+    def __init__(self, path, batch=32, probe=None, scaled=False, read_sleep_ms=0):
         self.graph = tf.Graph()
         with self.graph.as_default():
             ds = tf.data.TextLineDataset(path).batch(batch)
+            if read_sleep_ms:  # a read's latency inside the iterator (get_next waits for it), as a remote store's
+                from tensorflow.python.data.experimental.ops import testing
+
+                opts = tf.data.Options()  # no prefetch injected after it: the read stays in get_next
+                opts.experimental_optimization.inject_prefetch = False
+                ds = ds.apply(testing.sleep(int(read_sleep_ms * 1000))).with_options(opts)
             self.iterator = tf1.data.make_initializable_iterator(ds)
             line = self.iterator.get_next()
             cols = tf.strings.split(line, ",").to_tensor()
@@ -129,10 +135,10 @@ def settings(**kw):
     return out
 
 
-def train(tmp_path, stage, rows=320, bad_row=None, probe=None, steps=None, **kw):
+def train(tmp_path, stage, rows=320, bad_row=None, probe=None, steps=None, read_sleep_ms=0, **kw):
     """Train to the end of the data; returns (losses, error or None, scheduler, hooked session)."""
     path = write_data(str(tmp_path / "data.csv"), rows, bad_row)
-    m = Model(path, probe=probe)
+    m = Model(path, probe=probe, read_sleep_ms=read_sleep_ms)
     sched = Scheduler(tf, settings(sched_stage=stage, **kw), str(tmp_path))
     h = Hooked(sched, m.graph)
     h.run(m.init)
@@ -187,7 +193,8 @@ def test_probe_steps_measure_the_overlap_bound_and_keep_the_batch_order(tmp_path
 
 
 def test_read_ahead_when_the_put_waits_keeps_the_batch_order(tmp_path):
-    """A put that mostly waits (the probes' CPU time under half their wall time): a reader takes the iterator's
+    """A put that mostly waits (the probes' CPU time under half their wall time), on a read (get_next waits 30 ms)
+    and a decode (30 ms more) that a reader overlaps: a reader takes the iterator's
     batches ahead of the cut's decode, so a read and a decode are in flight at once; one reader and one decoder,
     with the plain put and a read never at once, keep the order: the losses are the unstaged ones, bit for bit,
     through the end of the data (delivered at its step) and through the tuner's switches between read-ahead,
@@ -203,10 +210,10 @@ def test_read_ahead_when_the_put_waits_keeps_the_batch_order(tmp_path):
     (tmp_path / "c").mkdir()
     (tmp_path / "d").mkdir()
     rows = 32 * 90
-    base, _, _, h0 = train(tmp_path / "a", stage=False, rows=rows, probe=slow)
-    staged, err, s1, h1 = train(tmp_path / "b", stage=True, rows=rows, probe=slow)
-    off, _, s2, h2 = train(tmp_path / "c", stage=True, rows=rows, probe=slow, sched_stage_read_ahead=0)
-    tuned, err3, s3, h3 = train(tmp_path / "d", stage=True, rows=rows, probe=slow, sched_tune=True)
+    base, _, _, h0 = train(tmp_path / "a", stage=False, rows=rows, probe=slow, read_sleep_ms=30)
+    staged, err, s1, h1 = train(tmp_path / "b", stage=True, rows=rows, probe=slow, read_sleep_ms=30)
+    off, _, s2, h2 = train(tmp_path / "c", stage=True, rows=rows, probe=slow, read_sleep_ms=30, sched_stage_read_ahead=0)
+    tuned, err3, s3, h3 = train(tmp_path / "d", stage=True, rows=rows, probe=slow, read_sleep_ms=30, sched_tune=True)
     for h in (h0, h1, h2, h3):
         h.close()
     assert err is None and err3 is None and len(base) == 90
@@ -217,7 +224,7 @@ def test_read_ahead_when_the_put_waits_keeps_the_batch_order(tmp_path):
     # staging switched off while the reader is ahead: the batches it read are staged and served before the
     # script's own graph reads the iterator again
     (tmp_path / "e").mkdir()
-    part, _, s4, h4 = train(tmp_path / "e", stage=True, rows=rows, probe=slow, steps=30)
+    part, _, s4, h4 = train(tmp_path / "e", stage=True, rows=rows, probe=slow, read_sleep_ms=30, steps=30)
     ra = s4._states[h4.sess].runner.read_ahead
     for _ in range(200):  # the reader is ahead of the slow decode within a few ms; waits for it, not timed
         if ra.pending() >= 1:
@@ -238,6 +245,37 @@ def test_read_ahead_when_the_put_waits_keeps_the_batch_order(tmp_path):
     assert rep["chosen"]["stage_read_ahead_batches"] == 2 and p["read_ahead_batches"] >= 5, p
     assert p["staged_steps"] == 90 and p["errors_delivered"] == 1  # the end of the data, at its step
     assert s2.report()["pipeline"]["read_ahead_batches"] == 0  # sched_stage_read_ahead=0: never
+
+
+def test_read_ahead_stays_off_when_it_cannot_shorten_the_staged_step(tmp_path):
+    """A put that mostly waits in its decode (the in-graph part after get_next), not in its read: a reader ahead
+    would overlap the read with the decode, and the read is a small part of the put, so the staged step would not
+    be shorter. Read-ahead is then not applied (without a tuner) nor a tuner candidate, and the report says why."""
+    import time as _time
+
+    def slow(x):
+        _time.sleep(0.2)  # the decode waits; the read (a text batch from a local file) is a small part of the put
+        return x
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    rows = 32 * 16
+    plain, err, s1, h1 = train(tmp_path / "a", stage=True, rows=rows, probe=slow)
+    tuned, err2, s2, h2 = train(tmp_path / "b", stage=True, rows=rows, probe=slow, sched_tune=True,
+                                sched_tune_steps=20)
+    h1.close()
+    h2.close()
+    assert err is None and err2 is None and len(plain) == 16 and tuned == plain
+    p = s1.report()["pipeline"]
+    b = p["overlap_bound"]
+    assert p["read_ahead_available"] and b["input_cpu_pct"] < 50, b  # the put waits
+    assert b["read_ms"] is not None and b["decode_ms"] > b["read_ms"], b
+    assert b["read_ahead_decision"].startswith("off: the staged step would not be shorter"), b
+    assert not s1.active["read_ahead"] and p["read_ahead_batches"] == 0, p
+    assert s1.report()["chosen"]["stage_read_ahead_batches"] == 0
+    t = s2.report()["tuning"]
+    assert not any(tr["stage_read_ahead"] for tr in t["trials"]), t
+    assert s2.report()["pipeline"]["read_ahead_batches"] == 0
 
 
 def h1_callables(sched, h):
@@ -378,21 +416,32 @@ def test_staged_and_unstaged_give_same_losses_and_steps(tmp_path):
 
 
 def test_input_stage_ops_run_on_the_input_pool_threads(tmp_path):
+    """Staged, the input stage's ops run on the input pool, but for the probe steps' puts, which run where the
+    unstaged step runs them (the compute pool): the bound's input + compute is then the unstaged step's parts.
+    One call of the input stage's py_func per batch: the calls on the compute pool are the probes' puts (and any
+    step that ran the script's own graph), whatever the number of probe steps."""
     seen = set()
+    calls = []
 
     def probe(x):
         seen.add(threading.get_native_id())
+        calls.append(threading.get_native_id())
         return x
 
-    losses, err, sched, h = train(tmp_path, stage=True, probe=probe)
+    losses, err, sched, h = train(tmp_path, stage=True, probe=probe, rows=32 * 20)  # probe steps from step 7 on
     try:
-        assert err is None and len(losses) == 10
+        assert err is None and len(losses) == 20
         input_idx = sched.plan.index("input", sched.active["input"])
         compute_idx = sched.plan.index("compute", sched.active["compute"])
         input_tids = set(pools.pool_threads(input_idx))
-        assert input_tids, pools.thread_names()
-        assert seen and seen <= input_tids, (seen, pools.thread_names())
-        assert not seen & set(pools.pool_threads(compute_idx))
+        compute_tids = set(pools.pool_threads(compute_idx))
+        assert input_tids and compute_tids and not input_tids & compute_tids, pools.thread_names()
+        p = sched.report()["pipeline"]
+        assert p["probe_steps"] >= 1 and p["overlap_bound"]["probe_steps"] >= 1, p
+        on_compute = sum(1 for t in calls if t in compute_tids)
+        assert on_compute == p["probe_steps"] + p["inline_steps"], (calls, p, pools.thread_names())
+        assert seen <= input_tids | compute_tids, (seen, pools.thread_names())
+        assert len(calls) - on_compute >= 1  # the staged puts ahead: the input pool
     finally:
         h.close()
     # unstaged, the same op runs on the compute pool
