@@ -196,6 +196,8 @@ static void drop_run(live_t *r, uintptr_t lo, uintptr_t hi, uint64_t *total)
     if (rtk_tier.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
         rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), hi - lo);
     rtk_os_advise((void *)lo, hi - lo, RTK_ADVISE_PAGEOUT);
+    if (rtk_tier.fd >= 0)  /* what a forked child read in, which this process does not map */
+        rtk_os_drop_cached(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), hi - lo);
     uint64_t after = resident_of((char *)lo, hi - lo), gone = before > after ? before - after : 0;
     rtk_tier_view.dropped_bytes += gone;
     rtk_tier_view.heat_demoted_bytes += gone;
