@@ -69,8 +69,8 @@ def test_frequency_rows_under_a_heat_budget_train_like_dram(tmp_path):
         for s in sets:
             args += ["--set", s]
         args += ["--", sys.executable, "-m", "rtkit.workloads", "wdl", "--table-gb", "0.25", "--steps", "25",
-                 "--batch", "256", "--rows", "4000", "--data-dir", str(tmp_path / "data"), "--print-losses",
-                 "--no-progress", "--row-assign", "frequency", "--table-fill", "lazy"]
+                 "--batch", "256", "--ids", "zipf", "--distinct", "50000", "--print-losses", "--no-progress",
+                 "--row-assign", "frequency", "--table-fill", "lazy"]
         proc = run_rtkit(args, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return [line for line in proc.stdout.splitlines() if line.startswith("loss ")]
