@@ -126,9 +126,11 @@ static void heat_arm(void)
         heat_unavailable("userfaultfd with asynchronous write-protect", rc);
         return;
     }
-    rc = rtk_os_watch_add(&g_watch, rtk_tier.base, rtk_tier.size);
+    /* the mapping's whole pages: a pool's size need not be a multiple of them, userfaultfd wants them */
+    uint64_t span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1);
+    rc = rtk_os_watch_add(&g_watch, rtk_tier.base, span);
     if (rc == 0)
-        rc = heat_rearm(rtk_tier.base, rtk_tier.base + rtk_tier.size, 1);
+        rc = heat_rearm(rtk_tier.base, rtk_tier.base + span, 1);
     if (rc != 0) {
         rtk_os_watch_close(&g_watch);
         heat_unavailable("watching the pool's mapping (PAGEMAP_SCAN)", rc);
@@ -278,7 +280,8 @@ void rtk_tier_heat_mark(void)
             used = g_nchunks;
         for (uint64_t c = 0; c < used; c++)
             g_hot[c] >>= 1;
-        int rc = heat_rearm(rtk_tier.base, rtk_tier.base + (used << CHUNK_SHIFT), 0);
+        uint64_t end = used << CHUNK_SHIFT, span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1);
+        int rc = heat_rearm(rtk_tier.base, rtk_tier.base + (end < span ? end : span), 0);
         if (rc != 0) {
             rtk_os_watch_close(&g_watch);
             heat_unavailable("PAGEMAP_SCAN", rc);
