@@ -225,9 +225,14 @@ SETTINGS: List[Setting] = [
        c="tier", alias="pmem_size"),
     _s("tier_min_size", "size", 64 * 1024, "bytes", "smallest long-lived allocation that tier mode places in the pool",
        minimum=64, c="tier", alias="pmem_min_size"),
-    _s("tier_resident_max", "size", 0, "bytes", "tier mode: pool pages kept in DRAM at most (checked at most once a "
-       "second; older records are written out and dropped with MADV_PAGEOUT); 0 leaves it to the kernel",
-       minimum=0, c="tier", alias="pmem_resident_max"),
+    _s("tier_resident_max", "size", 0, "bytes", "tier mode: pool pages kept in DRAM at most; past it the coldest "
+       "64 KiB chunks by measured write heat (tier_heat_every) are written out and dropped with MADV_PAGEOUT (whole "
+       "records round-robin, checked at most once a second, where the kernel cannot measure heat); 0 leaves it to "
+       "the kernel", minimum=0, c="tier", alias="pmem_resident_max"),
+    _s("tier_heat_every", "int", 4, "steps", "tier mode with tier_resident_max: every this many step marks, learn "
+       "which pool pages the steps wrote (userfaultfd async write-protect + PAGEMAP_SCAN, Linux >= 6.7) and enforce "
+       "the budget on that heat; 0: no heat, the budget drops whole records round-robin", minimum=0,
+       maximum=1 << 20, c="tier"),
     _s("tier_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
        "written so far is cold (MADV_COLD), so pages only initialisers touched are reclaimed before the ones steps use",
        c="tier", alias="pmem_cold_hint"),

@@ -96,6 +96,11 @@ class Pmem:
     NOTES = "notes"
     # the tier view (report/tier_view.py): pool pages in DRAM (mincore), the largest records, residency over time
     RESIDENT_BYTES, RESIDENT_MAX, RECORDS, TIMELINE = "pool_resident_bytes", "pmem_resident_max", "records", "timeline"
+    # page heat under the resident budget (prmalloc/tier_budget.c): mechanism "pagemap_scan", "off", "unavailable"
+    HEAT, HEAT_MECHANISM, HEAT_SAMPLES = "heat", "heat.mechanism", "heat.samples"
+    HEAT_DEMOTED, HEAT_PROMOTED = "heat.chunks_demoted", "heat.chunks_promoted"
+    HEAT_DEMOTED_BYTES, HEAT_WRITTEN_OUT_BYTES, HEAT_SECONDS = (
+        "heat.demoted_bytes", "heat.written_out_bytes", "heat.seconds")
     REQUIRED = (STATE, PATH, MEDIUM, TIER_BYTES, TIER_PEAK_BYTES, TIER_ALLOCS, TIER_FALLBACKS, DRAM_SAVED_BYTES, POOL,
                 NOTES, RESIDENT_BYTES, RECORDS, TIMELINE)
 

@@ -112,6 +112,18 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
         rows.append(("resident budget (tier_resident_max)",
                      f"{fmt.nbytes(budget)}, {fmt.num(get(p, 'budget_passes'))} passes dropped "
                      f"{fmt.nbytes(get(p, 'budget_dropped_bytes'))}"))
+        mech = get(p, PM.HEAT_MECHANISM)
+        if mech == "pagemap_scan":
+            rows.append(("page heat (tier_heat_every)",
+                         f"every {fmt.num(get(p, 'heat.every_steps'))} steps, {fmt.num(get(p, PM.HEAT_SAMPLES))} samples "
+                         f"in {fmt.seconds(get(p, PM.HEAT_SECONDS))}; {fmt.num(get(p, PM.HEAT_DEMOTED))} cold 64 KiB "
+                         f"chunks demoted ({fmt.nbytes(get(p, PM.HEAT_DEMOTED_BYTES))} dropped, "
+                         f"{fmt.nbytes(get(p, PM.HEAT_WRITTEN_OUT_BYTES))} of it written since its last write-out), "
+                         f"{fmt.num(get(p, PM.HEAT_PROMOTED))} promoted (written again)"))
+        elif mech in ("off", "unavailable"):
+            rows.append(("page heat (tier_heat_every)",
+                         "off: whole records dropped round-robin" if mech == "off"
+                         else "unavailable on this kernel: whole records dropped round-robin"))
     fps = faults_per_step(p)
     if fps is not None:
         rows.append(("major faults per step", fmt.num(round(fps, 1))))

@@ -84,6 +84,26 @@ RTK_HIDDEN int rtk_os_next_data(int fd, uint64_t pos, uint64_t *data, uint64_t *
 RTK_HIDDEN int rtk_os_punch_hole(int fd, uint64_t off, uint64_t size);
 /* Write fd's dirty pages in [off, off + size) and wait for them. */
 RTK_HIDDEN int rtk_os_write_back(int fd, uint64_t off, uint64_t size);
+/* Drop fd's clean cached pages in [off, off + size) that no process maps (POSIX_FADV_DONTNEED): the pages of a
+ * shared mapping that this process no longer maps (MADV_PAGEOUT cannot see them) but another one read in. */
+RTK_HIDDEN int rtk_os_drop_cached(int fd, uint64_t off, uint64_t size);
+/* Which pages were written, range by range, without a write-protect fault anywhere else in the process: a
+ * userfaultfd in asynchronous write-protect mode (the kernel resolves each first write itself, no thread waits)
+ * over the watched ranges, read and re-armed with the PAGEMAP_SCAN ioctl of /proc/self/pagemap (Linux >= 6.7).
+ * Both descriptors are close-on-exec; /proc/self/pagemap reads the mm of the process that opened it, so a
+ * forked child must close them. */
+typedef struct { int uffd, pagemap; } rtk_os_watch_t;
+typedef struct { uint64_t start, end, flags; } rtk_os_region_t;  /* the kernel's struct page_region */
+/* Open both descriptors: 0, or -errno (-ENOSYS, -EPERM, -EINVAL: the kernel lacks the mechanism). */
+RTK_HIDDEN int rtk_os_watch_open(rtk_os_watch_t *w);
+/* Watch [p, p + size) (whole mappings or parts of them, of any kind): 0 or -errno. */
+RTK_HIDDEN int rtk_os_watch_add(const rtk_os_watch_t *w, void *p, size_t size);
+/* The ranges of [lo, hi) written since the last scan, at most cap of them into out, each write-protected again:
+ * how many, or -errno. strict: -EPERM where a mapping in the range is not watched (else it is skipped).
+ * *walk_end: where the scan stopped (hi, unless out filled first). */
+RTK_HIDDEN long rtk_os_watch_scan(const rtk_os_watch_t *w, void *lo, void *hi, rtk_os_region_t *out, long cap,
+                                  int strict, uintptr_t *walk_end);
+RTK_HIDDEN void rtk_os_watch_close(rtk_os_watch_t *w);
 
 /* ---- primitives of the PMEM pool's files (same conventions: errno kept, 0 or -errno unless said otherwise) */
 /* Online CPUs (at least 1). */

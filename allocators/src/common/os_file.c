@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -141,12 +142,99 @@ int rtk_os_punch_hole(int fd, uint64_t off, uint64_t size)
     return result(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size), saved);
 }
 
+/* The userfaultfd and PAGEMAP_SCAN interface (linux/userfaultfd.h, linux/fs.h), spelled out: older headers lack
+ * the parts this needs, and the kernel is asked at run time anyway. */
+#define UFFD_USER_MODE_ONLY_ 1
+#define UFFD_API_ 0xAAull
+#define UFFD_FEATURE_WP_ASYNC_ (1ull << 15)
+#define UFFDIO_REGISTER_MODE_WP_ (1ull << 1)
+struct uffdio_api_ { uint64_t api, features, ioctls; };
+struct uffdio_register_ { uint64_t start, len, mode, ioctls; };
+#define UFFDIO_API_ _IOWR(0xAA, 0x3F, struct uffdio_api_)
+#define UFFDIO_REGISTER_ _IOWR(0xAA, 0x00, struct uffdio_register_)
+struct pm_scan_arg_ {
+    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted, category_mask,
+        category_anyof_mask, return_mask;
+};
+#define PAGEMAP_SCAN_ _IOWR('f', 16, struct pm_scan_arg_)
+#define PAGE_IS_WRITTEN_ (1ull << 1)
+#define PM_SCAN_WP_MATCHING_ (1ull << 0)
+#define PM_SCAN_CHECK_WPASYNC_ (1ull << 1)
+
+int rtk_os_watch_open(rtk_os_watch_t *w)
+{
+    int saved = errno, rc = 0;
+    w->uffd = w->pagemap = -1;
+#ifdef SYS_userfaultfd
+    /* user-mode faults only: what an unprivileged process may ask for (vm.unprivileged_userfaultfd = 0) */
+    w->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY_);
+    if (w->uffd < 0)
+        return result(-1, saved);
+    struct uffdio_api_ api = {UFFD_API_, UFFD_FEATURE_WP_ASYNC_, 0};
+    if (ioctl(w->uffd, UFFDIO_API_, &api) != 0)
+        rc = -errno;
+    else if (!(api.features & UFFD_FEATURE_WP_ASYNC_))
+        rc = -EINVAL;
+    if (rc == 0) {
+        w->pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        if (w->pagemap < 0)
+            rc = -errno;
+    }
+#else
+    rc = -ENOSYS;
+#endif
+    if (rc != 0)
+        rtk_os_watch_close(w);
+    errno = saved;
+    return rc;
+}
+
+int rtk_os_watch_add(const rtk_os_watch_t *w, void *p, size_t size)
+{
+    int saved = errno;
+    struct uffdio_register_ r = {(uint64_t)(uintptr_t)p, size, UFFDIO_REGISTER_MODE_WP_, 0};
+    return result(ioctl(w->uffd, UFFDIO_REGISTER_, &r), saved);
+}
+
+long rtk_os_watch_scan(const rtk_os_watch_t *w, void *lo, void *hi, rtk_os_region_t *out, long cap, int strict,
+                       uintptr_t *walk_end)
+{
+    int saved = errno;
+    struct pm_scan_arg_ a = {sizeof a, PM_SCAN_WP_MATCHING_ | (strict ? PM_SCAN_CHECK_WPASYNC_ : 0), (uint64_t)(uintptr_t)lo,
+                             (uint64_t)(uintptr_t)hi, 0, (uint64_t)(uintptr_t)out, (uint64_t)cap, 0, 0,
+                             PAGE_IS_WRITTEN_, 0, PAGE_IS_WRITTEN_};
+    long n = ioctl(w->pagemap, PAGEMAP_SCAN_, &a);
+    if (n < 0) {
+        n = -errno;
+        errno = saved;
+        return n;
+    }
+    *walk_end = (uintptr_t)a.walk_end;
+    return n;
+}
+
+void rtk_os_watch_close(rtk_os_watch_t *w)
+{
+    int saved = errno;
+    if (w->uffd >= 0)
+        close(w->uffd);
+    if (w->pagemap >= 0)
+        close(w->pagemap);
+    w->uffd = w->pagemap = -1;
+    errno = saved;
+}
+
 int rtk_os_write_back(int fd, uint64_t off, uint64_t size)
 {
     int saved = errno;
     return result(sync_file_range(fd, (off64_t)off, (off64_t)size,
                                   SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER),
                   saved);
+}
+
+int rtk_os_drop_cached(int fd, uint64_t off, uint64_t size)
+{
+    return -posix_fadvise(fd, (off_t)off, (off_t)size, POSIX_FADV_DONTNEED);  /* errno untouched: it returns it */
 }
 
 long rtk_os_cpu_count(void)

@@ -1,5 +1,10 @@
-/* tier_budget.c -- tier mode's residency samples (which pool pages are in DRAM) and the resident budget. */
+/* tier_budget.c -- tier mode's residency samples (which pool pages are in DRAM), page heat, and the resident budget. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/say.h"
 #include "prmalloc/tier_internal.h"
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
@@ -40,8 +45,265 @@ static uint64_t file_resident(const live_t *r)
            (end > hi ? resident_of(hi, (uint64_t)(end - hi)) : 0);
 }
 
+/* ---------------------------------------------------------------- page heat
+ * Every tier_heat_every step marks: which pool pages the steps wrote since the last sample (the pool's mapping
+ * is watched by a userfaultfd in asynchronous write-protect mode; PAGEMAP_SCAN reads and re-arms it), folded
+ * into a decayed heat per 64 KiB chunk: each sample shifts it right and sets its top bit where the chunk was
+ * written, so a chunk written at every sample reads 255 and one last written k samples ago reads 128 >> k.
+ * Rows a step uses are written by its optimizer, so write heat is use heat for trained tables. Over the budget,
+ * the coldest chunks are written out and dropped first. A first write after each sample costs one fault the
+ * kernel resolves itself; no other memory of the process is write-protected. */
+#define CHUNK_SHIFT 16
+#define CHUNK ((uint64_t)1 << CHUNK_SHIFT)
+#define REGION_CAP 4096
+#define F_DROPPED 1                       /* the budget dropped this chunk's pages since it was last written */
+
+static rtk_os_watch_t g_watch = {-1, -1};
+static int g_heat;                        /* 0: not armed yet, 1: armed, -1: unavailable or off */
+static unsigned char *g_hot, *g_flags, *g_res, *g_dirty;  /* per chunk: heat, F_*, resident pages, written pages */
+static uint64_t g_nchunks;
+static rtk_os_region_t *g_regions;
+
+int rtk_tier_heat_on(void) { return g_heat == 1; }
+
+static void heat_unavailable(const char *what, int err)
+{
+    g_heat = -1;
+    snprintf(rtk_tier_view.heat_note, sizeof rtk_tier_view.heat_note,
+             "page heat unavailable (%s: %s): the resident budget drops whole records round-robin", what,
+             strerror(-err));
+    if (rtk_say_once(rtk_opt_internal(RTK_ENV_RUN_DIR), ".tier-heat-reported"))
+        rtk_log_line("tier: %s", rtk_tier_view.heat_note);
+}
+
+/* write-protect the whole pool once (what initialisation wrote is not heat); strict: fail where the pool's
+ * mapping cannot be watched, rather than skip it */
+static int heat_rearm(char *lo, char *hi, int strict)
+{
+    while (lo < hi) {
+        uintptr_t end = 0;
+        long k = rtk_os_watch_scan(&g_watch, lo, hi, g_regions, REGION_CAP, strict, &end);
+        if (k < 0)
+            return (int)k;
+        for (long i = 0; i < k; i++) {
+            uint64_t a = g_regions[i].start - (uintptr_t)rtk_tier.base, b = g_regions[i].end - (uintptr_t)rtk_tier.base;
+            for (uint64_t c = a >> CHUNK_SHIFT; c < g_nchunks && (c << CHUNK_SHIFT) < b; c++) {
+                uint64_t clo = c << CHUNK_SHIFT, chi = clo + CHUNK;
+                uint64_t pages = ((b < chi ? b : chi) - (a > clo ? a : clo)) / TIER_PAGE;
+                rtk_tier_view.heat_pages_written += pages;
+                g_dirty[c] = g_dirty[c] + pages > CHUNK / TIER_PAGE ? CHUNK / TIER_PAGE : (unsigned char)(g_dirty[c] + pages);
+                if (!(g_hot[c] & 0x80)) {
+                    g_hot[c] |= 0x80;
+                    if (g_flags[c] & F_DROPPED) {
+                        g_flags[c] &= ~F_DROPPED;
+                        rtk_tier_view.heat_promoted++;
+                    }
+                }
+            }
+        }
+        if (end <= (uintptr_t)lo || end >= (uintptr_t)hi)
+            break;
+        lo = (char *)end;
+    }
+    return 0;
+}
+
+/* at the first step mark (after the DRAM heads are made): watch the whole pool */
+static void heat_arm(void)
+{
+    g_nchunks = (rtk_tier.size + CHUNK - 1) >> CHUNK_SHIFT;
+    g_hot = rtk_os_map(g_nchunks * 4, 0);
+    g_regions = rtk_os_map(REGION_CAP * sizeof(rtk_os_region_t), 0);
+    if (!g_vec)
+        g_vec = rtk_os_map(VEC_PAGES, 0);
+    if (!g_hot || !g_regions || !g_vec) {
+        heat_unavailable("memory for its counters", -ENOMEM);
+        return;
+    }
+    g_flags = g_hot + g_nchunks, g_res = g_flags + g_nchunks, g_dirty = g_res + g_nchunks;
+    int rc = rtk_os_watch_open(&g_watch);
+    if (rc != 0) {
+        heat_unavailable("userfaultfd with asynchronous write-protect", rc);
+        return;
+    }
+    /* the mapping's whole pages: a pool's size need not be a multiple of them, userfaultfd wants them */
+    uint64_t span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1);
+    rc = rtk_os_watch_add(&g_watch, rtk_tier.base, span);
+    if (rc == 0)
+        rc = heat_rearm(rtk_tier.base, rtk_tier.base + span, 1);
+    if (rc != 0) {
+        rtk_os_watch_close(&g_watch);
+        heat_unavailable("watching the pool's mapping (PAGEMAP_SCAN)", rc);
+        return;
+    }
+    memset(g_hot, 0, g_nchunks * 2);  /* initialisation's writes are not heat */
+    memset(g_dirty, CHUNK / TIER_PAGE, g_nchunks);
+    rtk_tier_view.heat_pages_written = 0;
+    g_heat = 1;
+}
+
+void rtk_tier_heat_watch(char *lo, uint64_t len)
+{
+    if (g_heat == 1 && rtk_os_watch_add(&g_watch, lo, len) != 0)
+        rtk_tier_view.heat_watch_errors++;  /* those pages read as never written: the first to go */
+}
+
+void rtk_tier_heat_fork_child(void)
+{
+    /* the child's pagemap descriptor would read its parent's pages; it never samples */
+    if (g_watch.uffd >= 0 || g_watch.pagemap >= 0)
+        rtk_os_watch_close(&g_watch);
+    g_heat = -1;
+}
+
+/* each live record's pool file pages in DRAM, per chunk into g_res and per record into its entry */
+static uint64_t chunk_residency(void)
+{
+    uint64_t used = ((rtk_tier.high + CHUNK - 1) >> CHUNK_SHIFT), total = 0;
+    if (used > g_nchunks)
+        used = g_nchunks;
+    memset(g_res, 0, used);
+    for (uint32_t i = 0; i < rtk_tier.nlive; i++) {
+        live_t *r = &rtk_tier.live[i];
+        uintptr_t lo = r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head : (uintptr_t)r->payload & ~(uintptr_t)4095;
+        uintptr_t end = (uintptr_t)r->payload + r->n;
+        uint64_t mine = 0;
+        for (uintptr_t a = lo; a < end;) {
+            uint64_t n = (end - a + 4095) / 4096;
+            if (n > VEC_PAGES)
+                n = VEC_PAGES;
+            if (rtk_os_resident((void *)a, n * 4096, g_vec) != 0)
+                break;
+            uint64_t off = a - (uintptr_t)rtk_tier.base;
+            for (uint64_t k = 0; k < n; k++)
+                if (g_vec[k] & 1) {
+                    uint64_t c = (off + k * 4096) >> CHUNK_SHIFT;
+                    if (c < used && g_res[c] < CHUNK / TIER_PAGE)
+                        g_res[c]++;
+                    mine++;
+                }
+            a += n * 4096;
+        }
+        r->resident = mine * 4096;
+        total += r->resident;
+    }
+    return total;
+}
+
+static void drop_run(live_t *r, uintptr_t lo, uintptr_t hi, uint64_t *total)
+{
+    if (hi <= lo)
+        return;
+    uint64_t before = resident_of((char *)lo, hi - lo);
+    if (rtk_tier.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
+        rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), hi - lo);
+    rtk_os_advise((void *)lo, hi - lo, RTK_ADVISE_PAGEOUT);
+    if (rtk_tier.fd >= 0)  /* what a forked child read in, which this process does not map */
+        rtk_os_drop_cached(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), hi - lo);
+    uint64_t after = resident_of((char *)lo, hi - lo), gone = before > after ? before - after : 0;
+    rtk_tier_view.dropped_bytes += gone;
+    rtk_tier_view.heat_demoted_bytes += gone;
+    *total -= gone < *total ? gone : *total;
+    r->resident -= gone < r->resident ? gone : r->resident;
+    uint64_t off = lo - (uintptr_t)rtk_tier.base;
+    for (uint64_t c = off >> CHUNK_SHIFT; c < g_nchunks && (c << CHUNK_SHIFT) < hi - (uintptr_t)rtk_tier.base; c++) {
+        rtk_tier_view.heat_written_out_bytes += (uint64_t)g_dirty[c] * TIER_PAGE;
+        g_dirty[c] = 0;
+        if (!(g_flags[c] & F_DROPPED))
+            rtk_tier_view.heat_demoted++;
+        g_flags[c] |= F_DROPPED;
+        g_hot[c] = 0;
+    }
+}
+
+/* Over the budget: the coldest chunks first, down to 3/4 of it (the tail rows the next steps meet come in as
+ * major faults meanwhile), each chunk's pages written back and then dropped; the chunks of the heat level
+ * where the goal is reached go in address order. Under the live lock. */
+static uint64_t heat_evict(uint64_t total, uint64_t goal)
+{
+    static uint64_t hist[256];
+    memset(hist, 0, sizeof hist);
+    uint64_t used = (rtk_tier.high + CHUNK - 1) >> CHUNK_SHIFT;
+    if (used > g_nchunks)
+        used = g_nchunks;
+    for (uint64_t c = 0; c < used; c++)
+        hist[g_hot[c]] += (uint64_t)g_res[c] * TIER_PAGE;
+    uint64_t need = total - goal, acc = 0;
+    int cut = 0;
+    while (cut < 255 && acc + hist[cut] < need)
+        acc += hist[cut++];
+    uint64_t partial = need - acc;  /* of the cut level's bytes */
+    for (uint32_t i = 0; i < rtk_tier.nlive && total > goal; i++) {
+        live_t *r = &rtk_tier.live[i];
+        if (!r->resident)
+            continue;
+        /* past the DRAM head: with swap, MADV_PAGEOUT would send its anonymous pages there */
+        uintptr_t lo = r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head : (uintptr_t)r->payload & ~(uintptr_t)4095;
+        uintptr_t hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095, run = 0;
+        for (uintptr_t a = lo; a < hi;) {
+            uint64_t c = (a - (uintptr_t)rtk_tier.base) >> CHUNK_SHIFT;
+            uintptr_t next = (uintptr_t)rtk_tier.base + ((c + 1) << CHUNK_SHIFT);
+            if (next > hi)
+                next = hi;
+            int take = c < used && g_res[c] && (g_hot[c] < cut || (g_hot[c] == cut && partial));
+            if (take && g_hot[c] == cut)
+                partial -= (uint64_t)g_res[c] * TIER_PAGE < partial ? (uint64_t)g_res[c] * TIER_PAGE : partial;
+            if (take && !run)
+                run = a;
+            if (!take && run) {
+                drop_run(r, run, a, &total);
+                run = 0;
+            }
+            a = next;
+        }
+        if (run)
+            drop_run(r, run, hi, &total);
+    }
+    rtk_tier_view.passes++;
+    return total;
+}
+
+/* at every step mark, after the step count moved */
+void rtk_tier_heat_mark(void)
+{
+    uint64_t max = rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX);
+    long every = rtk_setting_num(RTK_OPT_TIER_HEAT_EVERY);
+    if (!max || every <= 0 || g_heat < 0 || rtk_tier.state != T_ON || !rtk_tier.live)
+        return;
+    double t0 = rtk_tier_now_s();
+    rtk_spin_lock(&rtk_tier.live_lock);
+    if (!g_heat) {
+        heat_arm();
+    } else if (rtk_tier.steps % (uint64_t)every == 0) {
+        uint64_t used = (rtk_tier.high + CHUNK - 1) >> CHUNK_SHIFT;
+        if (used > g_nchunks)
+            used = g_nchunks;
+        for (uint64_t c = 0; c < used; c++)
+            g_hot[c] >>= 1;
+        uint64_t end = used << CHUNK_SHIFT, span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1);
+        int rc = heat_rearm(rtk_tier.base, rtk_tier.base + (end < span ? end : span), 0);
+        if (rc != 0) {
+            rtk_os_watch_close(&g_watch);
+            heat_unavailable("PAGEMAP_SCAN", rc);
+        } else {
+            rtk_tier_view.heat_samples++;
+            uint64_t total = chunk_residency();
+            if (total > max)
+                total = heat_evict(total, max / 4 * 3);
+            uint64_t hot = 0;
+            for (uint64_t c = 0; c < used; c++)
+                hot += g_hot[c] >= 0x80;
+            rtk_tier_view.heat_hot_chunks = hot;
+            rtk_tier_view.heat_resident = total;
+        }
+    }
+    rtk_spin_unlock(&rtk_tier.live_lock);
+    rtk_tier_view.heat_s += rtk_tier_now_s() - t0;
+}
+
 /* Over the resident budget: write out and drop records, round-robin from where the last pass stopped, until a
- * quarter of the budget is free (the pages the next steps touch come back as major faults: the hot set). */
+ * quarter of the budget is free (the pages the next steps touch come back as major faults: the hot set). Where
+ * no page heat is measured. */
 static uint32_t g_evict_cursor;
 
 static uint64_t enforce_budget(uint64_t total)
@@ -111,7 +373,8 @@ void rtk_tier_sample(int force)
         total += r->resident;
     }
     rtk_spin_unlock(&rtk_tier.live_lock);
-    if (rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) && total > rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX))
+    if (rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) && total > rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) &&
+        g_heat != 1)  /* with heat, the step marks' samples keep the budget */
         total = enforce_budget(total);
     rtk_tier_view.resident = total;
     /* the records while training runs (at exit the job has already freed most of them) */

@@ -25,6 +25,7 @@ int rtk_tier_restore_head(live_t *r)
     if (rtk_os_map_file_at(lo, r->head, rtk_tier.fd, (uint64_t)(lo - rtk_tier.base), 1) != 0)
         return -1;
     rtk_os_advise(lo, r->head, RTK_ADVISE_RANDOM);  /* as the rest of the pool */
+    rtk_tier_heat_watch(lo, r->head);                /* a new mapping: watched as the rest of the pool */
     rtk_tier.head_restored += r->head;
     r->head = 0;
     return 0;
@@ -214,6 +215,7 @@ void rtk_tier_step_mark(void)
     rtk_tier.steps++;
     rtk_tier.bytes_at_mark = __atomic_load_n(&rtk_tier.bytes, __ATOMIC_RELAXED);
     rtk_tier.heads_at_mark = rtk_tier.head_bytes - rtk_tier.head_restored;
+    rtk_tier_heat_mark();  /* after the heads: they are watched with the rest of the pool */
 }
 
 /* fork waits for the live lock (a mark making heads holds it): the child then sees every moved range recorded */
@@ -238,6 +240,7 @@ void rtk_tier_fork_parent(void)
 void rtk_tier_fork_child(void)
 {
     rtk_tier_min = SIZE_MAX;
+    rtk_tier_heat_fork_child();
     if (rtk_tier.state != T_ON)
         return;
     rtk_spin_fork_child(&rtk_tier.live_lock);

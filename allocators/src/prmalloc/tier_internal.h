@@ -80,6 +80,13 @@ typedef struct {
     uint64_t passes, dropped_bytes;       /* resident-budget passes and what they dropped */
     live_t top[TOP_N];                    /* the largest records at the last sample while training ran */
     int ntop;
+    /* page heat (tier_heat_every): samples, chunks the budget dropped (demoted) and chunks written again after
+     * a drop (promoted), what the drops freed and how much of it the scans saw written since its last drop,
+     * pages seen written, chunks written at the last sample, the resident bytes after it, the sampler's time */
+    uint64_t heat_samples, heat_demoted, heat_promoted, heat_demoted_bytes, heat_written_out_bytes;
+    uint64_t heat_pages_written, heat_hot_chunks, heat_resident, heat_watch_errors;
+    double heat_s;
+    char heat_note[256];
 } rtk_tier_view_t;
 
 RTK_HIDDEN extern rtk_tier_view_t rtk_tier_view;
@@ -93,7 +100,14 @@ static inline char *rtk_tier_head_lo(const char *payload)
 
 /* tier_heads.c: give a freed record's head back to the pool file (under the live lock); -1: it stays anonymous. */
 RTK_HIDDEN int rtk_tier_restore_head(live_t *r);
-/* tier_budget.c: sample residency (at most once a second unless forced) and enforce tier_resident_max. */
+/* tier_budget.c: sample residency (at most once a second unless forced) and enforce tier_resident_max where no
+ * page heat is measured. */
 RTK_HIDDEN void rtk_tier_sample(int force);
+/* tier_budget.c: at each step mark, page heat every tier_heat_every marks and the budget on it (arms at the
+ * first); 1 while heat is measured; watch a range remapped inside the pool; the forked child's part. */
+RTK_HIDDEN void rtk_tier_heat_mark(void);
+RTK_HIDDEN int rtk_tier_heat_on(void);
+RTK_HIDDEN void rtk_tier_heat_watch(char *lo, uint64_t len);
+RTK_HIDDEN void rtk_tier_heat_fork_child(void);
 
 #endif

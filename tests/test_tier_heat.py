@@ -1,0 +1,99 @@
+# test_tier_heat.py -- tier mode's heat-driven resident budget: hot pages kept, cold ones dropped, data and losses kept.
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import load_report, requires_tf, run_rtkit
+
+pytestmark = pytest.mark.timeout(600)
+MIB = 1 << 20
+
+
+def _kernel_has_heat():
+    """PAGEMAP_SCAN (and userfaultfd's WP_ASYNC) came with Linux 6.7."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (6, 7)
+
+
+def _pmem_doc(run_dir):
+    files = glob.glob(os.path.join(run_dir, "pmem-*.json"))
+    assert len(files) == 1, os.listdir(run_dir)
+    with open(files[0]) as fh:
+        return json.load(fh)
+
+
+def _run_heat(native, tmp_path, extra):
+    run_dir, pool = tmp_path / "run", tmp_path / "pool"
+    run_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
+    env.pop("_RTKIT_MALLOC_ROOT", None)
+    env.update({"LD_PRELOAD": os.path.join(native, "librtkit_malloc.so"), "RTKIT_RUN_DIR": str(run_dir),
+                "RTKIT_TIER_POOL_PATH": str(pool), "RTKIT_TIER_RESIDENT_MAX": str(8 * MIB),
+                # not a whole number of pages: the watch covers the mapping's whole pages
+                "RTKIT_TIER_POOL_SIZE": str((200 << 20) + 1)}, **extra)
+    proc = subprocess.run([os.path.join(native, "tests", "prmalloc_heat")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    return proc, _pmem_doc(run_dir)
+
+
+def test_heat_keeps_the_hot_pages_and_drops_the_cold_ones(prm, tmp_path):
+    """A 64 MiB table under an 8 MiB budget, heat sampled at every mark: two 1 MiB ranges rewritten every step
+    (one at the table's start, the first thing a round-robin budget drops) stay in DRAM, the never-rewritten
+    rest goes (the C program checks with mincore), every page reads as last written after the drops, a child
+    forked mid-run and a thread freeing pool records meanwhile included."""
+    proc, doc = _run_heat(prm, tmp_path, {"RTKIT_TIER_HEAT_EVERY": "1"})
+    heat = doc["heat"]
+    if not _kernel_has_heat():
+        pytest.skip(f"Linux < 6.7 cannot measure page heat: {doc['notes']}")
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_heat: ok\n", proc.stderr
+    assert heat["mechanism"] == "pagemap_scan" and heat["every_steps"] == 1 and heat["chunk_bytes"] == 64 << 10
+    assert heat["samples"] == 64 and heat["watch_errors"] == 0, heat            # one per mark after the first
+    # the cold chunks were written out and dropped; the passing window's chunks came back when it rewrote them
+    assert heat["chunks_demoted"] > (64 * MIB - 8 * MIB) // (64 << 10) and heat["demoted_bytes"] >= 48 * MIB, heat
+    assert heat["chunks_promoted"] > 0 and heat["written_out_bytes"] > 0 and heat["pages_written_seen"] > 0, heat
+    # the two hot ranges, 16 chunks each, were written at the last sample (and the window's 4)
+    assert 32 <= heat["hot_chunks"] <= 32 + 8, heat
+    assert heat["resident_bytes"] <= 8 * MIB, heat                              # the budget held after the last pass
+    assert doc["budget_dropped_bytes"] >= heat["demoted_bytes"] and not any("heat" in n for n in doc["notes"])
+
+
+def test_heat_off_keeps_the_round_robin_budget(prm, tmp_path):
+    """tier_heat_every=0: the budget drops whole records round-robin at the stats writes, as without heat."""
+    proc, doc = _run_heat(prm, tmp_path, {"RTKIT_TIER_HEAT_EVERY": "0"})
+    assert doc["heat"]["mechanism"] == "off" and doc["heat"]["samples"] == 0, doc["heat"]
+    assert doc["budget_passes"] >= 1 and doc["budget_dropped_bytes"] > 0
+
+
+@requires_tf
+def test_frequency_rows_under_a_heat_budget_train_like_dram(tmp_path):
+    """Frequency-ordered rows (the most used at each table's front) in a pool held to 24 MiB resident, heat
+    sampled every 2 steps: the budget only moves pages, so the losses are DRAM's to the bit."""
+    def wdl(run_dir, sets):
+        args = ["run", "--run-dir", str(run_dir)]
+        for s in sets:
+            args += ["--set", s]
+        args += ["--", sys.executable, "-m", "rtkit.workloads", "wdl", "--table-gb", "0.25", "--steps", "25",
+                 "--batch", "256", "--ids", "zipf", "--distinct", "50000", "--print-losses", "--no-progress",
+                 "--row-assign", "frequency", "--table-fill", "lazy"]
+        proc = run_rtkit(args, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return [line for line in proc.stdout.splitlines() if line.startswith("loss ")]
+
+    dram = wdl(tmp_path / "dram", [])
+    tier = wdl(tmp_path / "tier", [f"tier_pool_path={tmp_path / 'pool'}", f"tier_pool_size={600 * MIB + 1}",
+                                   f"tier_resident_max={24 * MIB}", "tier_heat_every=2", "tier_dram_head=0"])
+    assert len(dram) == 25 and tier == dram
+    p = load_report(tmp_path / "tier")["pmem"]
+    assert p["state"] == "on" and p["tier_last_step_bytes"] >= 240 * MIB
+    heat = p["heat"]
+    if not _kernel_has_heat():
+        pytest.skip(f"Linux < 6.7 cannot measure page heat: {p['notes']}")
+    assert heat["mechanism"] == "pagemap_scan" and heat["samples"] >= 10, heat   # marks 2, 4, ..., 24 at least
+    assert heat["chunks_demoted"] > 0 and heat["demoted_bytes"] > 0, heat
