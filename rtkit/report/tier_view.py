@@ -84,7 +84,7 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
                    "mark steps (see `steps:`) or run without tier_pool_path")
     if pre.get("stopped_for_churn"):
         out.append("placement before the first step stopped once most of what it placed was freed again "
-                   "(short-lived, not tables); later requests stayed in DRAM")
+                   "(short-lived, not tables); later requests stayed in DRAM, but for those of 64 MiB or more (tables)")
     return out
 
 

@@ -25,6 +25,12 @@
 /* Placement before the first step bets that what is allocated then is tables. Once the frees say otherwise
  * (this many bytes freed, and more than 3/4 of what was placed), later requests stay in DRAM until a step. */
 #define TIER_CHURN_STOP (256ull << 20)
+/* A request this large is placed before the first step even once the churn stopped placement: a user's table made
+ * by an initializer reaches TensorFlow through temporaries of its own size (the initial value, the constant kernel
+ * that holds it, the copy the first sparse update makes), and the copy that lives is allocated after the
+ * temporaries were freed. Churn of this size is rare (a request each, at most a few), the tables are what tier
+ * mode is for. */
+#define TIER_TABLE_BYTES (64ull << 20)
 
 enum { T_OFF = 0, T_IDLE, T_CREATING, T_ON, T_FAILED, T_BUSY, T_CHILD };
 

@@ -198,7 +198,7 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
     if (t_in_tier)
         return NULL;  /* the pool's own set-up (libpmem, thread creation) allocates: DRAM */
     if (longlived ? !__atomic_load_n(&rtk_tier.plan_ready, __ATOMIC_ACQUIRE) || !ll_has(n)
-                  : !rtk_tier_pre || __atomic_load_n(&rtk_tier.pre_stopped, __ATOMIC_RELAXED))
+                  : !rtk_tier_pre || (n < TIER_TABLE_BYTES && __atomic_load_n(&rtk_tier.pre_stopped, __ATOMIC_RELAXED)))
         return NULL;
     int st = __atomic_load_n(&rtk_tier.state, __ATOMIC_ACQUIRE);
     if (st != T_ON) {
