@@ -63,6 +63,17 @@ def test_placement_frees_realloc_fork_long_lived(prm, tmp_path):
     assert "pmem" not in alloc_doc(run_dir)  # one source per figure: the tier's own file
 
 
+def test_table_sized_requests_are_placed_after_churn_stopped_placement(prm, tmp_path):
+    """Churn before the first step keeps later requests in DRAM, but not a table-sized one (64 MiB or more): a
+    script's initialised table is allocated after temporaries of its own size were freed."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proc = run_tier(prm, "churn", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(tmp_path / "pool")})
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_tier churn: ok\n", proc.stdout + proc.stderr
+    pre = pmem_doc(run_dir)["placed_before_first_step"]
+    assert pre["stopped_for_churn"] and pre["allocs"] == 257 and pre["bytes"] == (256 << 20) + (64 << 20), pre
+
+
 def test_dram_heads_keep_data_and_survive_fork_and_free(prm, tmp_path):
     # tier_dram_head: at the first mark the leading quarter of each 8 MiB record leaves the pool file for anonymous
     # memory with its rows (the C program checks data, fork and free); here: what the report says of it
