@@ -308,14 +308,14 @@ class Runner:
                 return
             self._staged(t0, time.time(), {})
 
-    def put_now(self, **how) -> float:
+    def put_now(self, stage: str = "input") -> float:
         """One put in the caller's thread while the runner's thread is not running and nothing is staged (a probe
         step: the put alone, then the step's compute alone, serially as an unstaged step runs them): the item is
-        the next one in the iterator's order, staged for the caller's step. `how` goes to the put (a probe's put
-        runs where the unstaged step would run it). Returns the put's ms; an input error raises here, at the step
+        the next one in the iterator's order, staged for the caller's step, run on the pool of `stage` (a probe's
+        put runs where the unstaged step would run it). Returns the put's ms; an input error raises here, at the step
         that would have raised it unstaged."""
         t0 = time.time()
-        self._run_put(**how)
+        self._run_put(stage)
         t1 = time.time()
         self._staged(t0, t1, {"probe": True})
         return (t1 - t0) * 1000.0

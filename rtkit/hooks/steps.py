@@ -167,25 +167,15 @@ class StepRecorder:
         not_step_prefix, counted and timed but its per-run records not kept (only the step's are ever written).
         traced: a tf.function call that traced a new concrete function."""
         if not candidate:
-            signature = not_step_prefix + signature
             with self.lock:
-                table = self.sources[source]
-                sig = table.get(signature)
-                if sig is None:
-                    sig = table[signature] = _Signature(signature, api, candidate)
-                sig.count += 1
-                sig.total_ms += step_ms
+                self._count_locked(source, not_step_prefix + signature, api, candidate, step_ms)
             if time.monotonic() - self.last_flush > self.flush_interval:
                 self.flush()
             return False
         rss = _rss_bytes()
         with self.lock:
             table = self.sources[source]
-            sig = table.get(signature)
-            if sig is None:
-                sig = table[signature] = _Signature(signature, api, candidate)
-            sig.count += 1
-            sig.total_ms += step_ms
+            sig = self._count_locked(source, signature, api, candidate, step_ms)
             if traced:
                 sig.traces += 1
             if len(sig.records) < MAX_RECORDS:
@@ -212,6 +202,17 @@ class StepRecorder:
         if time.monotonic() - self.last_flush > self.flush_interval:
             self.flush()
         return is_step
+
+    def _count_locked(self, source: str, signature: str, api: Optional[str], candidate: bool,
+                      step_ms: float) -> "_Signature":
+        """The signature's entry in its source's table (made on first sight), with this run counted and timed."""
+        table = self.sources[source]
+        sig = table.get(signature)
+        if sig is None:
+            sig = table[signature] = _Signature(signature, api, candidate)
+        sig.count += 1
+        sig.total_ms += step_ms
+        return sig
 
     def manual_step(self) -> None:
         now_unix, now, faults = time.time(), time.perf_counter(), minor_faults()
