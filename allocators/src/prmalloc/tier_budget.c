@@ -45,6 +45,22 @@ static uint64_t file_resident(const live_t *r)
            (end > hi ? resident_of(hi, (uint64_t)(end - hi)) : 0);
 }
 
+/* Where a record's droppable pages begin: past its DRAM head (with swap, MADV_PAGEOUT would send the head's
+ * anonymous pages there), else at its first page. */
+static uintptr_t file_lo(const live_t *r)
+{
+    return r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head : (uintptr_t)r->payload & ~(uintptr_t)4095;
+}
+
+/* Write [lo, lo+len) of the pool back to its file and ask the kernel to drop it: dirty pages must reach the file
+ * before the kernel can drop them. */
+static void write_out(uintptr_t lo, uint64_t len)
+{
+    if (rtk_tier.fd >= 0)
+        rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), len);
+    rtk_os_advise((void *)lo, len, RTK_ADVISE_PAGEOUT);
+}
+
 /* ---------------------------------------------------------------- page heat
  * Every tier_heat_every step marks: which pool pages the steps wrote since the last sample (the pool's mapping
  * is watched by a userfaultfd in asynchronous write-protect mode; PAGEMAP_SCAN reads and re-arms it), folded
@@ -65,6 +81,13 @@ static uint64_t g_nchunks;
 static rtk_os_region_t *g_regions;
 
 int rtk_tier_heat_on(void) { return g_heat == 1; }
+
+/* the chunks up to the highest record end ever handed out: the only ones with heat or resident pages */
+static uint64_t chunks_used(void)
+{
+    uint64_t used = (rtk_tier.high + CHUNK - 1) >> CHUNK_SHIFT;
+    return used < g_nchunks ? used : g_nchunks;
+}
 
 static void heat_unavailable(const char *what, int err)
 {
@@ -159,13 +182,11 @@ void rtk_tier_heat_fork_child(void)
 /* each live record's pool file pages in DRAM, per chunk into g_res and per record into its entry */
 static uint64_t chunk_residency(void)
 {
-    uint64_t used = ((rtk_tier.high + CHUNK - 1) >> CHUNK_SHIFT), total = 0;
-    if (used > g_nchunks)
-        used = g_nchunks;
+    uint64_t used = chunks_used(), total = 0;
     memset(g_res, 0, used);
     for (uint32_t i = 0; i < rtk_tier.nlive; i++) {
         live_t *r = &rtk_tier.live[i];
-        uintptr_t lo = r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head : (uintptr_t)r->payload & ~(uintptr_t)4095;
+        uintptr_t lo = file_lo(r);
         uintptr_t end = (uintptr_t)r->payload + r->n;
         uint64_t mine = 0;
         for (uintptr_t a = lo; a < end;) {
@@ -195,9 +216,7 @@ static void drop_run(live_t *r, uintptr_t lo, uintptr_t hi, uint64_t *total)
     if (hi <= lo)
         return;
     uint64_t before = resident_of((char *)lo, hi - lo);
-    if (rtk_tier.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
-        rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), hi - lo);
-    rtk_os_advise((void *)lo, hi - lo, RTK_ADVISE_PAGEOUT);
+    write_out(lo, hi - lo);
     if (rtk_tier.fd >= 0)  /* what a forked child read in, which this process does not map */
         rtk_os_drop_cached(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), hi - lo);
     uint64_t after = resident_of((char *)lo, hi - lo), gone = before > after ? before - after : 0;
@@ -223,9 +242,7 @@ static uint64_t heat_evict(uint64_t total, uint64_t goal)
 {
     static uint64_t hist[256];
     memset(hist, 0, sizeof hist);
-    uint64_t used = (rtk_tier.high + CHUNK - 1) >> CHUNK_SHIFT;
-    if (used > g_nchunks)
-        used = g_nchunks;
+    uint64_t used = chunks_used();
     for (uint64_t c = 0; c < used; c++)
         hist[g_hot[c]] += (uint64_t)g_res[c] * TIER_PAGE;
     uint64_t need = total - goal, acc = 0;
@@ -237,9 +254,7 @@ static uint64_t heat_evict(uint64_t total, uint64_t goal)
         live_t *r = &rtk_tier.live[i];
         if (!r->resident)
             continue;
-        /* past the DRAM head: with swap, MADV_PAGEOUT would send its anonymous pages there */
-        uintptr_t lo = r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head : (uintptr_t)r->payload & ~(uintptr_t)4095;
-        uintptr_t hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095, run = 0;
+        uintptr_t lo = file_lo(r), hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095, run = 0;
         for (uintptr_t a = lo; a < hi;) {
             uint64_t c = (a - (uintptr_t)rtk_tier.base) >> CHUNK_SHIFT;
             uintptr_t next = (uintptr_t)rtk_tier.base + ((c + 1) << CHUNK_SHIFT);
@@ -275,9 +290,7 @@ void rtk_tier_heat_mark(void)
     if (!g_heat) {
         heat_arm();
     } else if (rtk_tier.steps % (uint64_t)every == 0) {
-        uint64_t used = (rtk_tier.high + CHUNK - 1) >> CHUNK_SHIFT;
-        if (used > g_nchunks)
-            used = g_nchunks;
+        uint64_t used = chunks_used();
         for (uint64_t c = 0; c < used; c++)
             g_hot[c] >>= 1;
         uint64_t end = used << CHUNK_SHIFT, span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1);
@@ -319,16 +332,10 @@ static uint64_t enforce_budget(uint64_t total)
             live_t *r = &rtk_tier.live[i];
             if (!r->resident)
                 continue;
-            /* past the DRAM head: with swap, MADV_PAGEOUT would send its anonymous pages there */
-            uintptr_t lo = r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head
-                                   : (uintptr_t)r->payload & ~(uintptr_t)4095;
-            uintptr_t hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095;
+            uintptr_t lo = file_lo(r), hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095;
             if (hi <= lo)
                 continue;
-            uint64_t len = hi - lo;
-            if (rtk_tier.fd >= 0)  /* dirty pages must reach the file before the kernel can drop them */
-                rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), len);
-            rtk_os_advise((void *)lo, len, RTK_ADVISE_PAGEOUT);
+            write_out(lo, hi - lo);
             uint64_t now = file_resident(r);
             rtk_tier_view.dropped_bytes += r->resident > now ? r->resident - now : 0;
             total -= r->resident > now ? r->resident - now : 0;
