@@ -72,6 +72,7 @@ def test_table_sized_requests_are_placed_after_churn_stopped_placement(prm, tmp_
     assert proc.returncode == 0 and proc.stdout == "prmalloc_tier churn: ok\n", proc.stdout + proc.stderr
     pre = pmem_doc(run_dir)["placed_before_first_step"]
     assert pre["stopped_for_churn"] and pre["allocs"] == 257 and pre["bytes"] == (256 << 20) + (64 << 20), pre
+    assert pre["still_placed_min_bytes"] == 64 << 20, pre
 
 
 def test_dram_heads_keep_data_and_survive_fork_and_free(prm, tmp_path):

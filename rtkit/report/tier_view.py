@@ -83,8 +83,11 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
                    "mark steps (see `steps:`) or run without tier_pool_path")
     if pre.get("stopped_for_churn"):
-        out.append("placement before the first step stopped once most of what it placed was freed again "
-                   "(short-lived, not tables); later requests stayed in DRAM, but for those of 64 MiB or more (tables)")
+        line = ("placement before the first step stopped once most of what it placed was freed again "
+                "(short-lived, not tables); later requests stayed in DRAM")
+        if pre.get("still_placed_min_bytes"):   # table-sized requests are placed all the same
+            line += f", but for those of {fmt.nbytes(pre['still_placed_min_bytes'])} or more (tables)"
+        out.append(line)
     return out
 
 

@@ -70,9 +70,10 @@ static long tier_format(char *buf, size_t cap)
         nl, U(LD(t->allocs)), nl, U(LD(t->frees)), nl, U(LD(t->fallbacks)), nl, U(LD(t->fallback_bytes)));
     rtk_out_put(&o, "%s\"step_marks\": %llu,", nl, U(LD(t->steps)));
     rtk_out_put(&o, "%s\"placed_before_first_step\": {\"allocs\": %llu, \"bytes\": %llu, \"freed_bytes\": %llu, "
-            "\"stopped_for_churn\": %s},"
+            "\"stopped_for_churn\": %s, \"still_placed_min_bytes\": %llu},"
             "%s\"placed_long_lived\": {\"allocs\": %llu, \"bytes\": %llu, \"sizes_known\": %u, \"active\": %s},",
         nl, U(LD(t->pre_allocs)), U(LD(t->pre_bytes)), U(LD(t->pre_freed_bytes)), LD(t->pre_stopped) ? "true" : "false",
+        U(TIER_TABLE_BYTES),
         nl, U(LD(t->ll_allocs)), U(LD(t->ll_bytes)), t->ll_sizes, LD(t->plan_ready) ? "true" : "false");
     rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu, \"deferred_frees\": %llu, "
             "\"deferred_bytes\": %llu, \"deferred_max_bytes\": %llu, "
