@@ -22,6 +22,9 @@ OPAQUE_TYPES = {"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond",
                 "RefEnter", "RefExit", "RefNextIteration", "If", "StatelessIf", "While", "StatelessWhile",
                 "PartitionedCall", "StatefulPartitionedCall", "Case", "StatelessCase"}
 FEED_TYPES = {"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"}
+# A TF1 input queue's reads: its queue runners' threads already fill it ahead of the step.
+DEQUEUE_TYPES = {"QueueDequeue", "QueueDequeueV2", "QueueDequeueMany", "QueueDequeueManyV2", "QueueDequeueUpTo",
+                 "QueueDequeueUpToV2"}
 # Shape plumbing stays in the step, which computes it from the staged tensors as the script's graph does: staged,
 # each shape was one more boundary tensor that reached the model as opaque data (on the lazy-table wdl 182 of 237
 # were shapes and gradient indices). It is not what makes lazy-table losses differ in the last bit: measured with
@@ -57,6 +60,17 @@ def _forward_name(name: str) -> Optional[str]:
             fwd = [p for p in parts[:i] if not (p == "gradients" or p.startswith("gradients_"))]
             return "/".join(fwd + [parts[i][: -len("_grad")]])
     return None
+
+
+def _no_iterator_note(ops) -> str:
+    """Why nothing is cut, naming what the graph's input is instead of a tf.data iterator."""
+    dequeues = sorted({op.type for op in ops if op.type in DEQUEUE_TYPES})
+    if dequeues:
+        return (f"no tf.data iterator get_next in the graph: the input is a queue ({', '.join(dequeues)}), which its "
+                "queue runners already fill ahead of the step; the input stage cannot be cut")
+    if any(op.type in FEED_TYPES for op in ops):
+        return "no tf.data iterator get_next in the graph: the input stage cannot be cut (feeds only)"
+    return "no tf.data iterator get_next and no feed in the graph: the input stage cannot be cut"
 
 
 @dataclass
@@ -139,7 +153,7 @@ def analyze(graph) -> StageMap:
     seen: Set[str] = set()
     cuttable = bool(sources)
     if not sources:
-        notes.append("no tf.data iterator get_next in the graph: the input stage cannot be cut (feeds only)")
+        notes.append(_no_iterator_note(ops))
     for op in ops:
         if op.name in pipelined:
             continue

@@ -514,7 +514,24 @@ def test_feeds_only_graph_runs_unstaged_with_a_note(tmp_path):
     h.close()
     rep = sched.report()
     assert not rep["pipeline"]["cuttable"]
-    assert any("cannot be cut" in n for n in rep["notes"])
+    assert any("cannot be cut (feeds only)" in n for n in rep["notes"]), rep["notes"]
+
+
+def test_queue_input_is_named_as_a_queue_not_as_feeds():
+    """A TF1 queue input (shuffle_batch, as tensorflow/models' cifar10_train.py) is neither a tf.data iterator nor
+    feeds: the note says which it is, so the summary does not call it "feeds only"."""
+    g = tf.Graph()
+    with g.as_default():
+        q = tf1.FIFOQueue(32, [tf.float32], shapes=[[2]])
+        enqueue = q.enqueue_many([tf.ones([8, 2])])
+        batch = q.dequeue_many(4)
+        v = tf1.get_variable("v", [], initializer=tf1.zeros_initializer())
+        tf1.assign_add(v, tf.reduce_sum(batch))
+        tf1.train.add_queue_runner(tf1.train.QueueRunner(q, [enqueue]))
+    sm = analyze(g)
+    assert not sm.cuttable
+    assert any("the input is a queue (QueueDequeueManyV2)" in n and "cannot be cut" in n for n in sm.notes), sm.notes
+    assert not any("feeds only" in n for n in sm.notes), sm.notes
 
 
 def test_user_thread_settings_win_unless_override(tmp_path):
