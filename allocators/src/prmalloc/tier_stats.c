@@ -164,9 +164,8 @@ static long tier_format(char *buf, size_t cap)
             first = 0;
         }
         rtk_out_put(&o, "]}");
-        rtk_out_put(&o, ",%s\"background_moves\": %llu", nl, U(s.background_moves));
     } else {
-        rtk_out_put(&o, "null,%s\"background_moves\": 0", nl);
+        rtk_out_put(&o, "null");
     }
     rtk_out_put(&o, ",%s\"notes\": [", nl);
     int n = 0;
