@@ -39,7 +39,7 @@ def test_pool_larger_than_resident_budget_trains_like_dram(tmp_path):
     assert len(dram_losses) == 25 and tier_losses == dram_losses
     report = load_report(tmp_path / "tier")
     p = report["pmem"]
-    assert p["state"] == "on" and p["pmem_resident_max"] == budget
+    assert p["state"] == "on" and p["tier_resident_max"] == budget
     assert p["tier_last_step_bytes"] >= 240 * MIB            # the tables and slots sat in the pool ...
     assert p["budget_passes"] >= 1 and p["budget_dropped_bytes"] >= 24 * MIB, (   # ... mostly out of DRAM
         p["budget_passes"], p["budget_dropped_bytes"], [x["resident_bytes"] for x in p["timeline"]])

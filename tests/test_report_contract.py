@@ -59,6 +59,34 @@ def test_the_allocator_echoes_the_settings_under_the_tables_keys(alloc_report):
         assert echo[key] == settings[key]["value"], key
 
 
+def _keys(d, path=""):
+    """Every key of a nested JSON object, as dotted paths (list items under `[]`)."""
+    items = d.items() if isinstance(d, dict) else (("[]", x) for x in d) if isinstance(d, list) else ()
+    for k, v in items:
+        yield f"{path}{k}"
+        yield from _keys(v, f"{path}{k}.")
+
+
+def test_the_tier_names_its_figures_for_what_they_hold(alloc_report):
+    """pmem-<pid>.json echoes each setting it read under the settings table's key with the value rtkit resolved,
+    names the pool file's geometry as the pool's own statistics do, and no key the C library writes, in either
+    of its files, is a setting's old name."""
+    from rtkit import config
+    from rtkit.allocators import pmem as pm
+
+    tier, settings = alloc_report["pmem"], alloc_report["run"]["settings"]
+    for key in contract.Pmem.SETTINGS_ECHO:
+        assert key in config.BY_KEY and tier.get(key) == settings[key]["value"], (key, tier.get(key))
+    with pm.Pool.anonymous(8 << 20) as pool:   # the tier's pool is made with the pool's default geometry
+        own = pool.stats()
+    for path in contract.Pmem.POOL_GEOMETRY:
+        key = path.split(".", 1)[1]
+        assert tier["pool"].get(key) == own[key], (path, tier["pool"])
+    for section in ("allocator", "pmem"):
+        old = [k for k in _keys(alloc_report[section]) if k.rsplit(".", 1)[-1] in config.BY_ALIAS]
+        assert old == [], (section, old)
+
+
 def test_the_real_reports_render_with_values(alloc_report):
     sections = {s.key: s for s in sec.build_sections(alloc_report)}
     for s in sections.values():

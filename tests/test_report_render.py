@@ -252,13 +252,18 @@ def test_missing_or_bad_run_dir(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_a_report_of_the_previous_schema_is_one_line(runs, tmp_path):
-    """A report.json of schema_version 1 (the tier's figures inside the allocator's, no bounds section) is not
-    rebuilt into today's shape: `rtkit report` and `rtkit compare` say so in one line and exit 2."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_report_of_a_previous_schema_is_one_line(runs, tmp_path, version):
+    """A report.json of an older schema_version (1: the tier's figures inside the allocator's, no bounds section;
+    2: the tier's settings echoed under their pmem_* names) is not rebuilt into today's shape: `rtkit report` and
+    `rtkit compare` say so in one line and exit 2."""
     out, _, _ = runs
     rep = load_report(out["plain"])
-    rep["schema_version"] = 1
-    del rep["bounds"]
+    rep["schema_version"] = version
+    if version == 1:
+        del rep["bounds"]
+    else:
+        rep["pmem"] = {"state": "on", "pmem_path": "/dev/shm/pool", "medium": "tmpfs", "pmem_size": 1 << 30}
     old = tmp_path / "old"
     old.mkdir()
     (old / "report.json").write_text(json.dumps(rep))
@@ -266,12 +271,12 @@ def test_a_report_of_the_previous_schema_is_one_line(runs, tmp_path):
         proc = report_cli(*args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stdout == ""
-        assert proc.stderr.count("\n") == 1 and "schema_version 1" in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and f"schema_version {version}" in proc.stderr, proc.stderr
     assert not (tmp_path / "old.html").exists()
     for pair in ([old, out["plain"]], [out["plain"], old]):
         proc = run_rtkit(["compare", *map(str, pair)])
         assert proc.returncode == 2 and proc.stdout == "", proc.stderr
-        assert proc.stderr.count("\n") == 1 and "schema_version 1" in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and f"schema_version {version}" in proc.stderr, proc.stderr
 
 
 def test_html_unwritable_path(runs, tmp_path):
@@ -466,7 +471,8 @@ def full_report(base):
                      for i in range(n)],
         "notes": ["plan from steps 3-5"],
     }
-    rep["pmem"] = {"state": "on", "path": "/dev/shm/pool", "pool_bytes": 1 << 30, "pmem_bytes": 300 << 20, "background_moves": 7,
+    rep["pmem"] = {"state": "on", "tier_pool_path": "/dev/shm/pool", "tier_pool_size": 1 << 30, "tier_bytes": 300 << 20,
+                   "background_moves": 7,
                    "classes": [{"record_bytes": 64 << k, "allocations": 10 * k} for k in range(3)]}
     rep["scheduler"] = {
         "stages": {"input": {"ops": 12, "op_time_ms_per_step": 4.5}, "embedding": {"ops": 80, "op_time_ms_per_step": 20.0},
@@ -495,7 +501,7 @@ def test_component_sections_terminal(runs):
     assert re.search(r"mean minor faults/step before plan \(step to step\)\s+2,100", text)
     assert re.search(r"mean minor faults/step after plan \(step to step\)\s+0\.25", text)
     assert re.search(r"^\s+64\.0 KiB\s+2\s+128\.0 KiB$", text, re.M)
-    assert re.search(r"pool bytes\s+1\.00 GiB", text) and re.search(r"background moves\s+7", text)
+    assert re.search(r"tier pool size\s+1\.00 GiB", text) and re.search(r"background moves\s+7", text)
     assert re.search(r"scheduler configuration\s+compute_threads=2, input_threads=1", text)
     assert re.search(r"tuning gain\s+15%", text)
     assert re.search(r"mean pipeline occupancy\s+1\.5\n", text)

@@ -17,7 +17,7 @@ def test_exit_code_passes_through_and_report_is_written(tmp_path):
     proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", "import sys; sys.exit(3)"])
     assert proc.returncode == 3
     report = load_report(tmp_path / "r")
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     assert report["run"]["exit_code"] == 3
     assert report["run"]["status"] == "failed"
     assert report["run"]["command"][-1] == "import sys; sys.exit(3)"

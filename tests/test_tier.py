@@ -12,9 +12,9 @@ from conftest import load_report, requires_tf, run_rtkit
 
 pytestmark = pytest.mark.timeout(300)
 
-PMEM_FIELDS = ("pmem_path", "pmem_size", "tier_bytes", "tier_peak_bytes", "tier_allocs", "tier_frees",
-               "tier_fallbacks", "background_moves", "dram_bytes_saved_estimate", "state", "notes", "pool",
-               "placed_before_first_step", "placed_long_lived", "process_rss_anon_bytes")
+PMEM_FIELDS = ("tier_pool_path", "tier_pool_size", "tier_min_size", "tier_resident_max", "tier_bytes",
+               "tier_peak_bytes", "tier_allocs", "tier_frees", "tier_fallbacks", "dram_bytes_saved_estimate",
+               "state", "notes", "pool", "placed_before_first_step", "placed_long_lived", "process_rss_anon_bytes")
 
 
 def run_tier(native, mode, extra):
@@ -50,7 +50,7 @@ def test_placement_frees_realloc_fork_long_lived(prm, tmp_path):
     doc = pmem_doc(run_dir)
     for key in PMEM_FIELDS:
         assert key in doc, key
-    assert doc["state"] == "on" and doc["pmem_path"] == str(pool) and doc["pmem_size"] == 1 << 30
+    assert doc["state"] == "on" and doc["tier_pool_path"] == str(pool) and doc["tier_pool_size"] == 1 << 30
     assert doc["placed_before_first_step"]["allocs"] >= 4 * 5 * 40 + 5
     ll = doc["placed_long_lived"]
     assert ll["allocs"] >= 1 and ll["bytes"] == ll["allocs"] * 777777 and ll["sizes_known"] == 1
@@ -58,6 +58,7 @@ def test_placement_frees_realloc_fork_long_lived(prm, tmp_path):
     assert doc["tier_allocs"] == doc["tier_frees"] and doc["tier_bytes"] == 0
     assert doc["tier_peak_bytes"] >= 3 << 20 and doc["tier_fallbacks"] == 0 and doc["bad_frees"] == 0
     assert doc["pool"]["extents"] == 0 and doc["pool"]["segments_free"] == doc["pool"]["segments"]
+    assert "background_moves" in doc["pool"] and "background_moves" not in doc  # one place for the pool's figure
     assert doc["dram_bytes_saved_estimate"] >= 3 << 20  # the 3 MiB parameter sat in the pool through the steps
     assert not pool.exists()  # volatile scratch: removed at exit
     assert "pmem" not in alloc_doc(run_dir)  # one source per figure: the tier's own file
@@ -108,7 +109,7 @@ def test_pool_full_falls_back_to_dram(prm, tmp_path):
                                   "RTKIT_TIER_POOL_SIZE": "4M"})
     assert proc.returncode == 0, proc.stderr
     doc = pmem_doc(tmp_path)
-    assert doc["pmem_size"] == 4 << 20
+    assert doc["tier_pool_size"] == 4 << 20
     assert doc["tier_fallbacks"] >= 1 and doc["tier_fallback_bytes"] == doc["tier_fallbacks"] * 1000000
     assert doc["tier_allocs"] >= 2 and doc["tier_allocs"] == doc["tier_frees"]
 
@@ -142,7 +143,7 @@ def test_long_pool_path_works_and_too_long_says_one_line(prm, tmp_path):
     proc = run_tier(prm, "basic", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(pool)})
     assert proc.returncode == 0 and proc.stderr == "" and proc.stdout == "prmalloc_tier basic: ok\n", proc.stderr
     doc = pmem_doc(run_dir)
-    assert doc["state"] == "on" and doc["pmem_path"] == str(pool) and doc["tier_allocs"] >= 1, doc
+    assert doc["state"] == "on" and doc["tier_pool_path"] == str(pool) and doc["tier_allocs"] >= 1, doc
     too_long = str(tmp_path / ("x" * 5000))
     run2 = tmp_path / "run2"
     run2.mkdir()
@@ -175,7 +176,7 @@ def test_existing_file_at_pool_path_is_left_alone_and_bad_size_reported(prm, tmp
     bad = [line for line in proc.stderr.splitlines() if "RTKIT_TIER_MIN_SIZE" in line]
     assert len(bad) == 1 and "lots" in bad[0]
     doc = pmem_doc(run_dir)
-    assert doc["state"] == "failed" and doc["pmem_min_size"] == 64 << 10 and "exists" in " ".join(doc["notes"]), doc
+    assert doc["state"] == "failed" and doc["tier_min_size"] == 64 << 10 and "exists" in " ".join(doc["notes"]), doc
     assert pool.read_bytes() == b"RTKPMEM1" + bytes(4088)
 
 
@@ -189,7 +190,7 @@ def test_the_old_setting_names_still_work_with_one_line_each(prm, tmp_path):
     said = [line for line in proc.stderr.splitlines() if "is renamed" in line]
     assert len(said) == 2 and any("RTKIT_PMEM_PATH is renamed RTKIT_TIER_POOL_PATH" in l for l in said), proc.stderr
     doc = pmem_doc(run_dir)
-    assert doc["state"] == "on" and doc["pmem_path"] == str(pool) and doc["pmem_size"] == 4 << 20, doc
+    assert doc["state"] == "on" and doc["tier_pool_path"] == str(pool) and doc["tier_pool_size"] == 4 << 20, doc
     assert len([n for n in doc["notes"] if "is renamed" in n]) == 2, doc["notes"]
     again = run_tier(prm, "plain", old)  # a second process of the run stays silent
     assert again.returncode == 0 and "is renamed" not in again.stderr, again.stderr

@@ -64,7 +64,6 @@ class Allocator:
     # optional: FAULTS_AFTER_PLAN's own sum and count (per_step from AFTER_PLAN_FROM_STEP on adds up to them)
     FAULTS_AFTER_PLAN_SUM, AFTER_PLAN_STEPS = "minor_faults_after_plan", "after_plan_steps"
     ERRORS = "errors"                     # what went wrong in the library, one string each
-    TIER = "pmem"                         # the tier's figures, embedded; the report's pmem section holds them
     STEP_FAULTS = "minor_faults"          # in each per-step record
     CLASS_BLOCKS = "blocks"               # in each plan class
     ARENA_HITS, FALLBACKS = "totals.arena_hits", "totals.fallbacks"
@@ -88,21 +87,26 @@ class Allocator:
 
 class Pmem:
     """pmem-<pid>.json (prmalloc/tier_stats.c): the allocator's PMEM tier; the report's `pmem` section."""
-    STATE, PATH, MEDIUM = "state", "pmem_path", "medium"
+    STATE, MEDIUM = "state", "medium"
+    # the settings the tier read, under the settings table's keys (rtkit/config.py); the pool's size once it is made
+    PATH, POOL_SIZE, MIN_SIZE, RESIDENT_MAX = "tier_pool_path", "tier_pool_size", "tier_min_size", "tier_resident_max"
+    SETTINGS_ECHO = (PATH, POOL_SIZE, MIN_SIZE, RESIDENT_MAX)
     TIER_BYTES, TIER_PEAK_BYTES = "tier_bytes", "tier_peak_bytes"
     TIER_ALLOCS, TIER_FALLBACKS = "tier_allocs", "tier_fallbacks"
     DRAM_SAVED_BYTES = "dram_bytes_saved_estimate"
-    POOL, POOL_CLASSES = "pool", "pool.classes"
+    POOL, POOL_CLASSES = "pool", "pool.classes"   # pool: null unless the pool is open (state on)
+    # the pool file's geometry, under the names the pool's own stats use (rtkit.allocators.pmem Pool.stats)
+    POOL_GEOMETRY = ("pool.segment_size", "pool.block_size", "pool.max_record")
     NOTES = "notes"
     # the tier view (report/tier_view.py): pool pages in DRAM (mincore), the largest records, residency over time
-    RESIDENT_BYTES, RESIDENT_MAX, RECORDS, TIMELINE = "pool_resident_bytes", "pmem_resident_max", "records", "timeline"
+    RESIDENT_BYTES, RECORDS, TIMELINE = "pool_resident_bytes", "records", "timeline"
     # page heat under the resident budget (prmalloc/tier_budget.c): mechanism "pagemap_scan", "off", "unavailable"
     HEAT, HEAT_MECHANISM, HEAT_SAMPLES = "heat", "heat.mechanism", "heat.samples"
     HEAT_DEMOTED, HEAT_PROMOTED = "heat.chunks_demoted", "heat.chunks_promoted"
     HEAT_DEMOTED_BYTES, HEAT_WRITTEN_OUT_BYTES, HEAT_SECONDS = (
         "heat.demoted_bytes", "heat.written_out_bytes", "heat.seconds")
-    REQUIRED = (STATE, PATH, MEDIUM, TIER_BYTES, TIER_PEAK_BYTES, TIER_ALLOCS, TIER_FALLBACKS, DRAM_SAVED_BYTES, POOL,
-                NOTES, RESIDENT_BYTES, RECORDS, TIMELINE)
+    REQUIRED = (STATE, MEDIUM, *SETTINGS_ECHO, TIER_BYTES, TIER_PEAK_BYTES, TIER_ALLOCS, TIER_FALLBACKS,
+                DRAM_SAVED_BYTES, POOL, NOTES, RESIDENT_BYTES, RECORDS, TIMELINE)
 
 
 class Scheduler:
@@ -183,13 +187,16 @@ def _has(d: Any, path: str) -> bool:
 
 def missing(section: str, data: Any) -> List[str]:
     """The declared keys `data` (one section of a report) lacks; a key present with null is not missing.
-    Conditional keys are only required when their parent is there (tuning.trials when tuning is on)."""
+    Conditional keys are only required when their parent is there (tuning.trials when tuning is on, the pool's
+    geometry when the pool is open)."""
     if not isinstance(data, dict):
         return []
     spec = SECTIONS[section]
     out = [p for p in spec.REQUIRED if not _has(data, p)]
     if spec is Scheduler and isinstance(data.get(Scheduler.TUNING), dict) and not _has(data, Scheduler.TRIALS):
         out.append(Scheduler.TRIALS)
+    if spec is Pmem and isinstance(data.get(Pmem.POOL), dict):
+        out.extend(p for p in Pmem.POOL_GEOMETRY if not _has(data, p))
     return out
 
 

@@ -65,8 +65,8 @@ def load(path: str) -> Tuple[Dict[str, Any], str]:
         raise ReportError(f"rtkit: '{file}' is not an rtkit report (no 'run' section)")
     version = data.get("schema_version")
     if isinstance(version, int) and version < SCHEMA_VERSION:
-        # an older report has sections of another shape (the tier's figures inside the allocator's, no bounds):
-        # its own rtkit reads it
+        # an older report has sections of another shape or figures under other keys: its own rtkit reads it, and
+        # no reader here guesses the older names
         raise ReportError(f"rtkit: '{file}' is a report of schema_version {version}; this rtkit reads version "
                           f"{SCHEMA_VERSION}: read it with the rtkit that wrote it, or run the job again")
     if isinstance(version, int) and version > SCHEMA_VERSION:

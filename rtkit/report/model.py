@@ -1,5 +1,5 @@
 # model.py -- the report model: assembles report.json from the parent's samples and the child's files.
-"""Schema (version 2) is documented in docs/report.md. Reading a finished report is rtkit/report/load.py's job."""
+"""Schema (version 3) is documented in docs/report.md. Reading a finished report is rtkit/report/load.py's job."""
 from __future__ import annotations
 
 import glob
@@ -10,7 +10,7 @@ import re
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 REPORT_FILE = "report.json"
 COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler", "rows")
 BOOTSTRAP_MARKER = "bootstrap-loaded"  # made by the child's bootstrap (rtkit/bootstrap/sitecustomize.py) when it runs

@@ -319,7 +319,7 @@ def allocator_section(report: Dict[str, Any], view: str = "terminal") -> Section
     for fid in ("faults_before_plan", "faults_after_plan"):
         _fig(s.rows, report, fid)
     shown = {A.STATE, A.HIT_RATE, A.HIT_RATE_AFTER_PLAN, A.ARENA_HITS, A.FALLBACKS, A.FAULTS_BEFORE_PLAN,
-             A.FAULTS_AFTER_PLAN, A.PLAN, A.SETTINGS_ECHO, A.TIER, A.ERRORS, "schema_version", "pid", "notes"}
+             A.FAULTS_AFTER_PLAN, A.PLAN, A.SETTINGS_ECHO, A.ERRORS, "schema_version", "pid", "notes"}
     s.rows.extend((_census_label(name), value) for name, value in generic_rows(a, skip=shown))
     t = table_from_records("plan classes", classes, key_name="class") if isinstance(classes, list) else None
     if t:

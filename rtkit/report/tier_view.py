@@ -99,7 +99,7 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
         view["off"] = "tier mode off" if p is None else f"tier mode {p.get(PM.STATE)}"
         return view
     rows = view["rows"]
-    rows.append(("pool", f"{p.get(PM.PATH)} ({p.get(PM.MEDIUM)}), {fmt.nbytes(p.get('pmem_size'))}"))
+    rows.append(("pool", f"{p.get(PM.PATH)} ({p.get(PM.MEDIUM)}), {fmt.nbytes(p.get(PM.POOL_SIZE))}"))
     rows.append(("bytes in the pool (last step)", fmt.nbytes(get(p, "tier_last_step_bytes"))))
     res = resident_while_training(p) if p.get("step_marks") != 0 else None   # no step: no warm-up to be after
     if res is not None:

@@ -12,6 +12,9 @@
 #define U(x) ((unsigned long long)(x))
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
+/* pmem-<pid>.json's own schema version: it moves with rtkit/report/model.py's SCHEMA_VERSION when a key moves */
+#define TIER_STATS_SCHEMA 2
+
 static const char *state_name(int s)
 {
     switch (s) {
@@ -56,12 +59,12 @@ static long tier_format(char *buf, size_t cap)
     rtk_out_t o = {buf, cap, 0, 0};
     const char *nl = "\n  ";
     int st = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
-    rtk_out_put(&o, "{%s\"schema_version\": 1,%s\"pid\": %ld,%s\"state\": \"%s\",%s\"pmem_path\": ", nl, nl, rtk_os_pid(), nl,
-        state_name(st), nl);
+    rtk_out_put(&o, "{%s\"schema_version\": %d,%s\"pid\": %ld,%s\"state\": \"%s\",%s\"tier_pool_path\": ", nl,
+        TIER_STATS_SCHEMA, nl, rtk_os_pid(), nl, state_name(st), nl);
     rtk_out_str(&o, t->path);
     rtk_out_put(&o, ",%s\"medium\": ", nl);
     rtk_out_str(&o, t->medium);
-    rtk_out_put(&o, ",%s\"pmem_size\": %llu,%s\"pmem_min_size\": %llu,%s\"durable\": false,", nl,
+    rtk_out_put(&o, ",%s\"tier_pool_size\": %llu,%s\"tier_min_size\": %llu,%s\"durable\": false,", nl,
         U(st == T_OFF ? 0 : t->size), nl, U(rtk_setting_bytes(RTK_OPT_TIER_MIN_SIZE)), nl);
     uint64_t bytes = LD(t->bytes), mark = LD(t->bytes_at_mark);
     rtk_out_put(&o, "%s\"tier_bytes\": %llu,%s\"tier_peak_bytes\": %llu,%s\"tier_last_step_bytes\": %llu,", nl, U(bytes),
@@ -100,7 +103,7 @@ static long tier_format(char *buf, size_t cap)
             "%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
         nl, rss[0], nl, anon_peak, nl, rss[1], nl, rss[2]);
     /* the tier view: pool pages in DRAM (mincore), the largest records, and residency over time */
-    rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"pmem_resident_max\": %llu,%s\"budget_passes\": %llu,"
+    rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"tier_resident_max\": %llu,%s\"budget_passes\": %llu,"
             "%s\"budget_dropped_bytes\": %llu,%s\"records_live\": %u,", nl, U(v->resident), nl,
         U(rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX)), nl, U(v->passes), nl, U(v->dropped_bytes), nl, t->nlive);
     /* page heat: which chunks the budget kept, what moving them cost */
@@ -134,7 +137,7 @@ static long tier_format(char *buf, size_t cap)
     if (t->pool && st == T_ON) {  /* not in a forked child: a pool lock may be held by a thread it lost */
         rtkit_pmem_stats s;
         rtkit_pmem_stats_get(t->pool, &s);
-        rtk_out_put(&o, "{\"pmem_segment_size\": %llu, \"pmem_block_size\": %u, \"pmem_max_record\": %u, "
+        rtk_out_put(&o, "{\"segment_size\": %llu, \"block_size\": %u, \"max_record\": %u, "
                 "\"segments\": %u, \"segments_free\": %llu, \"segments_class\": %llu, \"segments_extent\": %llu, "
                 "\"allocated_bytes\": %llu, \"requested_bytes\": %llu, \"extents\": %llu, \"extent_bytes\": %llu, "
                 "\"fragmentation\": %.4f, \"is_pmem\": %s, \"persist\": \"%s\", \"background_runs\": %llu, "
@@ -161,9 +164,8 @@ static long tier_format(char *buf, size_t cap)
             first = 0;
         }
         rtk_out_put(&o, "]}");
-        rtk_out_put(&o, ",%s\"background_moves\": %llu", nl, U(s.background_moves));
     } else {
-        rtk_out_put(&o, "null,%s\"background_moves\": 0", nl);
+        rtk_out_put(&o, "null");
     }
     rtk_out_put(&o, ",%s\"notes\": [", nl);
     int n = 0;
