@@ -472,7 +472,7 @@ def full_report(base):
         "notes": ["plan from steps 3-5"],
     }
     rep["pmem"] = {"state": "on", "tier_pool_path": "/dev/shm/pool", "tier_pool_size": 1 << 30, "tier_bytes": 300 << 20,
-                   "background_moves": 7,
+                   "tier_resident_max": 256 << 20, "background_moves": 7,
                    "classes": [{"record_bytes": 64 << k, "allocations": 10 * k} for k in range(3)]}
     rep["scheduler"] = {
         "stages": {"input": {"ops": 12, "op_time_ms_per_step": 4.5}, "embedding": {"ops": 80, "op_time_ms_per_step": 20.0},
@@ -502,6 +502,7 @@ def test_component_sections_terminal(runs):
     assert re.search(r"mean minor faults/step after plan \(step to step\)\s+0\.25", text)
     assert re.search(r"^\s+64\.0 KiB\s+2\s+128\.0 KiB$", text, re.M)
     assert re.search(r"tier pool size\s+1\.00 GiB", text) and re.search(r"background moves\s+7", text)
+    assert re.search(r"tier resident max\s+256\.0 MiB", text)   # a size setting's echo, whatever its suffix
     assert re.search(r"scheduler configuration\s+compute_threads=2, input_threads=1", text)
     assert re.search(r"tuning gain\s+15%", text)
     assert re.search(r"mean pipeline occupancy\s+1\.5\n", text)

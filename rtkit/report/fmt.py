@@ -88,6 +88,8 @@ def by_key(key: str, v: Any) -> str:
         return f"{len(v)} keys"
     if not is_num(v):
         return str(v)
+    if _is_size_setting(key):   # a settings echo (`tier_resident_max`) is in bytes whatever its suffix says
+        return nbytes(v)
     k = unit_key(key)
     if k.endswith("bytes") or k.startswith("bytes_") or k.endswith("_size") or k == "size":
         return nbytes(v)
@@ -112,6 +114,13 @@ def by_key(key: str, v: Any) -> str:
 
 _STATS = ("_median", "_mean", "_avg", "_p5", "_p50", "_p90", "_p95", "_p99", "_min", "_max", "_total", "_sum",
           "_before_plan", "_after_plan", "_per_step", "_before", "_after", "_peak", "_last", "_first")
+
+
+def _is_size_setting(key: str) -> bool:
+    from rtkit import config   # the settings table: a leaf, imported when a figure is first formatted
+
+    setting = config.BY_KEY.get(key)
+    return setting is not None and setting.kind == "size"
 
 
 def unit_key(key: str) -> str:
