@@ -83,6 +83,17 @@ def test_loaded_plan_min_size_applies(prm, tmp_path):
     assert doc["config"]["malloc_min_size"] == 1 << 20
 
 
+def test_loaded_plan_min_size_leaves_the_setting_in_the_value_array(prm, tmp_path):
+    # the plan's min_size was written into the settings' value array, which then no longer held what the user set
+    from rtkit import config
+    plan = tmp_path / "plan.txt"
+    plan.write_text(plan_text([(1 << 20, 1, 4096), (2 << 20, 1, 4096)], min_size=1 << 20))
+    proc = run_c(prm, "prmalloc_unit_min_size", args=[str(config.BY_KEY["malloc_min_size"].default), str(1 << 20)],
+                 preload=False, extra={"RTKIT_MALLOC_PLAN": str(plan)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "prmalloc_unit_min_size: ok\n"
+
+
 def test_own_plan_accepted_when_blocks_are_held_before_the_first_step(prm, tmp_path):
     # the blocks a job takes before its first step stay live: validation in steps 2..4 must still find free
     # blocks for the job's own plan rather than reject it

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 # run_micro.py -- PRMalloc micro-benchmarks against glibc, jemalloc, tcmalloc and mimalloc: interleaved rounds, medians, ratios, faults, callgrind instructions.
 """Usage: python allocators/bench/run_micro.py [--rounds N] [--no-callgrind] [--out DIR]
+       python allocators/bench/run_micro.py --paths [--out DIR]
 
 Each round runs every configuration once, in order (A B C D E, A B C D E, ...), so drift on a noisy machine
 hits all of them alike. Reported: the median over rounds of each benchmark's own median step time, the
 ratio to the fastest peer, and minor faults per step (getrusage inside the benchmark). Instructions per
 malloc/free pair come from `valgrind --tool=callgrind`: two run lengths, differenced, so start-up cancels.
+--paths prints only rtkit's instructions per pair on each path of pair_paths.c (the small fast path, a planned
+1 MiB class, profiling, the large heap, glibc's small blocks beside a non-empty fallback stash).
 """
 import argparse
 import os
@@ -52,6 +55,15 @@ def build(out):
                     "--out", out], check=True, stdout=subprocess.DEVNULL)
 
 
+def build_paths(out):
+    """The preload library and the two programs --paths runs (not every bench: pmem_bench needs PMDK's headers)."""
+    sys.path.insert(0, os.path.join(REPO, "allocators"))
+    import build as native  # allocators/build.py
+    native.build_libraries(out, only=["malloc"])
+    for name in ("small_objects", "pair_paths"):
+        native.build_bench_program(os.path.join(HERE, name + ".c"), os.path.join(out, "bench"))
+
+
 def configs(out):
     """name -> (library or '', extra environment)"""
     cfg = {name: (lib, {}) for name, lib in PEERS.items() if not lib or os.path.exists(lib)}
@@ -82,22 +94,33 @@ def run_once(out, prog, args, lib, run_dir):
     return parse(proc.stdout.strip().splitlines()[-1])
 
 
-def callgrind_instructions(out, lib, n1=100000, n2=300000, extra_env=None):
+# path name -> (pair_paths mode or None for small_objects, extra environment, the two run lengths)
+PATHS = {
+    "small fast path": (None, {}, (100000, 300000)),
+    "planned 1 MiB class": ("planned", {}, (20000, 60000)),
+    "profiling 1 MiB": ("profiling", {}, (20000, 60000)),
+    "large heap 1 MiB": ("large", {}, (20000, 60000)),
+    "small beside the stash": ("stash", {"RTKIT_MALLOC_LARGE": "0"}, (100000, 300000)),
+}
+
+
+def callgrind_instructions(out, lib, n1=100000, n2=300000, extra_env=None, mode=None):
     if not shutil.which("valgrind"):
         return None
     counts = []
+    prog = [os.path.join(out, "bench", "small_objects")] if mode is None else [os.path.join(out, "bench", "pair_paths"), mode]
     for n in (n1, n2):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "_RTKIT_MALLOC_ROOT"}
         env.pop("LD_PRELOAD", None)
         if lib:
             env["LD_PRELOAD"] = lib
         env.update(extra_env or {})
         with tempfile.TemporaryDirectory() as tmp:
             proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
-                                   os.path.join(out, "bench", "small_objects"), str(n)],
+                                   *prog, str(n)],
                                   env=env, capture_output=True, text=True, timeout=600)
         m = re.search(r"Collected : (\d+)", proc.stderr)
-        if not m:
+        if not m or proc.returncode != 0:  # a path not reached (pair_paths says why on stderr) is no figure
             return None
         counts.append(int(m.group(1)))
     return (counts[1] - counts[0]) / (n2 - n1)
@@ -109,7 +132,16 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(REPO, "build", "native"))
     ap.add_argument("--no-callgrind", action="store_true")
     ap.add_argument("--only", action="append", choices=sorted(BENCHES))
+    ap.add_argument("--paths", action="store_true", help="only rtkit's callgrind instructions per pair on each path")
     args = ap.parse_args(argv)
+    if args.paths:
+        build_paths(args.out)
+        lib = os.path.join(args.out, "librtkit_malloc.so")
+        print("# rtkit instructions per malloc/free pair (callgrind, differenced run lengths, incl. the loop body)")
+        for name, (mode, env, (n1, n2)) in PATHS.items():
+            r = callgrind_instructions(args.out, lib, n1, n2, extra_env=env, mode=mode)
+            print(f"{name:24} {'-' if r is None else '%.1f' % r}")
+        return 0
     build(args.out)
     cfg = configs(args.out)
     benches = {k: v for k, v in BENCHES.items() if not args.only or k in args.only}

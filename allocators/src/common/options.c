@@ -288,7 +288,7 @@ int rtk_opt_load(int parts)
 
 int rtk_opt_bad(rtk_opt_t id) { return g_bad[id]; }
 
-void rtk_opt_echo(rtk_out_t *o, int parts)
+void rtk_opt_echo(rtk_out_t *o, int parts, rtk_in_force_fn in_force)
 {
     int first = 1;
     for (int id = 0; id < RTK_OPT_COUNT; id++) {
@@ -297,12 +297,12 @@ void rtk_opt_echo(rtk_out_t *o, int parts)
             continue;
         rtk_out_put(o, "%s\"%s\": ", first ? "" : ", ", s->key);
         first = 0;
-        const rtk_value_t *v = &rtk_values[id];
+        rtk_value_t v = in_force ? in_force((rtk_opt_t)id, rtk_values[id]) : rtk_values[id];
         switch (s->kind) {
-        case RTK_KIND_BOOL: rtk_out_put(o, "%s", v->on ? "true" : "false"); break;
-        case RTK_KIND_INT: rtk_out_put(o, "%ld", v->num); break;
-        case RTK_KIND_SIZE: rtk_out_put(o, "%zu", v->bytes); break;
-        default: rtk_out_str(o, v->text); break;
+        case RTK_KIND_BOOL: rtk_out_put(o, "%s", v.on ? "true" : "false"); break;
+        case RTK_KIND_INT: rtk_out_put(o, "%ld", v.num); break;
+        case RTK_KIND_SIZE: rtk_out_put(o, "%zu", v.bytes); break;
+        default: rtk_out_str(o, v.text); break;
         }
     }
 }

@@ -59,8 +59,11 @@ static inline long rtk_setting_num(rtk_opt_t id) { return rtk_values[id].num; }
 static inline size_t rtk_setting_bytes(rtk_opt_t id) { return rtk_values[id].bytes; }
 static inline const char *rtk_setting_text(rtk_opt_t id) { return rtk_values[id].text; }
 
-/* `"key": value` for every setting of `parts`, comma-separated in table order: a stats file's settings echo. */
-RTK_HIDDEN void rtk_opt_echo(rtk_out_t *o, int parts);
+/* `"key": value` for every setting of `parts`, comma-separated in table order: a stats file's settings echo.
+ * in_force (NULL: none) gives the value the library uses in place of the one set, where the two differ (a loaded
+ * plan's min_size): the echo says what is in force, and rtk_values keeps only what the user set. */
+typedef rtk_value_t (*rtk_in_force_fn)(rtk_opt_t id, rtk_value_t set);
+RTK_HIDDEN void rtk_opt_echo(rtk_out_t *o, int parts, rtk_in_force_fn in_force);
 
 /* Pure parsers: 0 on success, -1 when the text is not valid. No logging.
  * Sizes: digits, optional K/M/G/T (binary multiples), optional "B"/"iB", surrounding spaces allowed.

@@ -141,13 +141,14 @@ void rtk_heap_corrupt(const char *call, const char *what, const void *p)
 }
 
 
-void rtk_free_owned(void *p, rtk_owner_t o)
+void rtk_free_owned(void *p, const rtk_owner_t *op)
 {
+    rtk_owner_t o = *op;  /* read once: the calls below could change *op for all the compiler knows */
     if (o.kind == RTK_OWNER_TIER) {
-        rtk_tier_free(p);  /* a bad pointer is counted there, never handed to glibc */
+        rtk_tier_free(p, o.size, o.tier_handle);  /* a bad pointer is counted there, never handed to glibc */
         return;
     }
-    if (o.state != RTK_BLOCK_LIVE)
+    if (o.state != RTK_BLOCK_LIVE)  /* a block the stash keeps is always free: its second free */
         rtk_heap_corrupt("free()", o.state == RTK_BLOCK_FREE ? "double free of" : "invalid pointer", p);
     if (o.kind == RTK_OWNER_LARGE && rtk_prof_active)
         rtk_profile_free(p);
@@ -174,8 +175,8 @@ size_t rtk_usable_size(const void *p)
         return 0;
     rtk_owner_t o = rtk_owner_of(p);
     if (o.kind == RTK_OWNER_GLIBC)
-        return rtk_stash_holds(p) ? 0 : rtk_libc_usable(p);  /* a kept block was freed by the program */
-    /* a free block has no usable bytes (glibc reports 0 for a free chunk) */
+        return rtk_libc_usable(p);
+    /* a free block, a kept one included, has no usable bytes (glibc reports 0 for a free chunk) */
     return o.state == RTK_BLOCK_LIVE ? o.size : 0;
 }
 
@@ -188,7 +189,7 @@ static void *move_block(void *p, const rtk_owner_t *o, size_t n)
         return NULL;
     }
     memcpy(q, p, o->size < n ? o->size : n);
-    rtk_free_owned(p, *o);
+    rtk_free_owned(p, o);
     return q;
 }
 
@@ -197,8 +198,6 @@ static void *glibc_realloc(void *p, size_t n)
 {
     if (!rtk_fastpath.inspect || rtk_fastpath.mode != RTK_MODE_READY)
         return __libc_realloc(p, n);
-    if (rtk_stash_holds(p))  /* freed by the program, kept by rtkit: glibc would not know it is free */
-        rtk_heap_corrupt("realloc()", "invalid pointer", p);
     size_t old_cs = rtk_chunk_bytes(p);
     if (old_cs >= rtk_fastpath.track_min)
         rtk_profile_free(p);
@@ -236,7 +235,9 @@ void *rtk_realloc(void *p, size_t n)
         rtk_slot()->realloc_calls++;
     if (o.kind == RTK_OWNER_GLIBC)
         return glibc_realloc(p, n);
-    if (o.state != RTK_BLOCK_LIVE)  /* a free block or no block start: glibc's "realloc(): invalid pointer" */
+    /* a free block (a kept one too: glibc would not know it is free) or no block start: glibc's "realloc(): invalid
+     * pointer" */
+    if (o.state != RTK_BLOCK_LIVE)
         rtk_heap_corrupt("realloc()", "invalid pointer", p);
     if (o.kind == RTK_OWNER_ARENA) {
         /* out of or within an arena: keep the block when the new size still fits it and is large */

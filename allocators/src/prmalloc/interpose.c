@@ -130,7 +130,7 @@ __attribute__((noinline)) static void free_special(void *p)
         return;
     rtk_owner_t o = rtk_owner_of(p);
     if (o.kind != RTK_OWNER_GLIBC) {
-        rtk_free_owned(p, o);
+        rtk_free_owned(p, &o);
         return;
     }
     free_slow(p, rtk_chunk_bytes(p));

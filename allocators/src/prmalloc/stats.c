@@ -36,6 +36,15 @@ static void put_avg(rtk_out_t *o, uint64_t sum, uint64_t n)
         rtk_out_put(o, "null");
 }
 
+/* the echo's value of a setting: the one in force, as the report has always read it (a loaded plan's min_size, whose
+ * home is rtk_fastpath, in place of the user's) */
+static rtk_value_t in_force(rtk_opt_t id, rtk_value_t set)
+{
+    if (id == RTK_OPT_MALLOC_MIN_SIZE && rtk_fastpath.min_size != SIZE_MAX)
+        set.bytes = rtk_fastpath.min_size;
+    return set;
+}
+
 long rtk_stats_format(char *buf, size_t cap)
 {
     rtk_out_t o = {buf, cap, 0, 0};
@@ -50,7 +59,7 @@ long rtk_stats_format(char *buf, size_t cap)
         rtk_out_str(&o, msg);
     }
     rtk_out_put(&o, "],\n  \"config\": {");
-    rtk_opt_echo(&o, RTK_PART_MALLOC);  /* the settings under rtkit/config.py's keys */
+    rtk_opt_echo(&o, RTK_PART_MALLOC, in_force);  /* the settings under rtkit/config.py's keys */
     rtk_out_put(&o, ", \"run_dir\": ");
     rtk_out_str(&o, rtk_engine.cfg.run_dir);
     rtk_out_put(&o, "},\n  \"steps\": %u,\n", rtk_engine.steps);

@@ -32,10 +32,10 @@ static uint32_t plan_install_step(void)
     return rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) > 0 ? (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) : 1u;
 }
 
-/* min_size decides what the arenas and the large heap see; the profiling or plan loading that follows uses it */
+/* min_size decides what the arenas and the large heap see; the profiling or plan loading that follows uses it.
+ * Its home is rtk_fastpath.min_size (a loaded plan's replaces the setting there); rtk_values keeps the user's. */
 static void apply_min_size(size_t min_size)
 {
-    rtk_values[RTK_OPT_MALLOC_MIN_SIZE].bytes = min_size;  /* a loaded plan's min_size is the value from then on */
     rtk_fastpath.min_size = min_size;
     rtk_engine.large_min = rtk_setting_on(RTK_OPT_MALLOC_LARGE) && rtk_large_span ? (min_size > (16u << 10) ? min_size : (16u << 10)) : SIZE_MAX;
     /* below fast_max malloc is glibc's (sampled by the census); at or above it, rtk_alloc: min_size, or the
@@ -65,7 +65,7 @@ static void load_plan(void)
     } else if (loaded == 0) {
         size_t page = rtk_os_page_size();
         /* the plan was made for its min_size: sizes below it were never profiled (an explicit setting wins) */
-        if (p->min_size && !rtk_opt_given(RTK_OPT_MALLOC_MIN_SIZE) && p->min_size != rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE))
+        if (p->min_size && !rtk_opt_given(RTK_OPT_MALLOC_MIN_SIZE) && p->min_size != rtk_fastpath.min_size)
             apply_min_size(p->min_size);
         if (rtk_plan_trim(p, rtk_setting_bytes(RTK_OPT_MALLOC_ARENA_LIMIT), page) < 1 || p->nclasses == 0) {
             snprintf(rtk_engine.rejected_reason, sizeof rtk_engine.rejected_reason,
@@ -84,7 +84,7 @@ static void load_plan(void)
             rtk_engine.plan_source = "loaded";
             rtk_engine.state = RTK_STATE_PLANNED;
             if (rtk_engine.large_min == SIZE_MAX)  /* no large heap serves the fallbacks (the arenas may still use one) */
-                rtk_stash_enable(p, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
+                rtk_stash_enable(p, rtk_fastpath.min_size);
             rtk_engine.profile_reason = "loaded";
             rtk_engine.plan_step = 0;
             rtk_engine.after_from = (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START);  /* warm-up steps (imports, graph build) excluded */
@@ -125,7 +125,7 @@ void rtk_step_start_profiling(uint32_t step)
     rtk_engine.profile_reason = "";
     rtk_engine.faults_before_start = rtk_os_minor_faults();
     rtk_engine.faults_before_steps = 0;
-    rtk_profile_begin(step, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
+    rtk_profile_begin(step, rtk_fastpath.min_size);
 }
 
 static void finish_profiling(uint32_t step, const char *reason)
@@ -168,9 +168,9 @@ static void finish_profiling(uint32_t step, const char *reason)
     rtk_engine.after_from = step;
     rtk_engine.faults_after_sum = rtk_engine.faults_after_steps = 0;
     if (rtk_engine.large_min == SIZE_MAX)
-        rtk_stash_enable(&rtk_engine.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
+        rtk_stash_enable(&rtk_engine.plan, rtk_fastpath.min_size);
     if (rtk_engine.cfg.run_dir[0])
-        rtk_planfile_save(&rtk_engine.plan, rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE), rtk_engine.cfg.run_dir, rtk_engine.plan_path,
+        rtk_planfile_save(&rtk_engine.plan, rtk_fastpath.min_size, rtk_engine.cfg.run_dir, rtk_engine.plan_path,
                           sizeof rtk_engine.plan_path);
     rtk_engine.faults_after_start = rtk_os_minor_faults();
 }

@@ -261,13 +261,14 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
     return q;
 }
 
-/* the tier header of p, or NULL when p is not a payload this file handed out */
-static uint64_t *header_of(const void *p)
+/* the tier header of p (and its record handle in *h), or NULL when p is not a payload this file handed out */
+static uint64_t *header_of(const void *p, uint64_t *h)
 {
     if (!rtk_tier.base || ((uintptr_t)p & 15) || (const char *)p < rtk_tier.base + 4096 + TIER_HDR)
         return NULL;
     uint64_t *hd = (uint64_t *)((const char *)p - TIER_HDR);
-    if (hd[3] != tag_of(hd[1], p))
+    *h = hd[1];
+    if (hd[3] != tag_of(*h, p))
         return NULL;
     return hd;
 }
@@ -304,20 +305,20 @@ static void release_pages(void *p, uint64_t n, uint64_t h)
     }
 }
 
-void rtk_tier_free(void *p)
+void rtk_tier_free(void *p, size_t n, uint64_t h)
 {
     if (__builtin_expect(rtk_tier.state == T_CHILD, 0)) {
         /* a forked child sees a private copy of the pool: giving records back would free the parent's */
         __atomic_add_fetch(&rtk_tier.child_frees, 1, __ATOMIC_RELAXED);
         return;
     }
-    uint64_t *hd = header_of(p);
-    if (!hd) {
+    /* n == 0: the lookup found no payload at p. Else the tag the lookup matched is taken in one step: a second free
+     * of p no longer matches, and of two frees of p racing past the lock-free lookup only one claims the record */
+    uint64_t *hd = (uint64_t *)((char *)p - TIER_HDR), tag = tag_of(h, p);
+    if (!n || !__atomic_compare_exchange_n(&hd[3], &tag, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
         __atomic_add_fetch(&rtk_tier.bad_frees, 1, __ATOMIC_RELAXED);
         return;
     }
-    uint64_t n = hd[0], h = hd[1];
-    hd[3] = 0;  /* a second free of p no longer matches */
     if (rtk_tier_pre) {  /* placed before the first step and freed before it: churn, not a table */
         uint64_t freed = __atomic_add_fetch(&rtk_tier.pre_freed_bytes, n, __ATOMIC_RELAXED);
         if (freed >= TIER_CHURN_STOP && freed > __atomic_load_n(&rtk_tier.pre_bytes, __ATOMIC_RELAXED) / 4 * 3)
@@ -354,9 +355,9 @@ void rtk_tier_free(void *p)
     __atomic_sub_fetch(&rtk_tier.bytes, n, __ATOMIC_RELAXED);
 }
 
-size_t rtk_tier_usable(const void *p)
+size_t rtk_tier_usable(const void *p, uint64_t *handle)
 {
-    uint64_t *hd = header_of(p);
+    uint64_t *hd = header_of(p, handle);
     return hd ? (size_t)hd[0] : 0;
 }
 
