@@ -23,6 +23,7 @@ from . import lookahead_pages as pages
 
 FIND_PER_BATCH = 256      # tables (each with its slots) the worker looks for in the pool per batch
 FIND_TRIES = 4            # batches it looks in, at most
+MIN_FIND_ROW_BYTES = 16   # tables of smaller rows are touched by a gather and not measured
 
 
 class _Batch:
@@ -155,10 +156,11 @@ class Lookahead:
 
     def _work(self, b: _Batch) -> None:
         missing = [n for n in b.rows if n not in self.bases]
-        find = bool(missing) and self.pool is not None and self._find_tries < FIND_TRIES
+        find = any(self.plan.tables[n].row_bytes >= MIN_FIND_ROW_BYTES for n in missing) and \
+            self.pool is not None and self._find_tries < FIND_TRIES
         names: List[str] = []
-        if find:   # the largest rows first: their bytes are the least likely to repeat elsewhere
-            names = sorted(missing, key=lambda n: -self.plan.tables[n].row_bytes)[:FIND_PER_BATCH]
+        if find:   # rows of 16 bytes or more (4 floats): their bytes are unlikely to repeat elsewhere
+            names = [n for n in missing if self.plan.tables[n].row_bytes >= MIN_FIND_ROW_BYTES][:FIND_PER_BATCH]
         if self.mode == "on":
             # tables found in the pool: their rows' pages are asked for at once (MADV_WILLNEED); the others are read
             # by a gather of their rows (one page fault at a time)

@@ -17,6 +17,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 MADV_WILLNEED = 3
+MAX_HITS = 64
 
 
 def pool_range(path: str) -> Optional[Tuple[int, int]]:
@@ -110,7 +111,12 @@ def find_bases(pool: Tuple[int, int], wanted: Dict[str, Tuple[int, np.ndarray, n
             for it in items:
                 keys.setdefault(int(np.frombuffer(it[3][:w], dtype=words.dtype)[0]), []).append(it)
             hits = np.flatnonzero(np.isin(words, np.fromiter(keys, dtype=words.dtype, count=len(keys))))
-            for h in hits[:200000].tolist():
+            if hits.size:   # a word found more than MAX_HITS times (a constant fill) says nothing: skipped
+                vals, counts = np.unique(words[hits], return_counts=True)
+                common = vals[counts > MAX_HITS]
+                if common.size:
+                    hits = hits[~np.isin(words[hits], common)]
+            for h in hits.tolist():
                 for name, r, row_bytes, b in keys[int(words[h])]:
                     at = h * w
                     if data[at:at + row_bytes] == b:
