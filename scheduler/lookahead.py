@@ -21,9 +21,8 @@ import numpy as np
 
 from . import lookahead_pages as pages
 
-FIND_PER_BATCH = 256      # tables (each with its slots) the worker looks for in the pool per batch
-FIND_TRIES = 4            # batches it looks in, at most
-MIN_FIND_ROW_BYTES = 16   # tables of smaller rows are touched by a gather and not measured
+FIND_PER_BATCH = 256      # tables (each with its slots) looked for in the pool per try
+FIND_TRIES = 2            # steps before which the pool is searched, at most
 
 
 class _Batch:
@@ -46,11 +45,12 @@ class Lookahead:
         self.items: "collections.deque[_Batch]" = collections.deque()
         self.bases: Dict[str, List[int]] = {}  # table -> base of the table and of each slot found in the pool
         self._find_tries = 0
+        self.current: Dict[str, np.ndarray] = {}
         self._stop = False
         self.counts = {"batches": 0, "batches_touched": 0, "rows_requested": 0, "rows_capped": 0,
                        "pages_requested": 0, "bytes_requested": 0, "batches_measured": 0, "pages_checked": 0,
                        "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
-                       "errors": 0}
+                       "find_s": 0.0, "errors": 0}
         self.error: Optional[str] = None
         self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
         self._thread.start()
@@ -87,8 +87,26 @@ class Lookahead:
             if not self.items:
                 return
             b = self.items.popleft()
+            prev, self.current = self.current, b.rows
             late = self.mode == "on" and not b.done
-            self.cond.notify_all()
+            find = self.pool is not None and self._find_tries < FIND_TRIES and len(self.bases) < len(self.plan.tables)
+            if not find:
+                self.cond.notify_all()
+        if find and prev:
+            # between two steps no table is written (a put and the worker only read): the rows the last step used
+            # are in DRAM and hold still while the pool is searched for them
+            c0 = time.perf_counter()
+            try:
+                self._find(prev)
+            except Exception as exc:
+                with self.cond:
+                    self.counts["errors"] += 1
+                    self.error = f"finding the tables: {type(exc).__name__}: {exc}"
+            with self.cond:
+                self.counts["find_s"] += time.perf_counter() - c0
+        if find:
+            with self.cond:
+                self.cond.notify_all()
         with self.cond:
             self.counts["batches"] += 1
             if late:
@@ -155,69 +173,52 @@ class Lookahead:
                     self.cond.notify_all()
 
     def _work(self, b: _Batch) -> None:
-        missing = [n for n in b.rows if n not in self.bases]
-        find = any(self.plan.tables[n].row_bytes >= MIN_FIND_ROW_BYTES for n in missing) and \
-            self.pool is not None and self._find_tries < FIND_TRIES
-        names: List[str] = []
-        if find:   # rows of 16 bytes or more (4 floats): their bytes are unlikely to repeat elsewhere
-            names = [n for n in missing if self.plan.tables[n].row_bytes >= MIN_FIND_ROW_BYTES][:FIND_PER_BATCH]
-        if self.mode == "on":
-            # tables found in the pool: their rows' pages are asked for at once (MADV_WILLNEED); the others are read
-            # by a gather of their rows (one page fault at a time)
-            gather = {n: r for n, r in b.rows.items() if n not in self.bases or n in names}
-            for name, bases in list(self.bases.items()):
-                t, r = self.plan.tables[name], b.rows.get(name)
-                if r is None or name in gather:
-                    continue
-                for i, base in enumerate(bases):
-                    pages.will_need(pages.row_pages(base, self._row_bytes(t, i), r))
-        else:
-            gather = {n: b.rows[n] for n in names}
-        if gather or find:
-            values = self._run_touch(gather, find)
-            if self.mode == "on":
-                with self.cond:
-                    self.counts["batches_touched"] += 1
-                    self.counts["rows_requested"] += sum(r.size for r in b.rows.values())
-                    for name, r in b.rows.items():
-                        t = self.plan.tables[name]
-                        for i in range(1 + len(t.slots)):
-                            rb = t.row_bytes if i == 0 else self._slot_row_bytes(t, i - 1)
-                            self.counts["pages_requested"] += int(pages.row_pages(0, rb, r).size)
-                            self.counts["bytes_requested"] += int(r.size * rb)
-            if find:
-                self._find(b, names, values)
-        if self.mode == "on" and self.bases:
-            for name, bases in self.bases.items():
+        if self.mode != "on":
+            return
+        # tables found in the pool: their rows' pages are asked for at once (MADV_WILLNEED, all in flight together);
+        # the others are read by a gather of their rows on the session (one page fault at a time)
+        gather = {n: r for n, r in b.rows.items() if n not in self.bases}
+        for name, bases in list(self.bases.items()):
+            t, r = self.plan.tables[name], b.rows.get(name)
+            if r is None:
+                continue
+            for i, base in enumerate(bases):
+                pages.will_need(pages.row_pages(base, self._row_bytes(t, i), r))
+        if gather:
+            self._run_touch(gather, False)
+        with self.cond:
+            self.counts["batches_touched"] += 1
+            self.counts["rows_requested"] += sum(r.size for r in b.rows.values())
+            for name, r in b.rows.items():
                 t = self.plan.tables[name]
-                r = b.rows.get(name)
-                if r is None:
-                    continue
-                for i, base in enumerate(bases):
-                    rb = t.row_bytes if i == 0 else self._slot_row_bytes(t, i - 1)
-                    pg = pages.row_pages(base, rb, r)
-                    b.after[f"{name}#{i}"] = pg[pages.resident(pg)]
+                for i in range(1 + len(t.slots)):
+                    rb = self._row_bytes(t, i)
+                    self.counts["pages_requested"] += int(pages.row_pages(0, rb, r).size)
+                    self.counts["bytes_requested"] += int(r.size * rb)
+        for name, bases in list(self.bases.items()):
+            t, r = self.plan.tables[name], b.rows.get(name)
+            if r is None:
+                continue
+            for i, base in enumerate(bases):
+                pg = pages.row_pages(base, self._row_bytes(t, i), r)
+                b.after[f"{name}#{i}"] = pg[pages.resident(pg)]
 
-    def _find(self, b: _Batch, names: List[str], values: Dict[str, List[np.ndarray]]) -> None:
+    def _find(self, rows: Dict[str, np.ndarray]) -> None:
+        """Look for the tables not found yet in the pool's resident pages, by the values of some of `rows`."""
         self._find_tries += 1
+        names = [n for n in rows if n not in self.bases and rows[n].size][:FIND_PER_BATCH]
+        pick = {n: rows[n][np.linspace(0, rows[n].size - 1, num=min(16, rows[n].size)).astype(int)] for n in names}
+        values = self._run_touch(pick, True)
         wanted = {}
         for name in names:
-            t, r = self.plan.tables[name], b.rows[name]
-            vals = values.get(name)
-            if vals is None or r.size == 0:
-                continue
-            pick = np.linspace(0, r.size - 1, num=min(8, r.size)).astype(int)
-            for i, v in enumerate(vals):
-                rb = t.row_bytes if i == 0 else self._slot_row_bytes(t, i - 1)
-                wanted[f"{name}#{i}"] = (rb, r[pick], np.asarray(v)[pick])
-        found = pages.find_bases(self.pool, wanted)
-        bases = {}
-        for name in names:
             t = self.plan.tables[name]
-            keys = [f"{name}#{i}" for i in range(1 + len(t.slots))]
+            for i, v in enumerate(values.get(name) or []):
+                wanted[f"{name}#{i}"] = (self._row_bytes(t, i), pick[name], np.asarray(v))
+        found = pages.find_bases(self.pool, wanted)
+        for name in names:
+            keys = [f"{name}#{i}" for i in range(1 + len(self.plan.tables[name].slots))]
             if all(k in found for k in keys):
-                bases[name] = [found[k] for k in keys]
-        self.bases.update(bases)
+                self.bases[name] = [found[k] for k in keys]
 
     def stop(self, timeout_s: float = 1.0) -> None:
         with self.cond:
@@ -228,6 +229,7 @@ class Lookahead:
     def report(self) -> Dict:
         c = dict(self.counts)
         c["worker_cpu_s"] = round(c["worker_cpu_s"], 4)
+        c["find_s"] = round(c["find_s"], 4)
         c["resident_share"] = (round(c["pages_resident"] / c["pages_checked"], 4) if c["pages_checked"] else None)
         c["tables_measured"] = len(self.bases)
         c["pool_found"] = self.pool is not None

@@ -83,8 +83,8 @@ def find_bases(pool: Tuple[int, int], wanted: Dict[str, Tuple[int, np.ndarray, n
     """name -> base address of each table found: wanted[name] = (row bytes, rows, their values [len(rows), ...]).
     A row's bytes found at address a vote for base a - row * row_bytes (64-byte aligned, inside the pool); a base
     two rows agree on is taken. Only resident pages are read, each once: their words are matched against the
-    first word of every row at once (8-byte words for rows of a multiple of 8 bytes, else 4-byte), and each match
-    is checked against the whole row."""
+    first word of every row at once (8-byte words for rows of a multiple of 8 bytes, else 4-byte), a word found
+    more than MAX_HITS times (a constant fill) is left out, and each match is checked against the whole row."""
     lo, hi = pool
     idx = np.flatnonzero(mincore(lo, hi))
     if idx.size == 0:
@@ -92,6 +92,10 @@ def find_bases(pool: Tuple[int, int], wanted: Dict[str, Tuple[int, np.ndarray, n
     breaks = np.flatnonzero(np.diff(idx) != 1)
     starts = np.concatenate([[idx[0]], idx[breaks + 1]])
     ends = np.concatenate([idx[breaks], [idx[-1]]]) + 1
+    # the resident runs, one after the other: byte p of `data` is address addr[i] + p - at[i], i the run of p
+    at = np.concatenate([[0], np.cumsum((ends - starts) * PAGE)])
+    addr = lo + starts * PAGE
+    data = b"".join(ctypes.string_at(int(a), int(n)) for a, n in zip(addr.tolist(), ((ends - starts) * PAGE).tolist()))
     needles: Dict[int, List[Tuple[str, int, int, bytes]]] = {8: [], 4: []}   # word size -> (name, row, bytes, row's bytes)
     for name, (row_bytes, rows, values) in wanted.items():
         w = 8 if row_bytes % 8 == 0 else 4
@@ -100,29 +104,31 @@ def find_bases(pool: Tuple[int, int], wanted: Dict[str, Tuple[int, np.ndarray, n
             if len(b) == row_bytes and b.strip(b"\0"):   # an all-zero row says nothing
                 needles[w].append((name, int(r), row_bytes, b))
     votes: Dict[str, "collections.Counter"] = collections.defaultdict(collections.Counter)
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        addr0 = lo + s * PAGE
-        data = ctypes.string_at(addr0, (e - s) * PAGE)
-        for w, items in needles.items():
-            if not items:
-                continue
-            words = np.frombuffer(data, dtype=np.uint64 if w == 8 else np.uint32)
-            keys = {}
-            for it in items:
-                keys.setdefault(int(np.frombuffer(it[3][:w], dtype=words.dtype)[0]), []).append(it)
-            hits = np.flatnonzero(np.isin(words, np.fromiter(keys, dtype=words.dtype, count=len(keys))))
-            if hits.size:   # a word found more than MAX_HITS times (a constant fill) says nothing: skipped
-                vals, counts = np.unique(words[hits], return_counts=True)
-                common = vals[counts > MAX_HITS]
-                if common.size:
-                    hits = hits[~np.isin(words[hits], common)]
-            for h in hits.tolist():
-                for name, r, row_bytes, b in keys[int(words[h])]:
-                    at = h * w
-                    if data[at:at + row_bytes] == b:
-                        base = addr0 + at - r * row_bytes
-                        if base % 64 == 0 and lo <= base < hi:
-                            votes[name][base] += 1
+    for w, items in needles.items():
+        if not items:
+            continue
+        words = np.frombuffer(data, dtype=np.uint64 if w == 8 else np.uint32)
+        keys: Dict[int, List] = {}
+        for it in items:
+            keys.setdefault(int(np.frombuffer(it[3][:w], dtype=words.dtype)[0]), []).append(it)
+        karr = np.fromiter(keys, dtype=words.dtype, count=len(keys))
+        low = np.zeros(1 << 16, dtype=bool)   # a first pass on the low 16 bits: one table lookup per word
+        low[(karr & 0xFFFF).astype(np.int64)] = True
+        cand = np.flatnonzero(low[(words & 0xFFFF).astype(np.int64)])
+        hits = cand[np.isin(words[cand], karr)]
+        if hits.size:
+            vals, counts = np.unique(words[hits], return_counts=True)
+            common = vals[counts > MAX_HITS]
+            if common.size:
+                hits = hits[~np.isin(words[hits], common)]
+        for h in hits.tolist():
+            p = h * w
+            run = int(np.searchsorted(at, p, side="right")) - 1
+            for name, r, row_bytes, b in keys[int(words[h])]:
+                if p + row_bytes <= at[run + 1] and data[p:p + row_bytes] == b:
+                    base = int(addr[run]) + p - int(at[run]) - r * row_bytes
+                    if base % 64 == 0 and lo <= base < hi:
+                        votes[name][base] += 1
     out: Dict[str, int] = {}
     for name, c in votes.items():
         base, count = c.most_common(1)[0]
