@@ -43,7 +43,8 @@ class Lookahead:
         self._run_touch = run_touch            # (rows per table, fetch values) -> values per table when fetched
         self.cond = threading.Condition()
         self.items: "collections.deque[_Batch]" = collections.deque()
-        self.bases: Dict[str, List[int]] = {}  # table -> base of the table and of each slot found in the pool
+        # table -> base of the variable and of each slot in the pool (None: not found); absent: not looked for yet
+        self.bases: Dict[str, List[Optional[int]]] = {}
         self._find_tries = 0
         self.current: Dict[str, np.ndarray] = {}
         self._stop = False
@@ -89,7 +90,8 @@ class Lookahead:
             b = self.items.popleft()
             prev, self.current = self.current, b.rows
             late = self.mode == "on" and not b.done
-            find = self.pool is not None and self._find_tries < FIND_TRIES and len(self.bases) < len(self.plan.tables)
+            find = self.pool is not None and self._find_tries < FIND_TRIES and \
+                any(None in self.bases.get(n, [None]) for n in self.plan.tables)
             if not find:
                 self.cond.notify_all()
         if find and prev:
@@ -111,7 +113,7 @@ class Lookahead:
             self.counts["batches"] += 1
             if late:
                 self.counts["late_batches"] += 1
-        if self.bases:
+        if any(x is not None for v in self.bases.values() for x in v):
             checked = found = wasted = 0
             for name, bases in self.bases.items():
                 t = self.plan.tables[name]
@@ -119,6 +121,8 @@ class Lookahead:
                 if r is None:
                     continue
                 for i, base in enumerate(bases):
+                    if base is None:
+                        continue
                     row_bytes = t.row_bytes if i == 0 else self._slot_row_bytes(t, i - 1)
                     pg = pages.row_pages(base, row_bytes, r)
                     res = pages.resident(pg)
@@ -177,15 +181,18 @@ class Lookahead:
             return
         # tables found in the pool: their rows' pages are asked for at once (MADV_WILLNEED, all in flight together);
         # the others are read by a gather of their rows on the session (one page fault at a time)
-        gather = {n: r for n, r in b.rows.items() if n not in self.bases}
+        gather = {n: r for n, r in b.rows.items() if None in self.bases.get(n, [None])}
+        regions = {n: [i for i, x in enumerate(self.bases.get(n, [None] * (1 + len(self.plan.tables[n].slots))))
+                       if x is None] for n in gather}
         for name, bases in list(self.bases.items()):
             t, r = self.plan.tables[name], b.rows.get(name)
             if r is None:
                 continue
             for i, base in enumerate(bases):
-                pages.will_need(pages.row_pages(base, self._row_bytes(t, i), r))
+                if base is not None:
+                    pages.will_need(pages.row_pages(base, self._row_bytes(t, i), r))
         if gather:
-            self._run_touch(gather, False)
+            self._run_touch(gather, False, regions)
         with self.cond:
             self.counts["batches_touched"] += 1
             self.counts["rows_requested"] += sum(r.size for r in b.rows.values())
@@ -200,15 +207,17 @@ class Lookahead:
             if r is None:
                 continue
             for i, base in enumerate(bases):
+                if base is None:
+                    continue
                 pg = pages.row_pages(base, self._row_bytes(t, i), r)
                 b.after[f"{name}#{i}"] = pg[pages.resident(pg)]
 
     def _find(self, rows: Dict[str, np.ndarray]) -> None:
         """Look for the tables not found yet in the pool's resident pages, by the values of some of `rows`."""
         self._find_tries += 1
-        names = [n for n in rows if n not in self.bases and rows[n].size][:FIND_PER_BATCH]
+        names = [n for n in rows if None in self.bases.get(n, [None]) and rows[n].size][:FIND_PER_BATCH]
         pick = {n: rows[n][np.linspace(0, rows[n].size - 1, num=min(16, rows[n].size)).astype(int)] for n in names}
-        values = self._run_touch(pick, True)
+        values = self._run_touch(pick, True, None)
         wanted = {}
         for name in names:
             t = self.plan.tables[name]
@@ -216,9 +225,8 @@ class Lookahead:
                 wanted[f"{name}#{i}"] = (self._row_bytes(t, i), pick[name], np.asarray(v))
         found = pages.find_bases(self.pool, wanted)
         for name in names:
-            keys = [f"{name}#{i}" for i in range(1 + len(self.plan.tables[name].slots))]
-            if all(k in found for k in keys):
-                self.bases[name] = [found[k] for k in keys]
+            old = self.bases.get(name, [None] * (1 + len(self.plan.tables[name].slots)))
+            self.bases[name] = [x if x is not None else found.get(f"{name}#{i}") for i, x in enumerate(old)]
 
     def stop(self, timeout_s: float = 1.0) -> None:
         with self.cond:
@@ -231,7 +239,9 @@ class Lookahead:
         c["worker_cpu_s"] = round(c["worker_cpu_s"], 4)
         c["find_s"] = round(c["find_s"], 4)
         c["resident_share"] = (round(c["pages_resident"] / c["pages_checked"], 4) if c["pages_checked"] else None)
-        c["tables_measured"] = len(self.bases)
+        c["tables_measured"] = sum(1 for b in self.bases.values() if b and b[0] is not None)
+        c["regions_found"] = sum(1 for b in self.bases.values() for x in b if x is not None)
+        c["regions"] = sum(1 + len(t.slots) for t in self.plan.tables.values())
         c["pool_found"] = self.pool is not None
         if self.error:
             c["error"] = self.error

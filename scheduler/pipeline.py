@@ -607,14 +607,14 @@ class Pipeline:
             self.note(f"lookahead off: {why}")
 
     def _make_touch(self, session, plan):
-        """(rows per table, fetch) -> each table's values [table, slots...] when fetched: a ResourceGather of those
-        rows of the table and its slots, run on the input pool as rtkit's own run. Reads the pages, writes nothing."""
+        """(rows per table, fetch, regions) -> each table's values [table, slots...] when fetched: a ResourceGather of
+        those rows of the table and its slots (only the regions listed per table, when given), run on the input pool as rtkit's own run. Reads the pages, writes nothing."""
         ref = weakref.ref(session)
 
-        def run_touch(rows: Dict[str, np.ndarray], fetch: bool):
+        def run_touch(rows: Dict[str, np.ndarray], fetch: bool, regions: Optional[Dict[str, List[int]]] = None):
             names = [n for n in rows if rows[n].size]
             feed = {plan.touch_feeds[n]: rows[n] for n in names}
-            ops = [plan.touch_ops[n] for n in names]
+            ops = [[o for i, o in enumerate(plan.touch_ops[n]) if regions is None or i in regions[n]] for n in names]
             fetches = [[o.outputs[0] for o in x] for x in ops] if fetch else [o for x in ops for o in x]
             out = self._run_internal(_alive(ref), fetches, None, None) if not feed else \
                 self._run_feed(_alive(ref), fetches, feed)
