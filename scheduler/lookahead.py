@@ -62,17 +62,18 @@ class Lookahead:
         rows: Dict[str, List[np.ndarray]] = {}
         for name, v in zip(self.plan.table_of_index, index_values):
             rows.setdefault(name, []).append(np.asarray(v, dtype=np.int64).ravel())
-        merged, total = {}, 0
+        merged, total, capped = {}, 0, 0
         for name, parts in rows.items():
             t = self.plan.tables[name]
             r = np.unique(np.concatenate(parts))
             r = r[(r >= 0) & (r < t.rows)]
-            if total + r.size > self.max_rows:
-                self.counts["rows_capped"] += total + r.size - self.max_rows
+            if total + r.size > self.max_rows:   # the bound: the rest of this batch's rows are not looked ahead
+                capped += total + r.size - self.max_rows
                 r = r[:max(0, self.max_rows - total)]
             total += r.size
             merged[name] = r
         with self.cond:
+            self.counts["rows_capped"] += capped
             self.items.append(_Batch(merged))
             self.cond.notify_all()
 
