@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from conftest import load_report, requires_tf, run_rtkit
+from rtkit.report import summary
 
 pytestmark = pytest.mark.timeout(900)
 MIB = 1 << 20
@@ -109,7 +110,8 @@ def _tier_wdl(run_dir, pool, mode, api="session"):
     proc = run_rtkit(args, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     losses = re.findall(r"^loss \d+ \S+$", proc.stdout, re.M)
-    return losses, load_report(str(run_dir))["scheduler"]["pipeline"]["lookahead"], proc
+    report = load_report(str(run_dir))
+    return losses, report["scheduler"]["pipeline"]["lookahead"], summary.scheduler_line(report)
 
 
 @requires_tf
@@ -120,7 +122,7 @@ def test_tier_lookahead_makes_the_next_batch_resident_and_trains_the_same(tmp_pa
     pool = tmp_path / "pool"
     off, rep_off, _ = _tier_wdl(tmp_path / "off", pool, "off")
     base, rep_base, _ = _tier_wdl(tmp_path / "measure", pool, "measure")
-    on, rep, proc = _tier_wdl(tmp_path / "on", pool, "on")
+    on, rep, line = _tier_wdl(tmp_path / "on", pool, "on")
     assert len(off) == 30 and on == off and base == off
     assert rep_off["state"] == "off" and rep_off["off_reason"] == "sched_lookahead=off"
     assert rep["state"] == "on" and rep["gathers"] == 52 and rep["tables"] == 52 and rep["errors"] == 0, rep
@@ -131,5 +133,6 @@ def test_tier_lookahead_makes_the_next_batch_resident_and_trains_the_same(tmp_pa
     # measured on a loaded 2-core machine: 0.78-0.86 with the lookahead against 0.61-0.67 without (docs/scheduler.md)
     assert rep["resident_share"] >= rep_base["resident_share"] + 0.08, (rep_base, rep)
     assert rep["late_batches"] < rep["batches"], rep
-    line = [x for x in proc.stderr.splitlines() if x.startswith("rtkit: scheduler: ")]
-    assert len(line) == 1 and "lookahead " in line[0] and "of the next step's pages resident" in line[0], line
+    # the summary's scheduler line says it
+    assert re.search(r"; lookahead [\d,]+ pages \(.+\) requested ahead over 30 batches, [\d.]+% of the next step's pages "
+                     r"resident before it \(mincore, 52 tables\), \d+ late, [\d,]+ pages wasted, worker CPU", line), line
