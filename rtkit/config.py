@@ -262,6 +262,11 @@ SETTINGS: List[Setting] = [
     _s("sched_stage_read_ahead", "int", 2, "batches", "batches a reader may read ahead of the input stage's decode "
        "when the read mostly waits (a probe's CPU time under half its wall time); the tuner keeps it only if faster "
        "(0: never)", minimum=0, maximum=64),
+    _s("sched_lookahead", "choice", "auto", "", "make the rows the next staged batch gathers resident before its step "
+       "(a worker touches their pages of the tables and optimizer slots); auto: on in tier mode (a pool path) with "
+       "staging; measure: count the resident pages only, touch nothing", choices=("auto", "on", "off", "measure")),
+    _s("sched_lookahead_max_rows", "int", 1 << 20, "rows", "rows a batch's lookahead touches at most (all tables)",
+       minimum=1, maximum=1 << 30),
     _s("sched_inter_op", "int", 0, "threads", "inter-op threads for compute (0: chosen by rtkit)", minimum=0),
     _s("sched_intra_op", "int", 0, "threads", "intra-op threads (0: chosen by rtkit)", minimum=0),
     _s("sched_input_threads", "int", 0, "threads", "threads of the input stage's pool (0: chosen by rtkit)", minimum=0),

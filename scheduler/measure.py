@@ -380,6 +380,7 @@ class Measurement:
                 "read_ahead_available": bool(staged is not None and staged.read_put is not None),
                 "read_ahead_batches": self.counts["read_ahead_batches"],
                 "overlap_bound": self.bound_report(),
+                "lookahead": self.lookahead_report(),
             },
             "pinning": self.pin_result,
             "profiles_written": self.profile_written,

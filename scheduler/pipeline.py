@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import lookahead_graph
+from .lookahead import Lookahead
 from .measure import TRACE_STEPS
 from .stages import StageMap, analyze, reachable
 from .staging import ReadAhead, Runner, Staged, rewrite
@@ -46,6 +48,7 @@ class _GraphState:
         self.staged: Optional[Staged] = None
         self.reason: Optional[str] = None
         self.version = -1
+        self.lookahead = None        # lookahead_graph.Plan: the rows each staged batch gathers
 
 
 class _SessionState:
@@ -54,6 +57,7 @@ class _SessionState:
         self.cache: Dict[Any, tuple] = {}
         self.callables: Dict[tuple, Any] = {}   # the staged step's callables (tensor connections), per run shape
         self.runner: Optional[Runner] = None
+        self.lookahead: Optional[Lookahead] = None
         self.lock = threading.Lock()
 
 
@@ -94,6 +98,24 @@ class Pipeline:
         self._depth: List[List[float]] = []      # [t, items staged] when a step took its item
         self._overlap: List[List[float]] = []    # [step, put ms, wait ms, hidden %]
         self._ident = 0
+        self._init_lookahead(settings)
+
+    def _init_lookahead(self, settings: Dict[str, Any]) -> None:
+        """The lookahead's mode ("on", "measure") or None with the reason it is off."""
+        want = str(settings.get("sched_lookahead") or "auto")
+        self.lookahead_max_rows = int(settings.get("sched_lookahead_max_rows") or (1 << 20))
+        self.lookahead_pool = str(settings.get("tier_pool_path") or "")
+        self.lookahead_mode: Optional[str] = None
+        self.lookahead_reason: Optional[str] = None
+        self._lookaheads: List[Lookahead] = []
+        if want == "off":
+            self.lookahead_reason = "sched_lookahead=off"
+        elif not self.stage:
+            self.lookahead_reason = "staging is off (sched_stage=0): there is no next batch to look at"
+        elif want == "auto" and not self.lookahead_pool:
+            self.lookahead_reason = "auto: not in tier mode (no tier_pool_path): the tables are in DRAM"
+        else:
+            self.lookahead_mode = "measure" if want == "measure" else "on"
 
     # ------------------------------------------------------------------ analysis and rewrite
     def _state(self, session) -> _SessionState:
@@ -118,12 +140,15 @@ class Pipeline:
                 if gs.staged is not None:
                     self.counts["rewrites"] += 1
                     self.last_staged = gs.staged
+                    self._plan_lookahead(graph, gs)
                     # the rewrite added ops: analyse again so the staging ops are classified too
                     gs.analysis = analyze(graph)
                     self.last_analysis = gs.analysis
                     gs.version = graph.version
                 else:
                     self.stage_reason = gs.reason
+                    if self.lookahead_mode is not None:
+                        self.lookahead_mode, self.lookahead_reason = None, f"the input stage is not staged ({gs.reason})"
                     self.note(f"input stage not staged, graph left as it is: {gs.reason}")
             else:
                 for n in gs.analysis.notes:
@@ -365,6 +390,8 @@ class Pipeline:
             with self._lock:
                 self.counts["probe_steps"] += 1
         self._local.step_kind = "unstaged" if state == "inline" else "staged"
+        if state == "ready" and st.lookahead is not None:
+            st.lookahead.on_take()
         with self._lock:  # the counts are shared by the steps of every thread and session
             self.counts["input_runs"] += 1
             if state == "inline":
@@ -423,6 +450,14 @@ class Pipeline:
                 if self.read_ahead > 0 and gs.staged.read_put is not None:
                     ra = ReadAhead(self._make_read(session, st), self._make_decode(session, st),
                                    self._clear_of(session, gs.staged.read_clear), self.read_ahead)
+                if gs.lookahead is not None and self.lookahead_mode is not None and st.lookahead is None:
+                    with self._lock:
+                        n = len(self._lookaheads) + 1
+                    st.lookahead = Lookahead(gs.lookahead, self.lookahead_mode, self.lookahead_max_rows,
+                                             self.lookahead_pool, self._make_touch(session, gs.lookahead),
+                                             f"rtkit-lookahead-{n}")
+                    with self._lock:
+                        self._lookaheads.append(st.lookahead)
                 st.runner = Runner(self._make_put(session, st), run_clear, self._runner_event,
                                    depth=self.depth, read_ahead=ra)
                 self._runners.add(st.runner)
@@ -441,6 +476,7 @@ class Pipeline:
         RunMetadata = self.tf.compat.v1.RunMetadata
         ref = weakref.ref(session)
         put = self._graphs[session.graph].staged.put
+        plan = self._graphs[session.graph].lookahead
 
         def run_put(stage: str = "input"):
             sess = _alive(ref)
@@ -450,7 +486,12 @@ class Pipeline:
                 self._input_trace_left -= 1
                 opts.trace_level = RunOptions.SOFTWARE_TRACE
                 md = RunMetadata()
-            self._run_internal(sess, put, opts, md)
+            la = st.lookahead
+            if la is not None:   # the batch's rows, from the same boundary tensors in the same run
+                out = self._run_internal(sess, [put] + plan.index_tensors, opts, md)
+                la.on_put(out[1:])
+            else:
+                self._run_internal(sess, put, opts, md)
             del sess
             if md is not None:
                 self._take_stats(md, st, "put", input_run=True)
@@ -499,6 +540,8 @@ class Pipeline:
 
                 co = config_pb2.CallableOptions()
                 co.target.append(staged.put.name)
+                if st.lookahead is not None:
+                    co.fetch.extend(t.name for t in self._graphs[session.graph].lookahead.index_tensors)
                 for to, frm in staged.read_mapping.items():
                     c = co.tensor_connection.add()
                     c.from_tensor = frm.name
@@ -512,7 +555,9 @@ class Pipeline:
             self._local.bypass = True
             try:
                 with self._internal():
-                    fn()
+                    out = fn()
+                if st.lookahead is not None:
+                    st.lookahead.on_put(out)
             finally:
                 self._local.bypass = False
         run_decode.prepare = prepare
@@ -527,6 +572,8 @@ class Pipeline:
         if runner is None:
             return
         dropped = runner.stop(timeout_s)
+        if st.lookahead is not None:
+            st.lookahead.clear()
         self.counts["dropped_items"] += dropped
         if dropped and why not in ("session close", "exit"):  # at close, staged-ahead batches are expected
             self.note(f"staging stopped ({why}): {dropped} staged batch(es) dropped")
@@ -536,8 +583,70 @@ class Pipeline:
         st = self._states.get(session)
         if st is not None:
             self._stop_runner(st, "session close")
+            if st.lookahead is not None:
+                st.lookahead.stop()
 
     def stop_all(self, timeout_s: float = 30.0) -> None:
         for st in list(self._states.values()):
             if st.runner is not None and st.runner.alive:
                 self._stop_runner(st, "exit", timeout_s)
+            if st.lookahead is not None:
+                st.lookahead.stop()
+
+    # ------------------------------------------------------------------ the lookahead
+    def _plan_lookahead(self, graph, gs: _GraphState) -> None:
+        """Copy the staged graph's table gathers' index computation (read-only), or say why the lookahead is off."""
+        if self.lookahead_mode is None:
+            return
+        try:
+            gs.lookahead, why = lookahead_graph.plan(graph, gs.staged, gs.analysis)
+        except Exception as exc:   # the job runs without it
+            gs.lookahead, why = None, f"the graph could not be analysed ({type(exc).__name__}: {exc})"
+        if gs.lookahead is None:
+            self.lookahead_mode, self.lookahead_reason = None, why
+            self.note(f"lookahead off: {why}")
+
+    def _make_touch(self, session, plan):
+        """(rows per table, fetch, regions) -> each table's values [table, slots...] when fetched: a ResourceGather of
+        those rows of the table and its slots (only the regions listed per table, when given), run on the input pool as rtkit's own run. Reads the pages, writes nothing."""
+        ref = weakref.ref(session)
+
+        def run_touch(rows: Dict[str, np.ndarray], fetch: bool, regions: Optional[Dict[str, List[int]]] = None):
+            names = [n for n in rows if rows[n].size]
+            feed = {plan.touch_feeds[n]: rows[n] for n in names}
+            ops = [[o for i, o in enumerate(plan.touch_ops[n]) if regions is None or i in regions[n]] for n in names]
+            fetches = [[o.outputs[0] for o in x] for x in ops] if fetch else [o for x in ops for o in x]
+            out = self._run_internal(_alive(ref), fetches, None, None) if not feed else \
+                self._run_feed(_alive(ref), fetches, feed)
+            return dict(zip(names, out)) if fetch else {}
+        return run_touch
+
+    def _run_feed(self, sess, fetches, feed):
+        self._local.bypass = True
+        try:
+            with self._internal():
+                return sess.run(fetches, feed_dict=feed)
+        finally:
+            self._local.bypass = False
+
+    def lookahead_report(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"state": "on" if self.lookahead_mode else "off", "mode": self.lookahead_mode,
+                               "off_reason": self.lookahead_reason, "max_rows": self.lookahead_max_rows}
+        plans = [gs.lookahead for gs in list(self._graphs.values()) if gs.lookahead is not None]
+        if plans:
+            out["gathers"] = len(plans[-1].index_tensors)
+            out["tables"] = len(plans[-1].tables)
+            out["gathers_skipped"] = plans[-1].skipped[:10]
+        total: Dict[str, Any] = {}
+        for la in self._lookaheads:
+            for k, v in la.report().items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    total.setdefault(k, v)
+                else:
+                    total[k] = total.get(k, 0) + v
+        if total:
+            if total.get("pages_checked"):
+                total["resident_share"] = round(total["pages_resident"] / total["pages_checked"], 4)
+            total["worker_cpu_s"] = round(total.get("worker_cpu_s", 0.0), 4)
+            out.update(total)
+        return out

@@ -135,6 +135,11 @@ class Scheduler:
     QUEUE_DEPTH_SAMPLES = "pipeline.queue_depth_samples"   # [[t, items staged]] per step (plotted, not tabled)
     OVERLAP_SAMPLES = "pipeline.overlap_samples"           # [[step, put_ms, wait_ms, hidden_pct]] per step
     OCCUPANCY_MEAN = "pipeline.occupancy_mean_batches"
+    # the lookahead (scheduler/lookahead.py): state, off_reason, batches, pages_requested, pages_checked,
+    # pages_resident, resident_share (of the pages checked just before their step), late_batches, wasted_pages,
+    # bytes_requested, worker_cpu_s, tables_measured
+    LOOKAHEAD = "pipeline.lookahead"
+    LOOKAHEAD_SHARE = "pipeline.lookahead.resident_share"
     OCCUPANCY_SAMPLES = "pipeline.occupancy_samples_batches"
     NOTES = "notes"
     # echoed or internal: not shown as figures

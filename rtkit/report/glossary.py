@@ -333,6 +333,10 @@ _F: List[Figure] = [
     Figure("x_of_bound", "staged step / the bound", "x", True,
            "the staged steps' median step time after tuning over max(input, compute) of the probe steps: 1.00x "
            "at the overlap bound, 1.10x 10% short of it", _num(_sec("scheduler", S.X_OF_BOUND))),
+    Figure("lookahead_resident", "lookahead: next step's pages resident", "pct", False,
+           "the share of the pages of each staged batch's table rows (table and optimizer slots) that mincore found "
+           "in DRAM just before the batch's step ran, on the tables the lookahead found in the tier pool",
+           _num(_sec("scheduler", S.LOOKAHEAD_SHARE))),
     Figure("occupancy_mean", "mean pipeline occupancy", "count", False,
            "mean number of input batches ready when a step asked for one", _num(_sec("scheduler", S.OCCUPANCY_MEAN))),
     # a running job (the live snapshot, `rtkit top`, the exporters): the latest steps and the latest sample;

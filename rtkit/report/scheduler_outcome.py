@@ -71,6 +71,29 @@ def pipeline(sc: Dict[str, Any]) -> str:
     return "no step pipelined"
 
 
+def lookahead(sc: Dict[str, Any]) -> str:
+    """What the lookahead did: '' when staging was off (nothing to look ahead of), else off with why, or its
+    figures."""
+    la = get(sc, S.LOOKAHEAD)
+    if not isinstance(la, dict) or not get(sc, S.PIPELINE_ENABLED):
+        return ""
+    if la.get("state") != "on":
+        return f"lookahead off ({la.get('off_reason') or 'no reason given'})"
+    measure = la.get("mode") == "measure"
+    text = "lookahead measured only (nothing touched)" if measure else \
+        f"lookahead {fmt.num(la.get('pages_requested'))} pages ({fmt.nbytes(la.get('bytes_requested'))}) requested ahead"
+    text += f" over {fmt.num(la.get('batches'))} batches"
+    if fmt.is_num(la.get("resident_share")):
+        text += (f", {fmt.pct(la.get('resident_share'))} of the next step's pages resident before it "
+                 f"(mincore, {fmt.num(la.get('tables_measured'))} tables)")
+    else:
+        text += ", resident share not measured (no table found in a tier pool)"
+    if not measure:
+        text += (f", {fmt.num(la.get('late_batches'))} late, {fmt.num(la.get('wasted_pages'))} pages wasted, "
+                 f"worker CPU {fmt.num(la.get('worker_cpu_s'))} s")
+    return text
+
+
 def tuning(r: Dict[str, Any], tuning: Dict[str, Any]) -> str:
     if not tuning.get("done", True):
         used = tuning.get("steps_used")

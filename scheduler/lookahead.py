@@ -1,0 +1,249 @@
+# lookahead.py -- make the rows the next staged batch gathers resident before its step: one bounded worker and its counts.
+"""Each put of the staging runner also fetches the row ids its batch will gather (lookahead_graph's read-only
+copy of the index computation, evaluated on the same boundary tensors in the same run), so each staged item has
+its rows, in the staging area's order. When a step takes its item, the worker touches the rows of the next item
+only (at most one batch ahead, at most `max_rows` rows): a ResourceGather of those rows of each table and its
+optimizer slots on a separate callable of the same session, which pages them in and writes no table memory.
+
+Accounting, per batch: rows and pages requested ahead; just before the step runs, the pages of its rows found
+resident (mincore, on the tables found in the pool, lookahead_pages), late (the worker had not finished that batch
+when the step took it) and wasted (resident after the touch, out again at the step); bytes requested ahead; the
+worker's CPU seconds (its thread's clock). Mode "measure" computes and checks the rows and touches nothing: the
+share resident without the lookahead, on the same steps."""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from . import lookahead_pages as pages
+
+FIND_PER_BATCH = 256      # tables (each with its slots) looked for in the pool per try
+FIND_TRIES = 2            # steps before which the pool is searched, at most
+
+
+class _Batch:
+    def __init__(self, rows: Dict[str, np.ndarray]):
+        self.rows = rows
+        self.done = False           # the worker finished it (touched, or measure mode: nothing to touch)
+        self.started = False
+        self.after: Dict[str, np.ndarray] = {}   # page numbers resident right after the touch, per region
+
+
+class Lookahead:
+    def __init__(self, plan, mode: str, max_rows: int, pool_path: str,
+                 run_touch: Callable[[Dict[str, np.ndarray], bool], List], thread_name: str):
+        self.plan = plan
+        self.mode = mode                       # "on" or "measure"
+        self.max_rows = int(max_rows)
+        self.pool = pages.pool_range(pool_path)
+        self._run_touch = run_touch            # (rows per table, fetch values) -> values per table when fetched
+        self.cond = threading.Condition()
+        self.items: "collections.deque[_Batch]" = collections.deque()
+        # table -> base of the variable and of each slot in the pool (None: not found); absent: not looked for yet
+        self.bases: Dict[str, List[Optional[int]]] = {}
+        self._find_tries = 0
+        self.current: Dict[str, np.ndarray] = {}
+        self._stop = False
+        self.counts = {"batches": 0, "batches_touched": 0, "rows_requested": 0, "rows_capped": 0,
+                       "pages_requested": 0, "bytes_requested": 0, "batches_measured": 0, "pages_checked": 0,
+                       "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
+                       "find_s": 0.0, "errors": 0}
+        self.error: Optional[str] = None
+        self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- the runner's side
+    def on_put(self, index_values: List[np.ndarray]) -> None:
+        """A put staged its batch; index_values: the copied index tensors' values, in plan order."""
+        rows: Dict[str, List[np.ndarray]] = {}
+        for name, v in zip(self.plan.table_of_index, index_values):
+            rows.setdefault(name, []).append(np.asarray(v, dtype=np.int64).ravel())
+        merged, total, capped = {}, 0, 0
+        for name, parts in rows.items():
+            t = self.plan.tables[name]
+            r = np.unique(np.concatenate(parts))
+            r = r[(r >= 0) & (r < t.rows)]
+            if total + r.size > self.max_rows:   # the bound: the rest of this batch's rows are not looked ahead
+                capped += total + r.size - self.max_rows
+                r = r[:max(0, self.max_rows - total)]
+            total += r.size
+            merged[name] = r
+        with self.cond:
+            self.counts["rows_capped"] += capped
+            self.items.append(_Batch(merged))
+            self.cond.notify_all()
+
+    def clear(self) -> None:
+        """The staged items were dropped (a reset): so are their rows."""
+        with self.cond:
+            self.items.clear()
+
+    # ---------------------------------------------------------------- the step's side
+    def on_take(self) -> None:
+        """A step took its staged item and is about to run: check its pages, then let the worker go to the next."""
+        with self.cond:
+            if not self.items:
+                return
+            b = self.items.popleft()
+            prev, self.current = self.current, b.rows
+            late = self.mode == "on" and not b.done
+            find = self.pool is not None and self._find_tries < FIND_TRIES and \
+                any(None in self.bases.get(n, [None]) for n in self.plan.tables)
+            if not find:
+                self.cond.notify_all()
+        if find and prev:
+            # between two steps no table is written (a put and the worker only read): the rows the last step used
+            # are in DRAM and hold still while the pool is searched for them
+            c0 = time.perf_counter()
+            try:
+                self._find(prev)
+            except Exception as exc:
+                with self.cond:
+                    self.counts["errors"] += 1
+                    self.error = f"finding the tables: {type(exc).__name__}: {exc}"
+            with self.cond:
+                self.counts["find_s"] += time.perf_counter() - c0
+        if find:
+            with self.cond:
+                self.cond.notify_all()
+        with self.cond:
+            self.counts["batches"] += 1
+            if late:
+                self.counts["late_batches"] += 1
+        if any(x is not None for v in self.bases.values() for x in v):
+            checked = found = wasted = 0
+            for name, bases in self.bases.items():
+                t = self.plan.tables[name]
+                r = b.rows.get(name)
+                if r is None:
+                    continue
+                for i, base in enumerate(bases):
+                    if base is None:
+                        continue
+                    row_bytes = t.row_bytes if i == 0 else self._slot_row_bytes(t, i - 1)
+                    pg = pages.row_pages(base, row_bytes, r)
+                    res = pages.resident(pg)
+                    checked += pg.size
+                    found += int(res.sum())
+                    after = b.after.get(f"{name}#{i}")
+                    if after is not None:
+                        wasted += int(np.isin(after, pg[~res], assume_unique=True).sum())
+            with self.cond:
+                self.counts["batches_measured"] += 1
+                self.counts["pages_checked"] += checked
+                self.counts["pages_resident"] += found
+                self.counts["wasted_pages"] += wasted
+
+    @classmethod
+    def _row_bytes(cls, t, i: int) -> int:
+        """Row bytes of region i of a table: 0 the variable, 1.. its slots."""
+        return t.row_bytes if i == 0 else cls._slot_row_bytes(t, i - 1)
+
+    @staticmethod
+    def _slot_row_bytes(t, i: int) -> int:
+        s = t.slots[i]
+        return t.row_bytes // t.dtype.size * s.op.get_attr("dtype").size
+
+    # ---------------------------------------------------------------- the worker
+    def _next(self) -> Optional[_Batch]:
+        with self.cond:
+            while not self._stop and not (self.items and not self.items[0].started):
+                self.cond.wait(0.5)
+            if self._stop:
+                return None
+            b = self.items[0]        # the next step's batch: never further ahead
+            b.started = True
+            return b
+
+    def _loop(self) -> None:
+        while True:
+            b = self._next()
+            if b is None:
+                return
+            c0 = time.thread_time()
+            try:
+                self._work(b)
+            except Exception as exc:  # the job goes on without the lookahead's help
+                with self.cond:
+                    self.counts["errors"] += 1
+                    self.error = f"{type(exc).__name__}: {exc}"
+            finally:
+                with self.cond:
+                    b.done = True
+                    self.counts["worker_cpu_s"] += time.thread_time() - c0
+                    self.cond.notify_all()
+
+    def _work(self, b: _Batch) -> None:
+        if self.mode != "on":
+            return
+        # tables found in the pool: their rows' pages are asked for at once (MADV_WILLNEED, all in flight together);
+        # the others are read by a gather of their rows on the session (one page fault at a time)
+        gather = {n: r for n, r in b.rows.items() if None in self.bases.get(n, [None])}
+        regions = {n: [i for i, x in enumerate(self.bases.get(n, [None] * (1 + len(self.plan.tables[n].slots))))
+                       if x is None] for n in gather}
+        for name, bases in list(self.bases.items()):
+            t, r = self.plan.tables[name], b.rows.get(name)
+            if r is None:
+                continue
+            for i, base in enumerate(bases):
+                if base is not None:
+                    pages.will_need(pages.row_pages(base, self._row_bytes(t, i), r))
+        if gather:
+            self._run_touch(gather, False, regions)
+        with self.cond:
+            self.counts["batches_touched"] += 1
+            self.counts["rows_requested"] += sum(r.size for r in b.rows.values())
+            for name, r in b.rows.items():
+                t = self.plan.tables[name]
+                for i in range(1 + len(t.slots)):
+                    rb = self._row_bytes(t, i)
+                    self.counts["pages_requested"] += int(pages.row_pages(0, rb, r).size)
+                    self.counts["bytes_requested"] += int(r.size * rb)
+        for name, bases in list(self.bases.items()):
+            t, r = self.plan.tables[name], b.rows.get(name)
+            if r is None:
+                continue
+            for i, base in enumerate(bases):
+                if base is None:
+                    continue
+                pg = pages.row_pages(base, self._row_bytes(t, i), r)
+                b.after[f"{name}#{i}"] = pg[pages.resident(pg)]
+
+    def _find(self, rows: Dict[str, np.ndarray]) -> None:
+        """Look for the tables not found yet in the pool's resident pages, by the values of some of `rows`."""
+        self._find_tries += 1
+        names = [n for n in rows if None in self.bases.get(n, [None]) and rows[n].size][:FIND_PER_BATCH]
+        pick = {n: rows[n][np.linspace(0, rows[n].size - 1, num=min(16, rows[n].size)).astype(int)] for n in names}
+        values = self._run_touch(pick, True, None)
+        wanted = {}
+        for name in names:
+            t = self.plan.tables[name]
+            for i, v in enumerate(values.get(name) or []):
+                wanted[f"{name}#{i}"] = (self._row_bytes(t, i), pick[name], np.asarray(v))
+        found = pages.find_bases(self.pool, wanted)
+        for name in names:
+            old = self.bases.get(name, [None] * (1 + len(self.plan.tables[name].slots)))
+            self.bases[name] = [x if x is not None else found.get(f"{name}#{i}") for i, x in enumerate(old)]
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        with self.cond:
+            self._stop = True
+            self.cond.notify_all()
+        self._thread.join(timeout_s)
+
+    def report(self) -> Dict:
+        c = dict(self.counts)
+        c["worker_cpu_s"] = round(c["worker_cpu_s"], 4)
+        c["find_s"] = round(c["find_s"], 4)
+        c["resident_share"] = (round(c["pages_resident"] / c["pages_checked"], 4) if c["pages_checked"] else None)
+        c["tables_measured"] = sum(1 for b in self.bases.values() if b and b[0] is not None)
+        c["regions_found"] = sum(1 for b in self.bases.values() for x in b if x is not None)
+        c["regions"] = sum(1 + len(t.slots) for t in self.plan.tables.values())
+        c["pool_found"] = self.pool is not None
+        if self.error:
+            c["error"] = self.error
+        return c

@@ -1,0 +1,137 @@
+# lookahead_pages.py -- where a table's rows lie in the tier pool's mapping, and which of their pages are in DRAM (mincore).
+"""The lookahead's measure: TF does not say where a variable's buffer is, so a table is found in the pool mapping by
+its contents (a few rows' bytes, read from the session, searched in the pool's resident pages only: the search reads
+no page from disk), and the pages of a batch's rows are then checked with mincore, which reads nothing either."""
+from __future__ import annotations
+
+import collections
+import ctypes
+import mmap
+import os
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+PAGE = mmap.PAGESIZE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+MADV_WILLNEED = 3
+MAX_HITS = 64
+
+
+def pool_range(path: str) -> Optional[Tuple[int, int]]:
+    """(start, end) of the largest mapping of the pool file at `path` in this process, or None."""
+    if not path:
+        return None
+    want = os.path.realpath(path)
+    best = None
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                parts = line.split(None, 5)
+                if len(parts) < 6 or not parts[5].strip().startswith(want):
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if best is None or hi - lo > best[1] - best[0]:
+                    best = (lo, hi)
+    except OSError:
+        return None
+    return best
+
+
+def mincore(lo: int, hi: int) -> np.ndarray:
+    """Residency (bool per page) of the pages of [lo, hi), lo page-aligned; all False when mincore fails."""
+    n = (hi - lo + PAGE - 1) // PAGE
+    vec = np.zeros(n, dtype=np.uint8)
+    if n and _libc.mincore(ctypes.c_void_p(lo), ctypes.c_size_t(n * PAGE), vec.ctypes.data_as(ctypes.c_void_p)):
+        vec[:] = 0
+    return (vec & 1).astype(bool)
+
+
+def row_pages(base: int, row_bytes: int, rows: np.ndarray) -> np.ndarray:
+    """The distinct page numbers (address // PAGE) holding the given rows of a table at `base`."""
+    if rows.size == 0:
+        return rows.astype(np.int64)
+    first = (base + rows * row_bytes) // PAGE
+    last = (base + rows * row_bytes + row_bytes - 1) // PAGE
+    return np.unique(np.concatenate([first, last]))
+
+
+def resident(pages: np.ndarray) -> np.ndarray:
+    """Residency of each page number in `pages` (sorted), by one mincore over their span."""
+    if pages.size == 0:
+        return np.zeros(0, dtype=bool)
+    lo, hi = int(pages[0]), int(pages[-1]) + 1
+    return mincore(lo * PAGE, hi * PAGE)[pages - lo]
+
+
+def will_need(pages: np.ndarray) -> int:
+    """madvise(MADV_WILLNEED) on the runs of consecutive pages in `pages` (sorted): the kernel starts reading them
+    into the page cache at once, all runs in flight together, and nothing is written. Returns the calls made."""
+    if pages.size == 0:
+        return 0
+    breaks = np.flatnonzero(np.diff(pages) != 1)
+    starts = np.concatenate([[pages[0]], pages[breaks + 1]])
+    ends = np.concatenate([pages[breaks], [pages[-1]]]) + 1
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        _libc.madvise(ctypes.c_void_p(s * PAGE), ctypes.c_size_t((e - s) * PAGE), MADV_WILLNEED)
+    return int(starts.size)
+
+
+def find_bases(pool: Tuple[int, int], wanted: Dict[str, Tuple[int, np.ndarray, np.ndarray]]) -> Dict[str, int]:
+    """name -> base address of each table found: wanted[name] = (row bytes, rows, their values [len(rows), ...]).
+    A row's bytes found at address a vote for base a - row * row_bytes (64-byte aligned, inside the pool); a base
+    two rows agree on is taken. Only resident pages are read, each once: their words are matched against the
+    first word of every row at once (8-byte words for rows of a multiple of 8 bytes, else 4-byte), a word found
+    more than MAX_HITS times (a constant fill) is left out, and each match is checked against the whole row."""
+    lo, hi = pool
+    idx = np.flatnonzero(mincore(lo, hi))
+    if idx.size == 0:
+        return {}
+    breaks = np.flatnonzero(np.diff(idx) != 1)
+    starts = np.concatenate([[idx[0]], idx[breaks + 1]])
+    ends = np.concatenate([idx[breaks], [idx[-1]]]) + 1
+    # the resident runs, one after the other: byte p of `data` is address addr[i] + p - at[i], i the run of p
+    at = np.concatenate([[0], np.cumsum((ends - starts) * PAGE)])
+    addr = lo + starts * PAGE
+    data = b"".join(ctypes.string_at(int(a), int(n)) for a, n in zip(addr.tolist(), ((ends - starts) * PAGE).tolist()))
+    needles: Dict[int, List[Tuple[str, int, int, bytes]]] = {8: [], 4: []}   # word size -> (name, row, bytes, row's bytes)
+    for name, (row_bytes, rows, values) in wanted.items():
+        w = 8 if row_bytes % 8 == 0 else 4
+        for r, v in zip(rows.tolist(), values):
+            b = np.ascontiguousarray(v).tobytes()
+            if len(b) == row_bytes and b.strip(b"\0"):   # an all-zero row says nothing
+                needles[w].append((name, int(r), row_bytes, b))
+    votes: Dict[str, "collections.Counter"] = collections.defaultdict(collections.Counter)
+    for w, items in needles.items():
+        if not items:
+            continue
+        words = np.frombuffer(data, dtype=np.uint64 if w == 8 else np.uint32)
+        keys: Dict[int, List] = {}
+        for it in items:
+            keys.setdefault(int(np.frombuffer(it[3][:w], dtype=words.dtype)[0]), []).append(it)
+        karr = np.fromiter(keys, dtype=words.dtype, count=len(keys))
+        low = np.zeros(1 << 16, dtype=bool)   # a first pass on the low 16 bits: one table lookup per word
+        low[(karr & 0xFFFF).astype(np.int64)] = True
+        cand = np.flatnonzero(low[(words & 0xFFFF).astype(np.int64)])
+        hits = cand[np.isin(words[cand], karr)]
+        if hits.size:
+            vals, counts = np.unique(words[hits], return_counts=True)
+            common = vals[counts > MAX_HITS]
+            if common.size:
+                hits = hits[~np.isin(words[hits], common)]
+        for h in hits.tolist():
+            p = h * w
+            run = int(np.searchsorted(at, p, side="right")) - 1
+            for name, r, row_bytes, b in keys[int(words[h])]:
+                if p + row_bytes <= at[run + 1] and data[p:p + row_bytes] == b:
+                    base = int(addr[run]) + p - int(at[run]) - r * row_bytes
+                    if base % 64 == 0 and lo <= base < hi:
+                        votes[name][base] += 1
+    out: Dict[str, int] = {}
+    for name, c in votes.items():
+        base, count = c.most_common(1)[0]
+        if count >= 2:
+            out[name] = base
+    return out
