@@ -267,6 +267,9 @@ SETTINGS: List[Setting] = [
        "staging; measure: count the resident pages only, touch nothing", choices=("auto", "on", "off", "measure")),
     _s("sched_lookahead_max_rows", "int", 1 << 20, "rows", "rows a batch's lookahead touches at most (all tables)",
        minimum=1, maximum=1 << 30),
+    _s("sched_lookahead_wait_ms", "int", 0, "ms", "a step whose batch the lookahead has not finished waits for it at "
+       "most this long (its pages asked for together, instead of faulted in one by one inside the step); 0: never "
+       "waits", minimum=0, maximum=600_000),
     _s("sched_inter_op", "int", 0, "threads", "inter-op threads for compute (0: chosen by rtkit)", minimum=0),
     _s("sched_intra_op", "int", 0, "threads", "intra-op threads (0: chosen by rtkit)", minimum=0),
     _s("sched_input_threads", "int", 0, "threads", "threads of the input stage's pool (0: chosen by rtkit)", minimum=0),

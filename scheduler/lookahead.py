@@ -25,6 +25,13 @@ FIND_PER_BATCH = 256      # tables (each with its slots) looked for in the pool 
 FIND_TRIES = 2            # steps before which the pool is searched, at most
 
 
+def _timed_wait(cond: threading.Condition, done: Callable[[], bool], limit_s: float) -> float:
+    """Wait on `cond` (held) until done() or limit_s; the seconds waited."""
+    t0 = time.perf_counter()
+    cond.wait_for(done, timeout=limit_s)
+    return time.perf_counter() - t0
+
+
 class _Batch:
     def __init__(self, rows: Dict[str, np.ndarray]):
         self.rows = rows
@@ -35,10 +42,11 @@ class _Batch:
 
 class Lookahead:
     def __init__(self, plan, mode: str, max_rows: int, pool_path: str,
-                 run_touch: Callable[[Dict[str, np.ndarray], bool], List], thread_name: str):
+                 run_touch: Callable[[Dict[str, np.ndarray], bool], List], thread_name: str, wait_s: float = 0.0):
         self.plan = plan
         self.mode = mode                       # "on" or "measure"
         self.max_rows = int(max_rows)
+        self.wait_s = float(wait_s)            # sched_lookahead_wait_ms: a step waits this long at most for its batch
         self.pool = pages.pool_range(pool_path)
         self._run_touch = run_touch            # (rows per table, fetch values) -> values per table when fetched
         self.cond = threading.Condition()
@@ -51,7 +59,7 @@ class Lookahead:
         self.counts = {"batches": 0, "batches_touched": 0, "rows_requested": 0, "rows_capped": 0,
                        "pages_requested": 0, "bytes_requested": 0, "batches_measured": 0, "pages_checked": 0,
                        "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
-                       "find_s": 0.0, "errors": 0}
+                       "find_s": 0.0, "wait_s": 0.0, "errors": 0}
         self.error: Optional[str] = None
         self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
         self._thread.start()
@@ -88,6 +96,9 @@ class Lookahead:
         with self.cond:
             if not self.items:
                 return
+            if self.mode == "on" and self.wait_s > 0:   # the worker takes items[0] only: this step's batch
+                first = self.items[0]
+                self.counts["wait_s"] += _timed_wait(self.cond, lambda: first.done or self._stop, self.wait_s)
             b = self.items.popleft()
             prev, self.current = self.current, b.rows
             late = self.mode == "on" and not b.done
@@ -239,6 +250,7 @@ class Lookahead:
         c = dict(self.counts)
         c["worker_cpu_s"] = round(c["worker_cpu_s"], 4)
         c["find_s"] = round(c["find_s"], 4)
+        c["wait_s"] = round(c["wait_s"], 4)
         c["resident_share"] = (round(c["pages_resident"] / c["pages_checked"], 4) if c["pages_checked"] else None)
         c["tables_measured"] = sum(1 for b in self.bases.values() if b and b[0] is not None)
         c["regions_found"] = sum(1 for b in self.bases.values() for x in b if x is not None)

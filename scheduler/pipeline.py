@@ -104,6 +104,7 @@ class Pipeline:
         """The lookahead's mode ("on", "measure") or None with the reason it is off."""
         want = str(settings.get("sched_lookahead") or "auto")
         self.lookahead_max_rows = int(settings.get("sched_lookahead_max_rows") or (1 << 20))
+        self.lookahead_wait_s = int(settings.get("sched_lookahead_wait_ms") or 0) / 1000.0
         self.lookahead_pool = str(settings.get("tier_pool_path") or "")
         self.lookahead_mode: Optional[str] = None
         self.lookahead_reason: Optional[str] = None
@@ -455,7 +456,7 @@ class Pipeline:
                         n = len(self._lookaheads) + 1
                     st.lookahead = Lookahead(gs.lookahead, self.lookahead_mode, self.lookahead_max_rows,
                                              self.lookahead_pool, self._make_touch(session, gs.lookahead),
-                                             f"rtkit-lookahead-{n}")
+                                             f"rtkit-lookahead-{n}", wait_s=self.lookahead_wait_s)
                     with self._lock:
                         self._lookaheads.append(st.lookahead)
                 st.runner = Runner(self._make_put(session, st), run_clear, self._runner_event,
