@@ -38,21 +38,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The C test builds, by the fixture that names them: group -> fixture.
-_BUILD_GROUPS = {"prmalloc": "prm", "pmem": "pmem_build"}
+_BUILD_GROUPS = {"prmalloc": "prm", "pmem": "pmem_build", "prmalloc-asan": "prm_asan"}
 
 
 class _NativeBuilds:
     """The C test builds of a session, each run once so that no test runs stale binaries. prmalloc builds into
-    build/native/, pmem into a private folder (its tests point RTKIT_LIB_DIR at it)."""
+    build/native/, pmem and the AddressSanitizer build of prmalloc into private folders (their tests point
+    RTKIT_LIB_DIR or their programs' paths at them)."""
 
     def __init__(self, tmp_path_factory):
         self.tmp_path_factory, self.started = tmp_path_factory, {}
 
     def start(self, group):
         if group not in self.started:
-            out = NATIVE_DIR if group == "prmalloc" else str(self.tmp_path_factory.mktemp("pmem-native"))
-            cmd = [sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests", "--only", group,
-                   "--out", out]
+            out = NATIVE_DIR if group == "prmalloc" else str(self.tmp_path_factory.mktemp(f"{group}-native"))
+            only, _, variant = group.partition("-")
+            cmd = [sys.executable, os.path.join(REPO, "allocators", "build.py"), "--tests", "--only", only,
+                   *([f"--{variant}"] if variant else []), "--out", out]
             self.started[group] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL), out, cmd)
 
     def get(self, group):
@@ -86,6 +88,13 @@ def prm(_native_builds):
 def pmem_build(_native_builds):
     """A private folder with librtkit_pmem.so, its header and the pmem C test programs (test_pmem.py)."""
     return _native_builds.get("pmem")
+
+
+@pytest.fixture(scope="session")
+def prm_asan(_native_builds):
+    """A private folder with the prmalloc C test programs and librtkit_malloc.so built with AddressSanitizer
+    (test_prmalloc.py, test_prmalloc_peer_cases.py): one build for the tests that run under it."""
+    return _native_builds.get("prmalloc-asan")
 
 
 @pytest.fixture(scope="session")
@@ -136,6 +145,36 @@ def load_report(run_dir):
 @pytest.fixture
 def rtkit_run():
     return run_rtkit
+
+
+# The bundled wdl workload under `rtkit run --html` as test_report_agree.py runs it in each mode; small step
+# counts keep it affordable on 2 cores.
+WDL_STEPS = 24
+
+
+def wdl_run(run_dir, data_dir, api, extra=()):
+    """One such run: its folder, report, `rtkit: ` summary lines and the workload's own output."""
+    args = ["run", "--html", "--run-dir", str(run_dir), *extra, "--", os.path.join(os.path.dirname(sys.executable),
+            "python"), "-m", "rtkit.workloads", "wdl", "--api", api, "--steps", str(WDL_STEPS), "--batch", "128",
+            "--rows", "4000", "--data-dir", data_dir, "--no-progress"]
+    proc = run_rtkit(args, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = [l for l in proc.stderr.splitlines() if l.startswith("rtkit: ")]
+    return {"dir": str(run_dir), "report": load_report(str(run_dir)), "summary": summary, "stdout": proc.stdout}
+
+
+@pytest.fixture(scope="session")
+def wdl_default_runs(tmp_path_factory, data_dir):
+    """wdl_default_runs(api): the default-settings wdl_run of that API, made when a test first asks for it and
+    shared by the session: the views of its figures (test_report_agree.py) and the steps the hooks found in it
+    (test_hooks_tf.py) are checked on the one run, which TensorFlow's start-up makes the costly part."""
+    runs = {}
+
+    def get(api):
+        if api not in runs:
+            runs[api] = wdl_run(tmp_path_factory.mktemp(f"wdl-{api}") / "default", data_dir, api)
+        return runs[api]
+    return get
 
 
 # tmpfs when there is one: pool tests then measure the allocator, not the disk

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from conftest import load_report, requires_tf, run_rtkit
+from conftest import WDL_STEPS, load_report, requires_tf, run_rtkit
 
 pytestmark = requires_tf
 
@@ -126,17 +126,22 @@ def test_step_mark_reaches_preloaded_allocator(session_run):
 
 
 @pytest.mark.parametrize("model,api", [("wdl", "session"), ("dlrm", "monitored"), ("wdl", "keras")])
-def test_bundled_workload_steps_equal_steps_run(tmp_path, data_dir, model, api):
+def test_bundled_workload_steps_equal_steps_run(tmp_path, data_dir, wdl_default_runs, model, api):
     """The bundled workloads never call rtkit: the hooks must find exactly the steps they ran."""
-    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", sys.executable, "-m", "rtkit.workloads", model,
-                      "--api", api, "--steps", "14", "--batch", "256", "--rows", "20000", "--no-progress",
-                      "--data-dir", data_dir])
-    assert proc.returncode == 0, proc.stderr
-    line = [l for l in proc.stdout.splitlines() if l.startswith("rtkit-workload:")]
+    if model == "wdl":   # the default run that test_report_agree.py reads too (tests/conftest.py)
+        run = wdl_default_runs(api)
+        stdout, report, asked = run["stdout"], run["report"], WDL_STEPS
+    else:
+        proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", sys.executable, "-m", "rtkit.workloads",
+                          model, "--api", api, "--steps", "14", "--batch", "256", "--rows", "20000", "--no-progress",
+                          "--data-dir", data_dir])
+        assert proc.returncode == 0, proc.stderr
+        stdout, report, asked = proc.stdout, load_report(tmp_path / "r"), 14
+    line = [l for l in stdout.splitlines() if l.startswith("rtkit-workload:")]
     assert len(line) == 1
     ran = int(dict(kv.split("=", 1) for kv in line[0].split()[1:])["steps"])
-    assert ran == 14
-    steps = load_report(tmp_path / "r")["steps"]
+    assert ran == asked
+    steps = report["steps"]
     assert steps["count"] == ran
     assert steps["source"] == ("keras" if api == "keras" else "session")
 

@@ -82,14 +82,11 @@ def test_unit_planner_arena_env(prm):
     assert proc.stdout == "prmalloc_unit_plan: ok\n"
 
 
-@pytest.mark.slow  # its own ASan build
-def test_unit_stress_under_asan(tmp_path):
-    out = tmp_path / "asan"
-    subprocess.run([sys.executable, BUILD, "--tests", "--only", "prmalloc", "--asan", "--out", str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
-    env = _env(str(out), {"RTKIT_MALLOC_PROFILE_START": "0", "ASAN_OPTIONS": "detect_leaks=0"}, preload=False)
-    proc = subprocess.run([str(out / "tests" / "prmalloc_unit_stress")], env=env, capture_output=True, text=True,
-                          timeout=120)
+@pytest.mark.slow  # the ASan build
+def test_unit_stress_under_asan(prm_asan):
+    env = _env(prm_asan, {"RTKIT_MALLOC_PROFILE_START": "0", "ASAN_OPTIONS": "detect_leaks=0"}, preload=False)
+    proc = subprocess.run([os.path.join(prm_asan, "tests", "prmalloc_unit_stress")], env=env, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "prmalloc_unit_stress: ok" in proc.stdout and "state 3" in proc.stdout
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from test_prmalloc import BUILD, FAST, _env, run_c, stats
+from test_prmalloc import FAST, _env, run_c, stats
 from test_prmalloc_plan import plan_text
 
 pytestmark = pytest.mark.timeout(300)
@@ -150,22 +150,19 @@ def test_double_free_of_a_kept_fallback_block_aborts(prm, tmp_path):
 ASAN_CASES = ["fork_signal", "heap_growth", "debug_churn", "usable_freed"]
 
 
-@pytest.mark.slow  # its own ASan build
-def test_peer_cases_under_asan(tmp_path):
-    out = tmp_path / "asan"
-    subprocess.run([sys.executable, BUILD, "--tests", "--only", "prmalloc", "--asan", "--out", str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
-    exe = str(out / "tests" / "prmalloc_unit_peer_cases")
+@pytest.mark.slow  # the ASan build
+def test_peer_cases_under_asan(prm_asan, tmp_path):
+    exe = os.path.join(prm_asan, "tests", "prmalloc_unit_peer_cases")
     for case in ASAN_CASES:
         for mode in MODES:
-            env = _env(str(out), {**FAST, "ASAN_OPTIONS": "detect_leaks=0", "RTKIT_RUN_DIR": str(tmp_path),
+            env = _env(prm_asan, {**FAST, "ASAN_OPTIONS": "detect_leaks=0", "RTKIT_RUN_DIR": str(tmp_path),
                                   "RTKIT_MALLOC_DEBUG": "1" if case == "debug_churn" else "0"}, preload=False)
             args = [exe, case] + (["marks"] if mode == "marks" else [])
             proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=HANG_S * 2)
             assert proc.returncode == 0, (case, mode, proc.stderr[-3000:])
             assert proc.stdout == f"prmalloc_peer_cases {case}: ok\n", (case, mode, proc.stdout)
             assert "written after it was freed" not in proc.stderr
-    proc = subprocess.run([exe, "realloc_freed"], env=_env(str(out), {**FAST, "ASAN_OPTIONS": "detect_leaks=0"},
+    proc = subprocess.run([exe, "realloc_freed"], env=_env(prm_asan, {**FAST, "ASAN_OPTIONS": "detect_leaks=0"},
                                                             preload=False),
                           capture_output=True, text=True, timeout=HANG_S * 2)
     _aborted(proc, "invalid pointer")

@@ -9,41 +9,30 @@ import html as htmllib
 import json
 import os
 import re
-import sys
 
 import pytest
 
-from conftest import load_report, requires_tf, run_rtkit
+from conftest import requires_tf, run_rtkit, wdl_run
 from rtkit.report import glossary as G
 
 pytestmark = [requires_tf, pytest.mark.timeout(900)]
 
-PY = os.path.join(os.path.dirname(sys.executable), "python")
 APIS = ("session", "monitored", "keras")
 MODES = {"session": ("tier", "plan"), "monitored": ("plan",), "keras": ("tier",)}   # besides the default run
 SUMMARY_FIGURES = ("step_ms_median", "step_ms_p95", "steps_per_s", "peak_rss_bytes", "faults_per_step_median",
                    "epoch_s_median", "epoch_step_ms", "tier_bytes", "tier_peak_bytes", "dram_saved_bytes")
 
 
-def _run(run_dir, data_dir, api, extra):
-    args = ["run", "--html", "--run-dir", str(run_dir), *extra, "--", PY, "-m", "rtkit.workloads", "wdl", "--api", api,
-            "--steps", "24", "--batch", "128", "--rows", "4000", "--data-dir", data_dir, "--no-progress"]
-    proc = run_rtkit(args, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = [l for l in proc.stderr.splitlines() if l.startswith("rtkit: ")]
-    return {"dir": str(run_dir), "report": load_report(str(run_dir)), "summary": summary}
-
-
 @pytest.fixture(scope="module", params=APIS)
-def api_runs(request, tmp_path_factory, data_dir):
+def api_runs(request, tmp_path_factory, data_dir, wdl_default_runs):
     api = request.param
     base = tmp_path_factory.mktemp(f"agree-{api}")
-    runs = {"default": _run(base / "default", data_dir, api, [])}
+    runs = {"default": wdl_default_runs(api)}   # (tests/conftest.py: test_hooks_tf.py counts its steps too)
     if "tier" in MODES[api]:
-        runs["tier"] = _run(base / "tier", data_dir, api, ["--set", f"tier_pool_path={base / 'pool'}"])
+        runs["tier"] = wdl_run(base / "tier", data_dir, api, ["--set", f"tier_pool_path={base / 'pool'}"])
     if "plan" in MODES[api]:
-        runs["plan"] = _run(base / "plan", data_dir, api,
-                            ["--plan", os.path.join(runs["default"]["dir"], "malloc-plan.txt")])
+        runs["plan"] = wdl_run(base / "plan", data_dir, api,
+                               ["--plan", os.path.join(runs["default"]["dir"], "malloc-plan.txt")])
     return api, runs
 
 
