@@ -34,7 +34,7 @@ native: $(VENV)/.deps
 test: install
 	$(VENV)/bin/pytest $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-# The fast subset (no TensorFlow runs, no wheel build): well under a minute.
+# The fast subset (no TensorFlow runs, no wheel build): about two minutes on 2 cores.
 test-fast: install
 	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
