@@ -18,6 +18,8 @@ _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 MADV_WILLNEED = 3
 MAX_HITS = 64
+CHUNK_BYTES = 64 << 20        # the search reads the resident pool this much at a time (memory held: a few times it)
+FIND_MAX_BYTES = 4 << 30      # and this much at most: a table not found in it is gathered instead of measured
 
 
 def pool_range(path: str) -> Optional[Tuple[int, int]]:
@@ -79,23 +81,32 @@ def will_need(pages: np.ndarray) -> int:
     return int(starts.size)
 
 
-def find_bases(pool: Tuple[int, int], wanted: Dict[str, Tuple[int, np.ndarray, np.ndarray]]) -> Dict[str, int]:
-    """name -> base address of each table found: wanted[name] = (row bytes, rows, their values [len(rows), ...]).
-    A row's bytes found at address a vote for base a - row * row_bytes (64-byte aligned, inside the pool); a base
-    two rows agree on is taken. Only resident pages are read, each once: their words are matched against the
-    first word of every row at once (8-byte words for rows of a multiple of 8 bytes, else 4-byte), a word found
-    more than MAX_HITS times (a constant fill) is left out, and each match is checked against the whole row."""
-    lo, hi = pool
+def _resident_chunks(lo: int, hi: int):
+    """The pool's resident pages as (address, bytes) pieces of at most CHUNK_BYTES, at most FIND_MAX_BYTES in all:
+    the search holds one piece in memory at a time, never a copy of the whole resident pool."""
     idx = np.flatnonzero(mincore(lo, hi))
     if idx.size == 0:
-        return {}
+        return
     breaks = np.flatnonzero(np.diff(idx) != 1)
     starts = np.concatenate([[idx[0]], idx[breaks + 1]])
     ends = np.concatenate([idx[breaks], [idx[-1]]]) + 1
-    # the resident runs, one after the other: byte p of `data` is address addr[i] + p - at[i], i the run of p
-    at = np.concatenate([[0], np.cumsum((ends - starts) * PAGE)])
-    addr = lo + starts * PAGE
-    data = b"".join(ctypes.string_at(int(a), int(n)) for a, n in zip(addr.tolist(), ((ends - starts) * PAGE).tolist()))
+    left = FIND_MAX_BYTES
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        a, n = lo + s * PAGE, (e - s) * PAGE
+        while n > 0 and left > 0:
+            take = min(n, CHUNK_BYTES, left)
+            yield a, take
+            a, n, left = a + take, n - take, left - take
+
+
+def find_bases(pool: Tuple[int, int], wanted: Dict[str, Tuple[int, np.ndarray, np.ndarray]]) -> Dict[str, int]:
+    """name -> base address of each table found: wanted[name] = (row bytes, rows, their values [len(rows), ...]).
+    A row's bytes found at address a vote for base a - row * row_bytes (64-byte aligned, inside the pool); a base
+    two rows agree on is taken. Only resident pages are read (FIND_MAX_BYTES of them at most, a piece at a time):
+    their words are matched against the first word of every row at once (8-byte words for rows of a multiple of 8
+    bytes, else 4-byte), a word found more than MAX_HITS times in a piece (a constant fill) is left out, and each
+    match is checked against the whole row. A row that straddles two pieces is not seen: the other rows vote."""
+    lo, hi = pool
     needles: Dict[int, List[Tuple[str, int, int, bytes]]] = {8: [], 4: []}   # word size -> (name, row, bytes, row's bytes)
     for name, (row_bytes, rows, values) in wanted.items():
         w = 8 if row_bytes % 8 == 0 else 4
@@ -103,32 +114,37 @@ def find_bases(pool: Tuple[int, int], wanted: Dict[str, Tuple[int, np.ndarray, n
             b = np.ascontiguousarray(v).tobytes()
             if len(b) == row_bytes and b.strip(b"\0"):   # an all-zero row says nothing
                 needles[w].append((name, int(r), row_bytes, b))
-    votes: Dict[str, "collections.Counter"] = collections.defaultdict(collections.Counter)
+    keyed: Dict[int, Tuple[Dict[int, List], np.ndarray, np.ndarray]] = {}
     for w, items in needles.items():
         if not items:
             continue
-        words = np.frombuffer(data, dtype=np.uint64 if w == 8 else np.uint32)
+        dt = np.uint64 if w == 8 else np.uint32
         keys: Dict[int, List] = {}
         for it in items:
-            keys.setdefault(int(np.frombuffer(it[3][:w], dtype=words.dtype)[0]), []).append(it)
-        karr = np.fromiter(keys, dtype=words.dtype, count=len(keys))
+            keys.setdefault(int(np.frombuffer(it[3][:w], dtype=dt)[0]), []).append(it)
+        karr = np.fromiter(keys, dtype=dt, count=len(keys))
         low = np.zeros(1 << 16, dtype=bool)   # a first pass on the low 16 bits: one table lookup per word
         low[(karr & 0xFFFF).astype(np.int64)] = True
-        cand = np.flatnonzero(low[(words & 0xFFFF).astype(np.int64)])
-        hits = cand[np.isin(words[cand], karr)]
-        if hits.size:
-            vals, counts = np.unique(words[hits], return_counts=True)
-            common = vals[counts > MAX_HITS]
-            if common.size:
-                hits = hits[~np.isin(words[hits], common)]
-        for h in hits.tolist():
-            p = h * w
-            run = int(np.searchsorted(at, p, side="right")) - 1
-            for name, r, row_bytes, b in keys[int(words[h])]:
-                if p + row_bytes <= at[run + 1] and data[p:p + row_bytes] == b:
-                    base = int(addr[run]) + p - int(at[run]) - r * row_bytes
-                    if base % 64 == 0 and lo <= base < hi:
-                        votes[name][base] += 1
+        keyed[w] = (keys, karr, low)
+    votes: Dict[str, "collections.Counter"] = collections.defaultdict(collections.Counter)
+    for addr, n in (_resident_chunks(lo, hi) if keyed else ()):
+        data = ctypes.string_at(addr, n)
+        for w, (keys, karr, low) in keyed.items():
+            words = np.frombuffer(data, dtype=karr.dtype)
+            cand = np.flatnonzero(low[(words & 0xFFFF).astype(np.int64)])
+            hits = cand[np.isin(words[cand], karr)]
+            if hits.size:
+                vals, counts = np.unique(words[hits], return_counts=True)
+                common = vals[counts > MAX_HITS]
+                if common.size:
+                    hits = hits[~np.isin(words[hits], common)]
+            for h in hits.tolist():
+                p = h * w
+                for name, r, row_bytes, b in keys[int(words[h])]:
+                    if p + row_bytes <= n and data[p:p + row_bytes] == b:
+                        base = addr + p - r * row_bytes
+                        if base % 64 == 0 and lo <= base < hi:
+                            votes[name][base] += 1
     out: Dict[str, int] = {}
     for name, c in votes.items():
         base, count = c.most_common(1)[0]
