@@ -18,6 +18,7 @@ _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 MADV_WILLNEED = 3
 MAX_HITS = 64
+GAP_PAGES = 64                # resident(): pages this far apart are checked by separate mincore calls
 CHUNK_BYTES = 64 << 20        # the search reads the resident pool this much at a time (memory held: a few times it)
 FIND_MAX_BYTES = 4 << 30      # and this much at most: a table not found in it is gathered instead of measured
 
@@ -61,11 +62,16 @@ def row_pages(base: int, row_bytes: int, rows: np.ndarray) -> np.ndarray:
 
 
 def resident(pages: np.ndarray) -> np.ndarray:
-    """Residency of each page number in `pages` (sorted), by one mincore over their span."""
+    """Residency of each page number in `pages` (sorted, distinct): one mincore per cluster of pages less than
+    GAP_PAGES apart, so scattered rows of a large table cost their own pages, not the table's span."""
+    out = np.zeros(pages.size, dtype=bool)
     if pages.size == 0:
-        return np.zeros(0, dtype=bool)
-    lo, hi = int(pages[0]), int(pages[-1]) + 1
-    return mincore(lo * PAGE, hi * PAGE)[pages - lo]
+        return out
+    cuts = np.flatnonzero(np.diff(pages) >= GAP_PAGES) + 1
+    for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [pages.size]]).tolist()):
+        lo, hi = int(pages[a]), int(pages[b - 1]) + 1
+        out[a:b] = mincore(lo * PAGE, hi * PAGE)[pages[a:b] - lo]
+    return out
 
 
 def will_need(pages: np.ndarray) -> int:
