@@ -127,27 +127,30 @@ class Lookahead:
                 self.counts["late_batches"] += 1
         if any(x is not None for v in self.bases.values() for x in v):
             checked = found = wasted = 0
-            for name, bases in self.bases.items():
-                t = self.plan.tables[name]
-                r = b.rows.get(name)
-                if r is None:
-                    continue
-                for i, base in enumerate(bases):
-                    if base is None:
-                        continue
-                    row_bytes = t.row_bytes if i == 0 else self._slot_row_bytes(t, i - 1)
-                    pg = pages.row_pages(base, row_bytes, r)
-                    res = pages.resident(pg)
-                    checked += pg.size
-                    found += int(res.sum())
-                    after = b.after.get(f"{name}#{i}")
-                    if after is not None:
-                        wasted += int(np.isin(after, pg[~res], assume_unique=True).sum())
+            for key, pg in self._found_pages(b.rows):
+                res = pages.resident(pg)
+                checked += pg.size
+                found += int(res.sum())
+                after = b.after.get(key)
+                if after is not None:
+                    wasted += int(np.isin(after, pg[~res], assume_unique=True).sum())
             with self.cond:
                 self.counts["batches_measured"] += 1
                 self.counts["pages_checked"] += checked
                 self.counts["pages_resident"] += found
                 self.counts["wasted_pages"] += wasted
+
+    def _found_pages(self, rows: Dict[str, np.ndarray]):
+        """("table#region", page numbers of the rows in it) for every region (variable 0, slots 1..) found in the
+        pool."""
+        for name, bases in list(self.bases.items()):
+            r = rows.get(name)
+            if r is None:
+                continue
+            t = self.plan.tables[name]
+            for i, base in enumerate(bases):
+                if base is not None:
+                    yield f"{name}#{i}", pages.row_pages(base, self._row_bytes(t, i), r)
 
     @classmethod
     def _row_bytes(cls, t, i: int) -> int:
@@ -196,13 +199,9 @@ class Lookahead:
         gather = {n: r for n, r in b.rows.items() if None in self.bases.get(n, [None])}
         regions = {n: [i for i, x in enumerate(self.bases.get(n, [None] * (1 + len(self.plan.tables[n].slots))))
                        if x is None] for n in gather}
-        for name, bases in list(self.bases.items()):
-            t, r = self.plan.tables[name], b.rows.get(name)
-            if r is None:
-                continue
-            for i, base in enumerate(bases):
-                if base is not None:
-                    pages.will_need(pages.row_pages(base, self._row_bytes(t, i), r))
+        found = list(self._found_pages(b.rows))
+        for _, pg in found:
+            pages.will_need(pg)
         if gather:
             self._run_touch(gather, False, regions)
         with self.cond:
@@ -214,15 +213,8 @@ class Lookahead:
                     rb = self._row_bytes(t, i)
                     self.counts["pages_requested"] += int(pages.row_pages(0, rb, r).size)
                     self.counts["bytes_requested"] += int(r.size * rb)
-        for name, bases in list(self.bases.items()):
-            t, r = self.plan.tables[name], b.rows.get(name)
-            if r is None:
-                continue
-            for i, base in enumerate(bases):
-                if base is None:
-                    continue
-                pg = pages.row_pages(base, self._row_bytes(t, i), r)
-                b.after[f"{name}#{i}"] = pg[pages.resident(pg)]
+        for key, pg in found:
+            b.after[key] = pg[pages.resident(pg)]
 
     def _find(self, rows: Dict[str, np.ndarray]) -> None:
         """Look for the tables not found yet in the pool's resident pages, by the values of some of `rows`."""

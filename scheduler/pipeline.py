@@ -609,7 +609,8 @@ class Pipeline:
 
     def _make_touch(self, session, plan):
         """(rows per table, fetch, regions) -> each table's values [table, slots...] when fetched: a ResourceGather of
-        those rows of the table and its slots (only the regions listed per table, when given), run on the input pool as rtkit's own run. Reads the pages, writes nothing."""
+        those rows of the table and its slots (only the regions listed per table, when given), run on the input pool
+        as rtkit's own run. Reads the pages, writes nothing."""
         ref = weakref.ref(session)
 
         def run_touch(rows: Dict[str, np.ndarray], fetch: bool, regions: Optional[Dict[str, List[int]]] = None):
