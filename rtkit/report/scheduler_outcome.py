@@ -80,8 +80,9 @@ def lookahead(sc: Dict[str, Any]) -> str:
     if la.get("state") != "on":
         return f"lookahead off ({la.get('off_reason') or 'no reason given'})"
     measure = la.get("mode") == "measure"
-    text = "lookahead measured only (nothing touched)" if measure else \
-        f"lookahead {fmt.num(la.get('pages_requested'))} pages ({fmt.nbytes(la.get('bytes_requested'))}) requested ahead"
+    text = "lookahead measured only (nothing touched)" if measure else (
+        f"lookahead {fmt.num(la.get('pages_requested'))} pages ({fmt.nbytes(la.get('bytes_requested'))} of rows) "
+        "requested ahead")
     text += f" over {fmt.num(la.get('batches'))} batches"
     if fmt.is_num(la.get("resident_share")):
         text += (f", {fmt.pct(la.get('resident_share'))} of the next step's pages resident before it "
@@ -91,6 +92,8 @@ def lookahead(sc: Dict[str, Any]) -> str:
     if not measure:
         text += (f", {fmt.num(la.get('late_batches'))} late, {fmt.num(la.get('wasted_pages'))} pages wasted, "
                  f"worker CPU {fmt.num(la.get('worker_cpu_s'))} s")
+        if la.get("wait_s"):   # sched_lookahead_wait_ms: the steps waited for their batches
+            text += f", steps waited {fmt.seconds(la['wait_s'])} for it"
     return text
 
 

@@ -412,8 +412,9 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
         _add(s.rows, "input stage share of op time", None, text=f"{fmt.num(get(sc, S.INPUT_SHARE))}% (bounds the gain)")
     if scheduler_outcome.bound(sc):
         _add(s.rows, G.name("overlap_bound"), None, text=scheduler_outcome.bound(sc, named=False))
-    if scheduler_outcome.lookahead(sc):
-        _add(s.rows, "lookahead", None, text=scheduler_outcome.lookahead(sc))
+    ahead = scheduler_outcome.lookahead(sc)
+    if ahead:
+        _add(s.rows, "lookahead", None, text=ahead)
     shown = {S.NOTES, S.STAGES, S.CHOSEN, S.SPEEDUP, S.TRIALS, S.OCCUPANCY_MEAN, S.OCCUPANCY_SAMPLES, S.STAGED_STEPS,
              S.TUNING_GAIN_PCT, S.TUNING_COST_1000, S.ERRORS, S.HIDDEN_PCT, S.INPUT_SHARE, S.QUEUE_DEPTH_SAMPLES, S.OVERLAP_SAMPLES,
              S.OVERLAP_BOUND, S.LOOKAHEAD, *S.HIDDEN}
