@@ -263,8 +263,9 @@ SETTINGS: List[Setting] = [
        "when the read mostly waits (a probe's CPU time under half its wall time); the tuner keeps it only if faster "
        "(0: never)", minimum=0, maximum=64),
     _s("sched_lookahead", "choice", "auto", "", "make the rows the next staged batch gathers resident before its step "
-       "(a worker touches their pages of the tables and optimizer slots); auto: on in tier mode (a pool path) with "
-       "staging; measure: count the resident pages only, touch nothing", choices=("auto", "on", "off", "measure")),
+       "(a worker touches their pages of the tables and optimizer slots), or a step's fed rows just before it runs; "
+       "auto: on in tier mode (a pool path); measure: count the resident pages only, touch nothing",
+       choices=("auto", "on", "off", "measure")),
     _s("sched_lookahead_max_rows", "int", 1 << 20, "rows", "rows a batch's lookahead touches at most (all tables)",
        minimum=1, maximum=1 << 30),
     _s("sched_lookahead_wait_ms", "int", 0, "ms", "a step whose batch the lookahead has not finished waits for it at "

@@ -1,4 +1,4 @@
-# lookahead.py -- make the rows the next staged batch gathers resident before its step: one bounded worker and its counts.
+# lookahead.py -- make the rows a step gathers resident before it runs (the next staged batch's, or a step's fed ids) and count it.
 """Each put of the staging runner also fetches the row ids its batch will gather (lookahead_graph's read-only
 copy of the index computation, evaluated on the same boundary tensors in the same run), so each staged item has
 its rows, in the staging area's order. When a step takes its item, the worker touches the rows of the next item
@@ -9,7 +9,10 @@ Accounting, per batch: rows and pages requested ahead; just before the step runs
 resident (mincore, on the tables found in the pool, lookahead_pages), late (the worker had not finished that batch
 when the step took it) and wasted (resident after the touch, out again at the step); bytes requested ahead; the
 worker's CPU seconds (its thread's clock). Mode "measure" computes and checks the rows and touches nothing: the
-share resident without the lookahead, on the same steps."""
+share resident without the lookahead, on the same steps.
+
+A script that feeds its ids (feed_dict) has no next batch to look at: on_feed takes the rows of the step about to
+run from its own feeds and asks for their pages at once, with no worker."""
 from __future__ import annotations
 
 import collections
@@ -42,7 +45,9 @@ class _Batch:
 
 class Lookahead:
     def __init__(self, plan, mode: str, max_rows: int, pool_path: str,
-                 run_touch: Callable[[Dict[str, np.ndarray], bool], List], thread_name: str, wait_s: float = 0.0):
+                 run_touch: Callable[[Dict[str, np.ndarray], bool], List], thread_name: Optional[str],
+                 wait_s: float = 0.0):
+        """thread_name None: no worker (fed rows: on_feed asks for a step's pages itself, just before it runs)."""
         self.plan = plan
         self.mode = mode                       # "on" or "measure"
         self.max_rows = int(max_rows)
@@ -61,12 +66,21 @@ class Lookahead:
                        "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
                        "find_s": 0.0, "wait_s": 0.0, "errors": 0}
         self.error: Optional[str] = None
-        self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
-        self._thread.start()
+        self._thread = None
+        if thread_name is not None:
+            self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
+            self._thread.start()
 
     # ---------------------------------------------------------------- the runner's side
     def on_put(self, index_values: List[np.ndarray]) -> None:
         """A put staged its batch; index_values: the copied index tensors' values, in plan order."""
+        b = _Batch(self._rows_of(index_values))
+        with self.cond:
+            self.items.append(b)
+            self.cond.notify_all()
+
+    def _rows_of(self, index_values: List[np.ndarray]) -> Dict[str, np.ndarray]:
+        """Each table's unique rows in range, at most max_rows in all (the rest counted as capped)."""
         rows: Dict[str, List[np.ndarray]] = {}
         for name, v in zip(self.plan.table_of_index, index_values):
             rows.setdefault(name, []).append(np.asarray(v, dtype=np.int64).ravel())
@@ -82,8 +96,31 @@ class Lookahead:
             merged[name] = r
         with self.cond:
             self.counts["rows_capped"] += capped
-            self.items.append(_Batch(merged))
-            self.cond.notify_all()
+        return merged
+
+    # ---------------------------------------------------------------- fed rows (no worker)
+    def on_feed(self, index_values: List[np.ndarray]) -> None:
+        """A step that feeds its ids is about to run: the pages of its rows are checked, then asked for at once
+        (MADV_WILLNEED, all reads in flight together) instead of being faulted in one at a time inside the step.
+        Nothing runs ahead of the step, so nothing is late or wasted."""
+        rows = self._rows_of(index_values)
+        prev, self.current = self.current, rows
+        if prev and self.pool is not None and self._find_tries < FIND_TRIES and \
+                any(None in self.bases.get(n, [None]) for n in self.plan.tables):
+            self._find_timed(prev)
+        b = _Batch(rows)
+        with self.cond:
+            self.counts["batches"] += 1
+        self._check(b)
+        if self.mode == "on":
+            c0 = time.thread_time()
+            found = list(self._found_pages(rows))
+            for _, pg in found:
+                pages.will_need(pg)
+            # only the regions found in the pool are asked for: the others the step itself reads
+            self._count_requested(b, {key for key, _ in found})
+            with self.cond:
+                self.counts["worker_cpu_s"] += time.thread_time() - c0
 
     def clear(self) -> None:
         """The staged items were dropped (a reset): so are their rows."""
@@ -107,17 +144,7 @@ class Lookahead:
             if not find:
                 self.cond.notify_all()
         if find and prev:
-            # between two steps no table is written (a put and the worker only read): the rows the last step used
-            # are in DRAM and hold still while the pool is searched for them
-            c0 = time.perf_counter()
-            try:
-                self._find(prev)
-            except Exception as exc:
-                with self.cond:
-                    self.counts["errors"] += 1
-                    self.error = f"finding the tables: {type(exc).__name__}: {exc}"
-            with self.cond:
-                self.counts["find_s"] += time.perf_counter() - c0
+            self._find_timed(prev)
         if find:
             with self.cond:
                 self.cond.notify_all()
@@ -125,6 +152,10 @@ class Lookahead:
             self.counts["batches"] += 1
             if late:
                 self.counts["late_batches"] += 1
+        self._check(b)
+
+    def _check(self, b: _Batch) -> None:
+        """Count the pages of the batch's rows resident now (and those resident after its touch but gone)."""
         if any(x is not None for v in self.bases.values() for x in v):
             checked = found = wasted = 0
             for key, pg in self._found_pages(b.rows):
@@ -204,17 +235,37 @@ class Lookahead:
             pages.will_need(pg)
         if gather:
             self._run_touch(gather, False, regions)
+        self._count_requested(b)
+        for key, pg in found:
+            b.after[key] = pg[pages.resident(pg)]
+
+    def _count_requested(self, b: _Batch, regions: Optional[set] = None) -> None:
+        """Rows, pages and bytes of the batch requested ahead (of the "table#region" keys in `regions` only, when
+        given)."""
         with self.cond:
             self.counts["batches_touched"] += 1
-            self.counts["rows_requested"] += sum(r.size for r in b.rows.values())
             for name, r in b.rows.items():
                 t = self.plan.tables[name]
-                for i in range(1 + len(t.slots)):
+                keys = [i for i in range(1 + len(t.slots)) if regions is None or f"{name}#{i}" in regions]
+                if keys:
+                    self.counts["rows_requested"] += int(r.size)
+                for i in keys:
                     rb = self._row_bytes(t, i)
                     self.counts["pages_requested"] += int(pages.row_pages(0, rb, r).size)
                     self.counts["bytes_requested"] += int(r.size * rb)
-        for key, pg in found:
-            b.after[key] = pg[pages.resident(pg)]
+
+    def _find_timed(self, prev: Dict[str, np.ndarray]) -> None:
+        """Search the pool for the tables by the rows the last step used: between two steps no table is written
+        (a put and the worker only read), so those rows are in DRAM and hold still while the pool is searched."""
+        c0 = time.perf_counter()
+        try:
+            self._find(prev)
+        except Exception as exc:
+            with self.cond:
+                self.counts["errors"] += 1
+                self.error = f"finding the tables: {type(exc).__name__}: {exc}"
+        with self.cond:
+            self.counts["find_s"] += time.perf_counter() - c0
 
     def _find(self, rows: Dict[str, np.ndarray]) -> None:
         """Look for the tables not found yet in the pool's resident pages, by the values of some of `rows`."""
@@ -222,12 +273,19 @@ class Lookahead:
         names = [n for n in rows if None in self.bases.get(n, [None]) and rows[n].size][:FIND_PER_BATCH]
         pick = {n: rows[n][np.linspace(0, rows[n].size - 1, num=min(16, rows[n].size)).astype(int)] for n in names}
         values = self._run_touch(pick, True, None)
-        wanted = {}
+        wanted, sizes = {}, {}
         for name in names:
             t = self.plan.tables[name]
             for i, v in enumerate(values.get(name) or []):
                 wanted[f"{name}#{i}"] = (self._row_bytes(t, i), pick[name], np.asarray(v))
-        found = pages.find_bases(self.pool, wanted)
+                sizes[f"{name}#{i}"] = t.rows * self._row_bytes(t, i)
+        # the allocator's list of the pool's records first (a table is one record of its size), then a search of
+        # the resident pages by content for what it does not place
+        records = pages.pool_records(min(sizes.values())) if sizes else None
+        found = pages.find_in_records(records, wanted, sizes) if records else {}
+        rest = {k: v for k, v in wanted.items() if k not in found}
+        if rest:
+            found.update(pages.find_bases(self.pool, rest))
         for name in names:
             old = self.bases.get(name, [None] * (1 + len(self.plan.tables[name].slots)))
             self.bases[name] = [x if x is not None else found.get(f"{name}#{i}") for i, x in enumerate(old)]
@@ -236,7 +294,8 @@ class Lookahead:
         with self.cond:
             self._stop = True
             self.cond.notify_all()
-        self._thread.join(timeout_s)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
 
     def report(self) -> Dict:
         c = dict(self.counts)

@@ -40,6 +40,8 @@ class Plan:
     touch_feeds: Dict[str, object] = field(default_factory=dict)
     touch_ops: Dict[str, List[object]] = field(default_factory=dict)
     skipped: List[str] = field(default_factory=list)
+    fed_inputs: List[Tuple[str, ...]] = field(default_factory=list)   # plan_feeds: each index tensor's placeholders
+    gather_ops: List[str] = field(default_factory=list)               # the gather each index tensor feeds
 
 
 def _handle_of(op):
@@ -177,9 +179,38 @@ def _graph_def(order, external):
 
 def plan(graph, staged, sm, max_tables: int = 256) -> Tuple[Optional[Plan], Optional[str]]:
     """(Plan, None), or (None, why the lookahead is off for this graph)."""
+    return _plan(graph, set(staged.boundary), sm.pipelined, "the staged batch", max_tables)
+
+
+def plan_feeds(graph, max_tables: int = 256) -> Tuple[Optional[Plan], Optional[str]]:
+    """The same for a graph whose steps feed their ids (feed_dict): the gathers whose indices are computed from
+    placeholders only. The plan's index tensors are then evaluated on a step's own feeds just before it runs."""
+    fed = {t.name for op in graph.get_operations() if op.type == "Placeholder"
+           and not op.name.startswith(SCOPE) for t in op.outputs}
+    p, why = _plan(graph, fed, set(), "fed tensors", max_tables)
+    if p is not None:
+        p.fed_inputs = [_fed_inputs(t, fed) for t in p.index_tensors]
+    return p, why
+
+
+def _fed_inputs(tensor, fed) -> Tuple[str, ...]:
+    """The placeholders an index tensor (or its copy) is computed from."""
+    out, seen, stack = set(), set(), [tensor]
+    while stack:
+        t = stack.pop()
+        if t.name in fed:
+            out.add(t.name)
+            continue
+        if t.op.name in seen:
+            continue
+        seen.add(t.op.name)
+        stack.extend(t.op.inputs)
+    return tuple(sorted(out))
+
+
+def _plan(graph, boundary, pipelined, what: str, max_tables: int) -> Tuple[Optional[Plan], Optional[str]]:
     import tensorflow as tf
 
-    boundary = set(staged.boundary)
     gathers = []
     for op in graph.get_operations():
         if op.type not in GATHERS or op.name.startswith(("gradients", SCOPE, "rtkit_stage")):
@@ -188,22 +219,22 @@ def plan(graph, staged, sm, max_tables: int = 256) -> Tuple[Optional[Plan], Opti
         if h is not None:
             gathers.append((op, h))
     if not gathers:
-        return None, "no gather of a table variable in the staged graph"
+        return None, "no gather of a table variable in the graph"
     order, seen, external, kept, skipped = [], set(), {}, [], []
     for op, h in gathers:
         o, s, e = list(order), set(seen), dict(external)
         try:
-            _collect(op.inputs[1], boundary, sm.pipelined, o, s, e)
+            _collect(op.inputs[1], boundary, pipelined, o, s, e)
         except _Refused as why:
             skipped.append(f"{op.name}: {why}")
             continue
         if not any(n in boundary for n in e):
-            skipped.append(f"{op.name}: its indices do not depend on the staged batch")
+            skipped.append(f"{op.name}: its indices do not depend on {what}")
             continue
         order, seen, external = o, s, e
         kept.append((op, h))
     if not kept:
-        return None, "no table gather's indices can be computed read-only from the staged batch (" + \
+        return None, f"no table gather's indices can be computed read-only from {what} (" + \
             "; ".join(skipped[:3]) + ")"
     tables: Dict[str, Table] = {}
     for _, h in kept:
@@ -229,6 +260,7 @@ def plan(graph, staged, sm, max_tables: int = 256) -> Tuple[Optional[Plan], Opti
                           if order else [])
             idx = [op.inputs[1] if op.inputs[1].name in boundary else next(copied) for op, _ in kept]
             p = Plan(index_tensors=list(idx), table_of_index=[h.op.name for _, h in kept], tables=tables,
+                     gather_ops=[op.name for op, _ in kept],
                      skipped=skipped)
             with graph.name_scope(SCOPE + "_touch/"):
                 for name, t in tables.items():

@@ -105,6 +105,40 @@ def _resident_chunks(lo: int, hi: int):
             a, n, left = a + take, n - take, left - take
 
 
+def pool_records(min_bytes: int, max_records: int = 4096) -> Optional[List[Tuple[int, int]]]:
+    """(payload address, bytes) of the tier pool's live records of at least min_bytes, from the preloaded allocator
+    (rtkit_malloc_pool_records); None when it is not loaded here."""
+    try:
+        fn = ctypes.CDLL(None).rtkit_malloc_pool_records
+    except (AttributeError, OSError):
+        return None
+    fn.restype = ctypes.c_size_t
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]
+    out = np.zeros((max_records, 2), dtype=np.uint64)
+    n = int(fn(out.ctypes.data_as(ctypes.c_void_p), max_records, int(min_bytes)))
+    return [(int(a), int(b)) for a, b in out[:n]]
+
+
+def find_in_records(records: List[Tuple[int, int]], wanted: Dict[str, Tuple[int, np.ndarray, np.ndarray]],
+                    sizes: Dict[str, int]) -> Dict[str, int]:
+    """name -> base of each table whose rows' values lie at their places in exactly one record of the table's size
+    (sizes[name]), none taken by another name: a table's optimizer slot, a constant at first and then rows hardly
+    moved from it, is told from the table by its rows, where a search by content finds no distinctive word. A
+    name two records fit equally (two fresh slots of one shape) stays unfound."""
+    fits: Dict[str, List[int]] = {}
+    for name, (row_bytes, rows, values) in wanted.items():
+        want = [(int(r), np.ascontiguousarray(v).tobytes()) for r, v in zip(rows.tolist(), values)]
+        fits[name] = [a for a, n in records if n == sizes.get(name) and want and
+                      all(ctypes.string_at(a + r * row_bytes, row_bytes) == b for r, b in want)]
+    out: Dict[str, int] = {}
+    for name, cands in fits.items():
+        others = {a for m, c in fits.items() if m != name and len(c) == 1 for a in c}
+        left = [a for a in cands if a not in others]
+        if len(left) == 1:
+            out[name] = left[0]
+    return out
+
+
 def find_bases(pool: Tuple[int, int], wanted: Dict[str, Tuple[int, np.ndarray, np.ndarray]]) -> Dict[str, int]:
     """name -> base address of each table found: wanted[name] = (row bytes, rows, their values [len(rows), ...]).
     A row's bytes found at address a vote for base a - row * row_bytes (64-byte aligned, inside the pool); a base

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import lookahead_graph
 from .lookahead import Lookahead
+from .lookahead_feeds import FedLookahead, fed_values
 from .measure import TRACE_STEPS
 from .stages import StageMap, analyze, reachable
 from .staging import ReadAhead, Runner, Staged, rewrite
@@ -49,6 +50,7 @@ class _GraphState:
         self.reason: Optional[str] = None
         self.version = -1
         self.lookahead = None        # lookahead_graph.Plan: the rows each staged batch gathers
+        self.feed_plan = None        # lookahead_graph.Plan of a graph whose steps feed their ids (not staged)
 
 
 class _SessionState:
@@ -58,6 +60,7 @@ class _SessionState:
         self.callables: Dict[tuple, Any] = {}   # the staged step's callables (tensor connections), per run shape
         self.runner: Optional[Runner] = None
         self.lookahead: Optional[Lookahead] = None
+        self.fed: Optional[FedLookahead] = None
         self.lock = threading.Lock()
 
 
@@ -108,7 +111,12 @@ class Pipeline:
         self.lookahead_pool = str(settings.get("tier_pool_path") or "")
         self.lookahead_mode: Optional[str] = None
         self.lookahead_reason: Optional[str] = None
+        self.lookahead_rows_from = "staged batch"
         self._lookaheads: List[Lookahead] = []
+        # a graph that feeds its ids needs no staging: the step's own feeds give its rows
+        self.lookahead_feeds_mode: Optional[str] = None
+        if want != "off" and (want != "auto" or self.lookahead_pool):
+            self.lookahead_feeds_mode = "measure" if want == "measure" else "on"
         if want == "off":
             self.lookahead_reason = "sched_lookahead=off"
         elif not self.stage:
@@ -154,6 +162,8 @@ class Pipeline:
             else:
                 for n in gs.analysis.notes:
                     self.note(n)
+            if gs.staged is None:
+                self._plan_feed_lookahead(graph, gs)
             self._graphs[graph] = gs
         elif gs.version != graph.version:  # the graph grew after the first run: classify the new ops
             gs.analysis = analyze(graph)
@@ -221,8 +231,11 @@ class Pipeline:
         opts, md = self._options(st, options, run_metadata, tracing)
         t_begin = time.time()
         state = self._before(session, st, mode, tracing)
+        fed = mode == "plain" and bool(feed_dict) and self._graphs[session.graph].feed_plan is not None
+        if fed:
+            self._fed_rows(session, st, sig, feed_dict)
         t0 = time.time()
-        self._report_before_run(mode, t0 - t_begin)
+        self._report_before_run(mode == "staged" or fed, t0 - t_begin)
         self._local.step_ms = None
         if state == "ready":  # a staged batch: the step's consumers read it from the get op
             result = self._run_staged(session, st, fetches, feed_dict, opts, md, connect)
@@ -313,7 +326,7 @@ class Pipeline:
             sched._local.probe_ok = False
             state = sched._before(session, st, mode, False)
             t0 = time.time()
-            sched._report_before_run(mode, t0 - t_begin)
+            sched._report_before_run(mode == "staged", t0 - t_begin)
             sched._local.step_ms = None
             if state == "ready":
                 md = kwargs.get("run_metadata")
@@ -435,8 +448,9 @@ class Pipeline:
                 if self._input_error(exc):
                     self.counts["errors_delivered"] += 1
 
-    def _report_before_run(self, mode: str, seconds: float) -> None:
-        if mode == "staged" and self._before_run is not None and seconds > 0:
+    def _report_before_run(self, part_of_step: bool, seconds: float) -> None:
+        """Time spent for the run before TF's call (a staged batch's wait, the lookahead of fed rows) is its step's."""
+        if part_of_step and self._before_run is not None and seconds > 0:
             try:
                 self._before_run(seconds * 1000.0)
             except Exception as exc:  # only the step's timing is affected
@@ -607,6 +621,46 @@ class Pipeline:
             self.lookahead_mode, self.lookahead_reason = None, why
             self.note(f"lookahead off: {why}")
 
+    def _plan_feed_lookahead(self, graph, gs: _GraphState) -> None:
+        """A graph not staged whose table gathers read fed ids: the plan of its fed rows (the lookahead then runs
+        on each step's feeds), or the staged lookahead's reason stands."""
+        if self.lookahead_feeds_mode is None:
+            return
+        try:
+            gs.feed_plan, why = lookahead_graph.plan_feeds(graph)
+        except Exception as exc:   # the job runs without it
+            gs.feed_plan, why = None, f"the graph could not be analysed ({type(exc).__name__}: {exc})"
+        if gs.feed_plan is None:
+            if self.lookahead_mode is None and "nor from feeds" not in (self.lookahead_reason or ""):
+                self.lookahead_reason = f"{self.lookahead_reason}; nor from feeds: {why}"   # said once
+            return
+        self.lookahead_mode, self.lookahead_reason = self.lookahead_feeds_mode, None
+        self.lookahead_rows_from = "feeds"
+        gs.analysis = analyze(graph)   # the plan added its copy and touch ops
+        gs.version = graph.version
+
+    def _fed_rows(self, session, st: _SessionState, sig, feed_dict) -> None:
+        """Before a run that gathers fed rows of a table: those rows' pages to the lookahead (never fails the run)."""
+        try:
+            graph = session.graph
+            plan = self._graphs[graph].feed_plan
+            if st.fed is None:
+                la = Lookahead(plan, self.lookahead_feeds_mode, self.lookahead_max_rows, self.lookahead_pool,
+                               self._make_touch(session, plan), None)
+                ref = weakref.ref(session)
+                st.fed = FedLookahead(plan, la, lambda ts, feed: self._run_feed(_alive(ref), ts, feed))
+                with self._lock:
+                    self._lookaheads.append(la)
+            values = fed_values(graph, feed_dict)
+            fed = tuple(sorted(values))
+            fetch_ops = [getattr(e, "op", e) for e in
+                         (graph.as_graph_element(x, allow_tensor=True, allow_operation=True) for x in sig)]
+            which = st.fed.applies((sig, fed), fed, lambda: reachable(graph, fetch_ops, set(fed), set()))
+            if which:
+                st.fed.before_step(which, values)
+        except Exception as exc:
+            self._error(f"lookahead of fed rows skipped ({type(exc).__name__}: {exc})")
+
     def _make_touch(self, session, plan):
         """(rows per table, fetch, regions) -> each table's values [table, slots...] when fetched: a ResourceGather of
         those rows of the table and its slots (only the regions listed per table, when given), run on the input pool
@@ -634,7 +688,8 @@ class Pipeline:
     def lookahead_report(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"state": "on" if self.lookahead_mode else "off", "mode": self.lookahead_mode,
                                "off_reason": self.lookahead_reason, "max_rows": self.lookahead_max_rows}
-        plans = [gs.lookahead for gs in list(self._graphs.values()) if gs.lookahead is not None]
+        out["rows_from"] = self.lookahead_rows_from
+        plans = [p for gs in list(self._graphs.values()) for p in (gs.lookahead, gs.feed_plan) if p is not None]
         if plans:
             out["gathers"] = len(plans[-1].index_tensors)
             out["tables"] = len(plans[-1].tables)

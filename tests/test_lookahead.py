@@ -140,3 +140,108 @@ def test_tier_lookahead_makes_the_next_batch_resident_and_trains_the_same(tmp_pa
     # the summary's scheduler line says it
     assert re.search(r"; lookahead [\d,]+ pages \(.+\) requested ahead over 30 batches, [\d.]+% of the next step's pages "
                      r"resident before it \(mincore, 52 tables\), \d+ late, [\d,]+ pages wasted, worker CPU", line), line
+
+
+def _fed_script(tmp_path, hashed, **kw):
+    """A TF1 script of the ordinary kind: a plain variable gathered at fed ids (as they are, or hashed in the graph
+    by a modulo), Adagrad, 6 steps of fed batches, under a Scheduler with `kw` settings: (losses, lookahead
+    report)."""
+    import numpy as np
+    import tensorflow
+
+    import test_scheduler as ts
+
+    ts.tf, ts.tf1 = tensorflow, tensorflow.compat.v1
+    tf, tf1 = ts.tf, ts.tf1
+    graph = tf.Graph()
+    with graph.as_default():
+        ids = tf1.placeholder(tf.int64, [None], name="ids")
+        table = tf1.get_variable("emb", [500, 8], initializer=tf1.truncated_normal_initializer(stddev=0.1, seed=3))
+        rows = tf.math.floormod(ids * 7919, 500) if hashed else ids
+        loss = tf.reduce_mean(tf.square(tf.reduce_sum(tf.nn.embedding_lookup(table, rows), axis=1) - 1.0))
+        train = tf1.train.AdagradOptimizer(0.1).minimize(loss)
+        init = tf1.global_variables_initializer()
+    sched = ts.Scheduler(ts.tf, ts.settings(**kw), str(tmp_path))
+    h = ts.Hooked(sched, graph)
+    h.run(init)
+    rng = np.random.default_rng(1)
+    losses = [float(h.run([train, loss], {ids: rng.integers(0, 500, 64)})[1]) for _ in range(6)]
+    h.close()
+    return losses, sched.report()["pipeline"]["lookahead"]
+
+
+@requires_tf
+@pytest.mark.parametrize("hashed", [False, True], ids=["fed-rows", "hashed-in-graph"])
+def test_fed_ids_are_looked_up_from_the_steps_own_feeds(tmp_path, hashed):
+    """A script that feeds its ids has no staged batch, yet the lookahead takes each step's rows from its own feeds
+    (the fed tensor itself, or a read-only copy of the graph's hashing of it), for every step, trains the same to
+    the bit, and says where its rows came from; with sched_lookahead=off it is off."""
+    off, rep_off = _fed_script(tmp_path / "off", hashed, sched_lookahead="off")
+    on, rep = _fed_script(tmp_path / "on", hashed, sched_lookahead="on")
+    assert rep_off["state"] == "off" and len(off) == 6 and on == off
+    assert rep["state"] == "on" and rep["rows_from"] == "feeds" and rep["gathers"] == 1 and rep["tables"] == 1, rep
+    assert rep["batches"] == 6 and rep["errors"] == 0, rep   # the init run feeds nothing: it is not looked at
+    # no tier pool in this process: no table is found, so nothing is asked for and nothing is claimed
+    assert rep["pool_found"] is False and rep["pages_requested"] == 0 and rep["rows_requested"] == 0, rep
+
+
+@requires_tf
+def test_tier_fed_rows_are_asked_for_before_the_step(tmp_path):
+    """The user-style script (a randomly initialised table past the placement size, Adagrad, fed power-law ids) in
+    tier mode with a small resident budget: the lookahead finds the table in the pool, asks for each step's pages of
+    it, and the losses are the same to the bit as measuring only; the summary line says so."""
+    def run(mode):
+        args = ["run", "--quiet", "--run-dir", str(tmp_path / mode), "--set", "sched=1", "--set",
+                f"sched_lookahead={mode}", "--set", f"tier_pool_path={tmp_path / 'pool'}", "--set",
+                "tier_pool_size=400M", "--set", f"tier_resident_max={16 * MIB}", "--set", "tier_dram_head=0", "--",
+                sys.executable, "-m", "rtkit.bench.user_table", "--rows", "300000", "--dim", "64", "--steps", "6",
+                "--batch", "1024"]
+        proc = run_rtkit(args, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        report = load_report(str(tmp_path / mode))
+        return (re.findall(r"^loss \d+ \S+$", proc.stdout, re.M), report["scheduler"]["pipeline"]["lookahead"],
+                summary.scheduler_line(report))
+
+    base, rep_base, _ = run("measure")
+    on, rep, line = run("on")
+    assert len(on) == 6 and on == base
+    assert rep["rows_from"] == "feeds" and rep["errors"] == 0 and rep["tables_measured"] == 1, rep
+    # the table and its Adagrad slot (a constant 0.1 at first) both found among the allocator's pool records
+    assert rep["regions_found"] == rep["regions"] == 2 and rep_base["regions_found"] == 2, (rep, rep_base)
+    assert rep["batches"] == 6 and rep["pages_requested"] > 0 and rep["bytes_requested"] >= rep["rows_requested"] * 256
+    assert rep_base["pages_requested"] == 0 and rep_base["batches_measured"] >= 4, rep_base   # measuring asks nothing
+    assert re.search(r"; lookahead [\d,]+ pages \(.+\) requested together just before their steps \(rows from the "
+                     r"steps' feeds\) over 6 steps, [\d.]+% of the step's pages resident already \(mincore, 1 tables\)",
+                     line), line
+
+
+def test_a_table_is_told_from_its_slot_among_records_of_its_size():
+    """find_in_records on real memory: four records of one size (a table, its slot holding a constant but for the
+    rows a step moved, two other slots still all constant): the table and the moved slot are found by their rows'
+    values at their places; a name that two records fit equally (all-constant rows) stays unfound."""
+    import ctypes
+    import mmap
+
+    import numpy as np
+
+    from rtkit.scheduler import lookahead_pages as pages
+
+    rows, dim = 1000, 8
+    size = rows * dim * 4
+    bufs = [mmap.mmap(-1, size) for _ in range(4)]
+    arrs = [np.frombuffer(b, dtype=np.float32).reshape(rows, dim) for b in bufs]
+    addrs = [ctypes.addressof(ctypes.c_char.from_buffer(b)) for b in bufs]
+    arrs[0][:] = np.random.default_rng(0).normal(size=(rows, dim))
+    arrs[1][:] = 0.1
+    arrs[2][:] = 0.1
+    arrs[3][:] = 0.1
+    picked = np.array([3, 40, 500, 999])
+    arrs[1][picked] += np.float32(1e-7) * np.arange(1, dim + 1, dtype=np.float32)   # the rows the step updated
+    records = [(a, size) for a in addrs] + [(addrs[0], size + 64)]   # and one of another size
+    wanted = {"t#0": (dim * 4, picked, arrs[0][picked].copy()), "t#1": (dim * 4, picked, arrs[1][picked].copy()),
+              "u#1": (dim * 4, picked, np.full((4, dim), 0.1, dtype=np.float32))}
+    found = pages.find_in_records(records, wanted, {k: size for k in wanted})
+    assert found == {"t#0": addrs[0], "t#1": addrs[1]}, (found, addrs)
+    del arrs
+    for b in bufs:
+        b.close()

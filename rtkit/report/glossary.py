@@ -335,7 +335,8 @@ _F: List[Figure] = [
            "at the overlap bound, 1.10x 10% short of it", _num(_sec("scheduler", S.X_OF_BOUND))),
     Figure("lookahead_resident", "lookahead: next step's pages resident", "pct", False,
            "the share of the pages of each staged batch's table rows (table and optimizer slots) that mincore found "
-           "in DRAM just before the batch's step ran, on the tables the lookahead found in the tier pool",
+           "in DRAM just before the batch's step ran, on the tables the lookahead found in the tier pool (a "
+           "script that feeds its ids: of each step's rows, when its run was called, before they were asked for)",
            _num(_sec("scheduler", S.LOOKAHEAD_SHARE))),
     Figure("occupancy_mean", "mean pipeline occupancy", "count", False,
            "mean number of input batches ready when a step asked for one", _num(_sec("scheduler", S.OCCUPANCY_MEAN))),

@@ -75,21 +75,24 @@ def lookahead(sc: Dict[str, Any]) -> str:
     """What the lookahead did: '' when staging was off (nothing to look ahead of), else off with why, or its
     figures."""
     la = get(sc, S.LOOKAHEAD)
-    if not isinstance(la, dict) or not get(sc, S.PIPELINE_ENABLED):
+    fed = isinstance(la, dict) and la.get("rows_from") == "feeds"
+    if not isinstance(la, dict) or not (get(sc, S.PIPELINE_ENABLED) or fed):
         return ""
     if la.get("state") != "on":
         return f"lookahead off ({la.get('off_reason') or 'no reason given'})"
     measure = la.get("mode") == "measure"
     text = "lookahead measured only (nothing touched)" if measure else (
         f"lookahead {fmt.num(la.get('pages_requested'))} pages ({fmt.nbytes(la.get('bytes_requested'))} of rows) "
-        "requested ahead")
-    text += f" over {fmt.num(la.get('batches'))} batches"
+        + ("requested together just before their steps (rows from the steps' feeds)" if fed else "requested ahead"))
+    text += f" over {fmt.num(la.get('batches'))} " + ("steps" if fed else "batches")
     if fmt.is_num(la.get("resident_share")):
-        text += (f", {fmt.pct(la.get('resident_share'))} of the next step's pages resident before it "
-                 f"(mincore, {fmt.num(la.get('tables_measured'))} tables)")
+        text += (f", {fmt.pct(la.get('resident_share'))} of " + ("the step's pages resident already" if fed else
+                 "the next step's pages resident before it") + f" (mincore, {fmt.num(la.get('tables_measured'))} tables)")
     else:
         text += ", resident share not measured (no table found in a tier pool)"
-    if not measure:
+    if not measure and fed:
+        text += f", CPU {fmt.num(la.get('worker_cpu_s'))} s"
+    elif not measure:
         text += (f", {fmt.num(la.get('late_batches'))} late, {fmt.num(la.get('wasted_pages'))} pages wasted, "
                  f"worker CPU {fmt.num(la.get('worker_cpu_s'))} s")
         if la.get("wait_s"):   # sched_lookahead_wait_ms: the steps waited for their batches

@@ -159,6 +159,13 @@ EXPORT int rtkit_malloc_in_pmem(const void *p)
     return o.kind == RTK_OWNER_TIER && o.state == RTK_BLOCK_LIVE;
 }
 
+/* Where the tier pool's large records are (TF does not say where a variable's buffer is; the scheduler's lookahead
+ * tells a table from its rows' values among the records of its size): pairs of (payload address, bytes) */
+EXPORT size_t rtkit_malloc_pool_records(uint64_t (*out)[2], size_t max, uint64_t min_bytes)
+{
+    return out && max ? rtk_tier_records(out, max, min_bytes) : 0;
+}
+
 EXPORT int rtkit_malloc_write_stats(void)
 {
     if (rtk_fastpath.mode != RTK_MODE_READY)

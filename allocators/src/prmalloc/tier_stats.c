@@ -209,3 +209,19 @@ void rtk_tier_write_file(const char *run_dir, long pid)
     rtk_os_write_file_atomic(path, g_tbuf, (size_t)n);
 }
 
+
+size_t rtk_tier_records(uint64_t (*out)[2], size_t max, uint64_t min_bytes)
+{
+    if (__atomic_load_n(&rtk_tier.state, __ATOMIC_ACQUIRE) != T_ON || !rtk_tier.live)
+        return 0;
+    size_t k = 0;
+    rtk_spin_lock(&rtk_tier.live_lock);
+    for (uint32_t i = 0; i < rtk_tier.nlive && k < max; i++)
+        if (rtk_tier.live[i].n >= min_bytes) {
+            out[k][0] = (uint64_t)(uintptr_t)rtk_tier.live[i].payload;
+            out[k][1] = rtk_tier.live[i].n;
+            k++;
+        }
+    rtk_spin_unlock(&rtk_tier.live_lock);
+    return k;
+}
