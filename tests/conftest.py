@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The C test builds, by the fixture that names them: group -> fixture.
-_BUILD_GROUPS = {"prmalloc": "prm", "pmem": "pmem_build", "prmalloc-asan": "prm_asan"}
+_BUILD_GROUPS = {"prmalloc": "prm", "pmem": "pmem_build", "prmalloc-asan": "prm_asan", "pmem-asan": "pmem_asan"}
 
 
 class _NativeBuilds:
@@ -95,6 +95,12 @@ def prm_asan(_native_builds):
     """A private folder with the prmalloc C test programs and librtkit_malloc.so built with AddressSanitizer
     (test_prmalloc.py, test_prmalloc_peer_cases.py): one build for the tests that run under it."""
     return _native_builds.get("prmalloc-asan")
+
+
+@pytest.fixture(scope="session")
+def pmem_asan(_native_builds):
+    """A private folder with the pmem C test programs built with AddressSanitizer (test_asan.py)."""
+    return _native_builds.get("pmem-asan")
 
 
 @pytest.fixture(scope="session")

@@ -28,9 +28,10 @@ def test_a_pointer_is_tested_against_rtkits_ranges_only_by_the_owner_lookup():
     assert testers - {"large.c"} == {"owner.h"}, sorted(testers)
 
 
-def test_the_page_map_is_asked_by_the_owner_lookup_and_the_class_free_it_checks_under_its_lock():
+def test_the_page_map_is_asked_by_the_owner_lookup_alone():
+    # the class free checks and clears the owner word in one call under its lock (rtk_large_swap_owner)
     callers = {name for name, text in _sources() if PAGE_MAP_READ.search(text)}
-    assert callers - {"large.c", "large.h"} == {"owner.h", "arena_classes.c"}, sorted(callers)
+    assert callers - {"large.c", "large.h"} == {"owner.h"}, sorted(callers)
 
 
 def test_free_realloc_usable_size_and_the_public_checks_use_the_owner_lookup():

@@ -3,6 +3,8 @@ import fcntl
 import glob
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 
@@ -201,6 +203,26 @@ def test_off_writes_no_pmem_file(prm, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert not glob.glob(os.path.join(tmp_path, "pmem-*.json"))
     assert "pmem" not in alloc_doc(tmp_path)
+
+
+@pytest.mark.parametrize("mode,line", [("double_free", "free(): double free of"),
+                                       ("realloc_freed", "realloc(): invalid pointer")])
+def test_a_freed_pool_block_freed_or_reallocated_again_aborts_with_one_line(prm, tmp_path, mode, line):
+    # the pool counted the second free and went on: glibc aborts on it ("double free or corruption")
+    proc = run_tier(prm, mode, {"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_TIER_POOL_PATH": str(tmp_path / "pool")})
+    assert proc.returncode == -signal.SIGABRT and "survived" not in proc.stdout, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if line in ln]
+    assert len(lines) == 1 and re.search(r"0x[0-9a-f]+", lines[0]), proc.stderr
+
+
+def test_two_frees_racing_for_one_pool_block_free_it_once(prm, tmp_path):
+    # two threads past the owner lookup free the same payload: one gives the record back, the other is told it lost
+    # (free() aborts on that), 200 times; a second winner would free the record twice and punch a live block's pages
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
+    env.update({"RTKIT_TIER_POOL_PATH": str(tmp_path / "pool"), "RTKIT_RUN_DIR": str(tmp_path)})
+    proc = subprocess.run([os.path.join(prm, "tests", "prmalloc_unit_tier")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_unit_tier: ok\n", proc.stdout + proc.stderr[-3000:]
 
 
 TF_SCRIPT = r"""

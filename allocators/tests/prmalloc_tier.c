@@ -1,5 +1,6 @@
 /* prmalloc_tier.c -- PMEM tier mode under LD_PRELOAD: what lands in the pool, frees/realloc, fork, pool full.
- * Usage: prmalloc_tier basic|full|plain|heads|churn (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR set by the caller). */
+ * Usage: prmalloc_tier basic|full|plain|heads|churn|double_free|realloc_freed (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR
+ * set by the caller). */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
@@ -298,6 +299,22 @@ static int churn(void)
     return test_done("prmalloc_tier churn");
 }
 
+/* the program's bug on a pool block: glibc aborts on it, so must rtkit (the caller expects SIGABRT and one line);
+ * "survived" is printed only when it did not */
+static int bad_free(int then_realloc)
+{
+    void *p = malloc(1 << 20);
+    CHECK(p && t_in_pmem(p));
+    free(p);
+    fflush(NULL);
+    if (then_realloc)
+        p = realloc(p, 2 << 20);
+    else
+        free(p);
+    printf("survived\n");
+    return test_done(then_realloc ? "prmalloc_tier realloc_freed" : "prmalloc_tier double_free");
+}
+
 int main(int argc, char **argv)
 {
     test_bind();
@@ -316,5 +333,7 @@ int main(int argc, char **argv)
         return heads();
     if (!strcmp(mode, "churn"))
         return churn();
+    if (!strcmp(mode, "double_free") || !strcmp(mode, "realloc_freed"))
+        return bad_free(!strcmp(mode, "realloc_freed"));
     return basic();
 }

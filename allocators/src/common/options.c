@@ -28,8 +28,6 @@ rtk_value_t rtk_values[RTK_OPT_COUNT];
 static unsigned char g_loaded[RTK_OPT_COUNT], g_bad[RTK_OPT_COUNT];
 
 void rtk_opt_set_fallback_note(rtk_opt_t id, const char *note) { g_note[id] = note; }
-void rtk_opt_set_error_sink(char *buf, size_t cap) { g_sink = buf; g_sink_cap = cap; }
-void rtk_opt_set_quiet(int quiet) { g_quiet = quiet; }
 
 int rtk_parse_size(const char *s, size_t *out)
 {

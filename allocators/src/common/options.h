@@ -74,8 +74,7 @@ RTK_HIDDEN int rtk_parse_int(const char *text, long *out);
 
 /* Readers, one per kind; the setting must be of that kind. Unset (or empty): *out = the table's default, 0.
  * Valid and within the table's limits: *out = value, 0. Otherwise *out = the default, ONE stderr line naming
- * the variable, the value, what is accepted and the fallback note (see rtk_opt_set_fallback_note), and -1.
- * The message (without "rtkit: ") is also copied to the buffer given to rtk_opt_set_error_sink, if any. */
+ * the variable, the value, what is accepted and the fallback note (see rtk_opt_set_fallback_note), and -1. */
 RTK_HIDDEN int rtk_opt_bool(rtk_opt_t id, int *out);
 RTK_HIDDEN int rtk_opt_int(rtk_opt_t id, long *out);
 RTK_HIDDEN int rtk_opt_size(rtk_opt_t id, size_t *out);
@@ -95,9 +94,5 @@ RTK_HIDDEN const char *rtk_opt_internal(const char *name);
 /* What the caller does on a bad value of setting id, appended to its message, e.g. "the allocator runs as a plain
  * pass-through". NULL (the default) appends "using the default '<dflt>'". The string must stay valid. */
 RTK_HIDDEN void rtk_opt_set_fallback_note(rtk_opt_t id, const char *note);
-/* Optional sink for the last error message (no allocation: the caller owns the buffer). */
-RTK_HIDDEN void rtk_opt_set_error_sink(char *buf, size_t cap);
-/* Suppress the stderr line (the message still reaches the sink); used when a caller reports once itself. */
-RTK_HIDDEN void rtk_opt_set_quiet(int quiet);
 
 #endif

@@ -144,12 +144,14 @@ void rtk_heap_corrupt(const char *call, const char *what, const void *p)
 void rtk_free_owned(void *p, const rtk_owner_t *op)
 {
     rtk_owner_t o = *op;  /* read once: the calls below could change *op for all the compiler knows */
-    if (o.kind == RTK_OWNER_TIER) {
-        rtk_tier_free(p, o.size, o.tier_handle);  /* a bad pointer is counted there, never handed to glibc */
-        return;
-    }
     if (o.state != RTK_BLOCK_LIVE)  /* a block the stash keeps is always free: its second free */
         rtk_heap_corrupt("free()", o.state == RTK_BLOCK_FREE ? "double free of" : "invalid pointer", p);
+    if (o.kind == RTK_OWNER_TIER) {
+        /* a pool pointer is never handed to glibc; a free that lost the race for p to another is a double free */
+        if (rtk_tier_free(p, o.size, o.tier_handle) < 0)
+            rtk_heap_corrupt("free()", "double free of", p);
+        return;
+    }
     if (o.kind == RTK_OWNER_LARGE && rtk_prof_active)
         rtk_profile_free(p);
     if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0))
@@ -222,23 +224,17 @@ void *rtk_realloc(void *p, size_t n)
     if (rtk_fastpath.mode != RTK_MODE_READY)
         rtk_init();
     rtk_owner_t o = rtk_owner_of(p);
-    if (o.kind == RTK_OWNER_TIER) {
+    if (o.kind != RTK_OWNER_GLIBC && o.state != RTK_BLOCK_LIVE)
+        /* a free block (a kept one too: glibc would not know it is free) or no block start: glibc's "realloc():
+         * invalid pointer" */
+        rtk_heap_corrupt("realloc()", "invalid pointer", p);
+    if (o.kind == RTK_OWNER_TIER)
         /* a mild shrink keeps the record; otherwise it moves (to the pool again only if its new size qualifies) */
-        int keep = rtk_tier_keeps(o.size, n);
-        if (keep < 0) {
-            errno = EINVAL;
-            return NULL;
-        }
-        return keep ? p : move_block(p, &o, n);
-    }
+        return rtk_tier_keeps(o.size, n) ? p : move_block(p, &o, n);
     if (rtk_fastpath.inspect)
         rtk_slot()->realloc_calls++;
     if (o.kind == RTK_OWNER_GLIBC)
         return glibc_realloc(p, n);
-    /* a free block (a kept one too: glibc would not know it is free) or no block start: glibc's "realloc(): invalid
-     * pointer" */
-    if (o.state != RTK_BLOCK_LIVE)
-        rtk_heap_corrupt("realloc()", "invalid pointer", p);
     if (o.kind == RTK_OWNER_ARENA) {
         /* out of or within an arena: keep the block when the new size still fits it and is large */
         if (n <= o.size && n >= rtk_fastpath.min_size && !o.arena->retired)

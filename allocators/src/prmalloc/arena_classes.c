@@ -202,20 +202,22 @@ int rtk_arena_free(rtk_arena_t *a, int k, void *p)
     if (k < 0 || k >= a->n)
         return -1;
     rtk_aclass_t *c = &a->cls[k];
-    size_t bytes;
-    uint32_t w, mine = RTK_OWNER_WORD(a->slot, k);
+    uint32_t mine = RTK_OWNER_WORD(a->slot, k);
     rtk_spin_lock(&c->lock);
-    /* the owner word under the class lock: a racing second free of p finds the block back on the stack */
-    rtk_large_block(p, &bytes, &w);
+    /* the owner word checked and cleared under the class lock, in one call: a racing second free of p finds the
+     * block back on the stack */
+    int keep = !c->dropped && !a->retired;
+    uint32_t w = rtk_large_swap_owner(p, mine | RTK_OWNER_INUSE, keep ? mine : 0);
     if (w != (mine | RTK_OWNER_INUSE)) {
         rtk_spin_unlock(&c->lock);
         return w == mine ? -2 : -1;
     }
-    if (c->dropped || a->retired) {
-        give_back(c, p);
-    } else {
-        rtk_large_set_owner(p, w & ~RTK_OWNER_INUSE);
+    if (keep) {
         c->stack[c->top++] = p;  /* top < made <= blocks: the stack has room */
+    } else {
+        size_t bytes;
+        c->made--;
+        rtk_large_free_release(p, &bytes);
     }
     rtk_spin_unlock(&c->lock);
     __atomic_sub_fetch(&a->live_blocks, 1, __ATOMIC_RELAXED);

@@ -369,15 +369,25 @@ int rtk_large_free_release(void *p, size_t *bytes) { return rtk_large_put(p, byt
  * tag changes only by its owner's realloc or free; a racing bad free reads some other word, which never carries the
  * mark (free-list links are page indexes below 2^29, NIL has both top bits set), and the freeing paths look again
  * under their locks. */
-int rtk_large_block(const void *p, size_t *bytes, uint32_t *owner)
+/* The page map's entry of the block p starts, its tag in *t and its owner word in *w (0 unless live); NULL when p
+ * is no page of the heap's used range */
+static inline pmeta_t *block_meta(const void *p, uint32_t *t, uint32_t *w)
 {
     uintptr_t off = (uintptr_t)p - (uintptr_t)rtk_large.base;
-    uint32_t t = 0, w = 0;
-    if (!(off & (PAGE - 1)) && off < ((size_t)__atomic_load_n(&rtk_large.top, __ATOMIC_ACQUIRE) << PAGE_SHIFT)) {
-        t = __atomic_load_n(&rtk_large.meta[off >> PAGE_SHIFT].tag, __ATOMIC_ACQUIRE);
-        if (T_STATE(t) == T_ALLOC)
-            w = __atomic_load_n(&rtk_large.meta[off >> PAGE_SHIFT].prev, __ATOMIC_ACQUIRE);
-    }
+    *t = *w = 0;
+    if ((off & (PAGE - 1)) || off >= ((size_t)__atomic_load_n(&rtk_large.top, __ATOMIC_ACQUIRE) << PAGE_SHIFT))
+        return NULL;
+    pmeta_t *m = &rtk_large.meta[off >> PAGE_SHIFT];
+    *t = __atomic_load_n(&m->tag, __ATOMIC_ACQUIRE);
+    if (T_STATE(*t) == T_ALLOC)
+        *w = __atomic_load_n(&m->prev, __ATOMIC_ACQUIRE);
+    return m;
+}
+
+int rtk_large_block(const void *p, size_t *bytes, uint32_t *owner)
+{
+    uint32_t t, w;
+    block_meta(p, &t, &w);
     int live = T_STATE(t) == T_ALLOC;
     *bytes = live ? (size_t)T_PAGES(t) << PAGE_SHIFT : 0;
     *owner = (w & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED ? w : 0;
@@ -425,6 +435,17 @@ void rtk_large_set_owner(void *p, uint32_t w)
 {
     uint32_t x = (uint32_t)(((uintptr_t)p - (uintptr_t)rtk_large.base) >> PAGE_SHIFT);
     __atomic_store_n(&rtk_large.meta[x].prev, w, __ATOMIC_RELEASE);
+}
+
+uint32_t rtk_large_swap_owner(void *p, uint32_t expect, uint32_t w)
+{
+    uint32_t t, seen;
+    pmeta_t *m = block_meta(p, &t, &seen);
+    if ((seen & RTK_LARGE_OWNED_MASK) != RTK_LARGE_OWNED)
+        return 0;
+    if (seen == expect)
+        __atomic_store_n(&m->prev, w, __ATOMIC_RELEASE);
+    return seen;
 }
 
 int rtk_large_resize(void *p, size_t n, size_t *usable)

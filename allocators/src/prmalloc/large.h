@@ -48,6 +48,9 @@ RTK_HIDDEN int rtk_large_free_release(void *p, size_t *bytes);
 #define RTK_LARGE_OWNED 0x80000000u
 #define RTK_LARGE_OWNED_MASK 0xc0000000u
 RTK_HIDDEN void rtk_large_set_owner(void *p, uint32_t w);
+/* A class's free, under its lock: the owner word of the live block at p becomes w when it is `expect`. Returns the
+ * word p's block carried (0 when p starts no live block or the block carries no mark); unchanged unless `expect`. */
+RTK_HIDDEN uint32_t rtk_large_swap_owner(void *p, uint32_t expect, uint32_t w);
 /* An arena class takes the live block at p as one of its own blocks, free (its owner word becomes w): 0 done;
  * -1 p starts no live block, -2 a class holds it already (a second free); under the heap's lock, so a racing
  * free of p finds it owned and fails as a double free. */

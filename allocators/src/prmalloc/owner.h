@@ -37,11 +37,12 @@ static inline rtk_owner_t rtk_owner_of(const void *p)
 {
     rtk_owner_t o = {RTK_OWNER_GLIBC, RTK_BLOCK_LIVE, -1, 0, NULL, 0};
     if ((uintptr_t)p - rtk_fastpath.tier_lo < rtk_fastpath.tier_span) {
-        uint64_t h;  /* a local: o's own address is never taken here */
+        uint64_t h;  /* locals: o's own address is never taken here */
+        int freed;
         o.kind = RTK_OWNER_TIER;
-        o.size = rtk_tier_usable(p, &h);
+        o.size = rtk_tier_usable(p, &h, &freed);
         o.tier_handle = h;
-        o.state = o.size ? RTK_BLOCK_LIVE : RTK_BLOCK_NONE;
+        o.state = o.size ? RTK_BLOCK_LIVE : freed ? RTK_BLOCK_FREE : RTK_BLOCK_NONE;
         return o;
     }
     if ((uintptr_t)p - rtk_large_lo >= rtk_large_span) {

@@ -18,13 +18,14 @@ RTK_HIDDEN void rtk_tier_read_settings(void);
  * 1 = after it (only sizes the profiler saw outliving steps). NULL: not placed, caller uses DRAM. */
 RTK_HIDDEN void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived);
 /* The bytes of the pool payload p (the owner lookup's size of a tier block), its record handle in *handle; 0 when p
- * is not one. */
-RTK_HIDDEN size_t rtk_tier_usable(const void *p, uint64_t *handle);
-/* Free payload p of n bytes and record handle, as rtk_tier_usable found them (the header is not read again); a
- * pointer that is no payload, or one another free claimed first, is counted as a bad free, never handed to glibc. */
-RTK_HIDDEN void rtk_tier_free(void *p, size_t n, uint64_t handle);
-/* realloc of a pool payload of `old` bytes (its owner's size) to n bytes: 1 when it can stay (a mild shrink), 0 when
- * it must move, -1 when old is 0: the pointer is no payload of the pool (counted as a bad free). */
+ * is not one, with *freed 1 when p is a payload a free already gave back. */
+RTK_HIDDEN size_t rtk_tier_usable(const void *p, uint64_t *handle, int *freed);
+/* Free live payload p of n bytes and record handle, as rtk_tier_usable found them (the header is not read again):
+ * 0 when this call freed it, -2 when another free of p claimed it first (a double free: nothing is touched, the
+ * caller aborts). Never handed to glibc. */
+RTK_HIDDEN int rtk_tier_free(void *p, size_t n, uint64_t handle);
+/* realloc of a live pool payload of `old` bytes (its owner's size) to n bytes: 1 when it can stay (a mild shrink),
+ * 0 when it must move. */
 RTK_HIDDEN int rtk_tier_keeps(size_t old, size_t n);
 /* The profiler carries allocation p (of `size`) live across a step boundary (called under the profiler lock);
  * one carried across two boundaries in a row marks its size long-lived. carry_done closes the boundary. */

@@ -193,6 +193,9 @@ static inline uint64_t tag_of(uint64_t h, const void *q)
     return h ^ TIER_MAGIC ^ ((uintptr_t)q * 0x9E3779B97F4A7C15ull);
 }
 
+/* what a free leaves in the tag: a second free of the payload is told from a pointer that never was one */
+#define TIER_FREED 0x5a5a5a5a00000001ull
+
 void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
 {
     if (t_in_tier)
@@ -262,14 +265,19 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
 }
 
 /* the tier header of p (and its record handle in *h), or NULL when p is not a payload this file handed out */
-static uint64_t *header_of(const void *p, uint64_t *h)
+/* *freed: 1 when p is a payload's address whose tag a free cleared (a second free of it) */
+static uint64_t *header_of(const void *p, uint64_t *h, int *freed)
 {
+    *freed = 0;
     if (!rtk_tier.base || ((uintptr_t)p & 15) || (const char *)p < rtk_tier.base + 4096 + TIER_HDR)
         return NULL;
     uint64_t *hd = (uint64_t *)((const char *)p - TIER_HDR);
     *h = hd[1];
-    if (hd[3] != tag_of(*h, p))
+    uint64_t tag = __atomic_load_n(&hd[3], __ATOMIC_ACQUIRE);
+    if (tag != tag_of(*h, p)) {
+        *freed = tag == (tag_of(*h, p) ^ TIER_FREED);
         return NULL;
+    }
     return hd;
 }
 
@@ -305,19 +313,19 @@ static void release_pages(void *p, uint64_t n, uint64_t h)
     }
 }
 
-void rtk_tier_free(void *p, size_t n, uint64_t h)
+int rtk_tier_free(void *p, size_t n, uint64_t h)
 {
     if (__builtin_expect(rtk_tier.state == T_CHILD, 0)) {
         /* a forked child sees a private copy of the pool: giving records back would free the parent's */
         __atomic_add_fetch(&rtk_tier.child_frees, 1, __ATOMIC_RELAXED);
-        return;
+        return 0;
     }
-    /* n == 0: the lookup found no payload at p. Else the tag the lookup matched is taken in one step: a second free
-     * of p no longer matches, and of two frees of p racing past the lock-free lookup only one claims the record */
+    /* The tag the lookup matched is taken in one step: of two frees of p racing past the lock-free lookup only one
+     * claims the record, the other is the program's double free and touches nothing */
     uint64_t *hd = (uint64_t *)((char *)p - TIER_HDR), tag = tag_of(h, p);
-    if (!n || !__atomic_compare_exchange_n(&hd[3], &tag, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    if (!__atomic_compare_exchange_n(&hd[3], &tag, tag ^ TIER_FREED, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
         __atomic_add_fetch(&rtk_tier.bad_frees, 1, __ATOMIC_RELAXED);
-        return;
+        return -2;
     }
     if (rtk_tier_pre) {  /* placed before the first step and freed before it: churn, not a table */
         uint64_t freed = __atomic_add_fetch(&rtk_tier.pre_freed_bytes, n, __ATOMIC_RELAXED);
@@ -340,33 +348,30 @@ void rtk_tier_free(void *p, size_t n, uint64_t h)
     if (kept) {  /* an anonymous range inside the pool: leaked rather than handed out as pool memory */
         t_in_tier = 0;
         __atomic_add_fetch(&rtk_tier.head_kept_errors, 1, __ATOMIC_RELAXED);
-        return;
+        return 0;
     }
     release_pages(p, n, h);
     rtk_spin_lock(&rtk_tier.live_lock);
     int rc = rtkit_pmem_free(rtk_tier.pool, h);
     rtk_spin_unlock(&rtk_tier.live_lock);
     t_in_tier = 0;
-    if (rc != 0) {
+    if (rc != 0) {  /* the pool's own inconsistency, not the program's: counted */
         __atomic_add_fetch(&rtk_tier.bad_frees, 1, __ATOMIC_RELAXED);
-        return;
+        return 0;
     }
     __atomic_add_fetch(&rtk_tier.frees, 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&rtk_tier.bytes, n, __ATOMIC_RELAXED);
+    return 0;
 }
 
-size_t rtk_tier_usable(const void *p, uint64_t *handle)
+size_t rtk_tier_usable(const void *p, uint64_t *handle, int *freed)
 {
-    uint64_t *hd = header_of(p, handle);
+    uint64_t *hd = header_of(p, handle, freed);
     return hd ? (size_t)hd[0] : 0;
 }
 
 int rtk_tier_keeps(size_t old, size_t n)
 {
-    if (!old) {
-        __atomic_add_fetch(&rtk_tier.bad_frees, 1, __ATOMIC_RELAXED);
-        return -1;
-    }
     /* a mild shrink keeps the record (malloc_usable_size still reports the old size) */
     return n <= old && n >= old / 2 && rtk_tier.state != T_CHILD;
 }
