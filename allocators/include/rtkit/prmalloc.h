@@ -3,6 +3,7 @@
 #define RTKIT_PRMALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,6 +23,11 @@ int rtkit_malloc_in_arena(const void *p);
 /* 1 when p is a live block of tier mode's PMEM pool (RTKIT_MALLOC_TIER; served from the pool file, not DRAM),
  * else 0 (also when tier mode is off). */
 int rtkit_malloc_in_pmem(const void *p);
+
+/* The tier pool's live records of at least min_bytes: up to max pairs of (payload address, requested bytes)
+ * written to out; returns how many (0 when tier mode is off). The scheduler's lookahead tells a table or an
+ * optimizer slot by its rows' values among the records of its byte size. */
+size_t rtkit_malloc_pool_records(uint64_t (*out)[2], size_t max, uint64_t min_bytes);
 
 /* Write $RTKIT_RUN_DIR/allocator-<pid>.json now (no throttling). 0 on success, -errno, or -1 when no run
  * directory is set or the allocator is disabled. */
