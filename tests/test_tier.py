@@ -288,6 +288,7 @@ def test_tier_mode_without_steps_costs_no_memory_it_does_not_save(prm, tmp_path)
 
 
 @requires_tf
+@pytest.mark.timeout(1200)   # three Keras fits: on a loaded 2-core machine more than the file's 300 s
 def test_summary_warns_when_tier_mode_raised_peak_rss(prm, tmp_path):
     """The same Keras 2 fit with its steps seen: with tier_min_size at 256 B the pool takes Python's and Keras's
     small objects before the first step, many to a page, and their freed neighbours keep the pages in DRAM: the
@@ -310,11 +311,11 @@ def test_summary_warns_when_tier_mode_raised_peak_rss(prm, tmp_path):
     assert small["pmem"]["step_marks"] > 0 and at["rss_bytes"] <= peak["small"], at
     over = at["pool_dram_bytes"] - at["tier_bytes"]
     assert over >= 16 << 20, at
-    # the warning is true: this run's peak RSS is over plain's (by 39 MiB of the 52 MiB over live on one run)
+    # the warning is true: this run's peak RSS is over plain's (39-43 MiB with 52 MiB over live, on three runs)
     assert peak["small"] >= peak["plain"] + (16 << 20), peak
     tier_line = [line for line in said.splitlines() if line.startswith("rtkit: tier: ")]
     assert len(tier_line) == 1 and "warning: tier mode raised peak RSS" in tier_line[0], said[-3000:]
-    assert "raise tier_min_size (now 256 B) or run without tier_pool_path" in tier_line[0], tier_line
+    assert "more); raise tier_min_size (now 256 B) or run without tier_pool_path" in tier_line[0], tier_line
     from rtkit.report import html   # the HTML report's tier section says it too
     assert "warning: tier mode raised peak RSS" in html.render(small)
     default, said = runs["default"]

@@ -77,9 +77,10 @@ RAISED_MIN_SHARE = 0.03
 
 
 def raised_rss(p: Dict[str, Any]) -> Optional[Dict[str, int]]:
-    """{rss, pool_dram, live, over} at the tier's highest RSS sample when the pool then held in DRAM more than
-    what lived in it by RAISED_MIN_BYTES and RAISED_MIN_SHARE of that RSS, else None. Live bytes are what the same
-    allocations could take in anonymous memory at most, so `over` is DRAM tier mode held that DRAM would not."""
+    """{rss, pool_dram, live, over, step} at the tier's highest RSS sample when the pool then held in DRAM more
+    than what lived in it by RAISED_MIN_BYTES and RAISED_MIN_SHARE of that RSS, else None. The live bytes are about
+    what the same allocations take in anonymous memory (less the allocator's own overhead), so most of `over` is
+    DRAM that a run without tier mode would not hold."""
     at = p.get(PM.AT_RSS_PEAK)
     if not isinstance(at, dict) or not all(fmt.is_num(at.get(k)) for k in ("rss_bytes", "pool_dram_bytes", "tier_bytes")):
         return None
@@ -98,8 +99,8 @@ def _raised_words(report: Dict[str, Any], p: Dict[str, Any]) -> Optional[str]:
     when = "before the first step" if r["step"] == 0 else f"at step mark {fmt.num(r['step'])}"
     return (f"warning: tier mode raised peak RSS: at its highest RSS sample ({fmt.nbytes(r['rss'])} {when}"
             + (f"; the run's peak RSS {fmt.nbytes(peak)}" if fmt.is_num(peak) else "")
-            + f") the pool held {fmt.nbytes(r['pool_dram'])} in DRAM for {fmt.nbytes(r['live'])} live in it, "
-            f"{fmt.nbytes(r['over'])} more than those allocations take in DRAM; raise tier_min_size "
+            + f") the pool held {fmt.nbytes(r['pool_dram'])} in DRAM for {fmt.nbytes(r['live'])} live in it "
+            f"({fmt.nbytes(r['over'])} more); raise tier_min_size "
             f"(now {fmt.nbytes(p.get(PM.MIN_SIZE))}) or run without tier_pool_path")
 
 
