@@ -52,6 +52,12 @@ def test_pool_larger_than_resident_budget_trains_like_dram(tmp_path):
     # the summary line says what the tier held and what it cost
     tier_lines = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: tier: ")]
     assert len(tier_lines) == 1 and "tier bytes held" in tier_lines[0] and "major faults/step (mean)" in tier_lines[0]
+    # tier mode saved DRAM here: at its highest RSS the pool held less in DRAM than lived in it, the peak is under
+    # DRAM's, and the summary does not say it raised the peak
+    at = p["at_rss_peak"]
+    assert at["rss_bytes"] > 0 and at["pool_dram_bytes"] < at["tier_bytes"], at
+    assert report["process"]["peak_rss_bytes"] < load_report(tmp_path / "dram")["process"]["peak_rss_bytes"]
+    assert "raised peak RSS" not in tier_lines[0], tier_lines
     assert isinstance(report["process"].get("disk_written_bytes"), int)
 
 

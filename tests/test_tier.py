@@ -307,3 +307,39 @@ def test_tier_mode_without_steps_costs_no_memory_it_does_not_save(prm, tmp_path)
     # unbounded, the freed records' file pages stayed resident: 1.48x the plain peak on this script
     assert peaks["tier"] <= peaks["plain"] * 1.10, peaks
     assert "warning: no training step reached tier mode" in proc.stderr
+
+
+@requires_tf
+@pytest.mark.timeout(1200)   # three Keras fits: on a loaded 2-core machine more than the file's 300 s
+def test_summary_warns_when_tier_mode_raised_peak_rss(prm, tmp_path):
+    """The same Keras 2 fit with its steps seen: with tier_min_size at 256 B the pool takes Python's and Keras's
+    small objects before the first step, many to a page, and their freed neighbours keep the pages in DRAM: the
+    peak RSS rises over plain and the summary says so, with what it saw and the fix. With the default
+    tier_min_size the pool holds about what lives in it: no such warning."""
+    pytest.importorskip("tf_keras")
+    script = tmp_path / "fit.py"
+    script.write_text(KERAS2_FIT)
+    runs = {}
+    for name, extra in (("plain", []), ("small", ["--set", f"tier_pool_path={tmp_path / 'p1'}", "--set", "tier_min_size=256"]),
+                        ("default", ["--set", f"tier_pool_path={tmp_path / 'p2'}"])):
+        run_dir = tmp_path / name
+        proc = run_rtkit(["run", "--run-dir", str(run_dir), *extra, "--", sys.executable, str(script)], timeout=300,
+                         env={"RTKIT_LIB_DIR": prm})
+        assert proc.returncode == 0 and "fit-done" in proc.stdout, proc.stderr[-3000:]
+        runs[name] = (load_report(run_dir), proc.stderr)
+    peak = {name: r["process"]["peak_rss_bytes"] for name, (r, _) in runs.items()}
+    small, said = runs["small"]
+    at = small["pmem"]["at_rss_peak"]
+    assert small["pmem"]["step_marks"] > 0 and at["rss_bytes"] <= peak["small"], at
+    over = at["pool_dram_bytes"] - at["tier_bytes"]
+    assert over >= 16 << 20, at
+    # the warning is true: this run's peak RSS is over plain's (41-45 MiB, 52 MiB over live, in four pairs)
+    assert peak["small"] >= peak["plain"] + (16 << 20), peak
+    tier_line = [line for line in said.splitlines() if line.startswith("rtkit: tier: ")]
+    assert len(tier_line) == 1 and "warning: tier mode raised peak RSS" in tier_line[0], said[-3000:]
+    assert "more); raise tier_min_size (now 256 B) or run without tier_pool_path" in tier_line[0], tier_line
+    from rtkit.report import html   # the HTML report's tier section says it too
+    assert "warning: tier mode raised peak RSS" in html.render(small)
+    default, said = runs["default"]
+    assert default["pmem"]["at_rss_peak"]["rss_bytes"] > 0, default["pmem"]
+    assert "raised peak RSS" not in said and peak["default"] <= peak["plain"] * 1.03, (peak, said[-2000:])

@@ -100,6 +100,8 @@ class Pmem:
     NOTES = "notes"
     # the tier view (report/tier_view.py): pool pages in DRAM (mincore), the largest records, residency over time
     RESIDENT_BYTES, RECORDS, TIMELINE = "pool_resident_bytes", "records", "timeline"
+    # at the highest RSS the tier sampled (before exit): that RSS, every pool page in DRAM, the bytes live in the pool
+    AT_RSS_PEAK = "at_rss_peak"
     # page heat under the resident budget (prmalloc/tier_budget.c): mechanism "pagemap_scan", "off", "unavailable"
     HEAT, HEAT_MECHANISM, HEAT_SAMPLES = "heat", "heat.mechanism", "heat.samples"
     HEAT_DEMOTED, HEAT_PROMOTED = "heat.chunks_demoted", "heat.chunks_promoted"

@@ -479,6 +479,7 @@ def _tier_view(report: Dict[str, Any]) -> Section:
     view = tier_view(report)
     s = Section("tier", "Tier view (pooled allocations)", rows=view["rows"], off=view["off"])
     s.tables = [Table(title, headers, rows, numeric=[True] * len(headers)) for title, headers, rows in view["tables"]]
+    s.notes = list(view["notes"])
     return s
 
 

@@ -2,8 +2,8 @@
 """Read from the `pmem` section (pmem-<pid>.json, prmalloc/tier_stats.c) and the `process` section (the child's
 /proc/PID/io at exit). Kept apart from sections.py and terminal.py's wording: they call three functions.
 
-- tier_view(report): {"off", "rows", "tables"} for sections.py's `tier` Section (rows + the largest pooled
-  records with resident bytes and hot fraction)
+- tier_view(report): {"off", "rows", "tables", "notes"} for sections.py's `tier` Section (rows + the largest
+  pooled records with resident bytes and hot fraction; notes: the summary's tier warnings)
 - cost_words(report): what the pool cost (resident bytes, major faults/step, disk writes) for the summary's tier line
 - series(report): (t_s, resident bytes) and (t_s, major faults per second) for the HTML plots
 
@@ -70,14 +70,49 @@ def cost_words(report: Dict[str, Any]) -> List[str]:
     return out
 
 
+# The pool's pages in DRAM past the bytes live in it, at the highest RSS sampled, that count as tier mode raising
+# peak RSS: at least this much, and this share of that RSS (a few MiB of headers and shared pages are no finding).
+RAISED_MIN_BYTES = 16 << 20
+RAISED_MIN_SHARE = 0.03
+
+
+def raised_rss(p: Dict[str, Any]) -> Optional[Dict[str, int]]:
+    """{rss, pool_dram, live, over, step} at the tier's highest RSS sample when the pool then held in DRAM more
+    than what lived in it by RAISED_MIN_BYTES and RAISED_MIN_SHARE of that RSS, else None. The live bytes are about
+    what the same allocations take in anonymous memory (less the allocator's own overhead), so most of `over` is
+    DRAM that a run without tier mode would not hold."""
+    at = p.get(PM.AT_RSS_PEAK)
+    if not isinstance(at, dict) or not all(fmt.is_num(at.get(k)) for k in ("rss_bytes", "pool_dram_bytes", "tier_bytes")):
+        return None
+    rss, dram, live = at["rss_bytes"], at["pool_dram_bytes"], at["tier_bytes"]
+    over = dram - live
+    if over < RAISED_MIN_BYTES or over < RAISED_MIN_SHARE * rss:
+        return None
+    return {"rss": rss, "pool_dram": dram, "live": live, "over": over, "step": at.get("step")}
+
+
+def _raised_words(report: Dict[str, Any], p: Dict[str, Any]) -> Optional[str]:
+    r = raised_rss(p)
+    if r is None:
+        return None
+    peak = get(report, "process." + P.PEAK_RSS_BYTES)
+    when = "before the first step" if r["step"] == 0 else f"at step mark {fmt.num(r['step'])}"
+    return (f"warning: tier mode raised peak RSS: at its highest RSS sample ({fmt.nbytes(r['rss'])} {when}"
+            + (f"; the run's peak RSS {fmt.nbytes(peak)}" if fmt.is_num(peak) else "")
+            + f") the pool held {fmt.nbytes(r['pool_dram'])} in DRAM for {fmt.nbytes(r['live'])} live in it "
+            f"({fmt.nbytes(r['over'])} more); raise tier_min_size "
+            f"(now {fmt.nbytes(p.get(PM.MIN_SIZE))}) or run without tier_pool_path")
+
+
 def warning_words(report: Dict[str, Any]) -> List[str]:
-    """What tier mode did without the training steps it needs, for the summary: no step mark ever reached it
-    (so only placement before a first step ran), and where that placement stopped because the pool churned."""
+    """What tier mode cost without saving, for the summary: the pool held more in DRAM than lived in it at the
+    highest RSS sampled (raised_rss), no step mark ever reached it (so only placement before a first step ran),
+    and where that placement stopped because the pool churned."""
     p = _pmem(report)
     if p is None or p.get(PM.STATE) != "on" or p.get("step_marks") is None:
         return []
     pre = p.get("placed_before_first_step") or {}
-    out = []
+    out = [w for w in (_raised_words(report, p),) if w]
     if p.get("step_marks") == 0:
         out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
@@ -92,8 +127,9 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
 
 
 def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
-    """off: why there is nothing to show (or None); rows: (name, text); tables: (title, headers, rows)."""
-    view: Dict[str, Any] = {"off": None, "rows": [], "tables": []}
+    """off: why there is nothing to show (or None); rows: (name, text); tables: (title, headers, rows); notes: the
+    summary's tier warnings (warning_words)."""
+    view: Dict[str, Any] = {"off": None, "rows": [], "tables": [], "notes": warning_words(report)}
     p = _pmem(report)
     if p is None or p.get(PM.STATE) != "on":
         view["off"] = "tier mode off" if p is None else f"tier mode {p.get(PM.STATE)}"
@@ -104,6 +140,10 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     res = resident_while_training(p) if p.get("step_marks") != 0 else None   # no step: no warm-up to be after
     if res is not None:
         rows.append(("pool file pages in DRAM while training (max after warm-up)", fmt.nbytes(res)))
+    at = p.get(PM.AT_RSS_PEAK)
+    if isinstance(at, dict) and at.get("rss_bytes"):
+        rows.append(("at the highest RSS sampled", f"RSS {fmt.nbytes(at.get('rss_bytes'))}, pool pages in DRAM "
+                     f"{fmt.nbytes(at.get('pool_dram_bytes'))}, bytes live in the pool {fmt.nbytes(at.get('tier_bytes'))}"))
     if get(p, "dram_head.setting_bytes"):
         rows.append(("table heads in DRAM (tier_dram_head)",
                      f"{fmt.nbytes(get(p, 'dram_head.bytes'))} of a {fmt.nbytes(get(p, 'dram_head.budget_bytes'))} "

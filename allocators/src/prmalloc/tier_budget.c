@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/say.h"
@@ -390,6 +391,30 @@ void rtk_tier_sample(int force)
     rtk_tier_view.timeline[rtk_tier_view.ntimeline % TL_CAP] =
         (tl_t){rtk_tier.steps, now - g_t0, total, LD(rtk_tier.bytes), rtk_os_major_faults()};
     rtk_tier_view.ntimeline++;
+    rtk_tier_sample_rss();
+}
+
+/* At the highest RSS sampled (every residency sample, and the first step mark before it gives the pre-step frees'
+ * pages back), what tier mode held in DRAM against what lived in the pool: whether the pool cost more memory than
+ * it saved. The whole used span is read once (records sharing a page counted once, freed records' pages not yet
+ * given back counted too). Not at exit: frees then keep their pages for the unlink. */
+void rtk_tier_sample_rss(void)
+{
+    char buf[256], *end;
+    if (rtk_tier.state != T_ON || rtk_tier.exiting || rtk_os_read_file("/proc/self/statm", buf, sizeof buf) < 0)
+        return;
+    strtoull(buf, &end, 10);  /* size, then resident pages */
+    uint64_t rss = (uint64_t)strtoull(end, NULL, 10) * TIER_PAGE;
+    /* under the live lock: the first step mark runs outside the step lock, and g_vec is shared with the samples */
+    rtk_spin_lock(&rtk_tier.live_lock);
+    if (rss > rtk_tier_view.at_rss_peak.rss && (g_vec || (g_vec = rtk_os_map(VEC_PAGES, 0)))) {
+        rtk_tier_view.at_rss_peak.rss = rss;
+        rtk_tier_view.at_rss_peak.live = LD(rtk_tier.bytes);
+        rtk_tier_view.at_rss_peak.pool_dram = resident_of(rtk_tier.base, LD(rtk_tier.high));
+        rtk_tier_view.at_rss_peak.step = rtk_tier.steps;
+        rtk_tier_view.at_rss_peak.t_s = g_t0 ? rtk_tier_now_s() - g_t0 : 0;
+    }
+    rtk_spin_unlock(&rtk_tier.live_lock);
 }
 
 /* the largest live records (at most 16), largest first, into out; returns how many */

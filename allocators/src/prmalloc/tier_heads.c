@@ -208,6 +208,7 @@ static void punch_free_space(void)
 void rtk_tier_step_mark(void)
 {
     if (__atomic_load_n(&rtk_tier_pre, __ATOMIC_RELAXED) && __atomic_exchange_n(&rtk_tier_pre, 0, __ATOMIC_ACQ_REL)) {
+        rtk_tier_sample_rss();  /* the pre-step frees' pages still held: often the run's highest RSS */
         punch_free_space();
         make_heads();  /* after the cold hint: heads are hot by design */
     }

@@ -83,6 +83,9 @@ typedef struct {
     tl_t timeline[TL_CAP];
     unsigned ntimeline;                   /* samples taken; the ring keeps the last TL_CAP */
     uint64_t resident;                    /* pool bytes in DRAM at the last sample */
+    /* the sample with the highest RSS before exit: the process's RSS, every pool page in DRAM (counted once,
+     * freed records' pages and headers included) and the bytes live in the pool then */
+    struct { uint64_t rss, pool_dram, live, step; double t_s; } at_rss_peak;
     uint64_t passes, dropped_bytes;       /* resident-budget passes and what they dropped */
     live_t top[TOP_N];                    /* the largest records at the last sample while training ran */
     int ntop;
@@ -109,6 +112,8 @@ RTK_HIDDEN int rtk_tier_restore_head(live_t *r);
 /* tier_budget.c: sample residency (at most once a second unless forced) and enforce tier_resident_max where no
  * page heat is measured. */
 RTK_HIDDEN void rtk_tier_sample(int force);
+/* tier_budget.c: keep the sample with the highest RSS (the pool's DRAM and live bytes then), for the report. */
+RTK_HIDDEN void rtk_tier_sample_rss(void);
 /* tier_budget.c: at each step mark, page heat every tier_heat_every marks and the budget on it (arms at the
  * first); 1 while heat is measured; watch a range remapped inside the pool; the forked child's part. */
 RTK_HIDDEN void rtk_tier_heat_mark(void);

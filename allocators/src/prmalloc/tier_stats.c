@@ -103,6 +103,9 @@ static long tier_format(char *buf, size_t cap)
             "%s\"process_rss_file_bytes\": %lld,%s\"process_rss_shmem_bytes\": %lld,",
         nl, rss[0], nl, anon_peak, nl, rss[1], nl, rss[2]);
     /* the tier view: pool pages in DRAM (mincore), the largest records, and residency over time */
+    rtk_out_put(&o, "%s\"at_rss_peak\": {\"rss_bytes\": %llu, \"pool_dram_bytes\": %llu, \"tier_bytes\": %llu, "
+            "\"step\": %llu, \"t_s\": %.3f},", nl, U(v->at_rss_peak.rss), U(v->at_rss_peak.pool_dram),
+        U(v->at_rss_peak.live), U(v->at_rss_peak.step), v->at_rss_peak.t_s);
     rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"tier_resident_max\": %llu,%s\"budget_passes\": %llu,"
             "%s\"budget_dropped_bytes\": %llu,%s\"records_live\": %u,", nl, U(v->resident), nl,
         U(rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX)), nl, U(v->passes), nl, U(v->dropped_bytes), nl, t->nlive);
