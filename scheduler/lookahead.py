@@ -8,8 +8,9 @@ optimizer slots on a separate callable of the same session, which pages them in 
 Accounting, per batch: rows and pages requested ahead; just before the step runs, the pages of its rows found
 resident (mincore, on the tables found in the pool, lookahead_pages), late (the worker had not finished that batch
 when the step took it) and wasted (resident after the touch, out again at the step); bytes requested ahead; the
-worker's CPU seconds (its thread's clock). Mode "measure" computes and checks the rows and touches nothing: the
-share resident without the lookahead, on the same steps."""
+worker's CPU seconds (its thread's clock); the pages told to the tier's resident budget (lookahead_pages.tell_budget)
+before they are read ahead, so that its next step mark keeps them. Mode "measure" computes and checks the rows and
+touches nothing (and tells nothing): the share resident without the lookahead, on the same steps."""
 from __future__ import annotations
 
 import collections
@@ -59,7 +60,7 @@ class Lookahead:
         self.counts = {"batches": 0, "batches_touched": 0, "rows_requested": 0, "rows_capped": 0,
                        "pages_requested": 0, "bytes_requested": 0, "batches_measured": 0, "pages_checked": 0,
                        "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
-                       "find_s": 0.0, "wait_s": 0.0, "errors": 0}
+                       "find_s": 0.0, "wait_s": 0.0, "errors": 0, "budget_pages_told": 0, "budget_batches_untold": 0}
         self.error: Optional[str] = None
         self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
         self._thread.start()
@@ -200,12 +201,18 @@ class Lookahead:
         regions = {n: [i for i, x in enumerate(self.bases.get(n, [None] * (1 + len(self.plan.tables[n].slots))))
                        if x is None] for n in gather}
         found = list(self._found_pages(b.rows))
+        # the budget hears of the pages before they are read: a mark between the two then keeps what comes in
+        told = pages.tell_budget(np.concatenate([pg for _, pg in found])) if found else 0
         for _, pg in found:
             pages.will_need(pg)
         if gather:
             self._run_touch(gather, False, regions)
         with self.cond:
             self.counts["batches_touched"] += 1
+            if told >= 0:
+                self.counts["budget_pages_told"] += told
+            else:
+                self.counts["budget_batches_untold"] += 1
             self.counts["rows_requested"] += sum(r.size for r in b.rows.values())
             for name, r in b.rows.items():
                 t = self.plan.tables[name]

@@ -137,7 +137,8 @@ class Scheduler:
     OCCUPANCY_MEAN = "pipeline.occupancy_mean_batches"
     # the lookahead (scheduler/lookahead.py): state, off_reason, batches, pages_requested, pages_checked,
     # pages_resident, resident_share (of the pages checked just before their step), late_batches, wasted_pages,
-    # bytes_requested, worker_cpu_s, wait_s (sched_lookahead_wait_ms), tables_measured
+    # bytes_requested, worker_cpu_s, wait_s (sched_lookahead_wait_ms), tables_measured, budget_pages_told (to the
+    # tier's heat budget), budget_pages_kept / budget_pages_dropped (what it did with them; None: it was not told)
     LOOKAHEAD = "pipeline.lookahead"
     LOOKAHEAD_SHARE = "pipeline.lookahead.resident_share"
     OCCUPANCY_SAMPLES = "pipeline.occupancy_samples_batches"
