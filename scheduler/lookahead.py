@@ -8,8 +8,9 @@ optimizer slots on a separate callable of the same session, which pages them in 
 Accounting, per batch: rows and pages requested ahead; just before the step runs, the pages of its rows found
 resident (mincore, on the tables found in the pool, lookahead_pages), late (the worker had not finished that batch
 when the step took it) and wasted (resident after the touch, out again at the step); bytes requested ahead; the
-worker's CPU seconds (its thread's clock). Mode "measure" computes and checks the rows and touches nothing: the
-share resident without the lookahead, on the same steps.
+worker's CPU seconds (its thread's clock); the pages told to the tier's resident budget (lookahead_pages.tell_budget)
+before they are read ahead, so that its next step mark keeps them. Mode "measure" computes and checks the rows and
+touches nothing (and tells nothing): the share resident without the lookahead, on the same steps.
 
 A script that feeds its ids (feed_dict) has no next batch to look at: on_feed takes the rows of the step about to
 run from its own feeds and asks for their pages at once, with no worker."""
@@ -64,7 +65,7 @@ class Lookahead:
         self.counts = {"batches": 0, "batches_touched": 0, "rows_requested": 0, "rows_capped": 0,
                        "pages_requested": 0, "bytes_requested": 0, "batches_measured": 0, "pages_checked": 0,
                        "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
-                       "find_s": 0.0, "wait_s": 0.0, "errors": 0}
+                       "find_s": 0.0, "wait_s": 0.0, "errors": 0, "budget_pages_told": 0, "budget_batches_untold": 0}
         self.error: Optional[str] = None
         self._thread = None
         if thread_name is not None:
@@ -115,10 +116,9 @@ class Lookahead:
         if self.mode == "on":
             c0 = time.thread_time()
             found = list(self._found_pages(rows))
-            for _, pg in found:
-                pages.will_need(pg)
+            told = self._ask(found)
             # only the regions found in the pool are asked for: the others the step itself reads
-            self._count_requested(b, {key for key, _ in found})
+            self._count_requested(b, told, {key for key, _ in found})
             with self.cond:
                 self.counts["worker_cpu_s"] += time.thread_time() - c0
 
@@ -231,19 +231,31 @@ class Lookahead:
         regions = {n: [i for i, x in enumerate(self.bases.get(n, [None] * (1 + len(self.plan.tables[n].slots))))
                        if x is None] for n in gather}
         found = list(self._found_pages(b.rows))
-        for _, pg in found:
-            pages.will_need(pg)
+        told = self._ask(found)
         if gather:
             self._run_touch(gather, False, regions)
-        self._count_requested(b)
+        self._count_requested(b, told)
         for key, pg in found:
             b.after[key] = pg[pages.resident(pg)]
 
-    def _count_requested(self, b: _Batch, regions: Optional[set] = None) -> None:
+    @staticmethod
+    def _ask(found) -> int:
+        """Ask for the found regions' pages at once (MADV_WILLNEED); the tier budget hears of them first, so that
+        a step mark between the two keeps what comes in. The pages told, or -1 when the budget could not hear."""
+        told = pages.tell_budget(np.concatenate([pg for _, pg in found])) if found else 0
+        for _, pg in found:
+            pages.will_need(pg)
+        return told
+
+    def _count_requested(self, b: _Batch, told: int, regions: Optional[set] = None) -> None:
         """Rows, pages and bytes of the batch requested ahead (of the "table#region" keys in `regions` only, when
-        given)."""
+        given), and the pages told to the budget."""
         with self.cond:
             self.counts["batches_touched"] += 1
+            if told >= 0:
+                self.counts["budget_pages_told"] += told
+            else:
+                self.counts["budget_batches_untold"] += 1
             for name, r in b.rows.items():
                 t = self.plan.tables[name]
                 keys = [i for i in range(1 + len(t.slots)) if regions is None or f"{name}#{i}" in regions]

@@ -1,7 +1,9 @@
 # lookahead_pages.py -- where a table's rows lie in the tier pool's mapping, and which of their pages are in DRAM (mincore).
 """The lookahead's measure: TF does not say where a variable's buffer is, so a table is found in the pool mapping by
 its contents (a few rows' bytes, read from the session, searched in the pool's resident pages only: the search reads
-no page from disk), and the pages of a batch's rows are then checked with mincore, which reads nothing either."""
+no page from disk), and the pages of a batch's rows are then checked with mincore, which reads nothing either.
+The pages read ahead are told to the tier's resident budget first (rtkit_tier_want of the preloaded allocator): to
+its page heat they are unwritten, so cold, and its next step mark would drop them before their step ran."""
 from __future__ import annotations
 
 import collections
@@ -17,6 +19,20 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 MADV_WILLNEED = 3
+
+
+def _preloaded(name: str, restype, argtypes):
+    """A function of the preloaded allocator (the process's global namespace), or None when it is not there."""
+    try:
+        fn = getattr(_libc, name)
+    except AttributeError:
+        return None
+    fn.restype, fn.argtypes = restype, argtypes
+    return fn
+
+
+_want = _preloaded("rtkit_tier_want", ctypes.c_long, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t])
+_want_counts = _preloaded("rtkit_tier_want_counts", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int])
 MAX_HITS = 64
 GAP_PAGES = 64                # resident(): pages this far apart are checked by separate mincore calls
 CHUNK_BYTES = 64 << 20        # the search reads the resident pool this much at a time (memory held: a few times it)
@@ -85,6 +101,25 @@ def will_need(pages: np.ndarray) -> int:
     for s, e in zip(starts.tolist(), ends.tolist()):
         _libc.madvise(ctypes.c_void_p(s * PAGE), ctypes.c_size_t((e - s) * PAGE), MADV_WILLNEED)
     return int(starts.size)
+
+
+def tell_budget(pages: np.ndarray) -> int:
+    """Tell the tier's resident budget that the next step uses these pages (page numbers): its next mark drops them
+    last. The 4 KiB pages recorded, or -1 when nothing is: the allocator not preloaded, tier mode or its heat budget
+    off (tier_resident_max, tier_heat_every), before the first step mark, a forked child."""
+    if _want is None:
+        return -1
+    a = np.ascontiguousarray(pages, dtype=np.uint64)
+    return int(_want(a.ctypes.data, a.size, PAGE)) if a.size else 0
+
+
+def budget_counts() -> Optional[Tuple[int, int, int]]:
+    """The budget's counts of the pages told (the whole process's): (recorded, kept, dropped all the same), or None
+    while it records nothing."""
+    if _want_counts is None:
+        return None
+    out = (ctypes.c_uint64 * 3)()
+    return tuple(int(x) for x in out) if _want_counts(out, 3) == 3 else None
 
 
 def _resident_chunks(lo: int, hi: int):

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import lookahead_graph
+from . import lookahead_graph, lookahead_pages
 from .lookahead import Lookahead
 from .lookahead_feeds import FedLookahead, fed_values
 from .measure import TRACE_STEPS
@@ -706,4 +706,9 @@ class Pipeline:
                 total["resident_share"] = round(total["pages_resident"] / total["pages_checked"], 4)
             total["worker_cpu_s"] = round(total.get("worker_cpu_s", 0.0), 4)
             out.update(total)
+        if self.lookahead_mode == "on":
+            # the tier budget's counts are the process's (every session's lookahead), taken once
+            counts = lookahead_pages.budget_counts()
+            out["budget_pages_kept"] = counts[1] if counts else None
+            out["budget_pages_dropped"] = counts[2] if counts else None
         return out

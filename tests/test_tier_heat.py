@@ -29,7 +29,7 @@ def _pmem_doc(run_dir):
         return json.load(fh)
 
 
-def _run_heat(native, tmp_path, extra):
+def _run_heat(native, tmp_path, extra, program="prmalloc_heat"):
     run_dir, pool = tmp_path / "run", tmp_path / "pool"
     run_dir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
@@ -38,7 +38,7 @@ def _run_heat(native, tmp_path, extra):
                 "RTKIT_TIER_POOL_PATH": str(pool), "RTKIT_TIER_RESIDENT_MAX": str(8 * MIB),
                 # not a whole number of pages: the watch covers the mapping's whole pages
                 "RTKIT_TIER_POOL_SIZE": str((200 << 20) + 1)}, **extra)
-    proc = subprocess.run([os.path.join(native, "tests", "prmalloc_heat")], env=env, capture_output=True, text=True,
+    proc = subprocess.run([os.path.join(native, "tests", program)], env=env, capture_output=True, text=True,
                           timeout=300)
     return proc, _pmem_doc(run_dir)
 
@@ -69,6 +69,33 @@ def test_heat_off_keeps_the_round_robin_budget(prm, tmp_path):
     proc, doc = _run_heat(prm, tmp_path, {"RTKIT_TIER_HEAT_EVERY": "0"})
     assert doc["heat"]["mechanism"] == "off" and doc["heat"]["samples"] == 0, doc["heat"]
     assert doc["budget_passes"] >= 1 and doc["budget_dropped_bytes"] > 0
+
+
+def test_heat_budget_keeps_the_pages_the_lookahead_wants_for_one_mark(prm, tmp_path):
+    """rtkit_tier_want (the scheduler's lookahead says which pool pages its next step uses): under an 8 MiB budget
+    over at every mark, one unwritten page in each 64 KiB of a 48 MiB cold range, read ahead, stays in DRAM through
+    the mark while the other pages of those chunks go (the C program checks with mincore at every step); a want of
+    12 MiB, more than the budget, still lets the budget reach its goal, dropping wanted pages last; pages wanted
+    once are cold again at the next mark; every page reads as last written, with a forked child (which records
+    nothing) and a thread wanting and freeing pool records while the steps mark."""
+    proc, doc = _run_heat(prm, tmp_path, {"RTKIT_TIER_HEAT_EVERY": "1"}, program="prmalloc_want")
+    heat = doc["heat"]
+    if not _kernel_has_heat():
+        pytest.skip(f"Linux < 6.7 cannot measure page heat: {doc['notes']}")
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_want: ok\n", proc.stderr
+    assert heat["mechanism"] == "pagemap_scan" and heat["lookahead_calls"] >= 24, heat
+    # each step's one page in 16 of the cold range (12,288 pages from page 4,096), one step's 3,072 pages, 1 MiB at
+    # the end, the thread's 16 x 2 wants of 255 pages: every page said, none outside the pool
+    steps = sum(len(range(4096 + s % 16, 16383, 16)) for s in range(1, 25) if s != 16)
+    assert heat["lookahead_pages"] == steps + 3072 + 256 + 32 * 255, heat
+    assert heat["lookahead_kept_pages"] > 0 and heat["lookahead_dropped_pages"] > 0, heat
+
+
+def test_without_the_heat_budget_the_lookahead_records_nothing(prm, tmp_path):
+    """tier_heat_every=0 (no heat budget): rtkit_tier_want and its counts say -1, nothing is kept, the job runs."""
+    proc, doc = _run_heat(prm, tmp_path, {"RTKIT_TIER_HEAT_EVERY": "0"}, program="prmalloc_want")
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_want: ok\n", proc.stderr
+    assert doc["heat"]["mechanism"] == "off" and doc["heat"]["lookahead_pages"] == 0, doc["heat"]
 
 
 @requires_tf

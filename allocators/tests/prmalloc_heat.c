@@ -30,22 +30,8 @@ typedef int (*write_fn)(void);
 static unsigned char *g_table;
 static uint32_t g_version[TABLE_PAGES];  /* how often each page was rewritten (in DRAM: below tier_min_size) */
 
-/* a page's contents: its index and version in every 64-bit word */
-static void write_page(uint32_t i)
-{
-    uint64_t *w = (uint64_t *)(g_table + (size_t)i * PAGE), v = ((uint64_t)i << 32) | ++g_version[i];
-    for (unsigned k = 0; k < PAGE / 8; k++)
-        w[k] = v;
-}
-
-static int page_ok(const unsigned char *table, uint32_t i)
-{
-    const uint64_t *w = (const uint64_t *)(table + (size_t)i * PAGE), v = ((uint64_t)i << 32) | g_version[i];
-    for (unsigned k = 0; k < PAGE / 8; k++)
-        if (w[k] != v)
-            return 0;
-    return 1;
-}
+static void write_page(uint32_t i) { t_write_page(g_table, g_version, i); }
+static int page_ok(const unsigned char *table, uint32_t i) { return t_page_ok(table, g_version, i); }
 
 static uint32_t resident(uint32_t lo, uint32_t n)
 {
@@ -65,9 +51,8 @@ static volatile int g_racers_ok = 1;
 static void *free_racers(void *arg)
 {
     for (int i = 0; i < RACERS; i++) {
-        for (size_t k = 0; k < (1u << 20); k += 512)
-            if (g_racer[i][k] != (unsigned char)(i + k / 512))
-                g_racers_ok = 0;
+        if (!t_racer_ok(g_racer[i], i))
+            g_racers_ok = 0;
         free(g_racer[i]);
         usleep(2000);
     }
@@ -83,19 +68,9 @@ int main(void)
     if (!in_pmem || !write_stats)
         return 1;
     /* before the first step mark: placed in the pool, every page written by "initialisation" */
-    g_table = malloc((size_t)TABLE_PAGES * PAGE);
-    CHECK(g_table && in_pmem(g_table));
+    g_table = t_pool_table(in_pmem, TABLE_PAGES, g_version, g_racer, RACERS);
     if (!g_table)
         return 1;
-    g_table = (unsigned char *)(((uintptr_t)g_table + PAGE - 1) & ~(uintptr_t)(PAGE - 1));  /* whole pages */
-    for (uint32_t i = 0; i < TABLE_PAGES - 1; i++)
-        write_page(i);
-    for (int i = 0; i < RACERS; i++) {
-        g_racer[i] = malloc(1u << 20);
-        CHECK(g_racer[i] && in_pmem(g_racer[i]));
-        for (size_t k = 0; k < (1u << 20); k += 512)
-            g_racer[i][k] = (unsigned char)(i + k / 512);
-    }
     t_mark();
     pthread_t th;
     CHECK(pthread_create(&th, NULL, free_racers, NULL) == 0);

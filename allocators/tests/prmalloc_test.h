@@ -3,6 +3,7 @@
 #define PRMALLOC_TEST_H
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -41,6 +42,54 @@ static void test_bind(void)
     }
 }
 #endif
+
+/* A 4 KiB page of a test table: its index and version in every 64-bit word, so a page read back shows whether it
+ * is the one last written (the tier tests drop pages and read them back from the pool file). */
+__attribute__((unused)) static void t_write_page(unsigned char *table, uint32_t *version, uint32_t i)
+{
+    uint64_t *w = (uint64_t *)(table + (size_t)i * 4096u), v = ((uint64_t)i << 32) | ++version[i];
+    for (unsigned k = 0; k < 4096u / 8; k++)
+        w[k] = v;
+}
+
+__attribute__((unused)) static int t_page_ok(const unsigned char *table, const uint32_t *version, uint32_t i)
+{
+    const uint64_t *w = (const uint64_t *)(table + (size_t)i * 4096u), v = ((uint64_t)i << 32) | version[i];
+    for (unsigned k = 0; k < 4096u / 8; k++)
+        if (w[k] != v)
+            return 0;
+    return 1;
+}
+
+/* Before the first step mark (placed in the pool): a table of `pages` whole pages, every one but the last written
+ * ("initialisation"), and `nracers` records of 1 MiB with a pattern t_racer_ok checks (freed by the tests' racing
+ * threads). NULL when the table is not in the pool. */
+__attribute__((unused)) static unsigned char *t_pool_table(int (*in_pmem)(const void *), uint32_t pages,
+                                                           uint32_t *version, unsigned char **racer, int nracers)
+{
+    unsigned char *t = (unsigned char *)malloc((size_t)pages * 4096u);
+    CHECK(t && in_pmem(t));
+    if (!t)
+        return NULL;
+    t = (unsigned char *)(((uintptr_t)t + 4095u) & ~(uintptr_t)4095u);
+    for (uint32_t i = 0; i < pages - 1; i++)
+        t_write_page(t, version, i);
+    for (int i = 0; i < nracers; i++) {
+        racer[i] = (unsigned char *)malloc(1u << 20);
+        CHECK(racer[i] && in_pmem(racer[i]));
+        for (size_t k = 0; racer[i] && k < (1u << 20); k += 512)
+            racer[i][k] = (unsigned char)(i + k / 512);
+    }
+    return t;
+}
+
+__attribute__((unused)) static int t_racer_ok(const unsigned char *racer, int i)
+{
+    for (size_t k = 0; k < (1u << 20); k += 512)
+        if (racer[k] != (unsigned char)(i + k / 512))
+            return 0;
+    return 1;
+}
 
 __attribute__((unused)) static int test_done(const char *name)
 {

@@ -139,8 +139,9 @@ class Scheduler:
     OCCUPANCY_MEAN = "pipeline.occupancy_mean_batches"
     # the lookahead (scheduler/lookahead.py): state, off_reason, batches, pages_requested, pages_checked,
     # pages_resident, resident_share (of the pages checked just before their step), late_batches, wasted_pages,
-    # bytes_requested, worker_cpu_s, wait_s (sched_lookahead_wait_ms), tables_measured, rows_from ("staged batch" or
-    # "feeds": a step's rows from its own feed_dict, asked for just before it runs)
+    # bytes_requested, worker_cpu_s, wait_s (sched_lookahead_wait_ms), tables_measured, budget_pages_told (to the
+    # tier's heat budget), budget_pages_kept / budget_pages_dropped (what it did with them; None: it was not told),
+    # rows_from ("staged batch" or "feeds": a step's rows from its own feed_dict, asked for just before it runs)
     LOOKAHEAD = "pipeline.lookahead"
     LOOKAHEAD_SHARE = "pipeline.lookahead.resident_share"
     OCCUPANCY_SAMPLES = "pipeline.occupancy_samples_batches"

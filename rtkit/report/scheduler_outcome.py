@@ -90,11 +90,13 @@ def lookahead(sc: Dict[str, Any]) -> str:
                  "the next step's pages resident before it") + f" (mincore, {fmt.num(la.get('tables_measured'))} tables)")
     else:
         text += ", resident share not measured (no table found in a tier pool)"
+    kept = f", {fmt.num(la['budget_pages_kept'])} kept for it by the tier budget" \
+        if fmt.is_num(la.get("budget_pages_kept")) else ""   # the tier's heat budget heard of the pages read ahead
     if not measure and fed:
-        text += f", CPU {fmt.num(la.get('worker_cpu_s'))} s"
+        text += f"{kept}, CPU {fmt.num(la.get('worker_cpu_s'))} s"
     elif not measure:
-        text += (f", {fmt.num(la.get('late_batches'))} late, {fmt.num(la.get('wasted_pages'))} pages wasted, "
-                 f"worker CPU {fmt.num(la.get('worker_cpu_s'))} s")
+        text += f", {fmt.num(la.get('late_batches'))} late, {fmt.num(la.get('wasted_pages'))} pages wasted{kept}"
+        text += f", worker CPU {fmt.num(la.get('worker_cpu_s'))} s"
         if la.get("wait_s"):   # sched_lookahead_wait_ms: the steps waited for their batches
             text += f", steps waited {fmt.seconds(la['wait_s'])} for it"
     return text

@@ -33,6 +33,18 @@ size_t rtkit_malloc_pool_records(uint64_t (*out)[2], size_t max, uint64_t min_by
  * directory is set or the allocator is disabled. */
 int rtkit_malloc_write_stats(void);
 
+/* Tier mode's heat budget (tier_resident_max with tier_heat_every): the pages (page numbers, address / page_bytes,
+ * page_bytes a multiple of 4096) the next step will use, read ahead by the caller (rtkit's scheduler lookahead).
+ * Being unwritten they read as cold; the budget's next step mark drops them last, after every other pool page, and
+ * forgets them after it. Thread-safe, lock-free, allocates nothing. Returns the 4 KiB pool pages recorded, or -1
+ * when nothing is recorded (tier mode or its heat budget off, before the first step mark, a forked child). */
+long rtkit_tier_want(const uint64_t *pages, size_t n, size_t page_bytes);
+
+/* out[0..n) of: pages recorded by rtkit_tier_want, pages the budget kept (resident wanted pages of chunks whose
+ * other pages it dropped), wanted pages it dropped all the same (its goal needed them). Returns the entries filled
+ * (at most 3), or -1 as rtkit_tier_want. */
+int rtkit_tier_want_counts(uint64_t *out, int n);
+
 /* Schema version of allocator-<pid>.json and of the plan file format. */
 #define RTKIT_MALLOC_STATS_SCHEMA 2
 #define RTKIT_MALLOC_PLAN_VERSION 1

@@ -78,6 +78,9 @@ static void write_out(uintptr_t lo, uint64_t len)
 static rtk_os_watch_t g_watch = {-1, -1};
 static int g_heat;                        /* 0: not armed yet, 1: armed, -1: unavailable or off */
 static unsigned char *g_hot, *g_flags, *g_res, *g_dirty;  /* per chunk: heat, F_*, resident pages, written pages */
+static unsigned char *g_wres;             /* per chunk, during a pass: its resident pages the lookahead wants */
+static uint16_t *g_wmask, *g_drop;        /* and which pages it wants (tier_want.c, read once), which it drops */
+static uint64_t *g_want;                  /* the lookahead's words (tier_want.c) */
 static uint64_t g_nchunks;
 static rtk_os_region_t *g_regions;
 
@@ -93,6 +96,7 @@ static uint64_t chunks_used(void)
 static void heat_unavailable(const char *what, int err)
 {
     g_heat = -1;
+    rtk_tier_want_off();
     snprintf(rtk_tier_view.heat_note, sizeof rtk_tier_view.heat_note,
              "page heat unavailable (%s: %s): the resident budget drops whole records round-robin", what,
              strerror(-err));
@@ -136,15 +140,17 @@ static int heat_rearm(char *lo, char *hi, int strict)
 static void heat_arm(void)
 {
     g_nchunks = (rtk_tier.size + CHUNK - 1) >> CHUNK_SHIFT;
-    g_hot = rtk_os_map(g_nchunks * 4, 0);
+    g_hot = rtk_os_map(g_nchunks * 5, 0);
+    g_want = rtk_os_map(g_nchunks * (sizeof *g_want + 2 * sizeof *g_wmask), 0);
     g_regions = rtk_os_map(REGION_CAP * sizeof(rtk_os_region_t), 0);
     if (!g_vec)
         g_vec = rtk_os_map(VEC_PAGES, 0);
-    if (!g_hot || !g_regions || !g_vec) {
+    if (!g_hot || !g_want || !g_regions || !g_vec) {
         heat_unavailable("memory for its counters", -ENOMEM);
         return;
     }
-    g_flags = g_hot + g_nchunks, g_res = g_flags + g_nchunks, g_dirty = g_res + g_nchunks;
+    g_flags = g_hot + g_nchunks, g_res = g_flags + g_nchunks, g_dirty = g_res + g_nchunks, g_wres = g_dirty + g_nchunks;
+    g_wmask = (uint16_t *)(g_want + g_nchunks), g_drop = g_wmask + g_nchunks;
     int rc = rtk_os_watch_open(&g_watch);
     if (rc != 0) {
         heat_unavailable("userfaultfd with asynchronous write-protect", rc);
@@ -164,6 +170,7 @@ static void heat_arm(void)
     memset(g_dirty, CHUNK / TIER_PAGE, g_nchunks);
     rtk_tier_view.heat_pages_written = 0;
     g_heat = 1;
+    rtk_tier_want_arm(g_want, g_nchunks);
 }
 
 void rtk_tier_heat_watch(char *lo, uint64_t len)
@@ -178,6 +185,7 @@ void rtk_tier_heat_fork_child(void)
     if (g_watch.uffd >= 0 || g_watch.pagemap >= 0)
         rtk_os_watch_close(&g_watch);
     g_heat = -1;
+    rtk_tier_want_off();
 }
 
 /* each live record's pool file pages in DRAM, per chunk into g_res and per record into its entry */
@@ -212,21 +220,35 @@ static uint64_t chunk_residency(void)
     return total;
 }
 
-static void drop_run(live_t *r, uintptr_t lo, uintptr_t hi, uint64_t *total)
+/* Drop the pages of [lo, hi) (whole chunks of record r, but at its ends) marked in g_drop: all of it is written
+ * back at once first (dirty pages must reach the file before the kernel can drop them; the kept pages are clean
+ * or written needlessly, never lost), then each run of marked pages is paged out and its cached copies dropped. */
+static void drop_span(live_t *r, uintptr_t lo, uintptr_t hi, uint64_t *total)
 {
-    if (hi <= lo)
-        return;
+    uintptr_t base = (uintptr_t)rtk_tier.base, run = 0;
     uint64_t before = resident_of((char *)lo, hi - lo);
-    write_out(lo, hi - lo);
-    if (rtk_tier.fd >= 0)  /* what a forked child read in, which this process does not map */
-        rtk_os_drop_cached(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), hi - lo);
+    if (rtk_tier.fd >= 0)
+        rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - base), hi - lo);
+    for (uintptr_t p = lo;; p += TIER_PAGE) {
+        int d = p < hi && (g_drop[(p - base) >> CHUNK_SHIFT] >> (((p - base) >> 12) & 15) & 1);
+        if (d && !run)
+            run = p;
+        if (!d && run) {
+            rtk_os_advise((void *)run, p - run, RTK_ADVISE_PAGEOUT);
+            if (rtk_tier.fd >= 0)  /* what a forked child read in, which this process does not map */
+                rtk_os_drop_cached(rtk_tier.fd, (uint64_t)(run - base), p - run);
+            run = 0;
+        }
+        if (p >= hi)
+            break;
+    }
     uint64_t after = resident_of((char *)lo, hi - lo), gone = before > after ? before - after : 0;
     rtk_tier_view.dropped_bytes += gone;
     rtk_tier_view.heat_demoted_bytes += gone;
     *total -= gone < *total ? gone : *total;
     r->resident -= gone < r->resident ? gone : r->resident;
-    uint64_t off = lo - (uintptr_t)rtk_tier.base;
-    for (uint64_t c = off >> CHUNK_SHIFT; c < g_nchunks && (c << CHUNK_SHIFT) < hi - (uintptr_t)rtk_tier.base; c++) {
+    uint64_t off = lo - base;
+    for (uint64_t c = off >> CHUNK_SHIFT; c < g_nchunks && (c << CHUNK_SHIFT) < hi - base; c++) {
         rtk_tier_view.heat_written_out_bytes += (uint64_t)g_dirty[c] * TIER_PAGE;
         g_dirty[c] = 0;
         if (!(g_flags[c] & F_DROPPED))
@@ -236,44 +258,87 @@ static void drop_run(live_t *r, uintptr_t lo, uintptr_t hi, uint64_t *total)
     }
 }
 
+/* chunk c's resident pages among `mask` (a bit per page), at most its resident file pages */
+static unsigned wanted_resident(uint64_t c, uint32_t mask)
+{
+    uint64_t span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1), lo = c << CHUNK_SHIFT;
+    uint64_t len = span - lo < CHUNK ? span - lo : CHUNK;
+    if (rtk_os_resident(rtk_tier.base + lo, len, g_vec) != 0)
+        return 0;
+    unsigned k = 0;
+    for (unsigned i = 0; i < len / TIER_PAGE; i++)
+        k += (mask >> i & 1) && (g_vec[i] & 1);
+    return k < g_res[c] ? k : g_res[c];
+}
+
+/* The pages of chunk c this pass drops (a bit per page): none above the cut level, all but the wanted ones at or
+ * below it while the cut level's share lasts; the wanted ones only when cut is the wanted level (256: every other
+ * page is gone and the goal is not reached), while its share lasts. Each chunk's wanted pages are counted once. */
+static uint32_t drop_mask(uint64_t c, int cut, uint64_t *partial)
+{
+    uint32_t keep = g_wmask[c];
+    uint64_t rest = (uint64_t)(g_res[c] - g_wres[c]) * TIER_PAGE, mine = (uint64_t)g_wres[c] * TIER_PAGE;
+    int take = g_hot[c] < cut || (g_hot[c] == cut && *partial);
+    if (take && g_hot[c] == cut)
+        *partial -= rest < *partial ? rest : *partial;
+    if (!take)
+        return 0;
+    if (keep && cut == 256 && *partial) {
+        *partial -= mine < *partial ? mine : *partial;
+        rtk_tier_view.want_dropped += g_wres[c];
+        keep = g_wmask[c] = 0;
+    } else {
+        rtk_tier_view.want_kept += g_wres[c];
+    }
+    g_wres[c] = 0;
+    return ~keep & 0xFFFFu;
+}
+
 /* Over the budget: the coldest chunks first, down to 3/4 of it (the tail rows the next steps meet come in as
  * major faults meanwhile), each chunk's pages written back and then dropped; the chunks of the heat level
- * where the goal is reached go in address order. Under the live lock. */
+ * where the goal is reached go in address order. The pages the lookahead read ahead for the step about to run
+ * (tier_want.c) are unwritten, so cold: they go last, after every other page, and the rest of their chunks goes
+ * at the chunk's heat. Under the live lock. */
 static uint64_t heat_evict(uint64_t total, uint64_t goal)
 {
-    static uint64_t hist[256];
+    static uint64_t hist[257];  /* heat levels 0..255, then the wanted pages */
     memset(hist, 0, sizeof hist);
     uint64_t used = chunks_used();
-    for (uint64_t c = 0; c < used; c++)
-        hist[g_hot[c]] += (uint64_t)g_res[c] * TIER_PAGE;
+    for (uint64_t c = 0; c < used; c++) {
+        g_wmask[c] = g_res[c] ? (uint16_t)rtk_tier_wanted(c) : 0;
+        g_wres[c] = g_wmask[c] ? (unsigned char)wanted_resident(c, g_wmask[c]) : 0;
+        hist[g_hot[c]] += (uint64_t)(g_res[c] - g_wres[c]) * TIER_PAGE;
+        hist[256] += (uint64_t)g_wres[c] * TIER_PAGE;
+    }
     uint64_t need = total - goal, acc = 0;
     int cut = 0;
-    while (cut < 255 && acc + hist[cut] < need)
+    while (cut < 256 && acc + hist[cut] < need)
         acc += hist[cut++];
     uint64_t partial = need - acc;  /* of the cut level's bytes */
+    uintptr_t base = (uintptr_t)rtk_tier.base;
     for (uint32_t i = 0; i < rtk_tier.nlive && total > goal; i++) {
         live_t *r = &rtk_tier.live[i];
         if (!r->resident)
             continue;
-        uintptr_t lo = file_lo(r), hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095, run = 0;
-        for (uintptr_t a = lo; a < hi;) {
-            uint64_t c = (a - (uintptr_t)rtk_tier.base) >> CHUNK_SHIFT;
-            uintptr_t next = (uintptr_t)rtk_tier.base + ((c + 1) << CHUNK_SHIFT);
+        uintptr_t lo = file_lo(r), hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095, span = 0;
+        for (uintptr_t a = lo; a < hi;) {  /* spans of chunks with pages to drop */
+            uint64_t c = (a - base) >> CHUNK_SHIFT;
+            uintptr_t next = base + ((c + 1) << CHUNK_SHIFT);
             if (next > hi)
                 next = hi;
-            int take = c < used && g_res[c] && (g_hot[c] < cut || (g_hot[c] == cut && partial));
-            if (take && g_hot[c] == cut)
-                partial -= (uint64_t)g_res[c] * TIER_PAGE < partial ? (uint64_t)g_res[c] * TIER_PAGE : partial;
-            if (take && !run)
-                run = a;
-            if (!take && run) {
-                drop_run(r, run, a, &total);
-                run = 0;
+            uint32_t drop = c < used && g_res[c] ? drop_mask(c, cut, &partial) : 0;
+            if (c < used)
+                g_drop[c] = (uint16_t)drop;
+            if (drop && !span)
+                span = a;
+            if (!drop && span) {
+                drop_span(r, span, a, &total);
+                span = 0;
             }
             a = next;
         }
-        if (run)
-            drop_run(r, run, hi, &total);
+        if (span)
+            drop_span(r, span, hi, &total);
     }
     rtk_tier_view.passes++;
     return total;

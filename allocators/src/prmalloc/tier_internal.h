@@ -96,6 +96,9 @@ typedef struct {
     uint64_t heat_pages_written, heat_hot_chunks, heat_resident, heat_watch_errors;
     double heat_s;
     char heat_note[256];
+    /* pages the lookahead said its next step uses (rtkit_tier_want): calls, pages recorded, resident ones the
+     * budget kept while dropping the rest of their chunks, and ones it dropped all the same to reach its goal */
+    uint64_t want_calls, want_pages, want_kept, want_dropped;
 } rtk_tier_view_t;
 
 RTK_HIDDEN extern rtk_tier_view_t rtk_tier_view;
@@ -120,5 +123,11 @@ RTK_HIDDEN void rtk_tier_heat_mark(void);
 RTK_HIDDEN int rtk_tier_heat_on(void);
 RTK_HIDDEN void rtk_tier_heat_watch(char *lo, uint64_t len);
 RTK_HIDDEN void rtk_tier_heat_fork_child(void);
+/* tier_want.c: the lookahead's wanted pages. arm: the heat budget runs, `words` (one per chunk, zeroed) hold them;
+ * off: nothing more is recorded (no heat, a forked child); wanted: the chunk's pages wanted by the step about to
+ * run (a bit per 4 KiB page), read at a mark after the step count moved. */
+RTK_HIDDEN void rtk_tier_want_arm(uint64_t *words, uint64_t nchunks);
+RTK_HIDDEN void rtk_tier_want_off(void);
+RTK_HIDDEN uint32_t rtk_tier_wanted(uint64_t chunk);
 
 #endif

@@ -109,7 +109,7 @@ static long tier_format(char *buf, size_t cap)
     rtk_out_put(&o, "%s\"pool_resident_bytes\": %llu,%s\"tier_resident_max\": %llu,%s\"budget_passes\": %llu,"
             "%s\"budget_dropped_bytes\": %llu,%s\"records_live\": %u,", nl, U(v->resident), nl,
         U(rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX)), nl, U(v->passes), nl, U(v->dropped_bytes), nl, t->nlive);
-    /* page heat: which chunks the budget kept, what moving them cost */
+    /* page heat: which chunks the budget kept, what moving them cost, the lookahead's pages it kept */
     long every = rtk_setting_num(RTK_OPT_TIER_HEAT_EVERY);
     const char *mech = !every || !rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) ? "off"
                        : rtk_tier_heat_on()                                   ? "pagemap_scan"
@@ -118,9 +118,11 @@ static long tier_format(char *buf, size_t cap)
     rtk_out_put(&o, "%s\"heat\": {\"mechanism\": \"%s\", \"every_steps\": %ld, \"chunk_bytes\": %u, \"samples\": %llu, "
             "\"chunks_demoted\": %llu, \"chunks_promoted\": %llu, \"demoted_bytes\": %llu, \"written_out_bytes\": %llu, "
             "\"pages_written_seen\": %llu, \"hot_chunks\": %llu, \"resident_bytes\": %llu, \"watch_errors\": %llu, "
-            "\"seconds\": %.4f},%s\"records\": [", nl, mech, every, 65536u, U(v->heat_samples), U(v->heat_demoted),
-        U(v->heat_promoted), U(v->heat_demoted_bytes), U(v->heat_written_out_bytes), U(v->heat_pages_written),
-        U(v->heat_hot_chunks), U(v->heat_resident), U(v->heat_watch_errors), v->heat_s, nl);
+            "\"seconds\": %.4f, \"lookahead_calls\": %llu, \"lookahead_pages\": %llu, \"lookahead_kept_pages\": %llu, "
+            "\"lookahead_dropped_pages\": %llu},%s\"records\": [", nl, mech, every, 65536u, U(v->heat_samples),
+        U(v->heat_demoted), U(v->heat_promoted), U(v->heat_demoted_bytes), U(v->heat_written_out_bytes),
+        U(v->heat_pages_written), U(v->heat_hot_chunks), U(v->heat_resident), U(v->heat_watch_errors), v->heat_s,
+        U(LD(v->want_calls)), U(LD(v->want_pages)), U(LD(v->want_kept)), U(LD(v->want_dropped)), nl);
     const live_t *top = v->top;
     for (int i = 0; i < v->ntop; i++)
         rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"dram_head_bytes\": %llu, "

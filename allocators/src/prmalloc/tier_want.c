@@ -1,0 +1,102 @@
+/* tier_want.c -- pool pages the scheduler's lookahead read ahead for the next step, which the heat budget drops last. */
+#define _GNU_SOURCE
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prmalloc/tier_internal.h"
+#include "rtkit/prmalloc.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define WANT_BITS 16                      /* pages of a 64 KiB chunk: one bit each */
+#define WANT_MASK ((uint64_t)0xFFFF)
+
+/* Per 64 KiB chunk of the pool, one word: (mark << 16) | the chunk's wanted pages. A page read ahead is written by
+ * no step yet, so its heat is cold; the lookahead says which pages its next step will use, and the budget's mark
+ * right after it keeps them over every other page. `mark` is the step count the want is meant for: a word whose
+ * mark has passed wants nothing, so nothing is ever cleared and a stale word costs nothing. Words are updated with
+ * compare-and-swap: any thread may call, the mark reads them without a lock. 8 bytes per 64 KiB of pool. */
+static uint64_t *g_want;
+static uint64_t g_nchunks;
+static char *g_lo;
+static int g_armed;                       /* 1 once g_want is mapped and the heat budget runs; -1 in a forked child */
+
+void rtk_tier_want_arm(uint64_t *words, uint64_t nchunks)
+{
+    g_want = words;
+    g_nchunks = nchunks;
+    g_lo = rtk_tier.base;
+    __atomic_store_n(&g_armed, 1, __ATOMIC_RELEASE);
+}
+
+void rtk_tier_want_off(void) { __atomic_store_n(&g_armed, -1, __ATOMIC_RELEASE); }
+
+uint32_t rtk_tier_wanted(uint64_t chunk)
+{
+    if (__atomic_load_n(&g_armed, __ATOMIC_ACQUIRE) != 1 || chunk >= g_nchunks)
+        return 0;
+    uint64_t w = __atomic_load_n(&g_want[chunk], __ATOMIC_RELAXED);
+    return (w >> WANT_BITS) >= __atomic_load_n(&rtk_tier.steps, __ATOMIC_RELAXED) ? (uint32_t)(w & WANT_MASK) : 0;
+}
+
+static void want_bits(uint64_t chunk, uint64_t bits, uint64_t mark)
+{
+    uint64_t old = __atomic_load_n(&g_want[chunk], __ATOMIC_RELAXED), nw;
+    do {
+        /* a want for an earlier mark is over: start the chunk's bits afresh */
+        nw = (mark << WANT_BITS) | bits | ((old >> WANT_BITS) == mark ? old & WANT_MASK : 0);
+        if ((old >> WANT_BITS) > mark)  /* a later mark's want (another caller): keep it, add ours */
+            nw = old | bits;
+    } while (nw != old &&
+             !__atomic_compare_exchange_n(&g_want[chunk], &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+/* The page numbers (address / page_bytes) of this process the next step will use; the budget's next mark keeps
+ * the pool's ones among them in DRAM over every other page. Sorted input is cheapest (one swap per chunk).
+ * Returns the 4 KiB pages recorded, or -1 where nothing is recorded: not preloaded with tier mode on, the heat
+ * budget not running (tier_resident_max or tier_heat_every off, no page heat, before the first step mark), or a
+ * forked child. Never blocks, allocates nothing, writes no memory but its own words. */
+EXPORT long rtkit_tier_want(const uint64_t *pages, size_t n, size_t page_bytes)
+{
+    if (__atomic_load_n(&g_armed, __ATOMIC_ACQUIRE) != 1 || !pages || page_bytes < TIER_PAGE ||
+        page_bytes % TIER_PAGE)
+        return -1;
+    uint64_t mark = __atomic_load_n(&rtk_tier.steps, __ATOMIC_RELAXED) + 1, cur = UINT64_MAX, bits = 0;
+    uintptr_t lo = (uintptr_t)g_lo, hi = lo + (g_nchunks << 16);
+    long recorded = 0;
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t a = (uintptr_t)(pages[i] * page_bytes);
+        if (a < lo || a >= hi || a + page_bytes > hi)
+            continue;
+        for (uintptr_t p = a; p < a + page_bytes; p += TIER_PAGE) {
+            uint64_t off = p - lo, c = off >> 16;
+            if (c != cur) {
+                if (bits)
+                    want_bits(cur, bits, mark);
+                cur = c, bits = 0;
+            }
+            bits |= (uint64_t)1 << ((off >> 12) & (WANT_BITS - 1));
+            recorded++;
+        }
+    }
+    if (bits)
+        want_bits(cur, bits, mark);
+    __atomic_add_fetch(&rtk_tier_view.want_calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&rtk_tier_view.want_pages, (uint64_t)recorded, __ATOMIC_RELAXED);
+    return recorded;
+}
+
+/* What the budget did with the wanted pages: out[0] pages recorded, out[1] pages the budget kept (resident wanted
+ * pages of chunks it dropped the rest of), out[2] wanted pages it dropped all the same (it needed them to reach
+ * its goal). Returns how many of the n entries were filled, or -1 while nothing is recorded (as rtkit_tier_want). */
+EXPORT int rtkit_tier_want_counts(uint64_t *out, int n)
+{
+    if (__atomic_load_n(&g_armed, __ATOMIC_ACQUIRE) != 1 || !out)
+        return -1;
+    uint64_t v[3] = {__atomic_load_n(&rtk_tier_view.want_pages, __ATOMIC_RELAXED),
+                     __atomic_load_n(&rtk_tier_view.want_kept, __ATOMIC_RELAXED),
+                     __atomic_load_n(&rtk_tier_view.want_dropped, __ATOMIC_RELAXED)};
+    int k = n < 3 ? n : 3;
+    for (int i = 0; i < k; i++)
+        out[i] = v[i];
+    return k;
+}
