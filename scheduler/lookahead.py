@@ -106,8 +106,7 @@ class Lookahead:
         Nothing runs ahead of the step, so nothing is late or wasted."""
         rows = self._rows_of(index_values)
         prev, self.current = self.current, rows
-        if prev and self.pool is not None and self._find_tries < FIND_TRIES and \
-                any(None in self.bases.get(n, [None]) for n in self.plan.tables):
+        if prev and self._wants_find():
             self._find_timed(prev)
         b = _Batch(rows)
         with self.cond:
@@ -139,8 +138,7 @@ class Lookahead:
             b = self.items.popleft()
             prev, self.current = self.current, b.rows
             late = self.mode == "on" and not b.done
-            find = self.pool is not None and self._find_tries < FIND_TRIES and \
-                any(None in self.bases.get(n, [None]) for n in self.plan.tables)
+            find = self._wants_find()
             if not find:
                 self.cond.notify_all()
         if find and prev:
@@ -265,6 +263,11 @@ class Lookahead:
                     rb = self._row_bytes(t, i)
                     self.counts["pages_requested"] += int(pages.row_pages(0, rb, r).size)
                     self.counts["bytes_requested"] += int(r.size * rb)
+
+    def _wants_find(self) -> bool:
+        """Whether the pool is to be searched before this step: a table or slot not found yet, tries left."""
+        return self.pool is not None and self._find_tries < FIND_TRIES and \
+            any(None in self.bases.get(n, [None]) for n in self.plan.tables)
 
     def _find_timed(self, prev: Dict[str, np.ndarray]) -> None:
         """Search the pool for the tables by the rows the last step used: between two steps no table is written

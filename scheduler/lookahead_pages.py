@@ -33,6 +33,7 @@ def _preloaded(name: str, restype, argtypes):
 
 _want = _preloaded("rtkit_tier_want", ctypes.c_long, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t])
 _want_counts = _preloaded("rtkit_tier_want_counts", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int])
+_records = _preloaded("rtkit_malloc_pool_records", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64])
 MAX_HITS = 64
 GAP_PAGES = 64                # resident(): pages this far apart are checked by separate mincore calls
 CHUNK_BYTES = 64 << 20        # the search reads the resident pool this much at a time (memory held: a few times it)
@@ -143,14 +144,10 @@ def _resident_chunks(lo: int, hi: int):
 def pool_records(min_bytes: int, max_records: int = 4096) -> Optional[List[Tuple[int, int]]]:
     """(payload address, bytes) of the tier pool's live records of at least min_bytes, from the preloaded allocator
     (rtkit_malloc_pool_records); None when it is not loaded here."""
-    try:
-        fn = ctypes.CDLL(None).rtkit_malloc_pool_records
-    except (AttributeError, OSError):
+    if _records is None:
         return None
-    fn.restype = ctypes.c_size_t
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]
     out = np.zeros((max_records, 2), dtype=np.uint64)
-    n = int(fn(out.ctypes.data_as(ctypes.c_void_p), max_records, int(min_bytes)))
+    n = int(_records(out.ctypes.data_as(ctypes.c_void_p), max_records, int(min_bytes)))
     return [(int(a), int(b)) for a, b in out[:n]]
 
 

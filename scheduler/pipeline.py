@@ -653,9 +653,12 @@ class Pipeline:
                     self._lookaheads.append(la)
             values = fed_values(graph, feed_dict)
             fed = tuple(sorted(values))
-            fetch_ops = [getattr(e, "op", e) for e in
-                         (graph.as_graph_element(x, allow_tensor=True, allow_operation=True) for x in sig)]
-            which = st.fed.applies((sig, fed), fed, lambda: reachable(graph, fetch_ops, set(fed), set()))
+
+            def reach():   # once per run shape: applies() caches what it finds
+                fetch_ops = [getattr(e, "op", e) for e in
+                             (graph.as_graph_element(x, allow_tensor=True, allow_operation=True) for x in sig)]
+                return reachable(graph, fetch_ops, set(fed), set())
+            which = st.fed.applies((sig, fed), fed, reach)
             if which:
                 st.fed.before_step(which, values)
         except Exception as exc:
