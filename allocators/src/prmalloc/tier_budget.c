@@ -14,36 +14,18 @@
 /* A sample per stats write (step marks, at most every 0.5 s, and exit), at most one a second or when the step
  * count doubled: which pool pages are in DRAM now (mincore over every live record) and the process's major
  * faults. */
-static double g_t0, g_tl_last;
+double rtk_tier_t0;
+static double g_tl_last;
 static uint64_t g_tl_steps;  /* the step count at the last sample */
-static unsigned char *g_vec;
-#define VEC_PAGES (1u << 16)              /* mincore vector: 256 MiB of pool per call */
-
-static uint64_t resident_of(char *lo, uint64_t len)
-{
-    uint64_t pages = 0;
-    uintptr_t a = (uintptr_t)lo & ~(uintptr_t)4095, end = (uintptr_t)lo + len;
-    while (a < end) {
-        uint64_t n = (end - a + 4095) / 4096;
-        if (n > VEC_PAGES)
-            n = VEC_PAGES;
-        if (rtk_os_resident((void *)a, n * 4096, g_vec) != 0)
-            return pages * 4096;
-        for (uint64_t i = 0; i < n; i++)
-            pages += g_vec[i] & 1;
-        a += n * 4096;
-    }
-    return pages * 4096;
-}
 
 /* the record's pool file pages in DRAM: all of it but its DRAM head */
 static uint64_t file_resident(const live_t *r)
 {
     if (!r->head)
-        return resident_of(r->payload, r->n);
+        return rtk_tier_resident_of(r->payload, r->n);
     char *lo = rtk_tier_head_lo(r->payload), *hi = lo + r->head, *end = r->payload + r->n;
-    return (lo > r->payload ? resident_of(r->payload, (uint64_t)(lo - r->payload)) : 0) +
-           (end > hi ? resident_of(hi, (uint64_t)(end - hi)) : 0);
+    return (lo > r->payload ? rtk_tier_resident_of(r->payload, (uint64_t)(lo - r->payload)) : 0) +
+           (end > hi ? rtk_tier_resident_of(hi, (uint64_t)(end - hi)) : 0);
 }
 
 /* Where a record's droppable pages begin: past its DRAM head (with swap, MADV_PAGEOUT would send the head's
@@ -143,9 +125,7 @@ static void heat_arm(void)
     g_hot = rtk_os_map(g_nchunks * 5, 0);
     g_want = rtk_os_map(g_nchunks * (sizeof *g_want + 2 * sizeof *g_wmask), 0);
     g_regions = rtk_os_map(REGION_CAP * sizeof(rtk_os_region_t), 0);
-    if (!g_vec)
-        g_vec = rtk_os_map(VEC_PAGES, 0);
-    if (!g_hot || !g_want || !g_regions || !g_vec) {
+    if (!g_hot || !g_want || !g_regions || !rtk_tier_mincore_vec()) {
         heat_unavailable("memory for its counters", -ENOMEM);
         return;
     }
@@ -202,11 +182,11 @@ static uint64_t chunk_residency(void)
             uint64_t n = (end - a + 4095) / 4096;
             if (n > VEC_PAGES)
                 n = VEC_PAGES;
-            if (rtk_os_resident((void *)a, n * 4096, g_vec) != 0)
+            if (rtk_os_resident((void *)a, n * 4096, rtk_tier_vec) != 0)
                 break;
             uint64_t off = a - (uintptr_t)rtk_tier.base;
             for (uint64_t k = 0; k < n; k++)
-                if (g_vec[k] & 1) {
+                if (rtk_tier_vec[k] & 1) {
                     uint64_t c = (off + k * 4096) >> CHUNK_SHIFT;
                     if (c < used && g_res[c] < CHUNK / TIER_PAGE)
                         g_res[c]++;
@@ -226,7 +206,7 @@ static uint64_t chunk_residency(void)
 static void drop_span(live_t *r, uintptr_t lo, uintptr_t hi, uint64_t *total)
 {
     uintptr_t base = (uintptr_t)rtk_tier.base, run = 0;
-    uint64_t before = resident_of((char *)lo, hi - lo);
+    uint64_t before = rtk_tier_resident_of((char *)lo, hi - lo);
     if (rtk_tier.fd >= 0)
         rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - base), hi - lo);
     for (uintptr_t p = lo;; p += TIER_PAGE) {
@@ -242,7 +222,7 @@ static void drop_span(live_t *r, uintptr_t lo, uintptr_t hi, uint64_t *total)
         if (p >= hi)
             break;
     }
-    uint64_t after = resident_of((char *)lo, hi - lo), gone = before > after ? before - after : 0;
+    uint64_t after = rtk_tier_resident_of((char *)lo, hi - lo), gone = before > after ? before - after : 0;
     rtk_tier_view.dropped_bytes += gone;
     rtk_tier_view.heat_demoted_bytes += gone;
     *total -= gone < *total ? gone : *total;
@@ -263,11 +243,11 @@ static unsigned wanted_resident(uint64_t c, uint32_t mask)
 {
     uint64_t span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1), lo = c << CHUNK_SHIFT;
     uint64_t len = span - lo < CHUNK ? span - lo : CHUNK;
-    if (rtk_os_resident(rtk_tier.base + lo, len, g_vec) != 0)
+    if (rtk_os_resident(rtk_tier.base + lo, len, rtk_tier_vec) != 0)
         return 0;
     unsigned k = 0;
     for (unsigned i = 0; i < len / TIER_PAGE; i++)
-        k += (mask >> i & 1) && (g_vec[i] & 1);
+        k += (mask >> i & 1) && (rtk_tier_vec[i] & 1);
     return k < g_res[c] ? k : g_res[c];
 }
 
@@ -423,26 +403,23 @@ void rtk_tier_sample(int force)
     if (rtk_tier.state != T_ON || !rtk_tier.live)
         return;
     double now = rtk_tier_now_s();
-    if (!g_t0)
-        g_t0 = now;
+    if (!rtk_tier_t0)
+        rtk_tier_t0 = now;
     /* once a second, and whenever the step count doubled since the last sample: a short run still gets a few
      * samples while it trains (at exit the job has freed its tables), a long one about log2(steps) extra */
     uint64_t steps = rtk_tier.steps;
     if (!force && rtk_tier_view.ntimeline && now - g_tl_last < 1.0 && !(steps >= 2 * g_tl_steps && steps > g_tl_steps))
         return;
     g_tl_steps = steps;
-    if (!g_vec) {
-        g_vec = rtk_os_map(VEC_PAGES, 0);
-        if (!g_vec)
-            return;
-    }
+    if (!rtk_tier_mincore_vec())
+        return;
     g_tl_last = now;
     uint64_t total = 0;
     rtk_spin_lock(&rtk_tier.live_lock);
     for (uint32_t i = 0; i < rtk_tier.nlive; i++) {
         live_t *r = &rtk_tier.live[i];
         r->resident = file_resident(r);
-        r->head_resident = r->head ? resident_of(rtk_tier_head_lo(r->payload), r->head) : 0;
+        r->head_resident = r->head ? rtk_tier_resident_of(rtk_tier_head_lo(r->payload), r->head) : 0;
         total += r->resident;
     }
     rtk_spin_unlock(&rtk_tier.live_lock);
@@ -454,32 +431,9 @@ void rtk_tier_sample(int force)
     if (LD(rtk_tier.bytes) >= LD(rtk_tier.bytes_at_mark) / 2)
         rtk_tier_view.ntop = top_records(rtk_tier_view.top);
     rtk_tier_view.timeline[rtk_tier_view.ntimeline % TL_CAP] =
-        (tl_t){rtk_tier.steps, now - g_t0, total, LD(rtk_tier.bytes), rtk_os_major_faults()};
+        (tl_t){rtk_tier.steps, now - rtk_tier_t0, total, LD(rtk_tier.bytes), rtk_os_major_faults()};
     rtk_tier_view.ntimeline++;
     rtk_tier_sample_rss();
-}
-
-/* At the highest RSS sampled (every residency sample, and the first step mark before it gives the pre-step frees'
- * pages back), what tier mode held in DRAM against what lived in the pool: whether the pool cost more memory than
- * it saved. The whole used span is read once (records sharing a page counted once, freed records' pages not yet
- * given back counted too). Not at exit: frees then keep their pages for the unlink. */
-void rtk_tier_sample_rss(void)
-{
-    char buf[256], *end;
-    if (rtk_tier.state != T_ON || rtk_tier.exiting || rtk_os_read_file("/proc/self/statm", buf, sizeof buf) < 0)
-        return;
-    strtoull(buf, &end, 10);  /* size, then resident pages */
-    uint64_t rss = (uint64_t)strtoull(end, NULL, 10) * TIER_PAGE;
-    /* under the live lock: the first step mark runs outside the step lock, and g_vec is shared with the samples */
-    rtk_spin_lock(&rtk_tier.live_lock);
-    if (rss > rtk_tier_view.at_rss_peak.rss && (g_vec || (g_vec = rtk_os_map(VEC_PAGES, 0)))) {
-        rtk_tier_view.at_rss_peak.rss = rss;
-        rtk_tier_view.at_rss_peak.live = LD(rtk_tier.bytes);
-        rtk_tier_view.at_rss_peak.pool_dram = resident_of(rtk_tier.base, LD(rtk_tier.high));
-        rtk_tier_view.at_rss_peak.step = rtk_tier.steps;
-        rtk_tier_view.at_rss_peak.t_s = g_t0 ? rtk_tier_now_s() - g_t0 : 0;
-    }
-    rtk_spin_unlock(&rtk_tier.live_lock);
 }
 
 /* the largest live records (at most 16), largest first, into out; returns how many */

@@ -115,8 +115,15 @@ RTK_HIDDEN int rtk_tier_restore_head(live_t *r);
 /* tier_budget.c: sample residency (at most once a second unless forced) and enforce tier_resident_max where no
  * page heat is measured. */
 RTK_HIDDEN void rtk_tier_sample(int force);
-/* tier_budget.c: keep the sample with the highest RSS (the pool's DRAM and live bytes then), for the report. */
+/* tier_resident.c: keep the sample with the highest RSS (the pool's DRAM and live bytes then), for the report. */
 RTK_HIDDEN void rtk_tier_sample_rss(void);
+/* tier_resident.c: the mincore vector (VEC_PAGES entries), mapped at its first use (NULL when it cannot be), and
+ * the bytes of [lo, lo + len) in DRAM */
+#define VEC_PAGES (1u << 16)              /* mincore vector: 256 MiB of pool per call */
+RTK_HIDDEN extern unsigned char *rtk_tier_vec;
+RTK_HIDDEN unsigned char *rtk_tier_mincore_vec(void);
+RTK_HIDDEN uint64_t rtk_tier_resident_of(char *lo, uint64_t len);
+RTK_HIDDEN extern double rtk_tier_t0;     /* tier_budget.c: the time of the first residency sample (0: none yet) */
 /* tier_budget.c: at each step mark, page heat every tier_heat_every marks and the budget on it (arms at the
  * first); 1 while heat is measured; watch a range remapped inside the pool; the forked child's part. */
 RTK_HIDDEN void rtk_tier_heat_mark(void);
