@@ -14,7 +14,6 @@
 /* A sample per stats write (step marks, at most every 0.5 s, and exit), at most one a second or when the step
  * count doubled: which pool pages are in DRAM now (mincore over every live record) and the process's major
  * faults. */
-double rtk_tier_t0;
 static double g_tl_last;
 static uint64_t g_tl_steps;  /* the step count at the last sample */
 

@@ -123,7 +123,7 @@ RTK_HIDDEN void rtk_tier_sample_rss(void);
 RTK_HIDDEN extern unsigned char *rtk_tier_vec;
 RTK_HIDDEN unsigned char *rtk_tier_mincore_vec(void);
 RTK_HIDDEN uint64_t rtk_tier_resident_of(char *lo, uint64_t len);
-RTK_HIDDEN extern double rtk_tier_t0;     /* tier_budget.c: the time of the first residency sample (0: none yet) */
+RTK_HIDDEN extern double rtk_tier_t0;     /* the time of the first residency sample (0: none yet), set by tier_budget.c */
 /* tier_budget.c: at each step mark, page heat every tier_heat_every marks and the budget on it (arms at the
  * first); 1 while heat is measured; watch a range remapped inside the pool; the forked child's part. */
 RTK_HIDDEN void rtk_tier_heat_mark(void);

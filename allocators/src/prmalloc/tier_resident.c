@@ -7,6 +7,7 @@
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 unsigned char *rtk_tier_vec;
+double rtk_tier_t0;
 
 /* The mincore vector, mapped at first use; the first mark's RSS sample (under the live lock) and the samples of the
  * step marks may both come first, so it is published once and a second mapping is given back */
