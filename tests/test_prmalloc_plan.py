@@ -117,3 +117,22 @@ def test_plan_classes_reuse_the_large_heaps_resident_pages(prm, tmp_path):
     # the heap's scattered idle pages would double the memory the planned sizes take
     case_ok(run_case(prm, "plan_reuse", tmp_path, {"RTKIT_MALLOC_PROFILE_START": "3"}), "plan_reuse")
     assert stats(tmp_path)["arenas"]["live_bytes"] + stats(tmp_path)["arenas"]["free_bytes"] >= 20 << 20
+
+
+def test_a_run_still_profiling_says_the_steps_profiled_so_far(prm, tmp_path):
+    """A job that ends before its profile does (the summary's "still profiling when the run ended (N steps profiled)")
+    reports the steps profiled so far, not the 0 the count holds until profiling ends."""
+    import subprocess
+    import sys
+
+    from conftest import preload_env
+
+    script = ("import ctypes\nlib = ctypes.CDLL(None)\nfor _ in range(5):\n"
+              "    blocks = [bytearray(64 << 10) for _ in range(4)]\n    del blocks\n    lib.rtkit_step_mark()\n"
+              "lib.rtkit_malloc_write_stats()\n")
+    env = preload_env(prm, {"RTKIT_RUN_DIR": str(tmp_path), "RTKIT_MALLOC_PROFILE_START": "1",
+                            "RTKIT_MALLOC_PROFILE_STABLE": "50", "RTKIT_MALLOC_PROFILE_MAX": "100"})
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    s = stats(str(tmp_path))
+    assert s["state"] == "profiling" and s["steps"] == 5, s["state"]
+    assert s["profile"]["profiled_steps"] == 5 - s["profile"]["start_step"] == 4, s["profile"]

@@ -73,7 +73,9 @@ long rtk_stats_format(char *buf, size_t cap)
         rtk_out_put(&o, "%u", rtk_engine.profile_end_step);
     else
         rtk_out_put(&o, "null");
-    rtk_out_put(&o, ", \"profiled_steps\": %u, \"dropped_allocations\": %llu, \"reason\": ", rtk_engine.profiled_steps,
+    /* while profiling, the steps profiled so far (the engine keeps the count from the end of profiling) */
+    unsigned profiled = rtk_engine.state == RTK_STATE_PROFILING ? (unsigned)rtk_profile_steps() : rtk_engine.profiled_steps;
+    rtk_out_put(&o, ", \"profiled_steps\": %u, \"dropped_allocations\": %llu, \"reason\": ", profiled,
                 (unsigned long long)rtk_profile_dropped());
     rtk_out_str(&o, rtk_engine.profile_reason ? rtk_engine.profile_reason : "");
     rtk_out_put(&o, "},\n  \"plan\": {\"source\": ");
