@@ -669,6 +669,16 @@ def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():
     assert "0 extra runs" not in scheduler_outcome.pipeline(old)
 
 
+def test_lookahead_words_count_tables_in_the_singular_and_plural():
+    from rtkit.report import scheduler_outcome
+
+    def words(n):
+        la = {"state": "on", "mode": "on", "rows_from": "feeds", "pages_requested": 10, "bytes_requested": 40960,
+              "batches": 3, "resident_share": 0.5, "tables_measured": n, "worker_cpu_s": 0.1}
+        return scheduler_outcome.lookahead({"pipeline": {"lookahead": la}})
+    assert "(mincore, 1 table)" in words(1) and "(mincore, 2 tables)" in words(2), (words(1), words(2))
+
+
 def test_scheduler_section_and_summary_put_the_bound_beside_the_staged_step():
     """The overlap bound and the staged step over it: in the Scheduler section's rows and on the summary line,
     with the input and compute they come from; nothing when no probe step measured them."""

@@ -1,5 +1,5 @@
 /* prmalloc_tier.c -- PMEM tier mode under LD_PRELOAD: what lands in the pool, frees/realloc, fork, pool full.
- * Usage: prmalloc_tier basic|full|plain|heads|churn|double_free|realloc_freed (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR
+ * Usage: prmalloc_tier basic|full|plain|heads|churn|small|double_free|realloc_freed (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR
  * set by the caller). */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -299,6 +299,24 @@ static int churn(void)
     return test_done("prmalloc_tier churn");
 }
 
+/* RTKIT_TIER_MIN_SIZE set by the caller (256): 8192 records of 1,500 bytes, packed so that most pages hold parts of
+ * two records, all written, then three steps; the caller compares the report's pool pages in DRAM with the bytes */
+static int small(void)
+{
+    enum { N = 8192, SIZE = 1500 };
+    static unsigned char *rec[N];
+    for (int i = 0; i < N; i++) {
+        CHECK((rec[i] = malloc(SIZE)) && t_in_pmem(rec[i]));
+        memset(rec[i], i & 0xff, SIZE);
+    }
+    for (int s = 0; s < 3; s++)
+        t_mark();
+    CHECK(t_write() == 0);
+    for (int i = 0; i < N; i++)
+        free(rec[i]);
+    return test_done("prmalloc_tier small");
+}
+
 /* the program's bug on a pool block: glibc aborts on it, so must rtkit (the caller expects SIGABRT and one line);
  * "survived" is printed only when it did not */
 static int bad_free(int then_realloc)
@@ -333,6 +351,8 @@ int main(int argc, char **argv)
         return heads();
     if (!strcmp(mode, "churn"))
         return churn();
+    if (!strcmp(mode, "small"))
+        return small();
     if (!strcmp(mode, "double_free") || !strcmp(mode, "realloc_freed"))
         return bad_free(!strcmp(mode, "realloc_freed"));
     return basic();

@@ -86,8 +86,9 @@ def lookahead(sc: Dict[str, Any]) -> str:
         + ("requested together just before their steps (rows from the steps' feeds)" if fed else "requested ahead"))
     text += f" over {fmt.num(la.get('batches'))} " + ("steps" if fed else "batches")
     if fmt.is_num(la.get("resident_share")):
+        n_tables = la.get("tables_measured")
         text += (f", {fmt.pct(la.get('resident_share'))} of " + ("the step's pages resident already" if fed else
-                 "the next step's pages resident before it") + f" (mincore, {fmt.num(la.get('tables_measured'))} tables)")
+                 "the next step's pages resident before it") + f" (mincore, {fmt.num(n_tables)} table{'' if n_tables == 1 else 's'})")
     else:
         text += ", resident share not measured (no table found in a tier pool)"
     kept = f", {fmt.num(la['budget_pages_kept'])} kept for it by the tier budget" \
