@@ -194,6 +194,8 @@ class ReadAhead:
                         self.reading = False
                 with self.cond:
                     self.reads += 1
+                    self.cond.notify_all()   # the Runner may be waiting for this batch: left to its wait's timeout,
+                                             # each batch would wait up to 50 ms more, slower than no read-ahead
         finally:
             with self.cond:
                 self.cond.notify_all()
