@@ -133,6 +133,42 @@ def test_nested_and_concrete_functions_and_eager_input(tmp_path):
     assert report["steps"]["count"] == 9 and report["steps"]["signature"].startswith("concrete function ")
 
 
+def test_the_step_that_computes_gradients_is_the_step_not_a_more_frequent_evaluation(tmp_path):
+    """keras-io's custom-loop guide evaluates a test_step over a validation set five times the size of its training
+    set after every epoch: the training step (its graph has the GradientTape's ops) is the step, not test_step,
+    though test_step recurs five times as often. The allocator's marks follow the training step as well."""
+    script = _script(tmp_path, "evaluated.py", """
+        import tensorflow as tf
+        w = tf.Variable(tf.ones([8, 1]))
+        opt = tf.keras.optimizers.SGD(0.01)
+
+        @tf.function
+        def train_step(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.matmul(x, w))
+            opt.apply_gradients([(tape.gradient(loss, w), w)])
+            return loss
+
+        @tf.function
+        def test_step(x):
+            return tf.reduce_sum(tf.matmul(x, w))
+
+        x = tf.ones([4, 8])
+        for epoch in range(3):
+            for _ in range(6):
+                train_step(x)
+            for _ in range(30):
+                test_step(x)
+        print("done")
+    """)
+    report, proc = _rtkit(tmp_path, "r", script)
+    steps = report["steps"]
+    assert steps["signature"] == "tf.function __main__.train_step" and steps["count"] == 18, steps
+    assert [(o["signature"], o["count"]) for o in steps["other_signatures"]] == \
+        [("tf.function __main__.test_step", 90)], steps["other_signatures"]
+    assert "steps: 18 counted from tf.function calls" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_a_retracing_function_is_reported_not_counted(tmp_path):
     script = _script(tmp_path, "storm.py", """
         import tensorflow as tf

@@ -8,6 +8,8 @@ name, a Keras fit train batch, an explicit rtkit.step(). One rule picks the trai
 * among inferred calls, the signature that recurs most, at least MIN_RECURRENCE times (a run made once, such
   as a variable initialiser, is never the step); a run with target ops (a train op) beats fetch-only runs
   that recur at most twice as often (MonitoredTrainingSession's hooks read global_step a few extra times);
+* a tf.function that computes gradients (its graph has a GradientTape's or tf.gradients' ops) trains: it beats any
+  call that computes none, however often that recurs (an evaluation step over a larger validation set);
 * a tf.function that traces again on most of its calls (a new input signature each time) is a retracing
   storm: reported with its trace count, never the step.
 
@@ -86,7 +88,7 @@ def _find_step_mark():
 
 
 class _Signature:
-    __slots__ = ("name", "count", "total_ms", "records", "api", "candidate", "traces")
+    __slots__ = ("name", "count", "total_ms", "records", "api", "candidate", "traces", "trains")
 
     def __init__(self, name: str, api: Optional[str] = None, candidate: bool = True):
         self.name = name
@@ -96,6 +98,7 @@ class _Signature:
         self.total_ms = 0.0
         self.records: List[tuple] = []
         self.traces = 0              # tf.function: calls that traced a new concrete function
+        self.trains = False          # tf.function: a traced graph computes gradients
 
     def retracing(self) -> bool:
         """A tf.function that traced on more than half of its calls (each trace after the first is a retrace)."""
@@ -111,17 +114,28 @@ def _eligible(sig: "_Signature", source: str) -> bool:
 
 
 def _beats(sig: "_Signature", best: "_Signature") -> bool:
-    """Whether `sig` is the training step rather than `best`. The one that recurs most, except that a run with
-    target ops (a train op) beats fetch-only runs that recur at most twice as often: MonitoredTrainingSession's
-    hooks read global_step once per step and a few times more (at start, at checkpoints)."""
+    """Whether `sig` is the training step rather than `best`. A function that computes gradients beats one that
+    computes none. Else the one that recurs most, except that a run with target ops (a train op) beats fetch-only
+    runs that recur at most twice as often: MonitoredTrainingSession's hooks read global_step once per step and a
+    few times more (at start, at checkpoints)."""
     if sig is best:
         return False
+    if sig.trains != best.trains:
+        return sig.trains
     mine, theirs = sig.name.startswith("targets="), best.name.startswith("targets=")
     if mine == theirs:
         return sig.count > best.count
     if mine:
         return sig.count * 2 >= best.count
     return sig.count > best.count * 2
+
+
+def _best_of(sigs: List["_Signature"]) -> Optional["_Signature"]:
+    best = None
+    for s in sigs:
+        if best is None or _beats(s, best):
+            best = s
+    return best
 
 
 class StepRecorder:
@@ -159,13 +173,13 @@ class StepRecorder:
             self.subscribers.append(callback)
 
     def record(self, source: str, signature: str, start_unix: float, step_ms: float, faults: int,
-               api: Optional[str] = None, candidate: bool = True, traced: bool = False,
+               api: Optional[str] = None, candidate: bool = True, traced: bool = False, trains: bool = False,
                not_step_prefix: str = HOOK_RUN_PREFIX) -> bool:
         """One run of `signature`; returns whether it was the training step. candidate=False: a run that can never
         be the training step, however often it recurs (a SessionRunHook's own session.run inside a MonitoredSession
         step, a QueueRunner thread's enqueue); it is kept apart from the same fetches run as steps, named with
         not_step_prefix, counted and timed but its per-run records not kept (only the step's are ever written).
-        traced: a tf.function call that traced a new concrete function."""
+        traced: a tf.function call that traced a new concrete function; trains: its graph computes gradients."""
         if not candidate:
             with self.lock:
                 self._count_locked(source, not_step_prefix + signature, api, candidate, step_ms)
@@ -178,14 +192,14 @@ class StepRecorder:
             sig = self._count_locked(source, signature, api, candidate, step_ms)
             if traced:
                 sig.traces += 1
+            sig.trains = sig.trains or trains
             if len(sig.records) < MAX_RECORDS:
                 sig.records.append((start_unix, step_ms, faults, rss))   # rounded when written
             if api is not None:
                 sig.api = api   # the latest: a signature first seen while a session was being set up keeps no stale name
             best = self.best[source]
             if best is sig and not _eligible(sig, source):   # it began to retrace: the best of the rest
-                self.best[source] = best = max((s for s in table.values() if _eligible(s, source)),
-                                               key=lambda s: s.count, default=None)
+                self.best[source] = best = _best_of([s for s in table.values() if _eligible(s, source)])
             elif _eligible(sig, source) and (best is None or _beats(sig, best)):
                 self.best[source] = best = sig
             is_step = best is sig and self._chosen_locked()[1] is sig

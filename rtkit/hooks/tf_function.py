@@ -55,7 +55,39 @@ def _concrete_name(fn) -> str:
     return name
 
 
-def _wrap_call(orig, name_of, api: str, tracing_count, executing_eagerly):
+# op names that only gradient computation makes: a GradientTape's ops (under "gradient_tape/") and tf.gradients'
+GRADIENT_SCOPES = ("gradient_tape/", "gradients/")
+_TRAINS_ATTR = "_rtkit_trains"
+MAX_GRAPHS_CHECKED = 4   # traces of one function looked at: a retracing storm is never the step anyway
+
+
+def _graph_computes_gradients(graph) -> bool:
+    return any(op.name.startswith(GRADIENT_SCOPES) or ("/" + GRADIENT_SCOPES[0]) in op.name
+               for op in graph.get_operations())
+
+
+def _computes_gradients(fn, concrete_graphs) -> bool:
+    """Whether a traced graph of fn computes gradients (a training step, not an evaluation): looked at after a
+    call that traced, for its first few traces; once true it stays true."""
+    if fn.__dict__.get(_TRAINS_ATTR):
+        return True
+    checked = fn.__dict__.get(_TRAINS_ATTR + "_checked", 0)
+    if checked >= MAX_GRAPHS_CHECKED:
+        return False
+    fn.__dict__[_TRAINS_ATTR + "_checked"] = checked + 1
+    try:
+        trains = any(_graph_computes_gradients(g) for g in concrete_graphs(fn))
+    except Exception:   # a TensorFlow without these internals: the step is then told by recurrence alone
+        trains = False
+    fn.__dict__[_TRAINS_ATTR] = trains
+    return trains
+
+
+def _function_graphs(fn):
+    return [cf.graph for cf in fn._list_all_concrete_functions()]
+
+
+def _wrap_call(orig, name_of, api: str, tracing_count, executing_eagerly, graphs_of):
     rec = recorder()
 
     def __call__(self, *args, **kwds):
@@ -70,8 +102,11 @@ def _wrap_call(orig, name_of, api: str, tracing_count, executing_eagerly):
             _local.depth = 0
         ms = (time.perf_counter() - t0) * 1000.0
         try:
-            rec.record("function", name_of(self), start_unix, ms, minor_faults() - f0, api,
-                       traced=tracing_count(self) != traces)
+            traced = tracing_count(self) != traces
+            look = traced or not self.__dict__.get(_TRAINS_ATTR + "_checked")   # a new graph, or none looked at yet
+            trains = _computes_gradients(self, graphs_of) if look else bool(self.__dict__.get(_TRAINS_ATTR))
+            rec.record("function", name_of(self), start_unix, ms, minor_faults() - f0, api, traced=traced,
+                       trains=trains)
         except Exception as exc:
             rec.notes.append(f"tf.function step recording failed: {exc!r}")
         return result
@@ -124,7 +159,8 @@ def install() -> None:
             raise AttributeError(f"{cls.__module__}.{cls.__name__}.{attr} not found")
     eager = context.executing_eagerly
     function_cls.__call__ = _wrap_call(function_cls.__call__, _function_name, API,
-                                       function_cls.experimental_get_tracing_count, eager)
-    concrete_cls.__call__ = _wrap_call(concrete_cls.__call__, _concrete_name, API_CONCRETE, lambda fn: 0, eager)
+                                       function_cls.experimental_get_tracing_count, eager, _function_graphs)
+    concrete_cls.__call__ = _wrap_call(concrete_cls.__call__, _concrete_name, API_CONCRETE, lambda fn: 0, eager,
+                                       lambda fn: [fn.graph])
     _hook_datasets(dataset_ops, eager)
     setattr(function_cls, _PATCHED_FLAG, True)
