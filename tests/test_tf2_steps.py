@@ -169,6 +169,29 @@ def test_the_step_that_computes_gradients_is_the_step_not_a_more_frequent_evalua
     assert "steps: 18 counted from tf.function calls" in proc.stderr, proc.stderr[-2000:]
 
 
+def test_gradients_are_found_in_the_functions_a_step_calls():
+    """A step that calls a tf.function computing the gradients (or a strategy's replica function) has only a call
+    op in its own graph: the gradient ops are in its function library."""
+    import tensorflow as tf
+    from rtkit.hooks.tf_function import _graph_computes_gradients
+
+    w = tf.Variable(tf.ones([3, 1]))
+
+    @tf.function
+    def update(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.matmul(x, w))
+        w.assign_sub(0.1 * tape.gradient(loss, w))
+        return loss
+
+    outer = tf.function(lambda x: update(x))
+    evaluate = tf.function(lambda x: tf.reduce_sum(tf.matmul(x, w)))
+    graph = outer.get_concrete_function(tf.TensorSpec([2, 3])).graph
+    assert not any("gradient_tape/" in op.name for op in graph.get_operations())   # only the call is here
+    assert _graph_computes_gradients(graph)
+    assert not _graph_computes_gradients(evaluate.get_concrete_function(tf.TensorSpec([2, 3])).graph)
+
+
 def test_a_retracing_function_is_reported_not_counted(tmp_path):
     script = _script(tmp_path, "storm.py", """
         import tensorflow as tf

@@ -61,9 +61,17 @@ _TRAINS_ATTR = "_rtkit_trains"
 MAX_GRAPHS_CHECKED = 4   # traces of one function looked at: a retracing storm is never the step anyway
 
 
+def _computing_gradients(name: str) -> bool:
+    return name.startswith(GRADIENT_SCOPES) or ("/" + GRADIENT_SCOPES[0]) in name
+
+
 def _graph_computes_gradients(graph) -> bool:
-    return any(op.name.startswith(GRADIENT_SCOPES) or ("/" + GRADIENT_SCOPES[0]) in op.name
-               for op in graph.get_operations())
+    """Its own ops, and those of the functions it calls (a nested tf.function, a distribution strategy's replica
+    function: a call op here, their ops in the graph's function library)."""
+    if any(_computing_gradients(op.name) for op in graph.get_operations()):
+        return True
+    library = graph.as_graph_def().library.function
+    return any(_computing_gradients(node.name) for f in library for node in f.node_def)
 
 
 def _computes_gradients(fn, concrete_graphs) -> bool:
