@@ -669,6 +669,24 @@ def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():
     assert "0 extra runs" not in scheduler_outcome.pipeline(old)
 
 
+def test_scheduler_words_for_tf_function_steps_name_the_global_pools_not_keras_fit():
+    """A TF2 custom loop's steps run on TensorFlow's global pools, which the scheduler set; its eager tf.data input
+    got the stage options. The summary says so, and never speaks of a Keras fit that did not run."""
+    from rtkit.report import scheduler_outcome
+
+    sc = {"keras": {"applied": True, "inter_op_threads": 2, "intra_op_threads": 2,
+                    "datasets": [{"private_threadpool_size": 1, "prefetch": 2}]}, "pipeline": {"staged_steps": 0}}
+    words = scheduler_outcome.applied(sc, "function")
+    assert words == ("applied to TensorFlow's global thread pools (the tf.function steps run on them): "
+                     "inter_op_threads=2, intra_op_threads=2, the loop's tf.data input: private threadpool size 1, "
+                     "prefetch 2"), words
+    assert "Keras" not in scheduler_outcome.pipeline(sc)
+    tuning = scheduler_outcome.tuning({"steps": {"source": "function"}}, {"done": False, "steps_used": 0})
+    assert tuning == "no tuning (the tuner times session steps; tf.function calls run none)", tuning
+    assert scheduler_outcome.applied(sc, "keras").startswith("applied to Keras: ")
+    assert "applied to" not in scheduler_outcome.applied(sc, "session")
+
+
 def test_lookahead_words_count_tables_in_the_singular_and_plural():
     from rtkit.report import scheduler_outcome
 

@@ -3,7 +3,7 @@
 nothing), how many steps were pipelined (never "pipelined" when none was), what the tuner chose."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from rtkit.report import fmt
 from rtkit.report import glossary as G
@@ -11,9 +11,10 @@ from rtkit.report.contract import Scheduler as S, Steps as ST
 from rtkit.report.fmt import get
 
 
-def applied(sc: Dict[str, Any], keras_steps: bool = False) -> str:
+def applied(sc: Dict[str, Any], steps_source: Optional[str] = None) -> str:
     """What the scheduler applied and where: to the sessions it configured, to Keras (said when the steps came
-    from Keras fit or there was no session), or nothing."""
+    from Keras fit), to TensorFlow's global pools (said when they came from tf.function calls: those run there),
+    or nothing. steps_source: the report's steps.source."""
     chosen = get(sc, S.CHOSEN)
     knobs = ""
     if isinstance(chosen, dict):   # pipelining is said apart, from what happened, not from the setting
@@ -27,15 +28,18 @@ def applied(sc: Dict[str, Any], keras_steps: bool = False) -> str:
         out.append(f"applied {knobs} to {len(ours)} session(s)" if knobs else f"applied to {len(ours)} session(s)")
     if len(ours) < len(sessions):
         out.append(f"{len(sessions) - len(ours)} session(s) kept the script's thread settings")
-    if not keras_steps:   # set for Keras, but Keras fit did not run the steps: not worth a claim
+    if steps_source not in ("keras", "function"):   # set for Keras, but neither fit nor a tf.function ran the steps
         keras = None
     if isinstance(keras, dict) and keras.get("applied"):
         ks = ", ".join(f"{k}={v}" for k, v in keras.items() if k != "applied" and not isinstance(v, (dict, list)))
-        out.append(f"applied to Keras: {ks}" if ks else "applied to Keras")
+        where = "Keras" if steps_source == "keras" else "TensorFlow's global thread pools (the tf.function steps run on them)"
+        out.append(f"applied to {where}: {ks}" if ks else f"applied to {where}")
         ds = [d for d in (keras.get("datasets") or []) if isinstance(d, dict)]
-        if ds:   # fit's tf.data input: what the scheduler set, or that the script's own option was kept
+        if ds:   # the tf.data input: what the scheduler set, or that the script's own option was kept
             opts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in ds[0].items())
-            out.append(f"fit's tf.data input: {opts}")
+            whose = "fit's tf.data input" if steps_source == "keras" else (
+                "the loop's tf.data input" if len(ds) == 1 else f"the loop's {len(ds)} tf.data inputs")
+            out.append(f"{whose}: {opts}")
     elif isinstance(keras, dict) and keras.get("detail"):
         out.append(f"not applied to Keras ({keras['detail']})")
     if not out:
@@ -64,7 +68,7 @@ def pipeline(sc: Dict[str, Any]) -> str:
         keras = get(sc, S.KERAS)
         ds = [d for d in ((keras or {}).get("datasets") or []) if isinstance(d, dict)] if isinstance(keras, dict) else []
         if not reason and any(fmt.is_num(d.get("prefetch")) for d in ds):
-            return "no session step staged (Keras fit: its tf.data input prefetches instead)"
+            return "no session step staged (the tf.data input prefetches instead)"
         if not reason and fmt.is_num(get(sc, S.UNSTAGED_STEPS)) and get(sc, S.UNSTAGED_STEPS) > 0:
             return f"no step pipelined (staging off: {_OWN_GRAPH})"
         return "no step pipelined" + (f" ({reason})" if reason else "")
@@ -109,6 +113,8 @@ def tuning(r: Dict[str, Any], tuning: Dict[str, Any]) -> str:
         if used == 0:
             if get(r, "steps." + ST.SOURCE) == "keras":
                 return "no tuning (the tuner times session steps; Keras fit runs none)"
+            if get(r, "steps." + ST.SOURCE) == "function":
+                return "no tuning (the tuner times session steps; tf.function calls run none)"
             return "tuning saw no step (the tuner times session steps only)"
         return f"tuning not finished ({fmt.num(used)} of {fmt.num(tuning.get('budget_steps'))} steps used)"
     chosen = tuning.get("chosen")

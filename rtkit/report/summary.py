@@ -145,7 +145,7 @@ def scheduler_line(r: Dict[str, Any]) -> Optional[str]:
     sc = r.get("scheduler")
     if not isinstance(sc, dict):
         return None
-    parts = [scheduler_outcome.applied(sc, get(r, "steps." + ST.SOURCE) == "keras"), scheduler_outcome.pipeline(sc),
+    parts = [scheduler_outcome.applied(sc, get(r, "steps." + ST.SOURCE)), scheduler_outcome.pipeline(sc),
              scheduler_outcome.bound(sc), scheduler_outcome.lookahead(sc)]
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):
