@@ -243,7 +243,7 @@ def test_tier_fed_rows_are_asked_for_before_the_step(tmp_path):
     assert rep["batches"] == 6 and rep["pages_requested"] > 0 and rep["bytes_requested"] >= rep["rows_requested"] * 256
     assert rep_base["pages_requested"] == 0 and rep_base["batches_measured"] >= 4, rep_base   # measuring asks nothing
     assert re.search(r"; lookahead [\d,]+ pages \(.+\) requested together just before their steps \(rows from the "
-                     r"steps' feeds\) over 6 steps, [\d.]+% of the step's pages resident already \(mincore, 1 tables\)",
+                     r"steps' feeds\) over 6 steps, [\d.]+% of the step's pages resident already \(mincore, 1 table\)",
                      line), line
 
 

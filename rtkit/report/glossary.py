@@ -193,8 +193,8 @@ def _tier_last(r: Dict[str, Any]) -> Any:
 _F: List[Figure] = [
     # steps (the training process's hooks; statistics over the measured steps: counted minus warm-up)
     Figure("steps", "steps counted", "count", None,
-           "training steps the hooks counted: the session run that recurs most, each Keras train batch, or each "
-           "rtkit.step()", _num(_sec("steps", ST.COUNT))),
+           "training steps the hooks counted: the session run or tf.function that recurs most (a tf.function that "
+           "computes gradients first), each Keras train batch, or each rtkit.step()", _num(_sec("steps", ST.COUNT))),
     Figure("measured_steps", "measured steps", "count", None,
            "steps counted minus the first warmup_steps; every step statistic below is over these",
            _num(_sec("steps", ST.MEASURED))),
