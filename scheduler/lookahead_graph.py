@@ -1,6 +1,6 @@
 # lookahead_graph.py -- which table rows the next staged batch gathers: a read-only copy of its index computation.
 """plan(graph, staged) finds the gathers of table variables (ResourceGather on a variable's handle, GatherV2 on a
-ReadVariableOp) whose indices are computed from the staged boundary tensors, and copies that index computation
+ReadVariableOp or on a TF1 reference variable's snapshot) whose indices are computed from the staged boundary tensors, and copies that index computation
 into the graph (import_graph_def under rtkit_lookahead/), reading the staged boundary tensors as the put computes
 them. The copy only reads state: a hash-table lookup and a variable read are copied, any other stateful op
 refuses the gather, control dependencies (the writes a step orders before its gather: an insert, a row
@@ -17,6 +17,9 @@ SCOPE = "rtkit_lookahead"
 # stateful ops that only read: copied into the index computation
 READ_ONLY = {"ReadVariableOp", "LookupTableFindV2", "LookupTableFind", "LookupTableSizeV2", "ResourceGather"}
 GATHERS = {"ResourceGather", "GatherV2", "Gather"}
+# a TF1 reference variable (tf.compat.v1.disable_v2_behavior(), or disable_resource_variables): no handle, its
+# ref tensor is gathered through its snapshot (an Identity, `<var>/read`), and its optimizers are SparseApply*
+REF_VARIABLES = {"VariableV2", "Variable"}
 
 
 @dataclass
@@ -44,20 +47,29 @@ class Plan:
     gather_ops: List[str] = field(default_factory=list)               # the gather each index tensor feeds
 
 
+def _is_variable(t) -> bool:
+    """A resource variable's handle or a reference variable's ref tensor."""
+    return t.op.type == "VarHandleOp" or (t.op.type in REF_VARIABLES and t.dtype._is_ref_dtype)
+
+
 def _handle_of(op):
-    """The variable handle tensor a gather reads its rows from, or None when it does not gather a variable."""
+    """The variable tensor a gather reads its rows from (a resource variable's handle, a reference variable's ref
+    tensor), or None when it does not gather a variable."""
     if op.type == "ResourceGather":
         h = op.inputs[0]
     elif op.type in ("GatherV2", "Gather"):
         p = op.inputs[0].op
-        if p.type != "ReadVariableOp":
+        if p.type == "ReadVariableOp" or (p.type == "Identity" and p.inputs[0].op.type in REF_VARIABLES):
+            h = p.inputs[0]
+        elif p.type in REF_VARIABLES:
+            h = op.inputs[0]
+        else:
             return None
         if op.type == "GatherV2" and (op.inputs[2].op.type != "Const" or _const(op.inputs[2].op) != 0):
             return None   # rows only: axis 0
-        h = p.inputs[0]
     else:
         return None
-    return h if h.op.type == "VarHandleOp" else None
+    return h if _is_variable(h) else None
 
 
 def _const(op):
@@ -84,15 +96,22 @@ def _slots(graph, handles) -> Dict[str, List[object]]:
     updated at the rows the step gathers)."""
     out: Dict[str, List[object]] = {}
     for op in graph.get_operations():
-        if not op.type.startswith("ResourceSparseApply") or not op.inputs:
+        if not op.type.startswith(("ResourceSparseApply", "SparseApply")) or not op.inputs:
             continue
         var = op.inputs[0]
         if var.op.name not in handles:
             continue
         for t in op.inputs[1:]:
-            if t.dtype.name == "resource" and t.op.type == "VarHandleOp" and t not in out.setdefault(var.op.name, []):
+            if _is_variable(t) and t not in out.setdefault(var.op.name, []):
                 out[var.op.name].append(t)
     return out
+
+
+def _touch(tf, x, rows):
+    """A gather of `rows` of variable tensor x that reads its pages and writes nothing."""
+    if x.dtype.name == "resource":
+        return tf.raw_ops.ResourceGather(resource=x, indices=rows, dtype=x.op.get_attr("dtype")).op
+    return tf.raw_ops.GatherV2(params=x, indices=rows, axis=0).op   # a ref variable's buffer, read in place
 
 
 class _Refused(Exception):
@@ -266,9 +285,7 @@ def _plan(graph, boundary, pipelined, what: str, max_tables: int) -> Tuple[Optio
                 for name, t in tables.items():
                     rows = tf.compat.v1.placeholder(tf.int64, [None], name="rows")
                     p.touch_feeds[name] = rows
-                    p.touch_ops[name] = [tf.raw_ops.ResourceGather(resource=x, indices=rows,
-                                                                   dtype=x.op.get_attr("dtype")).op
-                                         for x in [t.handle] + t.slots]
+                    p.touch_ops[name] = [_touch(tf, x, rows) for x in [t.handle] + t.slots]
     finally:
         if was_final:
             graph.finalize()

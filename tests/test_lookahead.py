@@ -174,9 +174,10 @@ def test_tier_lookahead_under_monitored_training_session(tmp_path):
     assert "lookahead" in line and "of the next step's pages resident before it" in line, line
 
 
-def _fed_script(tmp_path, hashed, **kw):
-    """A TF1 script of the ordinary kind: a plain variable gathered at fed ids (as they are, or hashed in the graph
-    by a modulo), Adagrad, 6 steps of fed batches, under a Scheduler with `kw` settings: (losses, lookahead
+def _fed_script(tmp_path, hashed, ref=False, **kw):
+    """A TF1 script of the ordinary kind: a plain variable (a resource variable, or with `ref` a TF1 reference
+    variable, as tf.compat.v1.disable_v2_behavior() makes them) gathered at fed ids (as they are, or hashed in the
+    graph by a modulo), Adagrad, 6 steps of fed batches, under a Scheduler with `kw` settings: (losses, lookahead
     report)."""
     import numpy as np
     import tensorflow
@@ -188,7 +189,8 @@ def _fed_script(tmp_path, hashed, **kw):
     graph = tf.Graph()
     with graph.as_default():
         ids = tf1.placeholder(tf.int64, [None], name="ids")
-        table = tf1.get_variable("emb", [500, 8], initializer=tf1.truncated_normal_initializer(stddev=0.1, seed=3))
+        table = tf1.get_variable("emb", [500, 8], initializer=tf1.truncated_normal_initializer(stddev=0.1, seed=3),
+                                 use_resource=not ref)
         rows = tf.math.floormod(ids * 7919, 500) if hashed else ids
         loss = tf.reduce_mean(tf.square(tf.reduce_sum(tf.nn.embedding_lookup(table, rows), axis=1) - 1.0))
         train = tf1.train.AdagradOptimizer(0.1).minimize(loss)
@@ -203,15 +205,19 @@ def _fed_script(tmp_path, hashed, **kw):
 
 
 @requires_tf
-@pytest.mark.parametrize("hashed", [False, True], ids=["fed-rows", "hashed-in-graph"])
-def test_fed_ids_are_looked_up_from_the_steps_own_feeds(tmp_path, hashed):
+@pytest.mark.parametrize("hashed,ref", [(False, False), (True, False), (False, True)],
+                         ids=["fed-rows", "hashed-in-graph", "reference-variable"])
+def test_fed_ids_are_looked_up_from_the_steps_own_feeds(tmp_path, hashed, ref):
     """A script that feeds its ids has no staged batch, yet the lookahead takes each step's rows from its own feeds
     (the fed tensor itself, or a read-only copy of the graph's hashing of it), for every step, trains the same to
-    the bit, and says where its rows came from; with sched_lookahead=off it is off."""
-    off, rep_off = _fed_script(tmp_path / "off", hashed, sched_lookahead="off")
-    on, rep = _fed_script(tmp_path / "on", hashed, sched_lookahead="on")
+    the bit, and says where its rows came from; with sched_lookahead=off it is off. A TF1 reference variable (no
+    handle: gathered through its snapshot, updated by SparseApplyAdagrad) is a table as a resource variable is, its
+    Adagrad accumulator its slot."""
+    off, rep_off = _fed_script(tmp_path / "off", hashed, ref, sched_lookahead="off")
+    on, rep = _fed_script(tmp_path / "on", hashed, ref, sched_lookahead="on")
     assert rep_off["state"] == "off" and len(off) == 6 and on == off
     assert rep["state"] == "on" and rep["rows_from"] == "feeds" and rep["gathers"] == 1 and rep["tables"] == 1, rep
+    assert rep["regions"] == 2, rep   # the table and its Adagrad slot
     assert rep["batches"] == 6 and rep["errors"] == 0, rep   # the init run feeds nothing: it is not looked at
     # no tier pool in this process: no table is found, so nothing is asked for and nothing is claimed
     assert rep["pool_found"] is False and rep["pages_requested"] == 0 and rep["rows_requested"] == 0, rep
