@@ -22,12 +22,15 @@ _active: Optional[Scheduler] = None
 def activate(tf, settings: Dict[str, Any], run_dir: Optional[str],
              internal: Callable[[], ContextManager] = contextlib.nullcontext,
              before_run: Optional[Callable[[float], None]] = None,
-             timed_run: Optional[Callable[..., Any]] = None) -> Scheduler:
-    """The process's Scheduler, created on the first call (later calls return the same one)."""
+             timed_run: Optional[Callable[..., Any]] = None, lookahead_only: bool = False) -> Scheduler:
+    """The process's Scheduler, created on the first call (later calls return the same one). lookahead_only: the
+    scheduler is off and only its lookahead of fed ids runs (feeds_only.py): TensorFlow's threading is not touched."""
     global _active
     if _active is None:
-        sched = Scheduler(tf, settings, run_dir, internal=internal, before_run=before_run, timed_run=timed_run)
-        sched.configure_eager()
+        sched = Scheduler(tf, settings, run_dir, internal=internal, before_run=before_run, timed_run=timed_run,
+                          lookahead_only=lookahead_only)
+        if not lookahead_only:
+            sched.configure_eager()
         _active = sched
     return _active
 

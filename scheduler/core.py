@@ -24,8 +24,13 @@ class Scheduler(ThreadConfig, Pipeline, Measurement):
     def __init__(self, tf, settings: Dict[str, Any], run_dir: Optional[str],
                  internal: Callable[[], ContextManager] = contextlib.nullcontext,
                  before_run: Optional[Callable[[float], None]] = None,
-                 timed_run: Optional[Callable[..., Any]] = None):
+                 timed_run: Optional[Callable[..., Any]] = None, lookahead_only: bool = False):
         self.tf = tf
+        # feeds_only.py: the scheduler off (sched=0) in tier mode, only the lookahead of fed ids runs; nothing that
+        # stages, tunes or pins is made, whatever those settings say
+        self.lookahead_only = lookahead_only
+        if lookahead_only:
+            settings = dict(settings, sched_stage=False, sched_tune=False, sched_pin=False, sched_stage_read_ahead=0)
         self._internal = internal  # the hooks' "not a step" context for rtkit's own session runs
         # tells the hooks' step timing how long a run spent here before TF (the wait for a staged batch): the
         # script waited for it, so it is part of the step

@@ -119,6 +119,8 @@ class Pipeline:
             self.lookahead_feeds_mode = "measure" if want == "measure" else "on"
         if want == "off":
             self.lookahead_reason = "sched_lookahead=off"
+        elif self.lookahead_only:
+            self.lookahead_reason = "no session run fed the ids of a table gather"
         elif not self.stage:
             self.lookahead_reason = "staging is off (sched_stage=0): there is no next batch to look at"
         elif want == "auto" and not self.lookahead_pool:
@@ -162,8 +164,9 @@ class Pipeline:
             else:
                 for n in gs.analysis.notes:
                     self.note(n)
-            if gs.staged is None:
-                self._plan_feed_lookahead(graph, gs)
+            if gs.staged is None and self._plan_feed_lookahead(graph, gs):
+                gs.analysis = analyze(graph)   # the plan added its copy and touch ops
+                gs.version = graph.version
             self._graphs[graph] = gs
         elif gs.version != graph.version:  # the graph grew after the first run: classify the new ops
             gs.analysis = analyze(graph)
@@ -621,23 +624,46 @@ class Pipeline:
             self.lookahead_mode, self.lookahead_reason = None, why
             self.note(f"lookahead off: {why}")
 
-    def _plan_feed_lookahead(self, graph, gs: _GraphState) -> None:
+    def _plan_feed_lookahead(self, graph, gs: _GraphState) -> bool:
         """A graph not staged whose table gathers read fed ids: the plan of its fed rows (the lookahead then runs
-        on each step's feeds), or the staged lookahead's reason stands."""
+        on each step's feeds), or the staged lookahead's reason stands. Whether a plan was made (it adds ops)."""
         if self.lookahead_feeds_mode is None:
-            return
+            return False
         try:
             gs.feed_plan, why = lookahead_graph.plan_feeds(graph)
         except Exception as exc:   # the job runs without it
             gs.feed_plan, why = None, f"the graph could not be analysed ({type(exc).__name__}: {exc})"
         if gs.feed_plan is None:
-            if self.lookahead_mode is None and "nor from feeds" not in (self.lookahead_reason or ""):
+            if self.lookahead_mode is None and self.lookahead_only:   # fed ids are all it looks at
+                self.lookahead_reason = f"no table rows from the runs' feeds: {why}"
+            elif self.lookahead_mode is None and "nor from feeds" not in (self.lookahead_reason or ""):
                 self.lookahead_reason = f"{self.lookahead_reason}; nor from feeds: {why}"   # said once
-            return
+            return False
         self.lookahead_mode, self.lookahead_reason = self.lookahead_feeds_mode, None
         self.lookahead_rows_from = "feeds"
-        gs.analysis = analyze(graph)   # the plan added its copy and touch ops
-        gs.version = graph.version
+        return True
+
+    def wrap_fed_run(self, session, run_next, fetches, feed_dict=None, options=None, run_metadata=None):
+        """The run wrapper of the lookahead alone (feeds_only.py: the scheduler off, tier mode): before a run that
+        feeds the ids of a table gather, those rows' pages are asked for; then the script's own run, as it is (no
+        classification, routing, tracing or staging). Runs without feeds pass straight through."""
+        if feed_dict and not getattr(self._local, "bypass", False):
+            t0 = time.time()
+            try:
+                graph = session.graph
+                gs = self._graphs.get(graph)
+                if gs is None:   # planned at the graph's first fed run, as _graph_state does with the scheduler on
+                    gs = _GraphState()
+                    self._plan_feed_lookahead(graph, gs)
+                    self._graphs[graph] = gs
+                if gs.feed_plan is not None:
+                    sig = tuple(sorted(graph.as_graph_element(e, allow_tensor=True, allow_operation=True).name
+                                       for e in _leaves(fetches, [])))
+                    self._fed_rows(session, self._state(session), sig, feed_dict)
+                    self._report_before_run(True, time.time() - t0)
+            except Exception as exc:   # never fail the job over the lookahead
+                self._error(f"lookahead of fed rows skipped ({type(exc).__name__}: {exc})")
+        return run_next(fetches, feed_dict, options, run_metadata)
 
     def _fed_rows(self, session, st: _SessionState, sig, feed_dict) -> None:
         """Before a run that gathers fed rows of a table: those rows' pages to the lookahead (never fails the run)."""

@@ -21,10 +21,12 @@ def write_profile(path: str, values: Dict, description: str) -> Optional[str]:
         return f"cannot write profile {path}: {exc}"
 
 
-def write_report(run_dir: str, report: Dict, chrome: Dict) -> None:
+def write_report(run_dir: str, report: Dict, chrome: Optional[Dict]) -> None:
+    """scheduler-<pid>.json, and trace-<pid>.json unless there is no trace (the lookahead alone keeps none)."""
     pid = os.getpid()
     atomic.write_json(os.path.join(run_dir, f"scheduler-{pid}.json"), report)
-    atomic.write_json(os.path.join(run_dir, f"trace-{pid}.json"), chrome)
+    if chrome is not None:
+        atomic.write_json(os.path.join(run_dir, f"trace-{pid}.json"), chrome)
 
 
 def now_iso() -> str:

@@ -697,6 +697,33 @@ def test_lookahead_words_count_tables_in_the_singular_and_plural():
     assert "(mincore, 1 table)" in words(1) and "(mincore, 2 tables)" in words(2), (words(1), words(2))
 
 
+def test_the_lookahead_alone_is_said_as_the_scheduler_off_and_what_it_did():
+    """The scheduler off, its lookahead of fed ids alone (tier mode): the summary and the Scheduler section say the
+    scheduler was off and what the lookahead did, never that a configuration was applied or steps not pipelined;
+    a lookahead that found no fed table gather says why; regions not found in the pool are said."""
+    from rtkit.report import scheduler_outcome, sections, summary
+
+    la = {"state": "on", "mode": "on", "rows_from": "feeds", "pages_requested": 10, "bytes_requested": 40960,
+          "batches": 3, "resident_share": 0.5, "tables_measured": 1, "worker_cpu_s": 0.1, "regions": 2,
+          "regions_found": 1}
+    sc = {"lookahead_only": True, "state": "off (sched=0)", "stages": None, "chosen": None, "tuning": None,
+          "speedup_over_first_x": None, "errors": [], "notes": [],
+          "pipeline": {"enabled": False, "occupancy_mean_batches": None, "occupancy_samples_batches": [],
+                       "lookahead": la}}
+    line = summary.scheduler_line({"scheduler": sc})
+    assert line == ("rtkit: scheduler: off (sched=0: no thread pools, staging or tuning); only its lookahead of fed "
+                    "ids ran (tier mode); lookahead 10 pages (40.0 KiB of rows) requested together just before their "
+                    "steps (rows from the steps' feeds) over 3 steps, 50.0% of the step's pages resident already "
+                    "(mincore, 1 table), 1 of 2 tables and optimizer slots found in the pool, CPU 0.1 s"), line
+    rows = dict(sections.scheduler_section({"scheduler": sc}).rows)
+    assert set(rows) == {"state", "lookahead"} and rows["lookahead"] in line, rows
+    off = dict(la, state="off", off_reason="no table rows from the runs' feeds: no gather of a table variable")
+    sc_off = dict(sc, pipeline=dict(sc["pipeline"], lookahead=off))
+    assert scheduler_outcome.lookahead(sc_off) == "lookahead off (no table rows from the runs' feeds: no gather " \
+        "of a table variable)"
+    assert compare_mod._state({"scheduler": sc})["scheduler"] == "lookahead only"
+
+
 def test_scheduler_section_and_summary_put_the_bound_beside_the_staged_step():
     """The overlap bound and the staged step over it: in the Scheduler section's rows and on the summary line,
     with the input and compute they come from; nothing when no probe step measured them."""

@@ -3,7 +3,11 @@
 the graph): ``tf.compat.v1.get_variable`` of [rows, dim] with a ``truncated_normal_initializer``, Adagrad
 (its slot filled with a constant at initialisation), and per step a batch of power-law ids fed through a
 placeholder; rows are the ids' frequency ranks (``--rows-from frequency``, a vocabulary sorted by frequency)
-or a hash of them (``hashed``). Prints the seconds initialisation took and a loss line per step:
+or a hash of them (``hashed``). A step is ``Session.run`` with a feed_dict (``--api run``), a callable of
+``Session.make_callable`` with a feed list (``callable``: the ids are its positional arguments), or a
+``MonitoredTrainingSession`` run with a feed_dict (``monitored``); the table is a resource variable, or a TF1
+reference variable (``--variables reference``). Prints the seconds initialisation took and a
+loss line per step:
 
     rtkit run --profile capacity --set tier_pool_path=/tmp/p --set tier_resident_max=256M \\
         --set tier_dram_head=0 -- python -m rtkit.bench.user_table --rows 4000000 --dim 64
@@ -21,6 +25,11 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=4096, help="ids a step (one per example)")
     p.add_argument("--exponent", type=float, default=0.9, help="the ids' power law")
     p.add_argument("--rows-from", choices=("frequency", "hashed"), default="frequency")
+    p.add_argument("--api", choices=("run", "callable", "monitored"), default="run",
+                   help="how a step is run: Session.run, a make_callable callable, MonitoredTrainingSession")
+    p.add_argument("--variables", choices=("resource", "reference"), default="resource",
+                   help="the table's kind: TF2's resource variables, or TF1's reference variables (what "
+                        "tf.compat.v1.disable_v2_behavior() makes)")
     args = p.parse_args(argv)
     if args.rows < 1 or args.dim < 1 or args.steps < 1 or args.batch < 1 or not 0 < args.exponent < 4:
         sys.stderr.write("user_table: --rows, --dim, --steps and --batch must be positive, --exponent in (0, 4)\n")
@@ -32,22 +41,29 @@ def main(argv=None):
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
     labels = tf.compat.v1.placeholder(tf.float32, [None], name="labels")
     table = tf.compat.v1.get_variable("embedding", [args.rows, args.dim],
-                                      initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=1))
+                                      initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=1),
+                                      use_resource=args.variables == "resource")
     logit = tf.reduce_sum(tf.nn.embedding_lookup(table, ids), axis=1)
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logit))
     train = tf.compat.v1.train.AdagradOptimizer(0.05).minimize(loss)
     rng = np.random.default_rng(0)
     hi = (args.rows + 1.0) ** (1.0 - args.exponent)
-    with tf.compat.v1.Session() as sess:
-        t0 = time.perf_counter()
+    t0 = time.perf_counter()
+    if args.api == "monitored":   # it runs the initializer itself, at creation
+        sess = tf.compat.v1.train.MonitoredTrainingSession()
+    else:
+        sess = tf.compat.v1.Session()
         sess.run(tf.compat.v1.global_variables_initializer())
-        sys.stderr.write(f"user_table: initialisation {time.perf_counter() - t0:.2f}s for "
-                         f"{2 * args.rows * args.dim * 4 / (1 << 30):.2f} GiB of table and slot\n")
+    sys.stderr.write(f"user_table: initialisation {time.perf_counter() - t0:.2f}s for "
+                     f"{2 * args.rows * args.dim * 4 / (1 << 30):.2f} GiB of table and slot\n")
+    call = sess.make_callable([loss, train], feed_list=[ids, labels]) if args.api == "callable" else None
+    with sess:
         for step in range(args.steps):
             rank = np.clip(np.floor((1.0 + rng.random(args.batch) * (hi - 1.0)) ** (1.0 / (1.0 - args.exponent))),
                            1, args.rows).astype(np.int64)
             rows = rank - 1 if args.rows_from == "frequency" else (rank * 2654435761) % args.rows
-            value, _ = sess.run([loss, train], {ids: rows, labels: (rank % 3 == 0).astype(np.float32)})
+            label = (rank % 3 == 0).astype(np.float32)
+            value, _ = call(rows, label) if call is not None else sess.run([loss, train], {ids: rows, labels: label})
             print(f"loss {step + 1} {value:.6f}", flush=True)
     return 0
 

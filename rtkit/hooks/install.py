@@ -99,7 +99,30 @@ def on_tensorflow(tf) -> None:
                 registry.register(sched)
         except Exception as exc:  # the job runs on TF's defaults
             rec.notes.append(f"scheduler not activated: {exc!r}; TensorFlow's defaults apply")
+    else:
+        _lookahead_alone(tf, values, rec)
     rec.flush()
+
+
+def _lookahead_alone(tf, values: dict, rec) -> None:
+    """Tier mode with the scheduler off (the capacity profile): its lookahead of fed ids alone, when wanted."""
+    if not values.get("tier_pool_path"):   # not tier mode: the scheduler is not even imported
+        return
+    try:
+        from rtkit import scheduler
+        from rtkit.hooks import session as session_timing
+        from rtkit.scheduler import feeds_only
+
+        if not feeds_only.wanted(values):
+            return
+        sched = scheduler.activate(tf, values, os.environ.get("RTKIT_RUN_DIR") or None,
+                                   internal=session_timing.internal, before_run=session_timing.before_run,
+                                   timed_run=session_timing.timed_run, lookahead_only=True)
+        if getattr(sched, "feeds_only", None) is None:   # once per process, however often TF is hooked
+            sched.feeds_only = feeds_only.FedLookaheadOnly(sched)
+            registry.register(sched.feeds_only)
+    except Exception as exc:  # the job runs without it
+        rec.notes.append(f"the tier lookahead of fed ids not activated: {exc!r}")
 
 
 def on_keras(keras) -> None:

@@ -15,14 +15,16 @@ exit_callbacks: List[Callable] = []     # fn(), at interpreter exit
 
 
 def register(component) -> None:
-    """Join a component that offers filter_config, wrap_run, on_close and at_exit (the Scheduler does), and
-    optionally wrap_callable (Session.make_callable), filter_dataset (tf.data input of Keras fit and of eager
-    loops) and on_step (a subscriber of the step owner, rtkit.hooks.steps)."""
+    """Join a component that offers wrap_run, on_close and at_exit, and optionally filter_config (the Scheduler
+    does; the lookahead alone, scheduler/feeds_only.py, leaves the sessions' ConfigProtos alone), wrap_callable
+    (Session.make_callable), filter_dataset (tf.data input of Keras fit and of eager loops) and on_step (a
+    subscriber of the step owner, rtkit.hooks.steps)."""
     from rtkit.hooks import steps
 
     if hasattr(component, "on_step"):
         steps.subscribe(component.on_step)
-    config_filters.append(component.filter_config)
+    if hasattr(component, "filter_config"):
+        config_filters.append(component.filter_config)
     run_wrappers.append(component.wrap_run)
     if hasattr(component, "wrap_callable"):
         callable_wrappers.append(component.wrap_callable)

@@ -44,7 +44,8 @@ def _state(r: Dict[str, Any]) -> Dict[str, str]:
     alloc = G.value(r, "allocator_state")
     return {"allocator": "off" if not isinstance(r.get("allocator"), dict) else str(alloc or "on"),
             "tier": "on" if G.tier_on(r) else "off",
-            "scheduler": "on" if isinstance(r.get("scheduler"), dict) else "off"}
+            "scheduler": "off" if not isinstance(r.get("scheduler"), dict) else
+            "lookahead only" if r["scheduler"].get("lookahead_only") else "on"}
 
 
 def _who(r: Dict[str, Any], path: str) -> Dict[str, Any]:

@@ -143,6 +143,9 @@ class Scheduler:
     # tier's heat budget), budget_pages_kept / budget_pages_dropped (what it did with them; None: it was not told),
     # rows_from ("staged batch" or "feeds": a step's rows from its own feed_dict, asked for just before it runs)
     LOOKAHEAD = "pipeline.lookahead"
+    # true when the scheduler was off (sched=0) and only its lookahead of fed ids ran (tier mode,
+    # scheduler/feeds_only.py): the other keys are then null, nothing of the rest of the scheduler ran
+    LOOKAHEAD_ONLY = "lookahead_only"
     LOOKAHEAD_SHARE = "pipeline.lookahead.resident_share"
     OCCUPANCY_SAMPLES = "pipeline.occupancy_samples_batches"
     NOTES = "notes"

@@ -80,7 +80,7 @@ def lookahead(sc: Dict[str, Any]) -> str:
     figures."""
     la = get(sc, S.LOOKAHEAD)
     fed = isinstance(la, dict) and la.get("rows_from") == "feeds"
-    if not isinstance(la, dict) or not (get(sc, S.PIPELINE_ENABLED) or fed):
+    if not isinstance(la, dict) or not (get(sc, S.PIPELINE_ENABLED) or fed or get(sc, S.LOOKAHEAD_ONLY)):
         return ""
     if la.get("state") != "on":
         return f"lookahead off ({la.get('off_reason') or 'no reason given'})"
@@ -95,6 +95,9 @@ def lookahead(sc: Dict[str, Any]) -> str:
                  "the next step's pages resident before it") + f" (mincore, {fmt.num(n_tables)} table{'' if n_tables == 1 else 's'})")
     else:
         text += ", resident share not measured (no table found in a tier pool)"
+    found, regions = la.get("regions_found"), la.get("regions")
+    if fmt.is_num(found) and fmt.is_num(regions) and 0 < found < regions:   # the rest are not counted above
+        text += f", {fmt.num(found)} of {fmt.num(regions)} tables and optimizer slots found in the pool"
     kept = f", {fmt.num(la['budget_pages_kept'])} kept for it by the tier budget" \
         if fmt.is_num(la.get("budget_pages_kept")) else ""   # the tier's heat budget heard of the pages read ahead
     if not measure and fed:
@@ -105,6 +108,13 @@ def lookahead(sc: Dict[str, Any]) -> str:
         if la.get("wait_s"):   # sched_lookahead_wait_ms: the steps waited for their batches
             text += f", steps waited {fmt.seconds(la['wait_s'])} for it"
     return text
+
+
+def alone(sc: Dict[str, Any]) -> str:
+    """'' unless the scheduler was off and only its lookahead of fed ids ran (tier mode); then that, in words."""
+    if not get(sc, S.LOOKAHEAD_ONLY):
+        return ""
+    return "off (sched=0: no thread pools, staging or tuning); only its lookahead of fed ids ran (tier mode)"
 
 
 def tuning(r: Dict[str, Any], tuning: Dict[str, Any]) -> str:

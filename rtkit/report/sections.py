@@ -392,6 +392,12 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
     if not isinstance(sc, dict):
         s.off = "off"
         return s
+    if scheduler_outcome.alone(sc):   # the scheduler off, its lookahead of fed ids alone (tier mode)
+        _add(s.rows, "state", None, text=scheduler_outcome.alone(sc))
+        _add(s.rows, "lookahead", None, text=scheduler_outcome.lookahead(sc))
+        errs = get(sc, S.ERRORS)
+        s.notes = ([f"error: {e}" for e in errs] if isinstance(errs, list) else []) + _notes(sc)
+        return s
     _fig(s.rows, report, "sched_chosen")
     _add(s.rows, "what was applied", None, text=scheduler_outcome.applied(sc, get(report, "steps." + ST.SOURCE)))
     _add(s.rows, "pipelining", None, text=scheduler_outcome.pipeline(sc))

@@ -145,6 +145,8 @@ def scheduler_line(r: Dict[str, Any]) -> Optional[str]:
     sc = r.get("scheduler")
     if not isinstance(sc, dict):
         return None
+    if scheduler_outcome.alone(sc):   # only the lookahead ran: nothing was applied, staged or tuned to speak of
+        return "rtkit: scheduler: " + _join([scheduler_outcome.alone(sc), scheduler_outcome.lookahead(sc)], "; ")
     parts = [scheduler_outcome.applied(sc, get(r, "steps." + ST.SOURCE)), scheduler_outcome.pipeline(sc),
              scheduler_outcome.bound(sc), scheduler_outcome.lookahead(sc)]
     tuning = get(sc, S.TUNING)
