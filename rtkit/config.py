@@ -256,7 +256,8 @@ SETTINGS: List[Setting] = [
        "lock instead (a diagnostic, for ThreadSanitizer runs)", c="pmem", alias="pmem_no_membarrier",
        alias_inverted=True),
     # -- stage-aware scheduler
-    _s("sched", "bool", False, "", "give TensorFlow sessions rtkit's thread configuration and per-stage pools"),
+    _s("sched", "bool", False, "", "give TensorFlow sessions rtkit's thread configuration and per-stage pools; off "
+       "in tier mode (a pool path), only the lookahead of fed ids runs (sched_lookahead)"),
     _s("sched_stage", "bool", False, "", "pipeline the input stage ahead of compute (SmartStage)"),
     _s("sched_stage_depth", "int", 2, "steps", "how many steps the input stage may run ahead", minimum=1, maximum=64),
     _s("sched_stage_read_ahead", "int", 2, "batches", "batches a reader may read ahead of the input stage's decode "
@@ -264,7 +265,8 @@ SETTINGS: List[Setting] = [
        "(0: never)", minimum=0, maximum=64),
     _s("sched_lookahead", "choice", "auto", "", "make the rows the next staged batch gathers resident before its step "
        "(a worker touches their pages of the tables and optimizer slots), or a step's fed rows just before it runs; "
-       "auto: on in tier mode (a pool path); measure: count the resident pages only, touch nothing",
+       "auto: on in tier mode (a pool path), where the fed rows' lookahead runs even with sched=0, alone (no pools, "
+       "staging or tuning); measure: count the resident pages only, touch nothing",
        choices=("auto", "on", "off", "measure")),
     _s("sched_lookahead_max_rows", "int", 1 << 20, "rows", "rows a batch's lookahead touches at most (all tables)",
        minimum=1, maximum=1 << 30),
