@@ -722,6 +722,11 @@ def test_the_lookahead_alone_is_said_as_the_scheduler_off_and_what_it_did():
     assert scheduler_outcome.lookahead(sc_off) == "lookahead off (no table rows from the runs' feeds: no gather " \
         "of a table variable)"
     assert compare_mod._state({"scheduler": sc})["scheduler"] == "lookahead only"
+    # gathers whose indices are not computable from the feeds (word2vec's NCE weights, at sampled ids) are said
+    skipped = dict(la, gathers_skipped=["loss/nce_loss/embedding_lookup: its indices come from "
+                                        "LogUniformCandidateSampler (x), which writes state"] * 2)
+    text = scheduler_outcome.lookahead(dict(sc, pipeline=dict(sc["pipeline"], lookahead=skipped)))
+    assert text.endswith(", CPU 0.1 s, 2 other table gathers not looked at (gathers_skipped says why)"), text
 
 
 def test_scheduler_section_and_summary_put_the_bound_beside_the_staged_step():

@@ -107,6 +107,11 @@ def lookahead(sc: Dict[str, Any]) -> str:
         text += f", worker CPU {fmt.num(la.get('worker_cpu_s'))} s"
         if la.get("wait_s"):   # sched_lookahead_wait_ms: the steps waited for their batches
             text += f", steps waited {fmt.seconds(la['wait_s'])} for it"
+    skipped = la.get("gathers_skipped")
+    if isinstance(skipped, list) and skipped:   # their tables' rows are faulted in by the step, as without it
+        many = len(skipped) >= 10   # the report keeps the first 10
+        text += (f", {'10 or more' if many else len(skipped)} other table gather{'' if len(skipped) == 1 else 's'} "
+                 "not looked at (gathers_skipped says why)")
     return text
 
 
