@@ -65,7 +65,8 @@ class Lookahead:
         self.counts = {"batches": 0, "batches_touched": 0, "rows_requested": 0, "rows_capped": 0,
                        "pages_requested": 0, "bytes_requested": 0, "batches_measured": 0, "pages_checked": 0,
                        "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
-                       "find_s": 0.0, "wait_s": 0.0, "errors": 0, "budget_pages_told": 0, "budget_batches_untold": 0}
+                       "find_s": 0.0, "wait_s": 0.0, "errors": 0, "budget_pages_told": 0, "budget_batches_untold": 0,
+                       "before_s": 0.0}
         self.error: Optional[str] = None
         self._thread = None
         if thread_name is not None:
@@ -111,15 +112,21 @@ class Lookahead:
         b = _Batch(rows)
         with self.cond:
             self.counts["batches"] += 1
-        self._check(b)
+        checked = self._check(b)
         if self.mode == "on":
             c0 = time.thread_time()
-            found = list(self._found_pages(rows))
-            told = self._ask(found)
+            # all the step's pages are told to the budget (kept through its next mark); only those not resident at
+            # the check need a read: a page in the page cache is what MADV_WILLNEED would make it
+            told = self._ask([(key, pg) for key, pg, _ in checked], [pg[~res] for _, pg, res in checked])
             # only the regions found in the pool are asked for: the others the step itself reads
-            self._count_requested(b, told, {key for key, _ in found})
+            self._count_requested(b, told, {key for key, _, _ in checked})
             with self.cond:
                 self.counts["worker_cpu_s"] += time.thread_time() - c0
+
+    def add_before(self, seconds: float) -> None:
+        """Wall time a step waited for its fed rows' lookahead before it ran (rows computed, checked, asked for)."""
+        with self.cond:
+            self.counts["before_s"] += seconds
 
     def clear(self) -> None:
         """The staged items were dropped (a reset): so are their rows."""
@@ -152,12 +159,15 @@ class Lookahead:
                 self.counts["late_batches"] += 1
         self._check(b)
 
-    def _check(self, b: _Batch) -> None:
-        """Count the pages of the batch's rows resident now (and those resident after its touch but gone)."""
+    def _check(self, b: _Batch) -> List:
+        """Count the pages of the batch's rows resident now (and those resident after its touch but gone); the
+        regions checked: ("table#region", page numbers, resident now)."""
+        out = []
         if any(x is not None for v in self.bases.values() for x in v):
             checked = found = wasted = 0
             for key, pg in self._found_pages(b.rows):
                 res = pages.resident(pg)
+                out.append((key, pg, res))
                 checked += pg.size
                 found += int(res.sum())
                 after = b.after.get(key)
@@ -168,6 +178,7 @@ class Lookahead:
                 self.counts["pages_checked"] += checked
                 self.counts["pages_resident"] += found
                 self.counts["wasted_pages"] += wasted
+        return out
 
     def _found_pages(self, rows: Dict[str, np.ndarray]):
         """("table#region", page numbers of the rows in it) for every region (variable 0, slots 1..) found in the
@@ -237,11 +248,12 @@ class Lookahead:
             b.after[key] = pg[pages.resident(pg)]
 
     @staticmethod
-    def _ask(found) -> int:
-        """Ask for the found regions' pages at once (MADV_WILLNEED); the tier budget hears of them first, so that
-        a step mark between the two keeps what comes in. The pages told, or -1 when the budget could not hear."""
+    def _ask(found, reads: Optional[List[np.ndarray]] = None) -> int:
+        """Ask for the found regions' pages at once (MADV_WILLNEED; only the pages in `reads` when given); the tier
+        budget hears of them all first, so that a step mark between the two keeps what comes in. The pages told, or
+        -1 when the budget could not hear."""
         told = pages.tell_budget(np.concatenate([pg for _, pg in found])) if found else 0
-        for _, pg in found:
+        for pg in (reads if reads is not None else [pg for _, pg in found]):
             pages.will_need(pg)
         return told
 
@@ -317,6 +329,7 @@ class Lookahead:
         c["worker_cpu_s"] = round(c["worker_cpu_s"], 4)
         c["find_s"] = round(c["find_s"], 4)
         c["wait_s"] = round(c["wait_s"], 4)
+        c["before_s"] = round(c["before_s"], 4)
         c["resident_share"] = (round(c["pages_resident"] / c["pages_checked"], 4) if c["pages_checked"] else None)
         c["tables_measured"] = sum(1 for b in self.bases.values() if b and b[0] is not None)
         c["regions_found"] = sum(1 for b in self.bases.values() for x in b if x is not None)

@@ -80,14 +80,23 @@ def row_pages(base: int, row_bytes: int, rows: np.ndarray) -> np.ndarray:
 
 def resident(pages: np.ndarray) -> np.ndarray:
     """Residency of each page number in `pages` (sorted, distinct): one mincore per cluster of pages less than
-    GAP_PAGES apart, so scattered rows of a large table cost their own pages, not the table's span."""
+    GAP_PAGES apart, so scattered rows of a large table cost their own pages, not the table's span. The calls share
+    one vector and go straight to libc: a step's few dozen scattered pages are checked before every step, and a
+    vector and conversions per call cost more than the calls (0.6 ms a step on word2vec's 30 pages)."""
     out = np.zeros(pages.size, dtype=bool)
     if pages.size == 0:
         return out
     cuts = np.flatnonzero(np.diff(pages) >= GAP_PAGES) + 1
-    for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [pages.size]]).tolist()):
-        lo, hi = int(pages[a]), int(pages[b - 1]) + 1
-        out[a:b] = mincore(lo * PAGE, hi * PAGE)[pages[a:b] - lo]
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [pages.size]])
+    los, his = pages[starts], pages[ends - 1] + 1
+    vec = np.zeros(int((his - los).max()), dtype=np.uint8)
+    at = vec.ctypes.data
+    for a, b, lo, hi in zip(starts.tolist(), ends.tolist(), los.tolist(), his.tolist()):
+        if a + 1 == b:   # a page alone: one byte of the vector
+            out[a] = not _libc.mincore(lo * PAGE, PAGE, at) and bool(vec[0] & 1)
+        elif not _libc.mincore(lo * PAGE, (hi - lo) * PAGE, at):   # a failed call leaves them not resident
+            out[a:b] = (vec[pages[a:b] - lo] & 1).astype(bool)
     return out
 
 

@@ -734,6 +734,7 @@ class Pipeline:
             if total.get("pages_checked"):
                 total["resident_share"] = round(total["pages_resident"] / total["pages_checked"], 4)
             total["worker_cpu_s"] = round(total.get("worker_cpu_s", 0.0), 4)
+            total["before_s"] = round(total.get("before_s", 0.0), 4)
             out.update(total)
         if self.lookahead_mode == "on":
             # the tier budget's counts are the process's (every session's lookahead), taken once

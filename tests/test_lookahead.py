@@ -283,3 +283,28 @@ def test_a_table_is_told_from_its_slot_among_records_of_its_size():
     del arrs
     for b in bufs:
         b.close()
+
+
+def test_resident_pages_are_told_from_absent_ones_alone_and_in_clusters():
+    """resident() on real memory (an anonymous mapping with every third page touched): isolated pages, pages in
+    clusters (less than GAP_PAGES apart) and a page at the mapping's end each read as mincore says."""
+    import ctypes
+    import mmap
+
+    import numpy as np
+
+    from rtkit.scheduler import lookahead_pages as pages
+
+    n = 4 * pages.GAP_PAGES * 8
+    m = mmap.mmap(-1, n * pages.PAGE)
+    first = ctypes.addressof(ctypes.c_char.from_buffer(m)) // pages.PAGE
+    for i in range(0, n, 3):
+        m[i * pages.PAGE] = 1
+    rng = np.random.default_rng(0)
+    scattered = np.arange(0, n, pages.GAP_PAGES + 1)        # each page its own mincore call
+    clustered = np.unique(rng.integers(0, n, 200))          # runs of pages a call shares
+    for picked in (scattered, clustered, np.array([n - 1]), np.array([0, 1, 2, 3])):
+        got = pages.resident(picked + first)
+        assert (got == (picked % 3 == 0)).all(), (picked, got)
+    assert pages.resident(np.zeros(0, dtype=np.int64)).size == 0
+    m.close()

@@ -107,6 +107,8 @@ def lookahead(sc: Dict[str, Any]) -> str:
         text += f", worker CPU {fmt.num(la.get('worker_cpu_s'))} s"
         if la.get("wait_s"):   # sched_lookahead_wait_ms: the steps waited for their batches
             text += f", steps waited {fmt.seconds(la['wait_s'])} for it"
+    if fed and fmt.is_num(la.get("before_s")):   # part of the steps' times: they ran after it
+        text += f", the steps waited {fmt.seconds(la['before_s'])} for it in all"
     skipped = la.get("gathers_skipped")
     if isinstance(skipped, list) and skipped:   # their tables' rows are faulted in by the step, as without it
         many = len(skipped) >= 10   # the report keeps the first 10
