@@ -90,6 +90,7 @@ class Pipeline:
         self.depth = int(settings.get("sched_stage_depth") or 2)
         self.read_ahead = int(settings.get("sched_stage_read_ahead") or 0)
         self._graphs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._plan_lock = threading.Lock()
         self._states: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._runners: "weakref.WeakSet" = weakref.WeakSet()
         self.last_analysis: Optional[StageMap] = None
@@ -653,9 +654,12 @@ class Pipeline:
                 graph = session.graph
                 gs = self._graphs.get(graph)
                 if gs is None:   # planned at the graph's first fed run, as _graph_state does with the scheduler on
-                    gs = _GraphState()
-                    self._plan_feed_lookahead(graph, gs)
-                    self._graphs[graph] = gs
+                    with self._plan_lock:   # two threads' first runs would each add a copy of the ops
+                        gs = self._graphs.get(graph)
+                        if gs is None:
+                            gs = _GraphState()
+                            self._plan_feed_lookahead(graph, gs)
+                            self._graphs[graph] = gs
                 if gs.feed_plan is not None:
                     sig = tuple(sorted(graph.as_graph_element(e, allow_tensor=True, allow_operation=True).name
                                        for e in _leaves(fetches, [])))
