@@ -66,7 +66,7 @@ class Lookahead:
                        "pages_requested": 0, "bytes_requested": 0, "batches_measured": 0, "pages_checked": 0,
                        "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
                        "find_s": 0.0, "wait_s": 0.0, "errors": 0, "budget_pages_told": 0, "budget_batches_untold": 0,
-                       "before_s": 0.0}
+                       "before_s": 0.0, "pages_read_ahead": 0}
         self.error: Optional[str] = None
         self._thread = None
         if thread_name is not None:
@@ -117,7 +117,10 @@ class Lookahead:
             c0 = time.thread_time()
             # all the step's pages are told to the budget (kept through its next mark); only those not resident at
             # the check need a read: a page in the page cache is what MADV_WILLNEED would make it
-            told = self._ask([(key, pg) for key, pg, _ in checked], [pg[~res] for _, pg, res in checked])
+            reads = [pg[~res] for _, pg, res in checked]
+            told = self._ask([(key, pg) for key, pg, _ in checked], reads)
+            with self.cond:
+                self.counts["pages_read_ahead"] += int(sum(r.size for r in reads))
             # only the regions found in the pool are asked for: the others the step itself reads
             self._count_requested(b, told, {key for key, _, _ in checked})
             with self.cond:

@@ -43,6 +43,8 @@ def test_capacity_profile_runs_the_fed_lookahead_without_the_scheduler(tmp_path,
     assert la["state"] == "on" and la["rows_from"] == "feeds" and la["errors"] == 0, la
     assert la["batches"] == 6 and la["pages_requested"] > 0 and la["tables_measured"] == 1, la
     assert la["pages_checked"] > 0 and la["budget_pages_told"] > 0, la
+    # only the pages not resident at the check are read; every page of the step's rows was checked
+    assert 0 < la["pages_read_ahead"] <= la["pages_checked"] - la["pages_resident"], la
     # the rest of the scheduler did nothing: no session was given rtkit's threads, no step staged, no tuner
     assert "sessions" not in sc and sc["chosen"] is None and sc["tuning"] is None and sc["errors"] == [], sc
     line = summary.scheduler_line(report)

@@ -728,8 +728,10 @@ def test_the_lookahead_alone_is_said_as_the_scheduler_off_and_what_it_did():
     text = scheduler_outcome.lookahead(dict(sc, pipeline=dict(sc["pipeline"], lookahead=skipped)))
     assert text.endswith(", CPU 0.1 s, 2 other table gathers not looked at (gathers_skipped says why)"), text
     # the wall time the steps waited for it (part of their step times), measuring only as well
-    timed = scheduler_outcome.lookahead(dict(sc, pipeline=dict(sc["pipeline"], lookahead=dict(la, before_s=0.53))))
-    assert timed.endswith(", CPU 0.1 s, the steps waited 0.53 s for it in all"), timed
+    timed = scheduler_outcome.lookahead(dict(sc, pipeline=dict(sc["pipeline"], lookahead=dict(
+        la, before_s=0.53, pages_read_ahead=4))))
+    assert timed.endswith("found in the pool, 4 not resident read ahead, CPU 0.1 s, the steps waited 0.53 s for it "
+                          "in all"), timed
     timed = scheduler_outcome.lookahead(dict(sc, pipeline=dict(sc["pipeline"], lookahead=dict(
         la, mode="measure", before_s=0.39))))
     assert timed.endswith("found in the pool, the steps waited 0.39 s for it in all"), timed

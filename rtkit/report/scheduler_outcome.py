@@ -101,6 +101,8 @@ def lookahead(sc: Dict[str, Any]) -> str:
     kept = f", {fmt.num(la['budget_pages_kept'])} kept for it by the tier budget" \
         if fmt.is_num(la.get("budget_pages_kept")) else ""   # the tier's heat budget heard of the pages read ahead
     if not measure and fed:
+        if fmt.is_num(la.get("pages_read_ahead")):   # the others were in DRAM: told to the budget, not read
+            text += f", {fmt.num(la['pages_read_ahead'])} not resident read ahead"
         text += f"{kept}, CPU {fmt.num(la.get('worker_cpu_s'))} s"
     elif not measure:
         text += f", {fmt.num(la.get('late_batches'))} late, {fmt.num(la.get('wasted_pages'))} pages wasted{kept}"
