@@ -274,9 +274,13 @@ class Lookahead:
                 keys = [i for i in range(1 + len(t.slots)) if regions is None or f"{name}#{i}" in regions]
                 if keys:
                     self.counts["rows_requested"] += int(r.size)
+                bases = self.bases.get(name) or []
                 for i in keys:
                     rb = self._row_bytes(t, i)
-                    self.counts["pages_requested"] += int(pages.row_pages(0, rb, r).size)
+                    # at the region's address when it was found (rows straddle pages there as they do in memory),
+                    # else as if it began on a page
+                    base = (bases[i] if i < len(bases) else None) or 0
+                    self.counts["pages_requested"] += int(pages.row_pages(base, rb, r).size)
                     self.counts["bytes_requested"] += int(r.size * rb)
 
     def _wants_find(self) -> bool:

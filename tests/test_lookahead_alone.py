@@ -45,6 +45,8 @@ def test_capacity_profile_runs_the_fed_lookahead_without_the_scheduler(tmp_path,
     assert la["pages_checked"] > 0 and la["budget_pages_told"] > 0, la
     # only the pages not resident at the check are read; every page of the step's rows was checked
     assert 0 < la["pages_read_ahead"] <= la["pages_checked"] - la["pages_resident"], la
+    # the pages requested are those of the rows where the table lies: the pages checked (at its address)
+    assert la["pages_requested"] == la["pages_checked"], la
     # the rest of the scheduler did nothing: no session was given rtkit's threads, no step staged, no tuner
     assert "sessions" not in sc and sc["chosen"] is None and sc["tuning"] is None and sc["errors"] == [], sc
     line = summary.scheduler_line(report)
