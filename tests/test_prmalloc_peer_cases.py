@@ -78,6 +78,12 @@ def test_threads_start_after_rlimit_as_is_lowered(prm, tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_threads_start_after_rlimit_as_is_lowered_to_200_mib(prm, tmp_path, mode):
+    # glibc's tst-malloc-thread-fail (200 MiB): the page map and first piece mapped at start took 512 MiB
+    _ok(_case(prm, "rlimit_200m", tmp_path, mode), "rlimit_200m")
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_large_heap_grows_past_its_first_piece(prm, tmp_path, mode):
     _ok(_case(prm, "heap_growth", tmp_path, mode), "heap_growth")
 

@@ -61,8 +61,8 @@ static void huge_align(void)
         size_t al = (size_t)1 << k;
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
             void *p = (void *)0x1;
-            int saved = errno = 1234;
-            CHECK(posix_memalign(&p, al, sizes[s]) == ENOMEM && p == (void *)0x1 && errno == saved);
+            errno = 1234;
+            CHECK(posix_memalign(&p, al, sizes[s]) == ENOMEM && p == (void *)0x1 && errno == ENOMEM);  /* errno as glibc's */
             errno = 0;
             void *q = aligned_alloc(al, sizes[s]);
             CHECK(q == NULL && errno == ENOMEM);
@@ -111,8 +111,9 @@ static void too_large_once(void)
         TOO_LARGE(memalign(1 << 20, n));
         void *p = (void *)0x1;
         errno = 77;
-        CHECK(posix_memalign(&p, 64, n) == ENOMEM && p == (void *)0x1 && errno == 77);
-        CHECK(posix_memalign(&p, 1 << 16, n) == ENOMEM && p == (void *)0x1 && errno == 77);
+        CHECK(posix_memalign(&p, 64, n) == ENOMEM && p == (void *)0x1 && errno == ENOMEM);  /* glibc sets errno too */
+        errno = 77;
+        CHECK(posix_memalign(&p, 1 << 16, n) == ENOMEM && p == (void *)0x1 && errno == ENOMEM);
         /* a block the request cannot grow stays the caller's, untouched */
         static const size_t olds[] = {100, 64 * KiB, MiB};
         for (size_t j = 0; j < sizeof olds / sizeof olds[0]; j++) {
@@ -369,43 +370,69 @@ static void *thread_work(void *arg)
     return NULL;
 }
 
-/* A program that lowers RLIMIT_AS well below what rtkit could ever use (as glibc's and CPython's tests do)
- * still creates threads and allocates; requests past the limit fail with ENOMEM, not a crash. */
-static void rlimit_threads(void)
+/* lower RLIMIT_AS to `limit` now, then start `count` threads (attr: NULL or small stacks) running thread_work and
+ * join them; every one must start */
+static void threads_under_limit(const char *name, size_t limit, int count, const pthread_attr_t *attr)
 {
-    steps(6);
-    enum { THREADS = 50 };
-    size_t limit = (size_t)4 << 30;
-    fprintf(stderr, "rlimit_threads: VmSize %zu MiB before lowering RLIMIT_AS to %zu MiB\n", status_bytes("VmSize") / MiB,
+    fprintf(stderr, "%s: VmSize %zu MiB before lowering RLIMIT_AS to %zu MiB\n", name, status_bytes("VmSize") / MiB,
             limit / MiB);
     struct rlimit rl;
     getrlimit(RLIMIT_AS, &rl);
     rl.rlim_cur = limit;
     CHECK(setrlimit(RLIMIT_AS, &rl) == 0);
-    pthread_t th[THREADS];
+    pthread_t th[64];
     int made = 0;
-    for (int i = 0; i < THREADS; i++) {
-        int rc = pthread_create(&th[made], NULL, thread_work, NULL);
+    for (int i = 0; i < count && i < 64; i++) {
+        int rc = pthread_create(&th[made], attr, thread_work, NULL);
         CHECK(rc == 0);
         if (rc == 0)
             made++;
     }
     for (int i = 0; i < made; i++)
         pthread_join(th[i], NULL);
-    fprintf(stderr, "rlimit_threads: %d of %d threads started\n", made, THREADS);
-    /* untouched large blocks until the limit: then NULL with ENOMEM; all freed, threads start again */
+    fprintf(stderr, "%s: %d of %d threads started\n", name, made, count);
+}
+
+/* untouched 64 MiB blocks until the limit refuses one (NULL with ENOMEM), then all freed; how many were held */
+static int large_until_enomem(int most)
+{
     void *held[128];
     int n = 0;
     errno = 0;
-    while (n < 128 && (held[n] = malloc(64 * MiB)) != NULL)
+    while (n < most && n < 128 && (held[n] = malloc(64 * MiB)) != NULL)
         n++;
-    CHECK(n > 4 && n < 128 && errno == ENOMEM);
-    while (n > 0)
-        free(held[--n]);
-    steps(4);
+    CHECK(n < most && errno == ENOMEM);
+    for (int i = n; i > 0; i--)
+        free(held[i - 1]);
+    return n;
+}
+
+/* A program that lowers RLIMIT_AS well below what rtkit could ever use (as glibc's and CPython's tests do)
+ * still creates threads and allocates; requests past the limit fail with ENOMEM, not a crash. */
+static void rlimit_threads(void)
+{
+    steps(6);
+    threads_under_limit("rlimit_threads", (size_t)4 << 30, 50, NULL);
+    CHECK(large_until_enomem(128) > 4);
+    steps(4);  /* all freed: threads start again */
     pthread_t t;
     CHECK(pthread_create(&t, NULL, thread_work, NULL) == 0);
     pthread_join(t, NULL);
+}
+
+/* glibc's tst-malloc-thread-fail: RLIMIT_AS lowered to 200 MiB after start, glibc held to two arenas, eight threads
+ * on small stacks. rtkit's share of the address space at start must leave room for them (its page map and first
+ * piece took 512 MiB), and its large blocks past the limit fail with ENOMEM. */
+static void rlimit_200m(void)
+{
+    steps(6);
+    CHECK(mallopt(M_ARENA_MAX, 2) == 1);
+    pthread_attr_t small;
+    pthread_attr_init(&small);
+    pthread_attr_setstacksize(&small, 256 * KiB);
+    threads_under_limit("rlimit_200m", 200 * MiB, 8, &small);
+    large_until_enomem(8);
+    pthread_attr_destroy(&small);
 }
 
 /* Without a limit, the large-object heap grows far past its first piece and every block is still its own. */
@@ -531,7 +558,8 @@ int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } cases[] = {
         {"huge_align", huge_align}, {"too_large", too_large}, {"fork_signal", fork_signal},
-        {"fork_stdio", fork_stdio}, {"rlimit_threads", rlimit_threads}, {"heap_growth", heap_growth},
+        {"fork_stdio", fork_stdio}, {"rlimit_threads", rlimit_threads}, {"rlimit_200m", rlimit_200m},
+        {"heap_growth", heap_growth},
         {"debug_churn", debug_churn}, {"realloc_freed", realloc_freed}, {"usable_freed", usable_freed},
         {"stash_double_free", stash_double_free}, {"plan_footprint", plan_footprint},
     };

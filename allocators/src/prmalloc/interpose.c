@@ -203,9 +203,11 @@ EXPORT int API(posix_memalign)(void **out, size_t align, size_t n)
         return EINVAL;
     int saved = errno;
     void *p = aligned(align, n);
-    errno = saved;  /* posix_memalign reports through its result, never errno */
-    if (!p)
+    if (!p) {
+        errno = ENOMEM;  /* as glibc's: its own tests (tst-malloc-thread-fail) read errno after a failed call */
         return ENOMEM;
+    }
+    errno = saved;
     *out = p;
     return 0;
 }

@@ -4,20 +4,12 @@
  * a size that recurs every step, or varies with the batch, reuses faulted pages instead of faulting anew.
  * A free extent unused for N steps (RTKIT_MALLOC_DECAY_STEPS) gives its pages back (MADV_DONTNEED); so does
  * malloc_trim (both in large_idle.c). Per-page metadata lives outside the blocks, so free pages are never touched by bookkeeping,
- * and the tag of a block's first page is its O(1) state: a double free or an interior pointer is caught. */
+ * and the tag of a block's first page is its O(1) state: a double free or an interior pointer is caught.
+ * Where the range and the page map lie, and their growth a piece at a time: large_map.c. */
 #include <string.h>
 
 #include "common/os.h"
 #include "prmalloc/large_internal.h"
-
-#if UINTPTR_MAX > 0xffffffffu
-uintptr_t rtk_large_hint = 0x7fe000000000ull;
-#else
-uintptr_t rtk_large_hint = 0;
-#endif
-
-uintptr_t rtk_large_lo, rtk_large_span, rtk_large_reach;
-rtk_large_heap_t rtk_large = {.lock = RTK_SPIN_INIT};
 
 void rtk_large_set_debug(int on) { rtk_large.debug = on; }
 
@@ -29,82 +21,6 @@ static unsigned bin_of(uint32_t n)
         return n;
     unsigned fl = 31u - (unsigned)__builtin_clz(n);
     return fl * 4 + ((n >> (fl - 2)) & 3);
-}
-
-int rtk_large_init(size_t limit, int thp)
-{
-    if (rtk_large.base)
-        return 0;
-    size_t as = rtk_os_as_limit();
-    if (as != SIZE_MAX && limit > as / 4)
-        limit = as / 4;
-    if (limit > ((size_t)1 << 40))
-        limit = (size_t)1 << 40;  /* 28 bits of pages in a tag */
-    limit &= ~(((size_t)2 << 20) - 1);
-    if (limit < ((size_t)64 << 20))
-        return -1;
-    /* over-reserve by 2 MiB so the range starts on a huge-page boundary (THP-friendly, and aligned blocks).
-     * Asked for high in the address space, above where mmap places glibc's heaps and the libraries (below the
-     * stack): then every glibc pointer lies below it, and free's range test leaves after one compare. A smaller
-     * range is tried when the kernel refuses this one (strict overcommit counts it; valgrind's address-space
-     * manager holds less than 64 GiB): a smaller heap is better than none. */
-    char *raw = NULL;
-    pmeta_t *m = NULL;
-    size_t meta = 0;
-    for (; limit >= ((size_t)64 << 20); limit = (limit / 2) & ~(((size_t)2 << 20) - 1)) {
-        meta = (limit >> PAGE_SHIFT) * sizeof(pmeta_t);
-        m = rtk_os_reserve(meta, 0);
-        if (!m)
-            continue;
-        raw = rtk_os_reserve(limit + ((size_t)2 << 20), rtk_large_hint);
-        if (raw)
-            break;
-        rtk_os_unmap(m, meta);
-    }
-    if (!raw)
-        return -1;
-    char *base = (char *)(((uintptr_t)raw + ((2u << 20) - 1)) & ~(uintptr_t)((2u << 20) - 1));
-    /* the whole range was free: keep its first piece, give the rest of the address space back until needed (the
-     * range sits above where mmap places other mappings, so it is normally still free when the heap grows) */
-    size_t first = limit < RTK_LARGE_PIECE ? limit : RTK_LARGE_PIECE;
-    rtk_os_unmap(base + first, (size_t)(raw + limit + ((size_t)2 << 20) - (base + first)));
-    if (thp)
-        rtk_os_hugepage(base, first);
-    for (unsigned b = 0; b < NBINS; b++)
-        rtk_large.head[0][b] = rtk_large.head[1][b] = NIL;
-    rtk_large.meta = m;
-    rtk_large.pages = (uint32_t)(limit >> PAGE_SHIFT);
-    rtk_large.mapped = (uint32_t)(first >> PAGE_SHIFT);
-    rtk_large.thp = thp;
-    rtk_large.base = base;
-    __atomic_store_n(&rtk_large_reach, (uintptr_t)limit, __ATOMIC_RELEASE);
-    __atomic_store_n(&rtk_large_lo, (uintptr_t)base, __ATOMIC_RELEASE);
-    __atomic_store_n(&rtk_large_span, (uintptr_t)first, __ATOMIC_RELEASE);
-    return 0;
-}
-
-/* Map the range up to at least `pages` pages (whole pieces, at most rtk_large.pages), in place after what is mapped (caller
- * holds the lock). 0 when it reaches that far now; -1 when the address space past it is taken or RLIMIT_AS refuses:
- * the heap is then full, and requests fall back to glibc. */
-static int grow_to(uint64_t pages)
-{
-    if (pages <= rtk_large.mapped)
-        return 0;
-    if (pages > rtk_large.pages)
-        return -1;
-    size_t piece = RTK_LARGE_PIECE >> PAGE_SHIFT;
-    uint64_t want = (pages + piece - 1) / piece * piece;
-    if (want > rtk_large.pages)
-        want = rtk_large.pages;
-    char *at = rtk_large.base + ((size_t)rtk_large.mapped << PAGE_SHIFT);
-    size_t bytes = (size_t)(want - rtk_large.mapped) << PAGE_SHIFT;
-    if (rtk_os_reserve_at(at, bytes) != 0)
-        return -1;
-    if (rtk_large.thp)
-        rtk_os_hugepage(at, bytes);
-    rtk_large.mapped = (uint32_t)want;
-    __atomic_store_n(&rtk_large_span, (uintptr_t)want << PAGE_SHIFT, __ATOMIC_RELEASE);
-    return 0;
 }
 
 static unsigned set_of(uint32_t tag) { return (tag & T_RES) ? 1 : 0; }
@@ -235,7 +151,7 @@ void *rtk_large_take(size_t n, size_t align, size_t *usable, int resident_only)
     } else {
         /* fresh pages from the top: start there already aligned, the skipped pages become a free extent */
         uint32_t a = align_page(rtk_large.top, ap);
-        if ((uint64_t)a + np > rtk_large.pages || grow_to((uint64_t)a + np) != 0) {
+        if ((uint64_t)a + np > rtk_large.pages || rtk_large_grow_to((uint64_t)a + np) != 0) {
             rtk_spin_unlock(&rtk_large.lock);
             return NULL;
         }
@@ -468,7 +384,7 @@ int rtk_large_resize(void *p, size_t n, size_t *usable)
             release_extent(x + np, old - np, 0);
         }
         ok = 1;
-    } else if (r == rtk_large.top && (uint64_t)x + np <= rtk_large.pages && grow_to((uint64_t)x + np) == 0) {
+    } else if (r == rtk_large.top && (uint64_t)x + np <= rtk_large.pages && rtk_large_grow_to((uint64_t)x + np) == 0) {
         rtk_large.top = x + np;
         ok = 1;
     } else if (r < rtk_large.top && T_STATE(rtk_large.meta[r].tag) == T_FREE && old + T_PAGES(rtk_large.meta[r].tag) >= np) {

@@ -28,10 +28,13 @@ RTK_HIDDEN extern uintptr_t rtk_large_lo, rtk_large_span, rtk_large_reach;
  * elsewhere, only 2 MiB-aligned. A variable so a test can ask for an address that is aligned to no more. */
 RTK_HIDDEN extern uintptr_t rtk_large_hint;
 
-/* the most address space the range may grow to (MAP_NORESERVE: nothing resident until used), and the piece it maps at a time */
+/* the most address space the range may grow to (MAP_NORESERVE: nothing resident until used), the piece it maps at a
+ * time, and the first one it maps at start (small: a program may lower RLIMIT_AS to a few hundred MiB after start) */
 #define RTK_LARGE_LIMIT ((size_t)64 << 30)
 #define RTK_LARGE_PIECE ((size_t)256 << 20)
-/* Place the range (at most `limit` bytes, capped by RLIMIT_AS / 4) and map its first piece. 0 ok, -1 failed. */
+#define RTK_LARGE_FIRST ((size_t)32 << 20)
+/* Place the range (at most `limit` bytes, capped by RLIMIT_AS / 4) and its page map, and map the first piece of
+ * both (large_map.c). 0 ok, -1 failed. */
 RTK_HIDDEN int rtk_large_init(size_t limit, int thp);
 /* A block of at least n bytes aligned to align (a power of two; page alignment at least); NULL when the range
  * is full. *usable receives the block's bytes. */

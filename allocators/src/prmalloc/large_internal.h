@@ -50,6 +50,10 @@ RTK_HIDDEN extern rtk_large_heap_t rtk_large;
 
 /* the free lists (caller holds the lock): onto the list its tag names, and off it (counted out of idle/released) */
 RTK_HIDDEN void rtk_large_list_push(uint32_t x);
+/* Map the range and its page map up to at least `pages` pages (whole pieces, at most rtk_large.pages), in place
+ * after what is mapped (caller holds the lock). 0 when it reaches that far now; -1 when the address space past it
+ * is taken or RLIMIT_AS refuses: the heap is then full, and requests fall back to glibc. */
+RTK_HIDDEN int rtk_large_grow_to(uint64_t pages);
 RTK_HIDDEN void rtk_large_list_remove(uint32_t x);
 /* a block (resident_only: from wholly resident free pages only) and its free (giveback: pages released first) */
 RTK_HIDDEN void *rtk_large_take(size_t n, size_t align, size_t *usable, int resident_only);
