@@ -66,7 +66,7 @@ class Lookahead:
                        "pages_requested": 0, "bytes_requested": 0, "batches_measured": 0, "pages_checked": 0,
                        "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
                        "find_s": 0.0, "wait_s": 0.0, "errors": 0, "budget_pages_told": 0, "budget_batches_untold": 0,
-                       "before_s": 0.0, "pages_read_ahead": 0}
+                       "before_s": 0.0, "pages_read_ahead": 0, "skipped_steps": 0}
         self.error: Optional[str] = None
         self._thread = None
         if thread_name is not None:
@@ -125,6 +125,11 @@ class Lookahead:
             self._count_requested(b, told, {key for key, _, _ in checked})
             with self.cond:
                 self.counts["worker_cpu_s"] += time.thread_time() - c0
+
+    def add_skipped(self) -> None:
+        """A fed step not looked at: the last steps' pages were in DRAM already (lookahead_feeds backs off)."""
+        with self.cond:
+            self.counts["skipped_steps"] += 1
 
     def add_before(self, seconds: float) -> None:
         """Wall time a step waited for its fed rows' lookahead before it ran (rows computed, checked, asked for)."""
