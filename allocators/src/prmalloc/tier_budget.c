@@ -1,11 +1,7 @@
 /* tier_budget.c -- tier mode's residency samples (which pool pages are in DRAM) and the round-robin resident budget. */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "common/say.h"
 #include "prmalloc/tier_internal.h"
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
