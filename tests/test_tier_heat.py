@@ -22,14 +22,20 @@ def _kernel_has_heat():
     return (major, minor) >= (6, 7)
 
 
-def _pmem_doc(run_dir):
+def _pmem_doc(run_dir, children=0):
+    """The program's pmem-<pid>.json (its forked children that mark steps write their own, state forked_child)."""
     files = glob.glob(os.path.join(run_dir, "pmem-*.json"))
-    assert len(files) == 1, os.listdir(run_dir)
-    with open(files[0]) as fh:
-        return json.load(fh)
+    assert len(files) == 1 + children, os.listdir(run_dir)
+    docs = []
+    for f in files:
+        with open(f) as fh:
+            docs.append(json.load(fh))
+    mine = [d for d in docs if d["state"] != "forked_child"]
+    assert len(mine) == 1 and all(d["heat"].get("on_worker") is not True for d in docs if d not in mine), docs
+    return mine[0]
 
 
-def _run_heat(native, tmp_path, extra, program="prmalloc_heat"):
+def _run_heat(native, tmp_path, extra, program="prmalloc_heat", children=0):
     run_dir, pool = tmp_path / "run", tmp_path / "pool"
     run_dir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
@@ -38,9 +44,10 @@ def _run_heat(native, tmp_path, extra, program="prmalloc_heat"):
                 "RTKIT_TIER_POOL_PATH": str(pool), "RTKIT_TIER_RESIDENT_MAX": str(8 * MIB),
                 # not a whole number of pages: the watch covers the mapping's whole pages
                 "RTKIT_TIER_POOL_SIZE": str((200 << 20) + 1)}, **extra)
-    proc = subprocess.run([os.path.join(native, "tests", program)], env=env, capture_output=True, text=True,
+    program, *args = program.split()
+    proc = subprocess.run([os.path.join(native, "tests", program), *args], env=env, capture_output=True, text=True,
                           timeout=300)
-    return proc, _pmem_doc(run_dir)
+    return proc, _pmem_doc(run_dir, children)
 
 
 def test_heat_keeps_the_hot_pages_and_drops_the_cold_ones(prm, tmp_path):
@@ -62,6 +69,51 @@ def test_heat_keeps_the_hot_pages_and_drops_the_cold_ones(prm, tmp_path):
     assert 32 <= heat["hot_chunks"] <= 32 + 8, heat
     assert heat["resident_bytes"] <= 8 * MIB, heat                              # the budget held after the last pass
     assert doc["budget_dropped_bytes"] >= heat["demoted_bytes"] and not any("heat" in n for n in doc["notes"])
+
+
+def _run_worker(native, tmp_path, mode):
+    """prmalloc_heat_worker in `mode` (free, fork, exit), heat sampled at every mark; a program that hangs (a child
+    waiting for a worker it has not, an exit joining a worker that never stops) fails the test at the timeout."""
+    try:
+        return _run_heat(native, tmp_path, {"RTKIT_TIER_HEAT_EVERY": "1"}, program="prmalloc_heat_worker " + mode,
+                         children=int(mode == "fork"))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"prmalloc_heat_worker {mode} hung: {exc}")
+
+
+def test_a_pass_held_while_records_are_freed_and_made_again_leaves_the_new_ones_alone(prm, tmp_path):
+    """The heat pass runs on the allocator's worker thread, started at the first mark (one thread more then, none
+    before). A pass held after its sample and its copy of the live records while 8 of them are freed and made again
+    in their place and written: let go, it drops the cold pages it sampled (the table's) but none of the new records'
+    (the pool's newest writes), counts the freed ones skipped, and every byte reads back as last written."""
+    proc, doc = _run_worker(prm, tmp_path, "free")
+    if not _kernel_has_heat():
+        pytest.skip(f"Linux < 6.7 cannot measure page heat: {doc['notes']}")
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_heat_worker: ok\n", proc.stderr
+    heat = doc["heat"]
+    assert heat["on_worker"] is True and heat["records_skipped"] >= 8, heat
+    assert heat["mark_seconds"] <= heat["seconds"] + 1.0, heat  # the marks only ask; 1 s: the first mark arms
+
+
+def test_a_child_forked_while_a_pass_is_held_has_no_worker_and_the_parent_goes_on(prm, tmp_path):
+    """fork while the worker's pass is held half way: the child finds no worker (waiting returns at once, no thread
+    but its own), marks steps without starting one, frees and exits through its destructors; the parent's pass goes
+    on once let go and the next steps' passes run."""
+    proc, doc = _run_worker(prm, tmp_path, "fork")
+    if not _kernel_has_heat():
+        pytest.skip(f"Linux < 6.7 cannot measure page heat: {doc['notes']}")
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_heat_worker: ok\n", proc.stderr
+    assert doc["heat"]["on_worker"] is True and doc["heat"]["samples"] >= 8, doc["heat"]
+
+
+def test_exit_with_a_pass_held_ends_it_and_writes_the_stats(prm, tmp_path):
+    """main returns while the worker's pass is held: the exit ends the pass, joins the worker (no hang), writes the
+    stats, and the pool's file is gone."""
+    proc, doc = _run_worker(prm, tmp_path, "exit")
+    if not _kernel_has_heat():
+        pytest.skip(f"Linux < 6.7 cannot measure page heat: {doc['notes']}")
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_heat_worker: ok\n", proc.stderr
+    assert doc["heat"]["on_worker"] is True and not os.path.exists(tmp_path / "pool")
 
 
 def test_heat_off_keeps_the_round_robin_budget(prm, tmp_path):

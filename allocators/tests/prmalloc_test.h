@@ -43,6 +43,21 @@ static void test_bind(void)
 }
 #endif
 
+/* A step mark and, in tier mode with the heat budget, the pass it asked for done: the passes run on the allocator's
+ * worker thread, beside the steps, and a test reads their effect right after the mark. */
+__attribute__((unused)) static void t_mark_pass(void)
+{
+    static long (*wait)(void);
+    static int looked;
+    if (!looked) {
+        wait = (long (*)(void))dlsym(RTLD_DEFAULT, "rtkit_tier_heat_wait");
+        looked = 1;
+    }
+    t_mark();
+    if (wait)
+        wait();
+}
+
 /* A 4 KiB page of a test table: its index and version in every 64-bit word, so a page read back shows whether it
  * is the one last written (the tier tests drop pages and read them back from the pool file). */
 __attribute__((unused)) static void t_write_page(unsigned char *table, uint32_t *version, uint32_t i)

@@ -126,6 +126,16 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
     return out
 
 
+
+def _where(p) -> str:
+    """Where the heat passes ran: beside the steps on the allocator's worker (the marks' own time then), or in the
+    step marks (reports of builds before the worker say nothing)."""
+    if get(p, "heat.on_worker") is None:
+        return ""
+    if not get(p, "heat.on_worker"):
+        return " in the step marks"
+    return f" beside the steps (the marks: {fmt.seconds(get(p, 'heat.mark_seconds'))})"
+
 def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     """off: why there is nothing to show (or None); rows: (name, text); tables: (title, headers, rows); notes: the
     summary's tier warnings (warning_words)."""
@@ -159,7 +169,7 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
         if mech == "pagemap_scan":
             rows.append(("page heat (tier_heat_every)",
                          f"every {fmt.num(get(p, 'heat.every_steps'))} steps, {fmt.num(get(p, PM.HEAT_SAMPLES))} samples "
-                         f"in {fmt.seconds(get(p, PM.HEAT_SECONDS))}; {fmt.num(get(p, PM.HEAT_DEMOTED))} cold 64 KiB "
+                         f"in {fmt.seconds(get(p, PM.HEAT_SECONDS))}{_where(p)}; {fmt.num(get(p, PM.HEAT_DEMOTED))} cold 64 KiB "
                          f"chunks demoted ({fmt.nbytes(get(p, PM.HEAT_DEMOTED_BYTES))} dropped, "
                          f"{fmt.nbytes(get(p, PM.HEAT_WRITTEN_OUT_BYTES))} of it written since its last write-out), "
                          f"{fmt.num(get(p, PM.HEAT_PROMOTED))} promoted (written again)"))

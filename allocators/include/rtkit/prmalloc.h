@@ -45,6 +45,17 @@ long rtkit_tier_want(const uint64_t *pages, size_t n, size_t page_bytes);
  * (at most 3), or -1 as rtkit_tier_want. */
 int rtkit_tier_want_counts(uint64_t *out, int n);
 
+/* The heat budget's passes run on a worker thread of the library, beside the steps; a step mark only asks for one.
+ * Wait until the passes asked for so far are done (for tests and tools that read a pass's effect right after a
+ * mark): returns the passes run so far (a heat sample each), or -1 when no worker runs (heat off or unavailable,
+ * before the first step mark, a forked child, after exit began). */
+long rtkit_tier_heat_wait(void);
+
+/* For tests: on=1 holds the worker's next pass where it has sampled heat and copied the live records and dropped
+ * nothing yet, until called with on=0 (or the process exits). Returns 1 once a pass is held there, 0 while not yet,
+ * -1 when no worker runs. */
+int rtkit_tier_heat_hold(int on);
+
 /* Schema version of allocator-<pid>.json and of the plan file format. */
 #define RTKIT_MALLOC_STATS_SCHEMA 2
 #define RTKIT_MALLOC_PLAN_VERSION 1

@@ -1,13 +1,17 @@
-/* os.c -- mmap/madvise wrappers, fault counters, clock and atomic file writes (no malloc, no stdio). */
+/* os.c -- mmap/madvise wrappers, fault counters, clock, atomic file writes, the library's own thread and futex (no stdio). */
 #include "common/os.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -275,4 +279,41 @@ const char *rtk_os_read_error(long err)
     case EFBIG: return "too large for a plan file";
     default: return strerror((int)-err);
     }
+}
+
+int rtk_os_thread_start(void *(*fn)(void *), void *arg, size_t stack, unsigned long *out)
+{
+    int saved = errno;
+    pthread_attr_t attr;
+    sigset_t all, old;
+    if (pthread_attr_init(&attr) != 0)
+        return -EAGAIN;
+    pthread_attr_setstacksize(&attr, stack);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);  /* the new thread inherits the blocked set */
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    errno = saved;
+    if (rc != 0)
+        return -rc;
+    *out = (unsigned long)t;
+    return 0;
+}
+
+int rtk_os_thread_join(unsigned long thread) { return -pthread_join((pthread_t)thread, NULL); }
+
+void rtk_os_futex_wait(uint32_t *word, uint32_t value)
+{
+    int saved = errno;
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
+    errno = saved;
+}
+
+void rtk_os_futex_wake(uint32_t *word)
+{
+    int saved = errno;
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+    errno = saved;
 }

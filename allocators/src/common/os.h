@@ -133,5 +133,13 @@ RTK_HIDDEN int rtk_os_random(void *buf, size_t len);
 /* membarrier(2) with flags 0: the kernel's answer, -1 with errno kept where it has none. */
 RTK_HIDDEN long rtk_os_membarrier(int cmd);
 RTK_HIDDEN void rtk_os_yield(void);
+/* A thread of the library's own: fn(arg) on a stack of `stack` bytes, every signal blocked (the program's handlers
+ * never run on it), joinable. 0 and its id in *out, or -errno. join: wait for it to end. */
+RTK_HIDDEN int rtk_os_thread_start(void *(*fn)(void *), void *arg, size_t stack, unsigned long *out);
+RTK_HIDDEN int rtk_os_thread_join(unsigned long thread);
+/* Sleep while *word == value (a process-private futex; returns on a wake, a signal or a changed word), and wake
+ * every sleeper on word. */
+RTK_HIDDEN void rtk_os_futex_wait(uint32_t *word, uint32_t value);
+RTK_HIDDEN void rtk_os_futex_wake(uint32_t *word);
 
 #endif

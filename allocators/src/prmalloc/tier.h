@@ -41,5 +41,11 @@ RTK_HIDDEN void rtk_tier_fork_prepare(void);  /* last of the prepare handlers: i
 RTK_HIDDEN void rtk_tier_fork_parent(void);
 RTK_HIDDEN void rtk_tier_fork_child(void);
 RTK_HIDDEN void rtk_tier_exit(void);
+/* The heat budget's worker (tier_worker.c) across fork: paused (the first prepare handler), resumed (the parent's
+ * last), forgotten (the child's: no worker runs there); stopped and joined at exit, before the stats are written. */
+RTK_HIDDEN void rtk_tier_worker_pause(void);
+RTK_HIDDEN void rtk_tier_worker_resume(void);
+RTK_HIDDEN void rtk_tier_worker_forget(void);
+RTK_HIDDEN void rtk_tier_worker_stop(void);
 
 #endif

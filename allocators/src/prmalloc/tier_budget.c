@@ -1,11 +1,7 @@
-/* tier_budget.c -- tier mode's residency samples (which pool pages are in DRAM), page heat, and the resident budget. */
+/* tier_budget.c -- tier mode's residency samples (which pool pages are in DRAM) and the round-robin resident budget. */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "common/say.h"
 #include "prmalloc/tier_internal.h"
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
@@ -27,13 +23,6 @@ static uint64_t file_resident(const live_t *r)
            (end > hi ? rtk_tier_resident_of(hi, (uint64_t)(end - hi)) : 0);
 }
 
-/* Where a record's droppable pages begin: past its DRAM head (with swap, MADV_PAGEOUT would send the head's
- * anonymous pages there), else at its first page. */
-static uintptr_t file_lo(const live_t *r)
-{
-    return r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head : (uintptr_t)r->payload & ~(uintptr_t)4095;
-}
-
 /* Write [lo, lo+len) of the pool back to its file and ask the kernel to drop it: dirty pages must reach the file
  * before the kernel can drop them. */
 static void write_out(uintptr_t lo, uint64_t len)
@@ -41,322 +30,6 @@ static void write_out(uintptr_t lo, uint64_t len)
     if (rtk_tier.fd >= 0)
         rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - (uintptr_t)rtk_tier.base), len);
     rtk_os_advise((void *)lo, len, RTK_ADVISE_PAGEOUT);
-}
-
-/* ---------------------------------------------------------------- page heat
- * Every tier_heat_every step marks: which pool pages the steps wrote since the last sample (the pool's mapping
- * is watched by a userfaultfd in asynchronous write-protect mode; PAGEMAP_SCAN reads and re-arms it), folded
- * into a decayed heat per 64 KiB chunk: each sample shifts it right and sets its top bit where the chunk was
- * written, so a chunk written at every sample reads 255 and one last written k samples ago reads 128 >> k.
- * Rows a step uses are written by its optimizer, so write heat is use heat for trained tables. Over the budget,
- * the coldest chunks are written out and dropped first. A first write after each sample costs one fault the
- * kernel resolves itself; no other memory of the process is write-protected. */
-#define CHUNK_SHIFT 16
-#define CHUNK ((uint64_t)1 << CHUNK_SHIFT)
-#define REGION_CAP 4096
-#define F_DROPPED 1                       /* the budget dropped this chunk's pages since it was last written */
-
-static rtk_os_watch_t g_watch = {-1, -1};
-static int g_heat;                        /* 0: not armed yet, 1: armed, -1: unavailable or off */
-static unsigned char *g_hot, *g_flags, *g_res, *g_dirty;  /* per chunk: heat, F_*, resident pages, written pages */
-static unsigned char *g_wres;             /* per chunk, during a pass: its resident pages the lookahead wants */
-static uint16_t *g_wmask, *g_drop;        /* and which pages it wants (tier_want.c, read once), which it drops */
-static uint64_t *g_want;                  /* the lookahead's words (tier_want.c) */
-static uint64_t g_nchunks;
-static rtk_os_region_t *g_regions;
-
-int rtk_tier_heat_on(void) { return g_heat == 1; }
-
-/* the chunks up to the highest record end ever handed out: the only ones with heat or resident pages */
-static uint64_t chunks_used(void)
-{
-    uint64_t used = (rtk_tier.high + CHUNK - 1) >> CHUNK_SHIFT;
-    return used < g_nchunks ? used : g_nchunks;
-}
-
-static void heat_unavailable(const char *what, int err)
-{
-    g_heat = -1;
-    rtk_tier_want_off();
-    snprintf(rtk_tier_view.heat_note, sizeof rtk_tier_view.heat_note,
-             "page heat unavailable (%s: %s): the resident budget drops whole records round-robin", what,
-             strerror(-err));
-    if (rtk_say_once(rtk_opt_internal(RTK_ENV_RUN_DIR), ".tier-heat-reported"))
-        rtk_log_line("tier: %s", rtk_tier_view.heat_note);
-}
-
-/* write-protect the whole pool once (what initialisation wrote is not heat); strict: fail where the pool's
- * mapping cannot be watched, rather than skip it */
-static int heat_rearm(char *lo, char *hi, int strict)
-{
-    while (lo < hi) {
-        uintptr_t end = 0;
-        long k = rtk_os_watch_scan(&g_watch, lo, hi, g_regions, REGION_CAP, strict, &end);
-        if (k < 0)
-            return (int)k;
-        for (long i = 0; i < k; i++) {
-            uint64_t a = g_regions[i].start - (uintptr_t)rtk_tier.base, b = g_regions[i].end - (uintptr_t)rtk_tier.base;
-            for (uint64_t c = a >> CHUNK_SHIFT; c < g_nchunks && (c << CHUNK_SHIFT) < b; c++) {
-                uint64_t clo = c << CHUNK_SHIFT, chi = clo + CHUNK;
-                uint64_t pages = ((b < chi ? b : chi) - (a > clo ? a : clo)) / TIER_PAGE;
-                rtk_tier_view.heat_pages_written += pages;
-                g_dirty[c] = g_dirty[c] + pages > CHUNK / TIER_PAGE ? CHUNK / TIER_PAGE : (unsigned char)(g_dirty[c] + pages);
-                if (!(g_hot[c] & 0x80)) {
-                    g_hot[c] |= 0x80;
-                    if (g_flags[c] & F_DROPPED) {
-                        g_flags[c] &= ~F_DROPPED;
-                        rtk_tier_view.heat_promoted++;
-                    }
-                }
-            }
-        }
-        if (end <= (uintptr_t)lo || end >= (uintptr_t)hi)
-            break;
-        lo = (char *)end;
-    }
-    return 0;
-}
-
-/* at the first step mark (after the DRAM heads are made): watch the whole pool */
-static void heat_arm(void)
-{
-    g_nchunks = (rtk_tier.size + CHUNK - 1) >> CHUNK_SHIFT;
-    g_hot = rtk_os_map(g_nchunks * 5, 0);
-    g_want = rtk_os_map(g_nchunks * (sizeof *g_want + 2 * sizeof *g_wmask), 0);
-    g_regions = rtk_os_map(REGION_CAP * sizeof(rtk_os_region_t), 0);
-    if (!g_hot || !g_want || !g_regions || !rtk_tier_mincore_vec()) {
-        heat_unavailable("memory for its counters", -ENOMEM);
-        return;
-    }
-    g_flags = g_hot + g_nchunks, g_res = g_flags + g_nchunks, g_dirty = g_res + g_nchunks, g_wres = g_dirty + g_nchunks;
-    g_wmask = (uint16_t *)(g_want + g_nchunks), g_drop = g_wmask + g_nchunks;
-    int rc = rtk_os_watch_open(&g_watch);
-    if (rc != 0) {
-        heat_unavailable("userfaultfd with asynchronous write-protect", rc);
-        return;
-    }
-    /* the mapping's whole pages: a pool's size need not be a multiple of them, userfaultfd wants them */
-    uint64_t span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1);
-    rc = rtk_os_watch_add(&g_watch, rtk_tier.base, span);
-    if (rc == 0)
-        rc = heat_rearm(rtk_tier.base, rtk_tier.base + span, 1);
-    if (rc != 0) {
-        rtk_os_watch_close(&g_watch);
-        heat_unavailable("watching the pool's mapping (PAGEMAP_SCAN)", rc);
-        return;
-    }
-    memset(g_hot, 0, g_nchunks * 2);  /* initialisation's writes are not heat */
-    memset(g_dirty, CHUNK / TIER_PAGE, g_nchunks);
-    rtk_tier_view.heat_pages_written = 0;
-    g_heat = 1;
-    rtk_tier_want_arm(g_want, g_nchunks);
-}
-
-void rtk_tier_heat_watch(char *lo, uint64_t len)
-{
-    if (g_heat == 1 && rtk_os_watch_add(&g_watch, lo, len) != 0)
-        rtk_tier_view.heat_watch_errors++;  /* those pages read as never written: the first to go */
-}
-
-void rtk_tier_heat_fork_child(void)
-{
-    /* the child's pagemap descriptor would read its parent's pages; it never samples */
-    if (g_watch.uffd >= 0 || g_watch.pagemap >= 0)
-        rtk_os_watch_close(&g_watch);
-    g_heat = -1;
-    rtk_tier_want_off();
-}
-
-/* each live record's pool file pages in DRAM, per chunk into g_res and per record into its entry */
-static uint64_t chunk_residency(void)
-{
-    uint64_t used = chunks_used(), total = 0;
-    memset(g_res, 0, used);
-    for (uint32_t i = 0; i < rtk_tier.nlive; i++) {
-        live_t *r = &rtk_tier.live[i];
-        uintptr_t lo = file_lo(r);
-        uintptr_t end = (uintptr_t)r->payload + r->n;
-        uint64_t mine = 0;
-        for (uintptr_t a = lo; a < end;) {
-            uint64_t n = (end - a + 4095) / 4096;
-            if (n > VEC_PAGES)
-                n = VEC_PAGES;
-            if (rtk_os_resident((void *)a, n * 4096, rtk_tier_vec) != 0)
-                break;
-            uint64_t off = a - (uintptr_t)rtk_tier.base;
-            for (uint64_t k = 0; k < n; k++)
-                if (rtk_tier_vec[k] & 1) {
-                    uint64_t c = (off + k * 4096) >> CHUNK_SHIFT;
-                    if (c < used && g_res[c] < CHUNK / TIER_PAGE)
-                        g_res[c]++;
-                    mine++;
-                }
-            a += n * 4096;
-        }
-        r->resident = mine * 4096;
-        total += r->resident;
-    }
-    return total;
-}
-
-/* Drop the pages of [lo, hi) (whole chunks of record r, but at its ends) marked in g_drop: all of it is written
- * back at once first (dirty pages must reach the file before the kernel can drop them; the kept pages are clean
- * or written needlessly, never lost), then each run of marked pages is paged out and its cached copies dropped. */
-static void drop_span(live_t *r, uintptr_t lo, uintptr_t hi, uint64_t *total)
-{
-    uintptr_t base = (uintptr_t)rtk_tier.base, run = 0;
-    uint64_t before = rtk_tier_resident_of((char *)lo, hi - lo);
-    if (rtk_tier.fd >= 0)
-        rtk_os_write_back(rtk_tier.fd, (uint64_t)(lo - base), hi - lo);
-    for (uintptr_t p = lo;; p += TIER_PAGE) {
-        int d = p < hi && (g_drop[(p - base) >> CHUNK_SHIFT] >> (((p - base) >> 12) & 15) & 1);
-        if (d && !run)
-            run = p;
-        if (!d && run) {
-            rtk_os_advise((void *)run, p - run, RTK_ADVISE_PAGEOUT);
-            if (rtk_tier.fd >= 0)  /* what a forked child read in, which this process does not map */
-                rtk_os_drop_cached(rtk_tier.fd, (uint64_t)(run - base), p - run);
-            run = 0;
-        }
-        if (p >= hi)
-            break;
-    }
-    uint64_t after = rtk_tier_resident_of((char *)lo, hi - lo), gone = before > after ? before - after : 0;
-    rtk_tier_view.dropped_bytes += gone;
-    rtk_tier_view.heat_demoted_bytes += gone;
-    *total -= gone < *total ? gone : *total;
-    r->resident -= gone < r->resident ? gone : r->resident;
-    uint64_t off = lo - base;
-    for (uint64_t c = off >> CHUNK_SHIFT; c < g_nchunks && (c << CHUNK_SHIFT) < hi - base; c++) {
-        rtk_tier_view.heat_written_out_bytes += (uint64_t)g_dirty[c] * TIER_PAGE;
-        g_dirty[c] = 0;
-        if (!(g_flags[c] & F_DROPPED))
-            rtk_tier_view.heat_demoted++;
-        g_flags[c] |= F_DROPPED;
-        g_hot[c] = 0;
-    }
-}
-
-/* chunk c's resident pages among `mask` (a bit per page), at most its resident file pages */
-static unsigned wanted_resident(uint64_t c, uint32_t mask)
-{
-    uint64_t span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1), lo = c << CHUNK_SHIFT;
-    uint64_t len = span - lo < CHUNK ? span - lo : CHUNK;
-    if (rtk_os_resident(rtk_tier.base + lo, len, rtk_tier_vec) != 0)
-        return 0;
-    unsigned k = 0;
-    for (unsigned i = 0; i < len / TIER_PAGE; i++)
-        k += (mask >> i & 1) && (rtk_tier_vec[i] & 1);
-    return k < g_res[c] ? k : g_res[c];
-}
-
-/* The pages of chunk c this pass drops (a bit per page): none above the cut level, all but the wanted ones at or
- * below it while the cut level's share lasts; the wanted ones only when cut is the wanted level (256: every other
- * page is gone and the goal is not reached), while its share lasts. Each chunk's wanted pages are counted once. */
-static uint32_t drop_mask(uint64_t c, int cut, uint64_t *partial)
-{
-    uint32_t keep = g_wmask[c];
-    uint64_t rest = (uint64_t)(g_res[c] - g_wres[c]) * TIER_PAGE, mine = (uint64_t)g_wres[c] * TIER_PAGE;
-    int take = g_hot[c] < cut || (g_hot[c] == cut && *partial);
-    if (take && g_hot[c] == cut)
-        *partial -= rest < *partial ? rest : *partial;
-    if (!take)
-        return 0;
-    if (keep && cut == 256 && *partial) {
-        *partial -= mine < *partial ? mine : *partial;
-        rtk_tier_view.want_dropped += g_wres[c];
-        keep = g_wmask[c] = 0;
-    } else {
-        rtk_tier_view.want_kept += g_wres[c];
-    }
-    g_wres[c] = 0;
-    return ~keep & 0xFFFFu;
-}
-
-/* Over the budget: the coldest chunks first, down to 3/4 of it (the tail rows the next steps meet come in as
- * major faults meanwhile), each chunk's pages written back and then dropped; the chunks of the heat level
- * where the goal is reached go in address order. The pages the lookahead read ahead for the step about to run
- * (tier_want.c) are unwritten, so cold: they go last, after every other page, and the rest of their chunks goes
- * at the chunk's heat. Under the live lock. */
-static uint64_t heat_evict(uint64_t total, uint64_t goal)
-{
-    static uint64_t hist[257];  /* heat levels 0..255, then the wanted pages */
-    memset(hist, 0, sizeof hist);
-    uint64_t used = chunks_used();
-    for (uint64_t c = 0; c < used; c++) {
-        g_wmask[c] = g_res[c] ? (uint16_t)rtk_tier_wanted(c) : 0;
-        g_wres[c] = g_wmask[c] ? (unsigned char)wanted_resident(c, g_wmask[c]) : 0;
-        hist[g_hot[c]] += (uint64_t)(g_res[c] - g_wres[c]) * TIER_PAGE;
-        hist[256] += (uint64_t)g_wres[c] * TIER_PAGE;
-    }
-    uint64_t need = total - goal, acc = 0;
-    int cut = 0;
-    while (cut < 256 && acc + hist[cut] < need)
-        acc += hist[cut++];
-    uint64_t partial = need - acc;  /* of the cut level's bytes */
-    uintptr_t base = (uintptr_t)rtk_tier.base;
-    for (uint32_t i = 0; i < rtk_tier.nlive && total > goal; i++) {
-        live_t *r = &rtk_tier.live[i];
-        if (!r->resident)
-            continue;
-        uintptr_t lo = file_lo(r), hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095, span = 0;
-        for (uintptr_t a = lo; a < hi;) {  /* spans of chunks with pages to drop */
-            uint64_t c = (a - base) >> CHUNK_SHIFT;
-            uintptr_t next = base + ((c + 1) << CHUNK_SHIFT);
-            if (next > hi)
-                next = hi;
-            uint32_t drop = c < used && g_res[c] ? drop_mask(c, cut, &partial) : 0;
-            if (c < used)
-                g_drop[c] = (uint16_t)drop;
-            if (drop && !span)
-                span = a;
-            if (!drop && span) {
-                drop_span(r, span, a, &total);
-                span = 0;
-            }
-            a = next;
-        }
-        if (span)
-            drop_span(r, span, hi, &total);
-    }
-    rtk_tier_view.passes++;
-    return total;
-}
-
-/* at every step mark, after the step count moved */
-void rtk_tier_heat_mark(void)
-{
-    uint64_t max = rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX);
-    long every = rtk_setting_num(RTK_OPT_TIER_HEAT_EVERY);
-    if (!max || every <= 0 || g_heat < 0 || rtk_tier.state != T_ON || !rtk_tier.live)
-        return;
-    double t0 = rtk_tier_now_s();
-    rtk_spin_lock(&rtk_tier.live_lock);
-    if (!g_heat) {
-        heat_arm();
-    } else if (rtk_tier.steps % (uint64_t)every == 0) {
-        uint64_t used = chunks_used();
-        for (uint64_t c = 0; c < used; c++)
-            g_hot[c] >>= 1;
-        uint64_t end = used << CHUNK_SHIFT, span = (rtk_tier.size + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1);
-        int rc = heat_rearm(rtk_tier.base, rtk_tier.base + (end < span ? end : span), 0);
-        if (rc != 0) {
-            rtk_os_watch_close(&g_watch);
-            heat_unavailable("PAGEMAP_SCAN", rc);
-        } else {
-            rtk_tier_view.heat_samples++;
-            uint64_t total = chunk_residency();
-            if (total > max)
-                total = heat_evict(total, max / 4 * 3);
-            uint64_t hot = 0;
-            for (uint64_t c = 0; c < used; c++)
-                hot += g_hot[c] >= 0x80;
-            rtk_tier_view.heat_hot_chunks = hot;
-            rtk_tier_view.heat_resident = total;
-        }
-    }
-    rtk_spin_unlock(&rtk_tier.live_lock);
-    rtk_tier_view.heat_s += rtk_tier_now_s() - t0;
 }
 
 /* Over the resident budget: write out and drop records, round-robin from where the last pass stopped, until a
@@ -377,7 +50,7 @@ static uint64_t enforce_budget(uint64_t total)
             live_t *r = &rtk_tier.live[i];
             if (!r->resident)
                 continue;
-            uintptr_t lo = file_lo(r), hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095;
+            uintptr_t lo = rtk_tier_file_lo(r), hi = ((uintptr_t)r->payload + r->n + 4095) & ~(uintptr_t)4095;
             if (hi <= lo)
                 continue;
             write_out(lo, hi - lo);
@@ -424,7 +97,7 @@ void rtk_tier_sample(int force)
     }
     rtk_spin_unlock(&rtk_tier.live_lock);
     if (rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) && total > rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) &&
-        g_heat != 1)  /* with heat, the step marks' samples keep the budget */
+        !rtk_tier_heat_on())  /* with heat, the heat passes keep the budget */
         enforce_budget(total);
     /* what the report shows is the pool's file pages in DRAM, read over the used span once: the records' sum counts
      * a page that small records share once for each of them (99 MiB shown for 26-31 MiB in smaps), and misses the

@@ -35,8 +35,9 @@
 enum { T_OFF = 0, T_IDLE, T_CREATING, T_ON, T_FAILED, T_BUSY, T_CHILD };
 
 /* A live pool record. resident: its file pages in DRAM; head: its DRAM head's bytes; head_resident: their pages
- * in DRAM. Its index in the table is kept in its tier header (hd[2]); a free swaps the last entry into its place. */
-typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident, head, head_resident; } live_t;
+ * in DRAM; born: its place in the order records were made (a record made later at the same address is another
+ * one). Its index in the table is kept in its tier header (hd[2]); a free swaps the last entry into its place. */
+typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident, head, head_resident, born; } live_t;
 
 typedef struct {
     int state;
@@ -70,7 +71,13 @@ typedef struct {
     uint64_t high;                        /* highest record end ever handed out (offset from base) */
     rtk_spin_t live_lock;
     int live_overflow;                    /* a record the table could not hold: the first mark punches nothing */
+    uint64_t born;                        /* records made so far (under the live lock): the next one's live_t.born */
     int exiting;
+    /* The heat pass (tier_heat.c) runs on the budget's worker thread (tier_worker.c) under the pass lock, taking the
+     * live lock only for moments. At its pass points it gives the pass lock up while asked to: pause (a fork is on
+     * its way: its prepare handler takes the lock), hold (a test holds the pass there), stop (exit). Futex words. */
+    rtk_spin_t pass_lock;
+    uint32_t pass_pause, pass_hold, pass_held, pass_stop;
 } rtk_tier_t;
 
 RTK_HIDDEN extern rtk_tier_t rtk_tier;
@@ -94,7 +101,11 @@ typedef struct {
      * pages seen written, chunks written at the last sample, the resident bytes after it, the sampler's time */
     uint64_t heat_samples, heat_demoted, heat_promoted, heat_demoted_bytes, heat_written_out_bytes;
     uint64_t heat_pages_written, heat_hot_chunks, heat_resident, heat_watch_errors;
-    double heat_s;
+    double heat_s;                        /* the passes' time (on the worker thread where it runs) */
+    double heat_mark_s;                   /* the step marks' time in the heat budget (arming, signalling the worker) */
+    uint64_t heat_merged, heat_skipped;   /* marks due a pass while one ran (served by the next), records freed since
+                                           * a pass's sample (their pages left alone) */
+    int heat_worker;                      /* 1: the passes run on the worker thread, -1: it could not start */
     char heat_note[256];
     /* pages the lookahead said its next step uses (rtkit_tier_want): calls, pages recorded, resident ones the
      * budget kept while dropping the rest of their chunks, and ones it dropped all the same to reach its goal */
@@ -110,10 +121,17 @@ static inline char *rtk_tier_head_lo(const char *payload)
     return (char *)(((uintptr_t)payload + TIER_PAGE - 1) & ~(uintptr_t)(TIER_PAGE - 1));
 }
 
+/* Where a record's droppable pages begin: past its DRAM head (with swap, MADV_PAGEOUT would send the head's
+ * anonymous pages there), else at its first page. */
+static inline uintptr_t rtk_tier_file_lo(const live_t *r)
+{
+    return r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head : (uintptr_t)r->payload & ~(uintptr_t)4095;
+}
+
 /* tier_heads.c: give a freed record's head back to the pool file (under the live lock); -1: it stays anonymous. */
 RTK_HIDDEN int rtk_tier_restore_head(live_t *r);
 /* tier_budget.c: sample residency (at most once a second unless forced) and enforce tier_resident_max where no
- * page heat is measured. */
+ * page heat is measured (round-robin). */
 RTK_HIDDEN void rtk_tier_sample(int force);
 /* tier_resident.c: keep the sample with the highest RSS (the pool's DRAM and live bytes then), for the report. */
 RTK_HIDDEN void rtk_tier_sample_rss(void);
@@ -123,18 +141,47 @@ RTK_HIDDEN void rtk_tier_sample_rss(void);
 RTK_HIDDEN extern unsigned char *rtk_tier_vec;
 RTK_HIDDEN unsigned char *rtk_tier_mincore_vec(void);
 RTK_HIDDEN uint64_t rtk_tier_resident_of(char *lo, uint64_t len);
+RTK_HIDDEN uint64_t rtk_tier_resident_in(char *lo, uint64_t len, unsigned char *vec);  /* with the caller's vector */
 RTK_HIDDEN extern double rtk_tier_t0;     /* the time of the first residency sample (0: none yet), set by tier_budget.c */
-/* tier_budget.c: at each step mark, page heat every tier_heat_every marks and the budget on it (arms at the
- * first); 1 while heat is measured; watch a range remapped inside the pool; the forked child's part. */
-RTK_HIDDEN void rtk_tier_heat_mark(void);
+/* tier_heat.c: page heat and the budget on it. due: what a step mark owes it (0 nothing, 1 arming, at the first
+ * mark after the heads, under the live lock: heat_arm, 2 a pass); pass: sample heat and, over the budget, write out
+ * and drop the coldest pages, for the step `step` is about to run (under the pass lock); on: 1 while heat is
+ * measured; watch a range remapped inside the pool; the forked child's part. */
+RTK_HIDDEN int rtk_tier_heat_due(void);
+RTK_HIDDEN void rtk_tier_heat_arm(void);
+RTK_HIDDEN void rtk_tier_heat_pass(uint64_t step);
 RTK_HIDDEN int rtk_tier_heat_on(void);
 RTK_HIDDEN void rtk_tier_heat_watch(char *lo, uint64_t len);
 RTK_HIDDEN void rtk_tier_heat_fork_child(void);
+/* tier_worker.c: at each step mark (after the step count moved): arm the heat at the first, start the worker, and
+ * signal it when a pass is due (the pass runs in the mark where no worker runs). */
+RTK_HIDDEN void rtk_tier_heat_mark(void);
+
+/* A point of a heat pass where it holds the pass lock and nothing else: it gives the lock up while a fork's prepare
+ * handler or (hold_here) a test asks, and returns 1 when the process exits (the pass ends now). */
+static inline int rtk_tier_pass_point(int hold_here)
+{
+    for (;;) {
+        if (__atomic_load_n(&rtk_tier.pass_stop, __ATOMIC_ACQUIRE))
+            return 1;
+        uint32_t *word = __atomic_load_n(&rtk_tier.pass_pause, __ATOMIC_ACQUIRE) ? &rtk_tier.pass_pause
+                         : hold_here && __atomic_load_n(&rtk_tier.pass_hold, __ATOMIC_ACQUIRE) ? &rtk_tier.pass_hold
+                                                                                               : NULL;
+        if (!word)
+            return 0;
+        rtk_spin_unlock(&rtk_tier.pass_lock);
+        if (word == &rtk_tier.pass_hold)
+            __atomic_store_n(&rtk_tier.pass_held, 1, __ATOMIC_RELEASE);
+        rtk_os_futex_wait(word, 1);
+        __atomic_store_n(&rtk_tier.pass_held, 0, __ATOMIC_RELEASE);
+        rtk_spin_lock(&rtk_tier.pass_lock);
+    }
+}
 /* tier_want.c: the lookahead's wanted pages. arm: the heat budget runs, `words` (one per chunk, zeroed) hold them;
  * off: nothing more is recorded (no heat, a forked child); wanted: the chunk's pages wanted by the step about to
- * run (a bit per 4 KiB page), read at a mark after the step count moved. */
+ * run (a bit per 4 KiB page), the step count `step` after its mark. */
 RTK_HIDDEN void rtk_tier_want_arm(uint64_t *words, uint64_t nchunks);
 RTK_HIDDEN void rtk_tier_want_off(void);
-RTK_HIDDEN uint32_t rtk_tier_wanted(uint64_t chunk);
+RTK_HIDDEN uint32_t rtk_tier_wanted(uint64_t chunk, uint64_t step);
 
 #endif

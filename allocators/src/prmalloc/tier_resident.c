@@ -25,7 +25,9 @@ unsigned char *rtk_tier_mincore_vec(void)
     return v;
 }
 
-uint64_t rtk_tier_resident_of(char *lo, uint64_t len)
+uint64_t rtk_tier_resident_of(char *lo, uint64_t len) { return rtk_tier_resident_in(lo, len, rtk_tier_vec); }
+
+uint64_t rtk_tier_resident_in(char *lo, uint64_t len, unsigned char *vec)
 {
     uint64_t pages = 0;
     uintptr_t a = (uintptr_t)lo & ~(uintptr_t)4095, end = (uintptr_t)lo + len;
@@ -33,10 +35,10 @@ uint64_t rtk_tier_resident_of(char *lo, uint64_t len)
         uint64_t n = (end - a + 4095) / 4096;
         if (n > VEC_PAGES)
             n = VEC_PAGES;
-        if (rtk_os_resident((void *)a, n * 4096, rtk_tier_vec) != 0)
+        if (rtk_os_resident((void *)a, n * 4096, vec) != 0)
             return pages * 4096;
         for (uint64_t i = 0; i < n; i++)
-            pages += rtk_tier_vec[i] & 1;
+            pages += vec[i] & 1;
         a += n * 4096;
     }
     return pages * 4096;

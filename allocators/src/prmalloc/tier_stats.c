@@ -119,10 +119,12 @@ static long tier_format(char *buf, size_t cap)
             "\"chunks_demoted\": %llu, \"chunks_promoted\": %llu, \"demoted_bytes\": %llu, \"written_out_bytes\": %llu, "
             "\"pages_written_seen\": %llu, \"hot_chunks\": %llu, \"resident_bytes\": %llu, \"watch_errors\": %llu, "
             "\"seconds\": %.4f, \"lookahead_calls\": %llu, \"lookahead_pages\": %llu, \"lookahead_kept_pages\": %llu, "
-            "\"lookahead_dropped_pages\": %llu},%s\"records\": [", nl, mech, every, 65536u, U(v->heat_samples),
+            "\"lookahead_dropped_pages\": %llu, \"mark_seconds\": %.4f, \"on_worker\": %s, \"passes_merged\": %llu, "
+            "\"records_skipped\": %llu},%s\"records\": [", nl, mech, every, 65536u, U(v->heat_samples),
         U(v->heat_demoted), U(v->heat_promoted), U(v->heat_demoted_bytes), U(v->heat_written_out_bytes),
         U(v->heat_pages_written), U(v->heat_hot_chunks), U(v->heat_resident), U(v->heat_watch_errors), v->heat_s,
-        U(LD(v->want_calls)), U(LD(v->want_pages)), U(LD(v->want_kept)), U(LD(v->want_dropped)), nl);
+        U(LD(v->want_calls)), U(LD(v->want_pages)), U(LD(v->want_kept)), U(LD(v->want_dropped)), v->heat_mark_s,
+        v->heat_worker > 0 ? "true" : "false", U(v->heat_merged), U(v->heat_skipped), nl);
     const live_t *top = v->top;
     for (int i = 0; i < v->ntop; i++)
         rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"dram_head_bytes\": %llu, "

@@ -30,12 +30,13 @@ void rtk_tier_want_arm(uint64_t *words, uint64_t nchunks)
 
 void rtk_tier_want_off(void) { __atomic_store_n(&g_armed, -1, __ATOMIC_RELEASE); }
 
-uint32_t rtk_tier_wanted(uint64_t chunk)
+/* a want for the step the pass is for or a later one: the worker's pass may run while the next step's want comes */
+uint32_t rtk_tier_wanted(uint64_t chunk, uint64_t step)
 {
     if (__atomic_load_n(&g_armed, __ATOMIC_ACQUIRE) != 1 || chunk >= g_nchunks)
         return 0;
     uint64_t w = __atomic_load_n(&g_want[chunk], __ATOMIC_RELAXED);
-    return (w >> WANT_BITS) >= __atomic_load_n(&rtk_tier.steps, __ATOMIC_RELAXED) ? (uint32_t)(w & WANT_MASK) : 0;
+    return (w >> WANT_BITS) >= step ? (uint32_t)(w & WANT_MASK) : 0;
 }
 
 static void want_bits(uint64_t chunk, uint64_t bits, uint64_t mark)
