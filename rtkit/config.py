@@ -233,6 +233,9 @@ SETTINGS: List[Setting] = [
        "which pool pages the steps wrote (userfaultfd async write-protect + PAGEMAP_SCAN, Linux >= 6.7) and enforce "
        "the budget on that heat; 0: no heat, the budget drops whole records round-robin", minimum=0,
        maximum=1 << 20, c="tier"),
+    _s("tier_heat_worker", "bool", True, "", "tier mode with heat: run the budget's heat passes on a thread of the "
+       "allocator beside the steps; off: inside the step marks, on the steps' time (what a pass dropped is then out "
+       "of DRAM before the next step)", c="tier"),
     _s("tier_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
        "written so far is cold (MADV_COLD), so pages only initialisers touched are reclaimed before the ones steps use",
        c="tier", alias="pmem_cold_hint"),

@@ -101,10 +101,12 @@ def test_bad_lookahead_settings_say_one_line_and_the_job_runs(tmp_path):
 def _tier_wdl(run_dir, pool, mode, api="session", sets=(), steps=30, rows=2000):
     """The bundled Wide&Deep (EmbeddingVariable analogue: hash-table ids -> rows, lazily filled tables and Adagrad
     slots, hashed rows so that a batch's rows are scattered over many pages) staged, in tier mode with the pool on
-    disk held to 24 MiB resident, so that the rows a step gathers are often out of DRAM."""
+    disk held to 24 MiB resident, so that the rows a step gathers are often out of DRAM. The heat passes run in the
+    step marks (tier_heat_worker=0): what is out of DRAM at a step does not depend on when a worker ran its pass."""
     args = ["run", "--quiet", "--run-dir", str(run_dir), "--set", "sched=1", "--set", "sched_stage=1",
             "--set", f"sched_lookahead={mode}", "--set", f"tier_pool_path={pool}", "--set", "tier_pool_size=600M",
-            "--set", f"tier_resident_max={24 * MIB}"] + [a for kv in sets for a in ("--set", kv)] + [
+            "--set", f"tier_resident_max={24 * MIB}", "--set", "tier_heat_worker=0"] + \
+        [a for kv in sets for a in ("--set", kv)] + [
             "--", sys.executable, "-m", "rtkit.workloads", "wdl",
             "--api", api, "--table-gb", "0.25", "--steps", str(steps), "--batch", "128", "--rows", str(rows),
             "--print-losses", "--no-progress", "--table-fill", "lazy", "--row-assign", "hashed"]

@@ -15,12 +15,12 @@ MIB = 1 << 20
 
 def _capacity(run_dir, pool, api="run", sets=(), profile="capacity", variables="resource"):
     """The user-style script (a table past the placement size, Adagrad, fed power-law ids) as the capacity profile's
-    docs have a user run it: no scheduler setting; a small resident budget so that rows are out of DRAM. The
-    round-robin budget (tier_heat_every=0) drops pages inside the step marks, so which pages are out of DRAM at a
-    step does not depend on when the heat budget's worker got to its pass."""
+    docs have a user run it: no scheduler setting; a small resident budget so that rows are out of DRAM. The heat
+    budget's passes run inside the step marks (tier_heat_worker=0), so which pages are out of DRAM at a step does
+    not depend on when a worker got to its pass."""
     args = ["run", "--quiet", "--run-dir", str(run_dir), "--profile", profile, "--set", f"tier_pool_path={pool}",
             "--set", "tier_pool_size=400M", "--set", f"tier_resident_max={16 * MIB}", "--set", "tier_dram_head=0",
-            "--set", "tier_heat_every=0"] + \
+            "--set", "tier_heat_worker=0"] + \
         [a for kv in sets for a in ("--set", kv)] + [
             "--", sys.executable, "-m", "rtkit.bench.user_table", "--rows", "300000", "--dim", "64", "--steps", "6",
             "--batch", "1024", "--api", api, "--variables", variables]
@@ -45,7 +45,8 @@ def test_capacity_profile_runs_the_fed_lookahead_without_the_scheduler(tmp_path,
     la = sc["pipeline"]["lookahead"]
     assert la["state"] == "on" and la["rows_from"] == "feeds" and la["errors"] == 0, la
     assert la["batches"] == 6 and la["pages_requested"] > 0 and la["tables_measured"] == 1, la
-    assert la["pages_checked"] > 0, la   # (telling the heat budget: test_lookahead.py's tier tests)
+    assert la["pages_checked"] > 0 and la["budget_pages_told"] > 0, la
+    assert report["pmem"]["heat"]["on_worker"] is False, report["pmem"]["heat"]   # tier_heat_worker=0 held
     # only the pages not resident at the check are read; every page of the step's rows was checked
     assert 0 < la["pages_read_ahead"] <= la["pages_checked"] - la["pages_resident"], la
     # the pages requested are those of the rows where the table lies: the pages checked (at its address)

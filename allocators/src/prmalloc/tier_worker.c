@@ -50,6 +50,10 @@ static void worker_start(void)
 {
     if (rtk_tier_view.heat_worker)
         return;
+    if (!rtk_setting_on(RTK_OPT_TIER_HEAT_WORKER)) {
+        rtk_tier_view.heat_worker = -1;  /* tier_heat_worker=0: the marks run the passes */
+        return;
+    }
     int rc = rtk_os_thread_start(worker_main, NULL, WORKER_STACK, &g_thread);
     g_started = rc == 0;
     rtk_tier.pass_stop = 0;
