@@ -37,7 +37,7 @@ static void write_out(uintptr_t lo, uint64_t len)
  * no page heat is measured. */
 static uint32_t g_evict_cursor;
 
-static uint64_t enforce_budget(uint64_t total)
+static void enforce_budget(uint64_t total)
 {
     uint64_t goal = rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) / 4 * 3;
     rtk_spin_lock(&rtk_tier.live_lock);
@@ -65,7 +65,6 @@ static uint64_t enforce_budget(uint64_t total)
     }
     rtk_tier_view.passes++;
     rtk_spin_unlock(&rtk_tier.live_lock);
-    return total;
 }
 
 static int top_records(live_t *out);
