@@ -57,7 +57,7 @@ def _concrete_name(fn) -> str:
 
 # op names that only gradient computation makes: a GradientTape's ops (under "gradient_tape/") and tf.gradients'
 GRADIENT_SCOPES = ("gradient_tape/", "gradients/")
-_TRAINS_ATTR = "_rtkit_trains"
+_CHECKED_ATTR = "_rtkit_graphs_checked"
 MAX_GRAPHS_CHECKED = 4   # traces of one function looked at: a retracing storm is never the step anyway
 
 
@@ -74,20 +74,18 @@ def _graph_computes_gradients(graph) -> bool:
     return any(_computing_gradients(node.name) for f in library for node in f.node_def)
 
 
-def _computes_gradients(fn, concrete_graphs) -> bool:
-    """Whether a traced graph of fn computes gradients (a training step, not an evaluation): looked at after a
-    call that traced, for its first few traces; once true it stays true."""
-    if fn.__dict__.get(_TRAINS_ATTR):
-        return True
-    checked = fn.__dict__.get(_TRAINS_ATTR + "_checked", 0)
-    if checked >= MAX_GRAPHS_CHECKED:
+def _computes_gradients(fn, concrete_graphs, traced: bool) -> bool:
+    """Whether fn's traced graphs compute gradients (a training step, not an evaluation): looked at on its first
+    call and on calls that traced, for its first few traces, and no more once they do (the step owner keeps a
+    signature's True); False otherwise."""
+    checked = fn.__dict__.get(_CHECKED_ATTR, 0)
+    if (checked and not traced) or checked >= MAX_GRAPHS_CHECKED:
         return False
-    fn.__dict__[_TRAINS_ATTR + "_checked"] = checked + 1
     try:
         trains = any(_graph_computes_gradients(g) for g in concrete_graphs(fn))
     except Exception:   # a TensorFlow without these internals: the step is then told by recurrence alone
         trains = False
-    fn.__dict__[_TRAINS_ATTR] = trains
+    fn.__dict__[_CHECKED_ATTR] = MAX_GRAPHS_CHECKED if trains else checked + 1
     return trains
 
 
@@ -111,10 +109,8 @@ def _wrap_call(orig, name_of, api: str, tracing_count, executing_eagerly, graphs
         ms = (time.perf_counter() - t0) * 1000.0
         try:
             traced = tracing_count(self) != traces
-            look = traced or not self.__dict__.get(_TRAINS_ATTR + "_checked")   # a new graph, or none looked at yet
-            trains = _computes_gradients(self, graphs_of) if look else bool(self.__dict__.get(_TRAINS_ATTR))
             rec.record("function", name_of(self), start_unix, ms, minor_faults() - f0, api, traced=traced,
-                       trains=trains)
+                       trains=_computes_gradients(self, graphs_of, traced))
         except Exception as exc:
             rec.notes.append(f"tf.function step recording failed: {exc!r}")
         return result
