@@ -229,9 +229,10 @@ SETTINGS: List[Setting] = [
        "64 KiB chunks by measured write heat (tier_heat_every) are written out and dropped with MADV_PAGEOUT (whole "
        "records round-robin, checked at most once a second, where the kernel cannot measure heat); 0 leaves it to "
        "the kernel", minimum=0, c="tier", alias="pmem_resident_max"),
-    _s("tier_heat_every", "int", 4, "steps", "tier mode with tier_resident_max: every this many step marks, learn "
-       "which pool pages the steps wrote (userfaultfd async write-protect + PAGEMAP_SCAN, Linux >= 6.7) and enforce "
-       "the budget on that heat; 0: no heat, the budget drops whole records round-robin", minimum=0,
+    _s("tier_heat_every", "int", 4, "steps", "tier mode with tier_resident_max or tier_dram_head: every this many "
+       "step marks, learn which pool pages the steps wrote (userfaultfd async write-protect + PAGEMAP_SCAN, Linux >= "
+       "6.7), enforce the budget on that heat and give the hottest chunks half of tier_dram_head; 0: no heat, the "
+       "budget drops whole records round-robin and the heads take all of tier_dram_head", minimum=0,
        maximum=1 << 20, c="tier"),
     _s("tier_heat_worker", "bool", True, "", "tier mode with heat: run the budget's heat passes on a thread of the "
        "allocator beside the steps; off: inside the step marks, on the steps' time (what a pass dropped is then out "
@@ -239,10 +240,12 @@ SETTINGS: List[Setting] = [
     _s("tier_cold_hint", "bool", True, "", "tier mode: at the first step mark, advise the kernel that every pool page "
        "written so far is cold (MADV_COLD), so pages only initialisers touched are reclaimed before the ones steps use",
        c="tier", alias="pmem_cold_hint"),
-    _s("tier_dram_head", "size", 0, "bytes", "tier mode: at the first step mark, the same leading share of every "
-       "pooled record of 1 MiB or more, this many bytes in all (at most half of MemAvailable then), moves to "
-       "anonymous DRAM that is never written to the pool file: with rows assigned in first-seen order (the bundled "
-       "EmbeddingVariable analogue) these are the hottest rows; 0: off", minimum=0, c="tier", alias="pmem_dram_head"),
+    _s("tier_dram_head", "size", 0, "bytes", "tier mode: pool pages kept as the process's own DRAM, never written to "
+       "the pool file, this many bytes in all (at most half of MemAvailable at the first step mark): a private "
+       "mapping over them, whose pages become anonymous once a step writes them. At the first mark the same leading "
+       "share of every pooled record of 1 MiB or more (with rows in first-seen order, the hottest rows); where page "
+       "heat runs (tier_heat_every), half of it there and the other half to the 64 KiB chunks the steps write most, "
+       "as the heat passes find them; 0: off", minimum=0, c="tier", alias="pmem_dram_head"),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
        maximum=1 << 40, c="pmem"),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",

@@ -1,5 +1,5 @@
 /* prmalloc_tier.c -- PMEM tier mode under LD_PRELOAD: what lands in the pool, frees/realloc, fork, pool full.
- * Usage: prmalloc_tier basic|full|plain|heads|churn|small|double_free|realloc_freed (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR
+ * Usage: prmalloc_tier basic|full|plain|heads|heads_heat|heads_race|churn|small|double_free|realloc_freed (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR
  * set by the caller). */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -16,8 +16,9 @@ typedef int (*write_fn)(void);
 static in_pmem_fn t_in_pmem;
 static write_fn t_write;
 
-/* 1 when p lies inside a mapping of the file named by RTKIT_TIER_POOL_PATH, per /proc/self/maps */
-static int in_pool_file(const void *p)
+/* How p is mapped, per /proc/self/maps: 's' in a shared mapping of the file named by RTKIT_TIER_POOL_PATH (the
+ * pool's), 'p' in a private mapping of it (a DRAM head, or a forked child's view), 0 elsewhere */
+static int pool_mapping(const void *p)
 {
     const char *path = getenv("RTKIT_TIER_POOL_PATH");
     FILE *f = fopen("/proc/self/maps", "r");
@@ -27,13 +28,30 @@ static int in_pool_file(const void *p)
     int found = 0;
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3)
             continue;
         if ((uintptr_t)p >= lo && (uintptr_t)p < hi && strstr(line, path))
-            found = 1;
+            found = perms[3];
     }
     fclose(f);
     return found;
+}
+
+static int in_pool_file(const void *p) { return pool_mapping(p) == 's'; }
+
+/* The number after `key` in this process's pmem-<pid>.json in RTKIT_RUN_DIR (as last written), or -1 */
+static long long stats_figure(const char *key)
+{
+    char path[4096], buf[1 << 16];
+    snprintf(path, sizeof path, "%s/pmem-%ld.json", getenv("RTKIT_RUN_DIR"), (long)getpid());
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = 0;
+    const char *at = strstr(buf, key);
+    return at ? strtoll(at + strlen(key), NULL, 10) : -1;
 }
 
 static void fill(unsigned char *p, size_t n, unsigned seed)
@@ -220,9 +238,10 @@ static int plain(void)
     return test_done("prmalloc_tier plain");
 }
 
-/* RTKIT_TIER_DRAM_HEAD set by the caller (4 MiB): at the first mark the leading share of each big record leaves
- * the pool file for anonymous memory, with its data (written rows and holes alike); fork gives the child its own
- * copy of heads and pool; a freed record's head goes back to the file (the next record placed there is the pool's). */
+/* RTKIT_TIER_DRAM_HEAD set by the caller (4 MiB): at the first mark the leading share of each big record becomes a
+ * private mapping of the pool file, with its data (written rows and holes alike), and the pages a step writes there
+ * the process's own; fork gives the child its own copy of heads and pool; a freed record's head goes back to the
+ * shared file (the next record placed there is the pool's). */
 static int heads(void)
 {
     size_t n = 8 << 20;
@@ -232,8 +251,8 @@ static int heads(void)
     for (size_t off = 0; off < n; off += 3 << 20)
         fill(a + off, 64 << 10, (unsigned)off);
     memset(b, 7, n);
-    /* a child forked before the mark keeps reading the file through its private view: the mark must not punch
-     * the pages under it */
+    /* a child forked before the mark keeps reading the file through its private view: the mark must leave the
+     * file's data under the heads as it is */
     int go[2];
     CHECK(pipe(go) == 0);
     pid_t early = fork();
@@ -255,14 +274,20 @@ static int heads(void)
     int est = -1;
     CHECK(early > 0 && waitpid(early, &est, 0) == early && WIFEXITED(est) && WEXITSTATUS(est) == 0);
     /* the head: 2 MiB of each (4 MiB over 16 MiB of records, a quarter each), the rest still the file's */
-    CHECK(!in_pool_file(a + 8192) && !in_pool_file(b + (1 << 20)) && in_pool_file(a + (3 << 20)));
+    CHECK(pool_mapping(a + 8192) == 'p' && pool_mapping(b + (1 << 20)) == 'p' && in_pool_file(a + (3 << 20)));
     for (size_t off = 0; off < n; off += 3 << 20)
         CHECK(same(a + off, 64 << 10, (unsigned)off));
     CHECK(a[(1 << 20) + 5] == 0 && b[0] == 7 && b[(1 << 20) + 9] == 7 && b[n - 1] == 7);
     memset(a, 9, 1 << 20);  /* a step writes hot rows */
+    CHECK(t_write() == 0);
+    /* what it wrote of a's head is the process's own now (a's first 1 MiB less the page the head starts past),
+     * and nothing else of the heads */
+    long long written = stats_figure("\"written_bytes\": "), peak = stats_figure("\"written_peak_bytes\": ");
+    CHECK(written >= (1 << 20) - 4096 && written <= (1 << 20) && peak == written);
     pid_t pid = fork();
     if (pid == 0) {
-        int ok = a[100] == 9 && b[n - 1] == 7 && !in_pool_file(a + 8192) && in_pool_file(a + (3 << 20));
+        /* the child's whole view of the pool is private: its writes stay its own */
+        int ok = a[100] == 9 && b[n - 1] == 7 && pool_mapping(a + 8192) == 'p' && pool_mapping(a + (3 << 20)) == 'p';
         memset(a, 1, 1 << 20);  /* the child's own copy: head ... */
         memset(a + (5 << 20), 1, 4096);  /* ... and pool pages */
         _exit(ok ? 0 : 1);
@@ -276,6 +301,103 @@ static int heads(void)
     free(b);
     CHECK(t_write() == 0);
     return test_done("prmalloc_tier heads");
+}
+
+/* RTKIT_TIER_DRAM_HEAD=8M, RTKIT_TIER_HEAT_EVERY=1 and RTKIT_TIER_HEAT_WORKER=0 set by the caller: two 8 MiB tables,
+ * one whose every page each step writes and one no step writes. The first mark's leading shares take half of the
+ * budget (2 MiB of each table); the heat passes give the other half to the written table's chunks past its head
+ * (heat 0xC0: written at two samples running), none to the other. Data stays; a forked child sees the parent's
+ * rows there, not the file's older ones; a free gives them back to the file. */
+static int heads_heat(void)
+{
+    size_t n = 8 << 20;
+    unsigned char *hot = malloc(n), *cold = malloc(n);
+    CHECK(hot && cold && t_in_pmem(hot) && t_in_pmem(cold));
+    memset(hot, 1, n);
+    memset(cold, 2, n);
+    for (int step = 0; step < 6; step++) {
+        t_mark();
+        for (size_t off = 0; off < n; off += 4096)
+            hot[off] = (unsigned char)(10 + step);
+    }
+    CHECK(pool_mapping(hot + (3 << 20)) == 'p' && pool_mapping(hot + (5 << 20)) == 'p');
+    CHECK(pool_mapping(hot + n - 4096) == 's');                       /* past the budget */
+    CHECK(pool_mapping(cold + (3 << 20)) == 's' && pool_mapping(cold + 4096) == 'p');  /* its head only */
+    int ok = 1;
+    for (size_t off = 0; off < n; off += 4096)
+        ok &= hot[off] == 15 && hot[off + 1] == 1 && cold[off] == 2;
+    CHECK(ok);
+    CHECK(t_write() == 0);
+    CHECK(stats_figure("\"by_heat\": {\"bytes\": ") == 4 << 20);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int good = hot[3 << 20] == 15 && hot[(3 << 20) + 1] == 1 && hot[n - 4096] == 15 && cold[3 << 20] == 2;
+        hot[3 << 20] = 99;  /* its own copy */
+        _exit(good ? 0 : 1);
+    }
+    int st = -1;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(hot[3 << 20] == 15);
+    uintptr_t promoted = (uintptr_t)hot + (3 << 20);
+    free(hot);
+    CHECK(in_pool_file((void *)promoted));  /* the pool's again */
+    free(cold);
+    CHECK(t_write() == 0);
+    return test_done("prmalloc_tier heads_heat");
+}
+
+/* A writer thread keeps updating a table (as a parameter server's update RPCs, or the other threads of a Hogwild
+ * trainer, do while one thread marks a step) through the first step mark that makes the DRAM heads: every update
+ * must be in the table afterwards, whether it landed before, during or after the head was made. */
+typedef struct { uint64_t *table; size_t pages; volatile int stop; uint64_t updates, progress; } racer_t;
+
+static void *head_racer(void *arg)
+{
+    racer_t *r = arg;
+    uint64_t n = 0;
+    for (size_t i = 0; !r->stop; i = (i + 7919) % r->pages, n++) {
+        __atomic_add_fetch(&r->table[i * 512], 1, __ATOMIC_RELAXED);
+        if (!(n & 1023))
+            __atomic_store_n(&r->progress, n, __ATOMIC_RELAXED);
+    }
+    r->updates = n;
+    return NULL;
+}
+
+/* until the writer has written every page of the table twice more (7919 and the page count share no factor) */
+static void racer_laps(racer_t *r)
+{
+    uint64_t from = __atomic_load_n(&r->progress, __ATOMIC_RELAXED);
+    while (__atomic_load_n(&r->progress, __ATOMIC_RELAXED) < from + 2 * r->pages + 1024)
+        ;
+}
+
+static int heads_race(void)
+{
+    size_t pages = (64u << 20) / 4096;
+    racer_t r = {malloc(pages * 4096), pages, 0, 0, 0};
+    CHECK(r.table && t_in_pmem(r.table));
+    memset(r.table, 0, pages * 4096);  /* initialisation: every page of the table in the file */
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, head_racer, &r) == 0);
+    racer_laps(&r);
+    t_mark();  /* the heads: the whole table (or half, with heat), while the writer runs */
+    for (int i = 0; i < 3; i++) {
+        racer_laps(&r);  /* every chunk written between marks: hot to the heat passes, which promote them */
+        t_mark();
+    }
+    r.stop = 1;
+    pthread_join(th, NULL);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < pages; i++)
+        sum += r.table[i * 512];
+    if (sum != r.updates)
+        fprintf(stderr, "heads_race: %llu updates, %llu in the table\n", (unsigned long long)r.updates,
+                (unsigned long long)sum);
+    CHECK(sum == r.updates);
+    CHECK(t_write() == 0);
+    free(r.table);
+    return test_done("prmalloc_tier heads_race");
 }
 
 /* Before any step mark: 320 MiB of 1 MiB records placed and freed (churn) stops placement for what follows,
@@ -349,6 +471,10 @@ int main(int argc, char **argv)
         return plain();
     if (!strcmp(mode, "heads"))
         return heads();
+    if (!strcmp(mode, "heads_heat"))
+        return heads_heat();
+    if (!strcmp(mode, "heads_race"))
+        return heads_race();
     if (!strcmp(mode, "churn"))
         return churn();
     if (!strcmp(mode, "small"))

@@ -136,6 +136,24 @@ def _where(p) -> str:
         return " in the step marks"
     return f" beside the steps (the marks: {fmt.seconds(get(p, 'heat.mark_seconds'))})"
 
+def _head_written(written: Any) -> str:
+    """The most of the heads the steps had written at a stats write: the process's own copies, in anonymous DRAM
+    (the rest of a head is the pool file's page cache, which the kernel may reclaim)."""
+    if not isinstance(written, int) or written < 0:
+        return "which of their pages the steps wrote is not known (the kernel has no PAGEMAP_SCAN)"
+    return f"up to {fmt.nbytes(written)} of them written by the steps (anonymous DRAM, never written back)"
+
+
+def _by_heat(p: Dict[str, Any]) -> str:
+    """The chunks the heat passes promoted into the heads' budget (none said where nothing was promoted)."""
+    promoted = get(p, "dram_head.by_heat.bytes")
+    if not promoted:
+        return ""
+    refused = get(p, "dram_head.by_heat.runs_refused")
+    return (f"plus {fmt.nbytes(promoted)} of the hottest chunks chosen by page heat"
+            + (f" ({fmt.num(refused)} runs refused at the mapping limit)" if refused else "") + "; ")
+
+
 def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     """off: why there is nothing to show (or None); rows: (name, text); tables: (title, headers, rows); notes: the
     summary's tier warnings (warning_words)."""
@@ -157,9 +175,10 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     if get(p, "dram_head.setting_bytes"):
         rows.append(("table heads in DRAM (tier_dram_head)",
                      f"{fmt.nbytes(get(p, 'dram_head.bytes'))} of a {fmt.nbytes(get(p, 'dram_head.budget_bytes'))} "
-                     f"budget, {fmt.num(get(p, 'dram_head.records'))} records, "
-                     f"{fmt.nbytes(get(p, 'dram_head.copied_bytes'))} copied in "
-                     f"{fmt.num(round(get(p, 'dram_head.seconds') or 0, 2))} s at the first step"))
+                     f"budget, {fmt.num(get(p, 'dram_head.records'))} "
+                     f"record{'' if get(p, 'dram_head.records') == 1 else 's'}, made in "
+                     f"{fmt.num(round(get(p, 'dram_head.seconds') or 0, 2))} s at the first step; "
+                     f"{_by_heat(p)}{_head_written(get(p, 'dram_head.written_peak_bytes'))}"))
     budget = get(p, PM.RESIDENT_MAX)
     if budget:
         rows.append(("resident budget (tier_resident_max)",

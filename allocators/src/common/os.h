@@ -61,8 +61,6 @@ enum {
 RTK_HIDDEN int rtk_os_advise(void *p, size_t size, int advice);
 /* Map fd's [off, off + size) at exactly `at` (over what is there): shared (writes reach the file) or private. */
 RTK_HIDDEN int rtk_os_map_file_at(void *at, size_t size, int fd, uint64_t off, int shared);
-/* Move the pages of [from, from + size) to exactly `to` (over what is there); from is unmapped. */
-RTK_HIDDEN int rtk_os_move_at(void *from, size_t size, void *to);
 /* Which of the pages of [p, p + size) are in memory: one byte per page in vec, bit 0 set when resident. */
 RTK_HIDDEN int rtk_os_resident(void *p, size_t size, unsigned char *vec);
 RTK_HIDDEN int rtk_os_open_rw(const char *path);
@@ -77,11 +75,6 @@ enum { RTK_PATH_ABSENT = 0, RTK_PATH_LOCKED, RTK_PATH_PRESENT };
 RTK_HIDDEN int rtk_os_path_probe(const char *path);
 /* 1 when path lies on a RAM file system (tmpfs, ramfs), else 0. */
 RTK_HIDDEN int rtk_os_on_ram_fs(const char *path);
-/* The first data byte at or after pos, and the first hole after that, of fd (SEEK_DATA/SEEK_HOLE): 0, -ENXIO
- * when no data follows pos, other -errno when the file system cannot tell. */
-RTK_HIDDEN int rtk_os_next_data(int fd, uint64_t pos, uint64_t *data, uint64_t *hole);
-/* Free fd's blocks in [off, off + size), keeping its size. */
-RTK_HIDDEN int rtk_os_punch_hole(int fd, uint64_t off, uint64_t size);
 /* Write fd's dirty pages in [off, off + size) and wait for them. */
 RTK_HIDDEN int rtk_os_write_back(int fd, uint64_t off, uint64_t size);
 /* Drop fd's clean cached pages in [off, off + size) that no process maps (POSIX_FADV_DONTNEED): the pages of a
@@ -104,6 +97,9 @@ RTK_HIDDEN int rtk_os_watch_add(const rtk_os_watch_t *w, void *p, size_t size);
 RTK_HIDDEN long rtk_os_watch_scan(const rtk_os_watch_t *w, void *lo, void *hi, rtk_os_region_t *out, long cap,
                                   int strict, uintptr_t *walk_end);
 RTK_HIDDEN void rtk_os_watch_close(rtk_os_watch_t *w);
+/* The bytes of [p, p + size) held in the process's own anonymous pages (a private file mapping's pages once
+ * written: copies on write), by PAGEMAP_SCAN (Linux >= 6.7); -errno where the kernel cannot tell. */
+RTK_HIDDEN long long rtk_os_private_bytes(void *p, size_t size);
 
 /* ---- primitives of the PMEM pool's files (same conventions: errno kept, 0 or -errno unless said otherwise) */
 /* Online CPUs (at least 1). */

@@ -43,13 +43,6 @@ int rtk_os_map_file_at(void *at, size_t size, int fd, uint64_t off, int shared)
     return result(p == MAP_FAILED ? -1 : 0, saved);
 }
 
-int rtk_os_move_at(void *from, size_t size, void *to)
-{
-    int saved = errno;
-    void *p = mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to);
-    return result(p == MAP_FAILED ? -1 : 0, saved);
-}
-
 int rtk_os_resident(void *p, size_t size, unsigned char *vec)
 {
     int saved = errno;
@@ -119,29 +112,6 @@ int rtk_os_on_ram_fs(const char *path)
     return ram;
 }
 
-int rtk_os_next_data(int fd, uint64_t pos, uint64_t *data, uint64_t *hole)
-{
-    int saved = errno;
-    off_t d = lseek(fd, (off_t)pos, SEEK_DATA);
-    if (d < 0)
-        return result(-1, saved);
-    off_t h = lseek(fd, d, SEEK_HOLE);
-    if (h < 0) {
-        errno = saved;
-        return -EOPNOTSUPP;  /* never -ENXIO here: data was found */
-    }
-    *data = (uint64_t)d;
-    *hole = (uint64_t)h;
-    errno = saved;
-    return 0;
-}
-
-int rtk_os_punch_hole(int fd, uint64_t off, uint64_t size)
-{
-    int saved = errno;
-    return result(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size), saved);
-}
-
 /* The userfaultfd and PAGEMAP_SCAN interface (linux/userfaultfd.h, linux/fs.h), spelled out: older headers lack
  * the parts this needs, and the kernel is asked at run time anyway. */
 #define UFFD_USER_MODE_ONLY_ 1
@@ -158,6 +128,8 @@ struct pm_scan_arg_ {
 };
 #define PAGEMAP_SCAN_ _IOWR('f', 16, struct pm_scan_arg_)
 #define PAGE_IS_WRITTEN_ (1ull << 1)
+#define PAGE_IS_FILE_ (1ull << 2)
+#define PAGE_IS_PRESENT_ (1ull << 3)
 #define PM_SCAN_WP_MATCHING_ (1ull << 0)
 #define PM_SCAN_CHECK_WPASYNC_ (1ull << 1)
 
@@ -211,6 +183,35 @@ long rtk_os_watch_scan(const rtk_os_watch_t *w, void *lo, void *hi, rtk_os_regio
     }
     *walk_end = (uintptr_t)a.walk_end;
     return n;
+}
+
+long long rtk_os_private_bytes(void *p, size_t size)
+{
+    int saved = errno;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return result(-1, saved);
+    rtk_os_region_t out[64];
+    long long bytes = 0;
+    uint64_t lo = (uint64_t)(uintptr_t)p, hi = lo + size;
+    while (lo < hi) {
+        /* present and not a page of the file: a page the process wrote through a private mapping (copy on write) */
+        struct pm_scan_arg_ a = {sizeof a, 0, lo, hi, 0, (uint64_t)(uintptr_t)out, 64, 0, PAGE_IS_FILE_,
+                                 PAGE_IS_FILE_ | PAGE_IS_PRESENT_, 0, PAGE_IS_PRESENT_};
+        long n = ioctl(fd, PAGEMAP_SCAN_, &a);
+        if (n < 0) {
+            bytes = -errno;
+            break;
+        }
+        for (long i = 0; i < n; i++)
+            bytes += (long long)(out[i].end - out[i].start);
+        if (a.walk_end <= lo)
+            break;
+        lo = a.walk_end;
+    }
+    close(fd);
+    errno = saved;
+    return bytes;
 }
 
 void rtk_os_watch_close(rtk_os_watch_t *w)

@@ -13,7 +13,7 @@
 static double g_tl_last;
 static uint64_t g_tl_steps;  /* the step count at the last sample */
 
-/* the record's pool file pages in DRAM: all of it but its DRAM head */
+/* the record's pages in DRAM but its DRAM head's (its promoted chunks' included) */
 static uint64_t file_resident(const live_t *r)
 {
     if (!r->head)
@@ -89,8 +89,9 @@ void rtk_tier_sample(int force)
     rtk_spin_lock(&rtk_tier.live_lock);
     for (uint32_t i = 0; i < rtk_tier.nlive; i++) {
         live_t *r = &rtk_tier.live[i];
-        r->resident = file_resident(r);
-        r->head_resident = r->head ? rtk_tier_resident_of(rtk_tier_head_lo(r->payload), r->head) : 0;
+        uint64_t promoted = rtk_tier_promoted_resident(r), file = file_resident(r);
+        r->resident = file > promoted ? file - promoted : 0;
+        r->head_resident = (r->head ? rtk_tier_resident_of(rtk_tier_head_lo(r->payload), r->head) : 0) + promoted;
         total += r->resident;
         heads += r->head_resident;
     }
@@ -100,7 +101,7 @@ void rtk_tier_sample(int force)
         enforce_budget(total);
     /* what the report shows is the pool's file pages in DRAM, read over the used span once: the records' sum counts
      * a page that small records share once for each of them (99 MiB shown for 26-31 MiB in smaps), and misses the
-     * pages of freed records not yet given back; the heads are anonymous memory, not the file's */
+     * pages of freed records not yet given back; the heads and promoted chunks are private, not the file's */
     rtk_spin_lock(&rtk_tier.live_lock);
     uint64_t span = rtk_tier_resident_of(rtk_tier.base, LD(rtk_tier.high));
     rtk_spin_unlock(&rtk_tier.live_lock);

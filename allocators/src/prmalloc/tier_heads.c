@@ -7,97 +7,48 @@
 #include "prmalloc/tier_internal.h"
 
 /* ---------------------------------------------------------------- DRAM heads (tier_dram_head)
- * A record's head is its first whole pages, remapped as private anonymous memory over the pool's shared file
- * mapping: the same addresses, so pointers into the table stay valid, but its pages are never dirty in the page
- * cache, never written back and never evicted: the rows a job rewrites every step would otherwise be written back
- * to a pool on disk again and again (docs/pmem.md, "Full scale"). */
+ * A record's head is its first whole pages, remapped as a private mapping of the same range of the pool file: the
+ * same addresses, so pointers into the table stay valid. A page of it the steps write becomes the process's own
+ * anonymous copy (the kernel's copy on write): never a dirty page of the file, never written back, never evicted:
+ * the rows a job rewrites every step would otherwise be written back to a pool on disk again and again
+ * (docs/pmem.md, "Full scale"). Pages of it no step writes stay the file's: clean page cache the kernel may
+ * reclaim, so the head's DRAM follows the rows in use. */
 #define HEAD_MIN ((uint64_t)1 << 20)     /* records smaller than this keep no head */
-#define HEAD_CHUNK ((uint64_t)64 << 20)  /* copied and remapped this much at a time: bounded transient memory */
 
-/* Give a freed record's head back to the pool file (under the live lock, with its entry): the pool may place any
- * record there next, and everything in the pool must be the file's pages (fork, the budget and hole punching
- * assume it). -1: it stays anonymous, and the record must not be reused. */
+static void give_back(char *lo, uint64_t len)
+{
+    rtk_os_advise(lo, len, RTK_ADVISE_RANDOM);  /* as the rest of the pool */
+    rtk_tier_heat_watch(lo, len);               /* a new mapping: watched as the rest of the pool */
+}
+
+/* Give a freed record's head and promoted chunks back to the pool file (under the live lock, with its entry): the
+ * pool may place any record there next, and everything in the pool must be the file's shared pages (fork, the
+ * budget and hole punching assume it). The private copies go with them: the record is freed. -1: some stay private,
+ * and the record must not be reused. */
 int rtk_tier_restore_head(live_t *r)
 {
+    int rc = 0;
+    if (r->promoted) {
+        rc = rtk_tier_restore_promoted(r, give_back);
+        if (rc == 0)
+            r->promoted = 0;
+    }
     if (!r->head)
-        return 0;
+        return rc;
     char *lo = rtk_tier_head_lo(r->payload);
     if (rtk_os_map_file_at(lo, r->head, rtk_tier.fd, (uint64_t)(lo - rtk_tier.base), 1) != 0)
         return -1;
-    rtk_os_advise(lo, r->head, RTK_ADVISE_RANDOM);  /* as the rest of the pool */
-    rtk_tier_heat_watch(lo, r->head);                /* a new mapping: watched as the rest of the pool */
+    give_back(lo, r->head);
     rtk_tier.head_restored += r->head;
     r->head = 0;
-    return 0;
+    return rc;
 }
 
-static int all_zero(const char *p, uint64_t n)
-{
-    const uint64_t *w = (const uint64_t *)p;
-    uint64_t acc = 0;
-    for (uint64_t i = 0; i < n / 8; i++)
-        acc |= w[i];
-    for (uint64_t i = n & ~(uint64_t)7; i < n; i++)
-        acc |= (unsigned char)p[i];
-    return acc == 0;
-}
-
-/* The file's data in [off, off + len) into dst, whose pages start untouched (zero, not resident): only pages with
- * a non-zero byte are written, so the head's anonymous pages grow with the rows in use, as the file's did. Data
- * extents only, where the file system tells them apart (a sparse file; a preallocated one reports its unwritten
- * extents as data, and reading those costs a zero page each). */
-static uint64_t copy_data(char *dst, uint64_t off, uint64_t len)
-{
-    uint64_t copied = 0, end = off + len;
-    for (uint64_t pos = off; pos < end;) {
-        uint64_t d, h;
-        int rc = rtk_os_next_data(rtk_tier.fd, pos, &d, &h);
-        if (rc == -ENXIO)
-            break;  /* no data past pos */
-        if (rc != 0)
-            d = pos, h = end;  /* the file system cannot tell: look at it all */
-        if (d >= end)
-            break;
-        uint64_t stop = h < end ? h : end;
-        for (uint64_t a = d; a < stop;) {
-            uint64_t next = ((a & ~(uint64_t)4095) + 4096) < stop ? (a & ~(uint64_t)4095) + 4096 : stop;
-            if (!all_zero(rtk_tier.base + a, next - a)) {
-                memcpy(dst + (a - off), rtk_tier.base + a, next - a);
-                copied += next - a;
-            }
-            a = next;
-        }
-        pos = stop;
-    }
-    return copied;
-}
-
-/* Move [lo, lo + len) of the pool to anonymous memory, a chunk at a time; returns the bytes moved (a prefix). */
-static uint64_t move_to_dram(char *lo, uint64_t len)
-{
-    uint64_t done = 0;
-    while (done < len) {
-        uint64_t c = len - done < HEAD_CHUNK ? len - done : HEAD_CHUNK, off = (uint64_t)(lo - rtk_tier.base) + done;
-        char *tmp = rtk_os_map(c, 0);
-        if (!tmp)
-            break;
-        rtk_tier.head_copied += copy_data(tmp, off, c);
-        if (rtk_os_move_at(tmp, c, lo + done) != 0) {
-            rtk_os_unmap(tmp, c);
-            break;
-        }
-        /* the file's copy goes: no page cache, no disk blocks, nothing to write back; not while a child forked
-         * before this mark may still read these pages through its private view of the file */
-        if (rtk_tier.forked_before_heads || rtk_os_punch_hole(rtk_tier.fd, off, c) != 0)
-            rtk_tier.head_punch_errors++;
-        done += c;
-    }
-    return done;
-}
-
-/* At the first step mark, under the live lock (no record is placed or freed meanwhile; the job is between
- * steps, so no kernel writes a table): every record of HEAD_MIN or more gets the same leading share, the budget
- * over their total bytes. With rows in first-seen order, a table's first rows are its most used ones. */
+/* At the first step mark, under the live lock (no record is placed or freed meanwhile): every record of HEAD_MIN
+ * or more gets the same leading share of the budget over their total bytes: all of it, or half where page heat
+ * is measured, whose passes promote the chunks the steps write most with the other half (rtk_tier_promote). With
+ * rows in first-seen order, a table's first rows are its most used ones; with other layouts, or tables of unequal
+ * use, the heat finds them. */
 static void make_heads(void)
 {
     if (!rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD) || rtk_tier.state != T_ON || !rtk_tier.live || rtk_tier.fd < 0)
@@ -107,6 +58,8 @@ static void make_heads(void)
     if (avail != SIZE_MAX && budget > avail / 2)
         budget = avail / 2;  /* anonymous pages cannot be reclaimed without swap: leave the page cache room */
     rtk_tier.head_budget = budget;
+    if (rtk_tier_heat_on() && rtk_tier_promoted_arm() == 0)
+        budget /= 2;
     rtk_spin_lock(&rtk_tier.live_lock);
     uint64_t total = 0;
     for (uint32_t i = 0, k = 0; i < rtk_tier.nlive && k < HEAD_CAP; i++)
@@ -122,7 +75,8 @@ static void make_heads(void)
         uint64_t want = (uint64_t)((double)(end - lo) * share) & ~(uint64_t)4095;
         if (end <= lo || want < HEAD_MIN / 4 || rtk_tier.head_bytes + want > budget)
             continue;
-        r->head = move_to_dram(lo, want);
+        r->head = rtk_tier_private_map(lo, want);
+        rtk_tier_heat_watch(lo, r->head);  /* a new mapping, made after the heat watched the pool */
         if (r->head) {
             rtk_tier.head_bytes += r->head;
             rtk_tier.head_records++;
@@ -130,6 +84,46 @@ static void make_heads(void)
     }
     rtk_spin_unlock(&rtk_tier.live_lock);
     rtk_tier.head_s = rtk_tier_now_s() - t0;
+}
+
+/* The heads' pages the steps wrote (private copies in anonymous memory) now, and the most seen at any stats write
+ * (a job frees its tables at exit), or -errno where the kernel cannot tell. The same walk drops the file's cached
+ * pages under the heads that no mapping uses any more: a page's first write copies the file's page, which would
+ * otherwise sit in the page cache beside its copy (a zero page each for rows no step had used) until the kernel
+ * reclaims it. Under 1 GiB of heads (well under a millisecond) at every stats write; past it (tens of ms for 10 GiB)
+ * again only once 50 times its own time has passed, so the stats writes spend at most 2% of a core on it, and the
+ * figure may be that old. */
+long long rtk_tier_heads_written(long long *peak)
+{
+    static long long last, most;
+    static double at = -1e300, took;
+    double t0 = rtk_tier_now_s();
+    uint64_t held = (rtk_tier.head_bytes - rtk_tier.head_restored) +
+                    (rtk_tier.head_promoted - rtk_tier.head_promoted_restored);
+    if (held && (held < (1ull << 30) || t0 - at >= 50.0 * took)) {
+        long long sum = 0;
+        rtk_spin_lock(&rtk_tier.live_lock);
+        for (uint32_t i = 0; rtk_tier.live && i < rtk_tier.nlive; i++) {
+            live_t *r = &rtk_tier.live[i];
+            if (!r->head && !r->promoted)
+                continue;
+            /* the head and the promoted chunks lie in the record's whole pages: one walk over them */
+            char *lo = rtk_tier_head_lo(r->payload);
+            uint64_t len = r->promoted ? (((uintptr_t)r->payload + r->n) & ~(uintptr_t)4095) - (uintptr_t)lo : r->head;
+            long long b = rtk_os_private_bytes(lo, len);
+            sum = b < 0 || sum < 0 ? (b < 0 ? b : sum) : sum + b;
+            rtk_tier_drop_copied(r);
+        }
+        rtk_spin_unlock(&rtk_tier.live_lock);
+        at = rtk_tier_now_s();
+        took = at - t0;
+        last = sum;
+        most = sum < 0 ? sum : sum > most ? sum : most;
+    } else if (!held && last > 0) {
+        last = 0;  /* every head and promoted chunk given back */
+    }
+    *peak = most;
+    return last;
 }
 
 /* ---------------------------------------------------------------- step marks, fork, exit */
@@ -207,19 +201,22 @@ static void punch_free_space(void)
 
 void rtk_tier_step_mark(void)
 {
-    if (__atomic_load_n(&rtk_tier_pre, __ATOMIC_RELAXED) && __atomic_exchange_n(&rtk_tier_pre, 0, __ATOMIC_ACQ_REL)) {
+    int first = __atomic_load_n(&rtk_tier_pre, __ATOMIC_RELAXED) && __atomic_exchange_n(&rtk_tier_pre, 0, __ATOMIC_ACQ_REL);
+    if (first) {
         rtk_tier_sample_rss();  /* the pre-step frees' pages still held: often the run's highest RSS */
         punch_free_space();
-        make_heads();  /* after the cold hint: heads are hot by design */
     }
     rtk_tier_pre = 0;
     rtk_tier.steps++;
     rtk_tier.bytes_at_mark = __atomic_load_n(&rtk_tier.bytes, __ATOMIC_RELAXED);
-    rtk_tier.heads_at_mark = rtk_tier.head_bytes - rtk_tier.head_restored;
-    rtk_tier_heat_mark();  /* after the heads: they are watched with the rest of the pool */
+    rtk_tier_heat_mark();  /* the first arms the heat: the heads then know whether its passes promote chunks */
+    if (first)
+        make_heads();      /* after the cold hint: heads are hot by design */
+    rtk_tier.heads_at_mark = (rtk_tier.head_bytes - rtk_tier.head_restored) +
+                             (rtk_tier.head_promoted - rtk_tier.head_promoted_restored);
 }
 
-/* fork waits for the live lock (a mark making heads holds it): the child then sees every moved range recorded */
+/* fork waits for the live lock (a mark making heads holds it): the child then sees every head recorded */
 static int g_fork_locked;
 
 void rtk_tier_fork_prepare(void)
@@ -228,8 +225,6 @@ void rtk_tier_fork_prepare(void)
     if (!g_fork_locked)
         return;
     rtk_spin_fork_prepare(&rtk_tier.live_lock);
-    if (__atomic_load_n(&rtk_tier_pre, __ATOMIC_RELAXED))
-        rtk_tier.forked_before_heads = 1;  /* the child's private view reads the file: heads must not punch it */
 }
 
 void rtk_tier_fork_parent(void)
@@ -249,25 +244,27 @@ void rtk_tier_fork_child(void)
      * the kept descriptor: the file's name is gone) */
     int fd = rtk_tier.fd >= 0 ? rtk_tier.fd : rtk_os_open_ro(rtk_tier.path);
     if (fd >= 0) {
-        /* around the DRAM heads: fork already gave the child its own copy of those */
-        static uint64_t heads[HEAD_CAP][2];
-        long nh = 0;
-        for (uint32_t i = 0; rtk_tier.head_records && rtk_tier.live && i < rtk_tier.nlive && nh < HEAD_CAP; i++)
+        /* around the DRAM heads and the promoted chunks: they are private mappings already, of which fork gave
+         * the child its own (mapping the file over them would show the child the file's older rows) */
+        static uint64_t keep[HEAD_CAP + RUNS_MAX][2];
+        long nk = 0;
+        for (uint32_t i = 0; rtk_tier.head_records && rtk_tier.live && i < rtk_tier.nlive && nk < HEAD_CAP; i++)
             if (rtk_tier.live[i].head) {
-                heads[nh][0] = (uint64_t)(rtk_tier_head_lo(rtk_tier.live[i].payload) - rtk_tier.base);
-                heads[nh][1] = heads[nh][0] + rtk_tier.live[i].head;
-                nh++;
+                keep[nk][0] = (uint64_t)(rtk_tier_head_lo(rtk_tier.live[i].payload) - rtk_tier.base);
+                keep[nk][1] = keep[nk][0] + rtk_tier.live[i].head;
+                nk++;
             }
-        sort_ranges(heads, nh);
+        nk += rtk_tier_promoted_ranges(keep + nk, HEAD_CAP + RUNS_MAX - nk);
+        sort_ranges(keep, nk);
         uint64_t cur = 0;
-        for (long i = 0; i <= nh; i++) {
-            uint64_t next = i < nh ? heads[i][0] : rtk_tier.size;
+        for (long i = 0; i <= nk; i++) {
+            uint64_t next = i < nk ? keep[i][0] : rtk_tier.size;
             int rc = next > cur ? rtk_os_map_file_at(rtk_tier.base + cur, next - cur, fd, cur, 0) : 0;
             if (rc != 0)
                 snprintf(rtk_tier.reason, sizeof rtk_tier.reason, "forked child: pool view stays shared (%s)",
                          strerror(-rc));
-            if (i < nh)
-                cur = heads[i][1];
+            if (i < nk)
+                cur = keep[i][1];
         }
         if (fd != rtk_tier.fd)
             rtk_os_close(fd);

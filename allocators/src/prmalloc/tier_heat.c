@@ -19,8 +19,8 @@
  * A pass runs beside the steps, on the budget's worker thread (tier_worker.c): it takes the live lock only to copy
  * the live records and to check one is still live before it drops its pages, so frees and placements never wait
  * for its system calls; it never reads or writes a record's memory, only asks the kernel about its pages. */
-#define CHUNK_SHIFT 16
-#define CHUNK ((uint64_t)1 << CHUNK_SHIFT)
+#define CHUNK_SHIFT TIER_CHUNK_SHIFT
+#define CHUNK TIER_CHUNK
 #define REGION_CAP 4096
 #define F_DROPPED 1                       /* the budget dropped this chunk's pages since it was last written */
 
@@ -89,7 +89,8 @@ static int heat_rearm(char *lo, char *hi, int strict)
     return 0;
 }
 
-/* at the first step mark (after the DRAM heads are made), under the live lock: watch the whole pool */
+/* at the first step mark (before the DRAM heads are made: they then watch their own new mappings), under the live
+ * lock: watch the whole pool */
 void rtk_tier_heat_arm(void)
 {
     g_nchunks = (rtk_tier.size + CHUNK - 1) >> CHUNK_SHIFT;
@@ -191,6 +192,8 @@ static int64_t chunk_residency(void)
             for (uint64_t k = 0; k < n; k++)
                 if (g_vec[k] & 1) {
                     uint64_t c = (off + k * 4096) >> CHUNK_SHIFT;
+                    if (rtk_tier_chunk_promoted(c))
+                        continue;  /* private: the process's own pages, not the budget's to drop */
                     if (c < used && g_res[c] < CHUNK / TIER_PAGE)
                         g_res[c]++;
                     mine++;
@@ -337,13 +340,80 @@ static uint64_t heat_evict(uint64_t total, uint64_t goal, uint64_t step)
     return total;
 }
 
+/* Heat-driven DRAM heads: while the heads' budget has room (tier_dram_head; the first step mark's leading shares take
+ * half of it), the chunks the steps wrote at the last two samples or more (heat 0xC0 and up), the hottest first,
+ * become private (rtk_tier_promote): their pages are then the process's own once written, never written back or
+ * dropped. Chunks of records of 1 MiB or more, whole chunks inside the record's pages past its leading head. No
+ * chunk is demoted: taking a written page back into the file while a thread may write it would lose that write. */
+#define PROMOTE_MIN 0xC0
+#define PROMOTE_RECORD_MIN ((uint64_t)1 << 20)
+
+/* the chunks of copied record k a promotion may take: [*c0, *c1) */
+static int promotable(uint32_t k, uint64_t *c0, uint64_t *c1)
+{
+    const live_t *r = &g_snap[k];
+    if (r->n < PROMOTE_RECORD_MIN)
+        return 0;
+    uintptr_t base = (uintptr_t)rtk_tier.base, lo = (uintptr_t)rtk_tier_head_lo(r->payload) + r->head;
+    uintptr_t hi = ((uintptr_t)r->payload + r->n) & ~(uintptr_t)4095;
+    *c0 = (lo - base + CHUNK - 1) >> CHUNK_SHIFT;
+    *c1 = (hi - base) >> CHUNK_SHIFT;
+    if (*c1 > chunks_used())
+        *c1 = chunks_used();
+    return *c1 > *c0;
+}
+
+static void heat_promote(void)
+{
+    uint64_t room = rtk_tier_promote_room() >> CHUNK_SHIFT;
+    if (!room)
+        return;
+    static uint64_t hist[256];
+    memset(hist, 0, sizeof hist);
+    uint64_t c0, c1;
+    for (uint32_t k = 0; k < g_nsnap; k++)
+        for (uint64_t c = 0; promotable(k, &c0, &c1) && (c = c < c0 ? c0 : c) < c1; c++)
+            if (g_hot[c] >= PROMOTE_MIN && !rtk_tier_chunk_promoted(c))
+                hist[g_hot[c]]++;
+    /* every chunk hotter than `cut`, and `partial` of those at `cut` (in address order) */
+    int cut = 255;
+    uint64_t acc = 0, partial;
+    while (cut > PROMOTE_MIN && acc + hist[cut] <= room)
+        acc += hist[cut--];
+    partial = room - acc < hist[cut] ? room - acc : hist[cut];
+    for (uint32_t k = 0; k < g_nsnap; k++) {
+        if (!promotable(k, &c0, &c1))
+            continue;
+        if (rtk_tier_pass_point(0))
+            return;
+        uint64_t run = 0;
+        for (uint64_t c = c0; c <= c1; c++) {
+            int take = c < c1 && !rtk_tier_chunk_promoted(c) &&
+                       (g_hot[c] > cut || (g_hot[c] == cut && g_hot[c] >= PROMOTE_MIN && partial && partial--));
+            if (take) {
+                run++;
+                continue;
+            }
+            if (run && rtk_tier_promote(g_snap_at[k], g_snap[k].born, c - run, run) == 0)
+                rtk_tier_heat_watch(rtk_tier.base + ((c - run) << CHUNK_SHIFT), run << CHUNK_SHIFT);  /* a new mapping */
+            else if (run && !rtk_tier_promote_room())
+                return;
+            run = 0;
+        }
+    }
+}
+
 int rtk_tier_heat_due(void)
 {
     long every = rtk_setting_num(RTK_OPT_TIER_HEAT_EVERY);
-    if (!rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) || every <= 0 || g_heat < 0 || rtk_tier.state != T_ON ||
+    int budget = rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) != 0;
+    if ((!budget && !rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD)) || every <= 0 || g_heat < 0 || rtk_tier.state != T_ON ||
         !rtk_tier.live)
         return 0;
-    return !g_heat ? 1 : rtk_tier.steps % (uint64_t)every == 0 ? 2 : 0;
+    if (!g_heat)
+        return 1;
+    /* heads alone: no pass once their budget is spent (a free of a record with heads gives it room again) */
+    return rtk_tier.steps % (uint64_t)every == 0 && (budget || rtk_tier_promote_room()) ? 2 : 0;
 }
 
 /* A sample and the budget on it, for the step `step` is about to run: under the pass lock (the worker's, or the
@@ -371,8 +441,9 @@ void rtk_tier_heat_pass(uint64_t step)
     /* where a test holds the pass: its sample and its copy of the records taken, nothing dropped yet */
     if (total < 0 || rtk_tier_pass_point(1))
         return;
-    if ((uint64_t)total > max)
+    if (max && (uint64_t)total > max)
         total = (int64_t)heat_evict((uint64_t)total, max / 4 * 3, step);
+    heat_promote();
     uint64_t hot = 0;
     for (uint64_t c = 0; c < used; c++)
         hot += g_hot[c] >= 0x80;

@@ -14,6 +14,9 @@
 
 #define TIER_HDR 32                       /* size, handle, live index, tag in front of every payload */
 #define TIER_PAGE 4096
+#define TIER_CHUNK_SHIFT 16               /* page heat and promotion work on 64 KiB chunks of the pool */
+#define TIER_CHUNK ((uint64_t)1 << TIER_CHUNK_SHIFT)
+#define RUNS_MAX 8192                     /* runs of promoted chunks at most: a private mapping each */
 #define LIVE_CAP (1u << 20)               /* records in the live table at most */
 #define HEAD_CAP 4096                     /* records with a DRAM head at most (fork remaps around each) */
 #define TL_CAP 1024                       /* residency samples kept (a ring) */
@@ -36,8 +39,15 @@ enum { T_OFF = 0, T_IDLE, T_CREATING, T_ON, T_FAILED, T_BUSY, T_CHILD };
 
 /* A live pool record. resident: its file pages in DRAM; head: its DRAM head's bytes; head_resident: their pages
  * in DRAM; born: its place in the order records were made (a record made later at the same address is another
- * one). Its index in the table is kept in its tier header (hd[2]); a free swaps the last entry into its place. */
-typedef struct { char *rec; uint64_t len; char *payload; uint64_t n; uint64_t resident, head, head_resident, born; } live_t;
+ * one); promoted: the bytes of its chunks the heat passes made private. Its index in the table is kept in its tier
+ * header (hd[2]); a free swaps the last entry into its place. */
+typedef struct {
+    char *rec;
+    uint64_t len;
+    char *payload;
+    uint64_t n;
+    uint64_t resident, head, head_resident, born, promoted;
+} live_t;
 
 typedef struct {
     int state;
@@ -60,10 +70,11 @@ typedef struct {
     int pre_stopped;                      /* placement before the first step stopped: the pool churned */
     int no_remove;                        /* the file system cannot punch holes: freed pages stay */
     uint64_t remove_errors;
-    /* DRAM heads (tier_dram_head): what the first step mark moved, the budget it had, and what it cost */
-    uint64_t head_budget, head_bytes, head_copied, head_records, head_restored, heads_at_mark, head_punch_errors;
+    /* DRAM heads (tier_dram_head): what the first step mark made private, the budget it had, and what it cost; the
+     * chunks the heat passes promoted (bytes, chunks, given back) and the runs refused at RUNS_MAX */
+    uint64_t head_budget, head_bytes, head_records, head_restored, heads_at_mark;
+    uint64_t head_promoted, head_promoted_chunks, head_promoted_restored, head_runs_refused;
     uint64_t head_kept_errors;            /* freed records whose head could not be given back: never reused */
-    int forked_before_heads;              /* a child may still map the pool's file pages privately */
     double head_s;
     /* the live records: for punching free space at the first step mark, the heads, the budget, the view */
     live_t *live;
@@ -128,8 +139,30 @@ static inline uintptr_t rtk_tier_file_lo(const live_t *r)
     return r->head ? (uintptr_t)rtk_tier_head_lo(r->payload) + r->head : (uintptr_t)r->payload & ~(uintptr_t)4095;
 }
 
-/* tier_heads.c: give a freed record's head back to the pool file (under the live lock); -1: it stays anonymous. */
+/* tier_heads.c: give a freed record's head back to the pool file (under the live lock); -1: it stays private. */
 RTK_HIDDEN int rtk_tier_restore_head(live_t *r);
+/* tier_heads.c: the heads' pages the steps wrote (their private copies) now and at most, or -errno where the kernel
+ * cannot tell */
+RTK_HIDDEN long long rtk_tier_heads_written(long long *peak);
+/* tier_private.c: private ranges of the pool (heads, promoted chunks). private_map: make [lo, lo + len) private (its
+ * length, or 0); promoted_arm: map the promoted-chunk map (0, or -1); promote_room: bytes the heat passes may still
+ * promote (0: heads or heat off); chunk_promoted: 1 while chunk c is private (a relaxed read); promote: make chunks
+ * [c, c + n) of the live record at index `at` made `born`-th private (0, or -1 when it is gone, past the room or the
+ * run limit); promoted_runs: private runs now. Under the live lock: restore_promoted gives record r's promoted chunks
+ * back to the file's shared pages, calling remapped on each run (0, or -1 where one stays private);
+ * promoted_resident: their pages in DRAM; drop_copied: drop the file's cached pages under r's head and promoted
+ * chunks that no mapping uses (what the first writes copied); promoted_ranges: the runs as [start, end) offsets,
+ * at most cap of them (a forked child's remap keeps them). */
+RTK_HIDDEN uint64_t rtk_tier_private_map(char *lo, uint64_t len);
+RTK_HIDDEN int rtk_tier_promoted_arm(void);
+RTK_HIDDEN uint64_t rtk_tier_promote_room(void);
+RTK_HIDDEN int rtk_tier_chunk_promoted(uint64_t c);
+RTK_HIDDEN int rtk_tier_promote(uint32_t at, uint64_t born, uint64_t c, uint64_t n);
+RTK_HIDDEN uint64_t rtk_tier_promoted_runs(void);
+RTK_HIDDEN int rtk_tier_restore_promoted(const live_t *r, void (*remapped)(char *lo, uint64_t len));
+RTK_HIDDEN uint64_t rtk_tier_promoted_resident(const live_t *r);
+RTK_HIDDEN void rtk_tier_drop_copied(const live_t *r);
+RTK_HIDDEN long rtk_tier_promoted_ranges(uint64_t (*out)[2], long cap);
 /* tier_budget.c: sample residency (at most once a second unless forced) and enforce tier_resident_max where no
  * page heat is measured (round-robin). */
 RTK_HIDDEN void rtk_tier_sample(int force);

@@ -244,7 +244,7 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
     if ((uint64_t)(p - rtk_tier.base) + usable > rtk_tier.high)
         rtk_tier.high = (uint64_t)(p - rtk_tier.base) + usable;
     if (rtk_tier.live && rtk_tier.nlive < LIVE_CAP) {
-        rtk_tier.live[rtk_tier.nlive] = (live_t){p, usable, q, n, 0, 0, 0, ++rtk_tier.born};
+        rtk_tier.live[rtk_tier.nlive] = (live_t){p, usable, q, n, 0, 0, 0, ++rtk_tier.born, 0};
         hd[2] = rtk_tier.nlive++;
     } else {
         rtk_tier.live_overflow = 1;  /* an untracked record: the first step mark must not punch around the table */

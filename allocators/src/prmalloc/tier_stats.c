@@ -83,16 +83,21 @@ static long tier_format(char *buf, size_t cap)
             "\"first_step_punches\": %llu, \"first_step_punched_bytes\": %llu, \"first_step_cold_hint_bytes\": %llu},", nl,
         t->no_remove ? "true" : "false", U(LD(t->remove_errors)), U(LD(t->deferred_frees)), U(LD(t->deferred_bytes)),
         U(TIER_DEFER_MAX), U(t->gap_punches), U(t->gap_bytes), U(t->cold_hint_bytes));
+    long long written_peak, written = rtk_tier_heads_written(&written_peak);
     rtk_out_put(&o, "%s\"dram_head\": {\"setting_bytes\": %llu, \"budget_bytes\": %llu, \"bytes\": %llu, "
-            "\"records\": %llu, \"copied_bytes\": %llu, \"restored_bytes\": %llu, \"seconds\": %.3f, "
-            "\"file_copies_kept\": %llu, \"not_given_back\": %llu},", nl,
-        U(rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD)), U(t->head_budget), U(t->head_bytes), U(t->head_records), U(t->head_copied), U(t->head_restored),
-        t->head_s, U(t->head_punch_errors), U(LD(t->head_kept_errors)));
+            "\"records\": %llu, \"written_bytes\": %lld, \"written_peak_bytes\": %lld, \"restored_bytes\": %llu, "
+            "\"seconds\": %.3f, \"not_given_back\": %llu, \"by_heat\": {\"bytes\": %llu, \"chunks\": %llu, "
+            "\"restored_bytes\": %llu, \"runs\": %llu, \"runs_refused\": %llu}},", nl,
+        U(rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD)), U(t->head_budget), U(t->head_bytes), U(t->head_records),
+        written < 0 ? -1LL : written, written_peak < 0 ? -1LL : written_peak, U(t->head_restored), t->head_s,
+        U(LD(t->head_kept_errors)), U(t->head_promoted), U(t->head_promoted_chunks), U(t->head_promoted_restored),
+        U(rtk_tier_promoted_runs()), U(t->head_runs_refused));
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(t->bad_frees)),
         nl, U(LD(t->child_frees)), nl, U(LD(t->errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now, less the
      * heads still in anonymous memory */
     uint64_t saved = t->steps ? mark : bytes, heads_live = t->steps ? t->heads_at_mark : t->head_bytes - t->head_restored;
+    /* (the heads and the chunks the heat made private: their pages are the process's own once written) */
     rtk_out_put(&o, "%s\"dram_bytes_saved_estimate\": %llu,", nl, U(saved > heads_live ? saved - heads_live : 0));
     long long rss[3];
     rss_parts(rss);
@@ -128,9 +133,9 @@ static long tier_format(char *buf, size_t cap)
     const live_t *top = v->top;
     for (int i = 0; i < v->ntop; i++)
         rtk_out_put(&o, "%s{\"offset\": %llu, \"bytes\": %llu, \"resident_bytes\": %llu, \"dram_head_bytes\": %llu, "
-                "\"hot_fraction\": %.4f}",
+                "\"dram_by_heat_bytes\": %llu, \"hot_fraction\": %.4f}",
             i ? ", " : "", U(top[i].payload - t->base), U(top[i].n), U(top[i].resident + top[i].head_resident),
-            U(top[i].head), hot_fraction(&top[i]));
+            U(top[i].head), U(top[i].promoted), hot_fraction(&top[i]));
     rtk_out_put(&o, "],%s\"timeline\": [", nl);
     unsigned first_tl = v->ntimeline > TL_CAP ? v->ntimeline - TL_CAP : 0;
     for (unsigned i = first_tl; i < v->ntimeline; i++) {
