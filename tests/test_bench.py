@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import requires_tf, run_rtkit
+from conftest import requires_tf, run_rtkit, unpreloaded_env
 from rtkit.bench import peers, stats
 
 PY = sys.executable
@@ -273,8 +273,7 @@ def test_timeout_and_interrupt(tmp_path):
 
     # Ctrl-C: the current run is stopped, the figures so far are written, exit 130.
     out = str(tmp_path / "i")
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
+    env = unpreloaded_env()
     # SIGINT back to its default in the bench: a shell starts background jobs (`make test &`) with it ignored,
     # and an ignored disposition survives exec, so Python would never raise KeyboardInterrupt.
     proc = subprocess.Popen([RTKIT, "bench", "--no-progress", "--configs", "tf-default,glibc", "--rounds", "2",
