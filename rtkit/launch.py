@@ -121,7 +121,7 @@ def _descendants(pid: int) -> List[int]:
 
 # Listing the descendants reads /proc/*/stat of every process on the machine (psutil's parent map): ~2 ms with
 # 140 processes, more on a busy host. Done at every 200 ms sample by each `rtkit run` of a 6-task local cluster,
-# that was 4% of the cluster's CPU per training step. The known processes are sampled every time; the list
+# it would cost 4% of the cluster's CPU per training step. The known processes are sampled every time; the list
 # is renewed at most this often (a descendant is seen within this time of its start).
 DESCENDANTS_EVERY_S = 2.0
 

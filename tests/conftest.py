@@ -130,12 +130,17 @@ def preload_env(native, extra=None, preload=True):
     return env
 
 
+def unpreloaded_env(extra=None):
+    """The test process's environment without LD_PRELOAD (rtkit adds its own library), plus `extra`."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.update(extra or {})
+    return env
+
+
 def run_rtkit(args, env=None, cwd=None, timeout=600, check_rc=None):
     """Run the real `rtkit` command; returns CompletedProcess with text stdout/stderr."""
-    full_env = dict(os.environ)
-    full_env.pop("LD_PRELOAD", None)
-    full_env.update(env or {})
-    proc = subprocess.run([RTKIT, *args], env=full_env, cwd=cwd, capture_output=True, text=True,
+    proc = subprocess.run([RTKIT, *args], env=unpreloaded_env(env), cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
     if check_rc is not None and proc.returncode != check_rc:
         raise AssertionError(f"rtkit {' '.join(args)} exited {proc.returncode}, expected {check_rc}\n"

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import requires_tf, run_rtkit
+from conftest import requires_tf, run_rtkit, unpreloaded_env
 from rtkit.bench import peers, stats
 
 PY = sys.executable
@@ -265,17 +265,15 @@ def test_timeout_and_interrupt(tmp_path):
     from conftest import RTKIT
     sleeper = [PY, "-c", "import time; time.sleep(60)"]
     out = str(tmp_path / "t")
-    t0 = time.monotonic()
+    # a run not stopped at --timeout would end with the sleeper, status ok: the status and the error say it was stopped
     bench(["--configs", "glibc", "--rounds", "1", "--timeout", "2", "--out", out, "--", *sleeper], check_rc=1,
           timeout=120)
-    assert time.monotonic() - t0 < 45
     run = load(out)["runs"][0]
     assert run["status"] == "timeout" and "ran past --timeout 2 s" in run["error"]
 
     # Ctrl-C: the current run is stopped, the figures so far are written, exit 130.
     out = str(tmp_path / "i")
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
+    env = unpreloaded_env()
     # SIGINT back to its default in the bench: a shell starts background jobs (`make test &`) with it ignored,
     # and an ignored disposition survives exec, so Python would never raise KeyboardInterrupt.
     proc = subprocess.Popen([RTKIT, "bench", "--no-progress", "--configs", "tf-default,glibc", "--rounds", "2",

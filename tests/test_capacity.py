@@ -220,7 +220,7 @@ def test_workload_refuses_bad_zipf_and_compaction_flags():
 @requires_tf
 def test_capacity_bench_runs_zipf_at_a_tiny_scale(tmp_path):
     """The bench end to end at a tiny scale: (a) and (b) train the Zipf data set, (b) in a pool under a resident
-    budget with compaction; the figures the issue asks for are in capacity.json and the table."""
+    budget with compaction; the bench's figures are in capacity.json and the table."""
     out = tmp_path / "o"
     proc = subprocess.run([sys.executable, "-m", "rtkit.bench.capacity", "--dram-gb", "0.25", "--resident-gb", "0.02",
                            "--steps", "20", "--batch", "256", "--distinct", "2000000", "--emb-dim", "8",

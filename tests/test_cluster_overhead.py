@@ -59,7 +59,7 @@ def test_sampler_lists_descendants_seldom_and_still_finds_new_ones(monkeypatch):
     assert seen is not None, "the child never started its grandchild"
     n = len(sampler.samples)
     assert n >= 20
-    # before: one listing (all of /proc) per sample; now one per DESCENDANTS_EVERY_S
+    # one listing (all of /proc) per DESCENDANTS_EVERY_S, not one per sample
     assert len(calls) <= elapsed / launch.DESCENDANTS_EVERY_S + 1, (len(calls), n, elapsed)
     assert sampler.samples[0]["processes"] == 1
     assert sampler.samples[-1]["processes"] == 2     # the grandchild, found by a later listing

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import RTKIT, requires_tf, run_rtkit
+from conftest import RTKIT, requires_tf, run_rtkit, unpreloaded_env
 
 POLL_S = 0.5
 GUARD_POLLS = 1200   # a hang guard (10 minutes of polls), never a bound on how fast anything is
@@ -52,9 +52,8 @@ class Job:
                "--set", "live_interval_ms=500", "--", sys.executable, "-m", "rtkit.workloads", "wdl",
                "--steps", "1000000", "--batch", "256", "--rows", "4096", "--capacity", "4096",
                "--data-dir", os.path.join(root, "data"), "--no-progress"]
-        env = dict(os.environ)
-        env.pop("LD_PRELOAD", None)
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=unpreloaded_env(),
+                                     start_new_session=True)
 
     def stepped(self, n):
         live = _live(self.run_dir)
@@ -300,8 +299,7 @@ def test_top_on_a_cluster_folder_is_one_line_per_task(tmp_path):
 def test_launch_tasks_serve_their_own_labelled_endpoints(tmp_path):
     base = _free_port()
     folder, tb = tmp_path / "cluster", tmp_path / "tb"
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
+    env = unpreloaded_env()
     with open(tmp_path / "launch.log", "w") as log:
         launcher = subprocess.Popen(
             [RTKIT, "launch", "--ps", "1", "--workers", "1", "--cluster-dir", str(folder),

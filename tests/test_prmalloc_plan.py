@@ -84,7 +84,7 @@ def test_loaded_plan_min_size_applies(prm, tmp_path):
 
 
 def test_loaded_plan_min_size_leaves_the_setting_in_the_value_array(prm, tmp_path):
-    # the plan's min_size was written into the settings' value array, which then no longer held what the user set
+    # the plan's min_size is in force (rtk_fastpath); the settings' value array keeps what the user set
     from rtkit import config
     plan = tmp_path / "plan.txt"
     plan.write_text(plan_text([(1 << 20, 1, 4096), (2 << 20, 1, 4096)], min_size=1 << 20))

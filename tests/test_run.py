@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import RTKIT, load_report, run_rtkit
+from conftest import RTKIT, load_report, run_rtkit, unpreloaded_env
 
 PY = sys.executable
 
@@ -117,10 +117,8 @@ def test_sigterm_is_forwarded_and_report_written(tmp_path):
         "signal.signal(signal.SIGTERM, h)\n"
         "print('ready', flush=True)\n"
         "time.sleep(60)\n")
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
     proc = subprocess.Popen([RTKIT, "run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=unpreloaded_env())
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)

@@ -9,16 +9,10 @@ import time
 
 import pytest
 
-from conftest import RTKIT, load_report, run_rtkit
+from conftest import RTKIT, load_report, run_rtkit, unpreloaded_env
 
 PY = sys.executable
 pytestmark = pytest.mark.timeout(300)
-
-
-def _env():
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    return env
 
 
 def _start(args, block=()):
@@ -28,7 +22,7 @@ def _start(args, block=()):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # SIGQUIT's default action: no core file
         if block:
             signal.pthread_sigmask(signal.SIG_BLOCK, set(block))
-    return subprocess.Popen([RTKIT, *args], env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    return subprocess.Popen([RTKIT, *args], env=unpreloaded_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
 
 

@@ -771,27 +771,31 @@ def test_graphs_the_rewrite_cannot_handle_are_left_as_they_are(tmp_path, kind, r
 
 
 def test_exit_does_not_wait_for_a_slow_input_run(tmp_path):
-    """The runner is a daemon: at exit rtkit gives it one second, not the input run's latency."""
-    from tensorflow.python.data.experimental.ops import testing
+    """The runner is a daemon: at exit rtkit gives it a deadline, not the input run's latency. The runner's input
+    run in flight at exit is held until the test lets it go: at_exit must return while it still runs, leaving the
+    runner behind, and the session's close then waits for the run and stops the runner."""
+    entered, release, done, calls = threading.Event(), threading.Event(), [], []
 
-    path = write_data(str(tmp_path / "d.csv"), 320)
-    g = tf.Graph()
-    with g.as_default():
-        ds = tf.data.TextLineDataset(path).batch(32).apply(testing.sleep(2_000_000))  # 2 s per batch
-        it = tf1.data.make_initializable_iterator(ds)
-        x = tf.strings.to_number(tf.strings.split(it.get_next(), ",").to_tensor()[:, 2])
-        total = tf.reduce_sum(x)
-    sched = Scheduler(tf, settings(sched_stage=True), None)
-    h = Hooked(sched, g)
-    h.run(it.initializer)
-    for _ in range(3):
-        h.run(total)
-    import time as _t
-    t0 = _t.time()
-    sched.at_exit()
-    assert _t.time() - t0 < 1.8
+    def gate(x):  # the input stage of the first 3 batches passes; the 4th is held until released
+        calls.append(1)
+        if len(calls) > 3:
+            entered.set()
+            release.wait(120)   # a guard against a hang, never the pass condition
+            done.append(1)
+        return x
+
+    losses, err, sched, h = train(tmp_path, stage=True, steps=3, probe=gate)
+    try:
+        assert len(losses) == 3 and err is None
+        assert entered.wait(120), "the runner never started the 4th batch's input run"
+        (st,) = sched._states.values()
+        sched.at_exit()
+        assert not done, "at_exit waited for the input run in flight"
+        assert st.runner.alive and rtkit_threads(), "at_exit returned, the runner is left to finish its run"
+    finally:
+        release.set()
     h.close()  # close waits for the in-flight input run, then the runner is gone
-    assert not rtkit_threads()
+    assert done and not rtkit_threads()
 
 
 def test_keras_dataset_gets_stage_options_unless_the_script_set_them():

@@ -157,7 +157,10 @@ SYSCALLS = {"mmap", "mmap64", "munmap", "mremap", "madvise", "mincore", "msync",
             "stat", "stat64", "lstat", "lstat64", "fstat", "fstat64", "__fxstat", "__fxstat64", "statfs", "statfs64",
             "fstatfs", "fstatfs64", "flock", "lseek", "lseek64", "fallocate", "fallocate64", "posix_fallocate",
             "posix_fallocate64", "ftruncate", "ftruncate64", "sync_file_range", "getrusage", "clock_gettime", "getpid",
-            "syscall", "sched_yield", "sysconf"}
+            "syscall", "sched_yield", "sysconf", "time", "gettimeofday", "nanosleep", "clock_nanosleep", "usleep",
+            "ioctl", "fcntl", "fcntl64", "posix_fadvise", "posix_fadvise64", "mprotect", "getrlimit", "getrlimit64",
+            "setrlimit", "prctl", "mkdir", "readlink", "access", "dup", "dup2", "pipe", "pipe2", "kill", "gettid",
+            "sysinfo", "sched_getaffinity", "openat64", "__open_2", "__open64_2", "__read_chk", "__pread_chk"}
 OS_LAYER = {os.path.join("common", name) for name in ("os.c", "os_file.c", "log.c")}
 
 

@@ -13,8 +13,8 @@ def _waits_end_only_on_notify(cond):
 
 def test_a_finished_read_wakes_the_decode_waiting_for_it():
     """The Runner waits for the reader's batch in flight; the reader's end of the read must wake it. Left to the
-    wait's 50 ms timeout, each latency-bound batch waited up to 50 ms more, and read-ahead lost to plain staging
-    (54 ms against 41 ms a step on the legacy-lat bench)."""
+    wait's 50 ms timeout, each latency-bound batch would wait up to 50 ms more, and read-ahead would lose to plain
+    staging."""
     read_may_end, decoded, plain = threading.Event(), [], []
     ra = ReadAhead(run_read=lambda: read_may_end.wait(60), run_decode=lambda: decoded.append(1),
                    run_clear=lambda: None, depth=1)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import REPO, requires_tf
+from conftest import REPO, requires_tf, unpreloaded_env
 from rtkit.workloads import data
 
 SUMMARY = re.compile(r"^rtkit-workload: model=(\w+) api=(\w+) steps=(\d+) loss_first=(\S+) "
@@ -18,9 +18,8 @@ DIGITS = re.compile(r"^[0-9]+$")
 
 
 def _workload(args, timeout=240):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("LD_PRELOAD", None)
-    proc = subprocess.run([sys.executable, "-m", "rtkit.workloads", *args], cwd=REPO, env=env,
+    proc = subprocess.run([sys.executable, "-m", "rtkit.workloads", *args], cwd=REPO,
+                          env=unpreloaded_env({"TF_CPP_MIN_LOG_LEVEL": "2"}),
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     return proc

@@ -29,7 +29,7 @@ PEERS = {
     "mimalloc": os.path.join(LIBDIR, "libmimalloc.so.2"),
 }
 # peer name -> (library of PEERS it preloads, extra environment): jemalloc as Intel configures it for TF
-# (decay off: freed pages stay mapped), the setting the whole-run target compares against
+# (decay off: freed pages stay mapped), the setting rtkit's whole-run target compares against
 PEER_VARIANTS = {
     "jemalloc-nodecay": ("jemalloc", {"MALLOC_CONF": "oversize_threshold:1,background_thread:true,metadata_thp:auto,"
                                                       "dirty_decay_ms:-1,muzzy_decay_ms:-1"}),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from rtkit.report import bounds
 from rtkit.report.contract import Allocator, Bounds
 from rtkit.report.fmt import get
 
@@ -71,14 +70,12 @@ def steady_faults_per_step(steps: Mapping[str, Any]) -> Optional[float]:
 
 
 def metrics_from_report(report: Mapping[str, Any]) -> Dict[str, Optional[float]]:
-    """The figures the bench compares, from one report.json (schema_version 1). Missing -> None."""
+    """The figures the bench compares, from one report.json (report/model.py's SCHEMA_VERSION). Missing -> None."""
     run = report.get("run") or {}
     process = report.get("process") or {}
     steps = report.get("steps") or {}
     summary = steps.get("summary") or {}
-    b = report.get("bounds")
-    if not isinstance(b, Mapping):   # a report written before the bounds section
-        b = bounds.build(dict(report)) if isinstance(process, Mapping) and isinstance(steps, Mapping) else None
+    b = report.get("bounds")   # the runner builds it into every report.json (None without an RSS baseline)
     return {
         "step_ms_median": _num(summary.get("step_ms_median")),
         "steps_per_s": _num(summary.get("steps_per_s")),

@@ -114,6 +114,11 @@ uint64_t rtk_os_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t rtk_os_unix_s(void)
+{
+    return (uint64_t)time(NULL);
+}
+
 /* Safety rule (docs/safety.md): every file the C libraries write is created fresh with O_EXCL|O_NOFOLLOW under a
  * name no one else uses, then renamed over the target. A link planted at the temporary's name (a shared run
  * directory) makes the create fail instead of writing through it; mode 0666 leaves the permissions to the umask. */

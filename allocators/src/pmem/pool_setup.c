@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #ifdef RTK_HAVE_LIBPMEM
 #include <libpmem.h>
 #endif
@@ -209,7 +208,7 @@ void rtk_pool_init_header(struct rtkit_pmem_pool *p) {
     h->nsegs = p->g.nsegs;
     h->data_off = p->g.data_off;
     h->uuid = p->g.uuid;
-    h->created_ns = (uint64_t)time(NULL) * 1000000000ull;
+    h->created_ns = rtk_os_unix_s() * 1000000000ull;
     memcpy(h->magic, RTK_MAGIC, 8);
     h->csum = rtk_hdr_csum(h);
     h->mcsum = rtk_hdr_mcsum(h);

@@ -1,10 +1,10 @@
-/* glibc_heap.c -- huge pages for glibc's thread heaps. Once rtkit's large heap serves the big blocks, the small
+/* glibc_heap.c -- huge pages for glibc's thread heaps. While rtkit's large heap serves the big blocks, the small
  * objects that stay with glibc (a recommender's hash nodes for new ids: ~150 KiB more live data every step on wdl)
- * no longer land in the touched free chunks big blocks used to leave in glibc's heaps: they grow the heaps into
- * fresh pages, one minor fault per 4 KiB (measured: ~40 per step after the plan, the whole of the excess over
- * RTKIT_MALLOC_LARGE=0). glibc's own THP tunable (glibc.malloc.hugetlb=1) advises only the main heap; its thread
- * heaps grow by mprotect a few pages at a time, and a 2 MiB page needs its whole aligned range writable. So: the
- * top pad is the heap size (glibc then makes each new thread heap writable whole; untouched pages cost nothing),
+ * find none of the touched free chunks that big blocks leave in glibc's heaps when glibc serves them: they grow the
+ * heaps into fresh pages, one minor fault per 4 KiB (measured: ~40 per step after the plan, the whole of the excess
+ * over RTKIT_MALLOC_LARGE=0). glibc's own THP tunable (glibc.malloc.hugetlb=1) advises only the main heap; its
+ * thread heaps grow by mprotect a few pages at a time, and a 2 MiB page needs its whole aligned range writable. So:
+ * the top pad is the heap size (glibc then makes each new thread heap writable whole; untouched pages cost nothing),
  * and each thread heap is advised MADV_HUGEPAGE when a sampled malloc first returns a block from it. Faults then
  * come one per 2 MiB. glibc's heap layout used: a thread heap is HEAP_MAX-aligned (2 * DEFAULT_MMAP_THRESHOLD_MAX)
  * and a chunk's size word has NON_MAIN_ARENA (4) set when it lies in one. */
