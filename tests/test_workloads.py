@@ -188,6 +188,26 @@ def test_cli_rejects_bad_arguments():
     assert proc.returncode == 2 and "positive integer" in proc.stderr
 
 
+@requires_tf
+def test_cli_grappler_and_params_digest_flags_need_their_api():
+    """--grappler-arithmetic off goes into a graph API's ConfigProto, the digest is read from a Session: elsewhere
+    they would be ignored silently, so they are usage errors."""
+    for extra in (["--api", "keras", "--grappler-arithmetic", "off"], ["--api", "monitored", "--print-params-digest"]):
+        proc = subprocess.run([sys.executable, "-m", "rtkit.workloads", "wdl", *extra], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        named = "--grappler-arithmetic" in proc.stderr or "--print-params-digest" in proc.stderr
+        assert proc.returncode == 2 and named, (extra, proc.stderr)
+    from tensorflow.core.protobuf import rewriter_config_pb2
+
+    from rtkit.workloads import train
+    assert train._session_config(None, None) is None
+    cfg = train._session_config(None, None, grappler_arithmetic=False)
+    assert cfg.graph_options.rewrite_options.arithmetic_optimization == rewriter_config_pb2.RewriterConfig.OFF
+    assert not cfg.inter_op_parallelism_threads and not cfg.intra_op_parallelism_threads   # rtkit may size pools
+    a = train.params_digest(["b", "a"], [[1.0], [2.0]])
+    assert a == train.params_digest(["a", "b"], [[2.0], [1.0]]) != train.params_digest(["a", "b"], [[1.0], [2.0]])
+
+
 def test_cli_unwritable_data_dir_is_one_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

@@ -106,6 +106,12 @@ def build_parser():
                    help="write each step's loss as the TensorBoard scalar `loss` into DIR (graph APIs)")
     p.add_argument("--threads-inter", type=_positive, default=None, help="ConfigProto inter-op threads")
     p.add_argument("--threads-intra", type=_positive, default=None, help="ConfigProto intra-op threads")
+    p.add_argument("--grappler-arithmetic", choices=("on", "off"), default="on",
+                   help="Grappler's arithmetic optimizer in the session (graph APIs; default on). off: staged and "
+                        "unstaged steps give bit-identical parameters (its float-sum rewrites need shapes a staged "
+                        "step's executor does not have)")
+    p.add_argument("--print-params-digest", action="store_true",
+                   help="print `params <sha256>` of every variable (slots included) after the last step (--api session)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while generating data")
     g = p.add_argument_group("cluster mode", "a task of a TF parameter-server cluster, from TF_CONFIG or these "
                              "classic flags (see rtkit.workloads.distributed)")
@@ -204,6 +210,10 @@ def main(argv=None):
         parser.error("--compact-hot-rows goes with --compact-steps")
     if args.summary_dir and (args.api not in ("session", "monitored") or _cluster_task(argv) is not None):
         parser.error("--summary-dir: a single-process graph API (--api session or monitored)")
+    if args.grappler_arithmetic == "off" and (args.api not in ("session", "monitored") or _cluster_task(argv) is not None):
+        parser.error("--grappler-arithmetic off: a single-process graph API (--api session or monitored)")
+    if args.print_params_digest and (args.api != "session" or _cluster_task(argv) is not None):
+        parser.error("--print-params-digest: a single-process --api session run")
     if args.input_latency_ms < 0 or (args.input_latency_ms and args.input != "legacy"):
         parser.error("--input-latency-ms: a non-negative latency, with --input legacy only")
     from rtkit.workloads import data
@@ -247,7 +257,9 @@ def main(argv=None):
                        threads_inter=args.threads_inter, threads_intra=args.threads_intra,
                        print_losses=args.print_losses, progress=not args.no_progress,
                        input_mode=args.input, input_latency_ms=args.input_latency_ms,
-                       zipf_ids=_zipf_ids(args), compact=_compact(args), summary_dir=args.summary_dir)
+                       zipf_ids=_zipf_ids(args), compact=_compact(args), summary_dir=args.summary_dir,
+                       grappler_arithmetic=args.grappler_arithmetic == "on",
+                       print_params=args.print_params_digest)
     sys.stdout.write(train.summary_line(result) + "\n")
     sys.stdout.flush()
     return 0

@@ -20,15 +20,38 @@ KERAS_CAPACITY = 1 << 14    # Keras variant: Hashing(num_bins) per feature
 TF2_CAPACITY = 1 << 15      # TF2 loop: dense tf.Variable rows per feature (allocated whole, unlike a hash table)
 
 
-def _session_config(threads_inter, threads_intra):
-    if threads_inter is None and threads_intra is None:
+def _session_config(threads_inter, threads_intra, grappler_arithmetic=True):
+    """The session's ConfigProto, or None for TF's defaults. grappler_arithmetic=False turns Grappler's arithmetic
+    optimizer off: its rewrites that reorder float sums (one AddN of the 26 wide weights and the linear part) need
+    the shapes of their inputs, which a staged step's executor does not know (its input-stage tensors are connected,
+    i.e. fed), so staged and unstaged steps round differently with it on (docs/scheduler.md, Known limits)."""
+    if threads_inter is None and threads_intra is None and grappler_arithmetic:
         return None
     cfg = tf.compat.v1.ConfigProto()
     if threads_inter is not None:
         cfg.inter_op_parallelism_threads = int(threads_inter)
     if threads_intra is not None:
         cfg.intra_op_parallelism_threads = int(threads_intra)
+    if not grappler_arithmetic:
+        from tensorflow.core.protobuf import rewriter_config_pb2
+
+        cfg.graph_options.rewrite_options.arithmetic_optimization = rewriter_config_pb2.RewriterConfig.OFF
     return cfg
+
+
+def params_digest(names, values):
+    """sha256 over every variable's name, dtype, shape and bytes (sorted by name): equal digests mean bit-identical
+    parameters, optimizer slots included."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for name, value in sorted(zip(names, values), key=lambda nv: nv[0]):
+        arr = np.ascontiguousarray(value)
+        h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
 
 
 class _LossLog:
@@ -69,7 +92,7 @@ class _LossLog:
 
 
 def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
-                 config, log, input_mode="prefetch", latency_ms=0.0, zipf_ids=None, compact=None):
+                 config, log, input_mode="prefetch", latency_ms=0.0, zipf_ids=None, compact=None, print_params=False):
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.set_random_seed(seed)
@@ -98,6 +121,8 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
         fetches = [train_op, loss]
         compactor = ev.Compactor(opt, **compact) if compact else None
         layout = ev.RowLayout(graph)
+        # read ops built with the graph, outside the step's fetches: the step's graph is the same with or without them
+        params = [(v.op.name, v.read_value()) for v in tf.compat.v1.global_variables()] if print_params else None
         if compactor is not None:   # the access counts are part of the step (so the step is one run)
             fetches = [tf.group(train_op, compactor.count_op), loss]
 
@@ -118,6 +143,10 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                 if compactor is not None:
                     compactor.report(sess)
                 layout.write(sess)
+                if params is not None:   # after the last step: one run of rtkit-free reads, not a step
+                    digest = params_digest([n for n, _ in params], sess.run([t for _, t in params]))
+                    sys.stdout.write(f"params {digest}\n")
+                    sys.stdout.flush()
         else:
             # No hooks, summaries, checkpoints or step-count logging: nothing adds fetches to the step.
             with tf.compat.v1.train.MonitoredTrainingSession(
@@ -184,7 +213,7 @@ def _keras_train(model, path, steps, batch, epochs, seed, emb_dim, capacity, lea
 def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_dir=None, seed=0,
         emb_dim=16, capacity=None, epochs=None, learning_rate=0.05, threads_inter=None,
         threads_intra=None, print_losses=False, progress=True, input_mode="prefetch", input_latency_ms=0.0,
-        zipf_ids=None, compact=None, summary_dir=None):
+        zipf_ids=None, compact=None, summary_dir=None, grappler_arithmetic=True, print_params=False):
     """Train `model` with `api` for up to `steps` steps; returns a dict of figures (see keys below).
 
     epochs=None repeats the data forever; with a number the run may end early (OutOfRange), and
@@ -194,7 +223,9 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
     lines parsed in the graph after get_next, no prefetch, input_latency_ms per batch). zipf_ids=(distinct,
     exponent): batches generated in the input graph (rtkit.workloads.zipf), no file; graph APIs only.
     compact: ev.Compactor's arguments (hot-row compaction at step boundaries), graph APIs only. summary_dir: each
-    step's loss as a TensorBoard scalar there (graph APIs)."""
+    step's loss as a TensorBoard scalar there (graph APIs). grappler_arithmetic=False: Grappler's arithmetic optimizer
+    off in the session (graph APIs). print_params: print `params <sha256>` of every variable after the last step
+    (session API)."""
     if model not in models.MODELS:
         raise ValueError(f"unknown model {model!r}; expected one of {', '.join(models.MODELS)}")
     if api not in APIS:
@@ -208,6 +239,10 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
     path = None if zipf_ids is not None else data_mod.ensure_dataset(data_dir, rows, seed, progress=progress)
     if summary_dir and api in ("keras", "tf2"):
         raise ValueError("a summary folder needs a graph API (session, monitored)")
+    if not grappler_arithmetic and api in ("keras", "tf2"):
+        raise ValueError("the Grappler setting needs a graph API (session, monitored)")
+    if print_params and api != "session":
+        raise ValueError("the parameters' digest needs the session API")
     log = _LossLog(print_losses, summary_dir)
     t_start = time.perf_counter()
     if api == "keras":
@@ -218,8 +253,8 @@ def run(model="wdl", api="session", steps=200, batch=2048, rows=200_000, data_di
                    threads_inter, threads_intra, log, input_mode, input_latency_ms)
     else:
         _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity, learning_rate,
-                     _session_config(threads_inter, threads_intra), log, input_mode, input_latency_ms,
-                     zipf_ids, compact)
+                     _session_config(threads_inter, threads_intra, grappler_arithmetic), log, input_mode,
+                     input_latency_ms, zipf_ids, compact, print_params)
     log.close()
     n = len(log.losses)
     examples = n * batch if epochs is None or zipf_ids is not None else min(n * batch, rows * epochs)
