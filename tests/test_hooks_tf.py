@@ -167,6 +167,45 @@ def test_keras_fit_with_positional_callbacks_keeps_user_callback(tmp_path):
     assert steps["source"] == "keras" and steps["count"] == 4
 
 
+def test_a_predict_loop_that_outnumbers_the_train_op_is_not_the_step(tmp_path):
+    """ChenglongChen/tensorflow-DeepFM trains with sess.run((loss, optimizer)) and, after each epoch, predicts over
+    its training and validation sets (and over the test set after fit) with sess.run(out), batch by batch: more
+    than twice as many forward-only runs as train runs. The train op computes gradients: it is the step."""
+    report, proc = _run_script(tmp_path, """
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for i in range(STEPS):
+                s.run((loss, train))
+                for j in range(3):
+                    s.run(loss)
+    """)
+    steps = report["steps"]
+    assert "GradientDescent" in steps["signature"] and steps["count"] == 23, steps["other_signatures"][:3]
+    others = {o["signature"]: o["count"] for o in steps["other_signatures"]}
+    assert others.get("fetches=Sum:0") == 69, others   # the forward-only runs, three times the train op's
+    assert "steps: 23 counted from tf.compat.v1 Session.run" in proc.stderr
+
+
+def test_gradient_ops_are_found_behind_a_train_op_and_not_behind_its_loss():
+    """What tells the train run: its target's update ops read tf.gradients' ops (gradients/, and gradients_1/ for a
+    second optimizer of the same graph); the loss a predict run fetches depends on none."""
+    import tensorflow as tf
+    from rtkit.hooks import gradient_ops
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.get_variable("x", initializer=tf.ones([4, 4]))
+        loss = tf.reduce_sum(tf.matmul(x, x))
+        first = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        second = tf.compat.v1.train.AdagradOptimizer(0.1).minimize(loss)
+    assert any(op.name.startswith("gradients_1/") for op in graph.get_operations())
+    assert gradient_ops.ops_reach_gradients(graph, [first.name])
+    assert gradient_ops.ops_reach_gradients(graph, [second.name])
+    assert not gradient_ops.ops_reach_gradients(graph, [loss.op.name, "no_such_op"])
+    assert gradient_ops.run_computes_gradients(graph, "targets=t", [first.name])
+    assert gradient_ops.run_computes_gradients(graph, "targets=t", [])   # decided once per signature: kept
+
+
 def test_queue_runner_enqueues_are_not_steps(tmp_path):
     """A tf.train.shuffle_batch input (QueueRunner threads, one enqueue run per example) makes far more runs
     than the training loop: they are counted as the queue runner's, and the train op stays the step, under

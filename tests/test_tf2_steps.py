@@ -173,7 +173,7 @@ def test_gradients_are_found_in_the_functions_a_step_calls():
     """A step that calls a tf.function computing the gradients (or a strategy's replica function) has only a call
     op in its own graph: the gradient ops are in its function library."""
     import tensorflow as tf
-    from rtkit.hooks.tf_function import _graph_computes_gradients
+    from rtkit.hooks.gradient_ops import graph_computes_gradients
 
     w = tf.Variable(tf.ones([3, 1]))
 
@@ -188,8 +188,8 @@ def test_gradients_are_found_in_the_functions_a_step_calls():
     evaluate = tf.function(lambda x: tf.reduce_sum(tf.matmul(x, w)))
     graph = outer.get_concrete_function(tf.TensorSpec([2, 3])).graph
     assert not any("gradient_tape/" in op.name for op in graph.get_operations())   # only the call is here
-    assert _graph_computes_gradients(graph)
-    assert not _graph_computes_gradients(evaluate.get_concrete_function(tf.TensorSpec([2, 3])).graph)
+    assert graph_computes_gradients(graph)
+    assert not graph_computes_gradients(evaluate.get_concrete_function(tf.TensorSpec([2, 3])).graph)
 
 
 def test_a_retracing_function_is_reported_not_counted(tmp_path):

@@ -21,7 +21,7 @@ import contextlib
 import threading
 import time
 
-from rtkit.hooks import registry
+from rtkit.hooks import gradient_ops, registry
 from rtkit.hooks.steps import HOOK_RUN_PREFIX, minor_faults, recorder
 
 QUEUE_RUNNER_PREFIX = "queue runner: "
@@ -114,6 +114,14 @@ def _mark_callables(base) -> None:
     base.make_callable = make_callable
 
 
+def _op_names(fetch_list, target_list, name_of):
+    """The names of a run's target ops and of the ops whose outputs it fetches (read only when not yet known)."""
+    for item in target_list or ():
+        yield name_of(item)
+    for item in fetch_list or ():
+        yield name_of(item.oper)
+
+
 def signature_of(fetch_list, target_list, name_of) -> str:
     targets = _names(target_list, name_of, with_index=False)
     if targets:
@@ -128,9 +136,10 @@ def signature_of_names(fetch_names, target_names) -> str:
     return "fetches=" + ",".join(sorted(fetch_names))
 
 
-def timed(signature, call, rec=None):
+def timed(signature, call, rec=None, trains=None):
     """call() (one TF call of a session), timed and handed to the step owner as a run of signature() (called after
-    the run, so the signature costs nothing when call() raises); rec: the process's step recorder by default."""
+    the run, so the signature costs nothing when call() raises); rec: the process's step recorder by default.
+    trains(signature): whether the run computes gradients (a train op), asked of runs that may be steps only."""
     rec = rec or recorder()
     start_unix, t0, f0 = time.time(), time.perf_counter(), minor_faults()
     result = call()
@@ -144,8 +153,9 @@ def timed(signature, call, rec=None):
     if getattr(_where, "queue_runner", 0):   # an input thread's enqueue or close: never a step
         candidate, prefix = False, QUEUE_RUNNER_PREFIX
     try:
-        rec.record("session", signature(), start_unix, elapsed_ms, minor_faults() - f0, api_now(), candidate,
-                   not_step_prefix=prefix)
+        sig = signature()
+        rec.record("session", sig, start_unix, elapsed_ms, minor_faults() - f0, api_now(), candidate,
+                   trains=bool(candidate and trains is not None and trains(sig)), not_step_prefix=prefix)
     except Exception as exc:
         rec.notes.append(f"step recording failed: {exc!r}")
     return result
@@ -198,13 +208,17 @@ def install(session_module, pywrap) -> None:
         if is_internal():
             return orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata)
         return timed(lambda: signature_of(fetch_list, target_list, name_of),
-                     lambda: orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata))
+                     lambda: orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata),
+                     trains=lambda sig: gradient_ops.run_computes_gradients(
+                         self.graph, sig, _op_names(fetch_list, target_list, name_of)))
 
     def timed_names(session, fetch_names, target_names, call):
         """timed_run: a component's run of these fetches/targets (names) that does not pass here."""
         if is_internal():
             return call()
-        return timed(lambda: signature_of_names(fetch_names, target_names), call)
+        return timed(lambda: signature_of_names(fetch_names, target_names), call,
+                     trains=lambda sig: gradient_ops.run_computes_gradients(
+                         session.graph, sig, [n.split(":")[0] for n in fetch_names or ()] + list(target_names or ())))
 
     def make_callable(self, fetches, feed_list=None, accept_options=False):
         wrappers = registry.callable_wrappers
