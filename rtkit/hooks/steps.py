@@ -162,6 +162,8 @@ class StepRecorder:
         self.last_manual = (time.time(), time.perf_counter(), minor_faults())
         # Keras fit: one record per epoch (wall seconds, train batches, whether validation ran)
         self.keras_epochs: List[tuple] = []
+        # Keras fit calls begun: with no train batch ended, why no step came is not a missing hook (no_step_reason)
+        self.keras_fit_calls = 0
 
     # -- recording
 
@@ -267,6 +269,10 @@ class StepRecorder:
                     + NO_STEP_HINT)
         if self.hook.get("status") == "no_tensorflow":
             return None
+        if self.keras_fit_calls:   # the fit's batches are the steps: rtkit.step() would not help, the job's end did
+            times = "once" if self.keras_fit_calls == 1 else f"{self.keras_fit_calls} times"
+            return (f"Keras Model.fit was called {times} and none of its train batches ended: it failed or stopped "
+                    "in its first batch, or its input was empty")
         return ("no step signature: no tf.function, Session.run or Keras fit call recurred (an eager loop of ops "
                 "has none); " + NO_STEP_HINT)
 
@@ -327,6 +333,7 @@ class StepRecorder:
             table.clear()
         self.best = {k: None for k in self.best}
         self.keras_epochs = []
+        self.keras_fit_calls = 0
         self.last_manual = (time.time(), time.perf_counter(), minor_faults())
 
 
