@@ -1,4 +1,5 @@
 # test_hooks_tf.py -- real TensorFlow under `rtkit run`: the steps in the report equal the steps the script ran.
+import json
 import sys
 import textwrap
 
@@ -204,6 +205,43 @@ def test_gradient_ops_are_found_behind_a_train_op_and_not_behind_its_loss():
     assert not gradient_ops.ops_reach_gradients(graph, [loss.op.name, "no_such_op"])
     assert gradient_ops.run_computes_gradients(graph, "targets=t", [first.name])
     assert gradient_ops.run_computes_gradients(graph, "targets=t", [])   # decided once per signature: kept
+
+
+def test_a_session_step_starts_before_its_feeds_are_converted(tmp_path):
+    """ChenglongChen/tensorflow-DeepFM feeds each batch as Python lists (1024 x 39 ids and values): Session.run
+    converts them to arrays before TF's call, 3 of the 16 ms the script waited for a step. The step starts where
+    Session.run's own part begins: each step's recorded start comes before its feed's conversion (a feed object
+    whose __array__ notes when numpy converted it) and the conversion lies inside the step; the start came after."""
+    report, proc = _run_script(tmp_path, """
+        import time
+        import numpy as np
+        fed = tf.compat.v1.placeholder(tf.float32, [4])
+        step = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss + tf.reduce_sum(fed))
+
+        class Batch:
+            at = None
+
+            def __array__(self, dtype=None, copy=None):
+                self.at = self.at or time.time()   # the first conversion's start
+                return np.ones(4, dtype=dtype or np.float32)
+
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for i in range(STEPS):
+                batch = Batch()
+                s.run(step, {fed: batch})
+                print("converted", repr(batch.at))
+    """)
+    steps = report["steps"]
+    assert steps["count"] == 23 and "GradientDescent" in steps["signature"], steps["other_signatures"][:3]
+    converted = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("converted ")]
+    (child,) = (tmp_path / "r").glob("steps-*.json")   # the child's own records: starts in unix seconds, to 1 us
+    per_step = json.loads(child.read_text())["per_step"]
+    assert len(converted) == 23 == len(per_step)
+    us = 1e-6
+    for at, rec in zip(converted, per_step):
+        assert rec["t_unix"] <= at + us, (rec, at)   # the step began before its feed was converted
+        assert at <= rec["t_unix"] + rec["step_ms"] / 1000.0 + us, (rec, at)   # and the conversion is inside it
 
 
 def test_queue_runner_enqueues_are_not_steps(tmp_path):

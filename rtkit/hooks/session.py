@@ -1,6 +1,6 @@
 # session.py -- patches tf.compat.v1 BaseSession: config filters at creation, run wrappers, step timing, close.
 """Timing sits in BaseSession._call_tf_sessionrun, the one path under run(), make_callable() and
-MonitoredTrainingSession; the signature is the target ops when there are any (a train op stays the same when
+MonitoredTrainingSession, and starts where BaseSession._run began (the feeds' conversion is the step's); the signature is the target ops when there are any (a train op stays the same when
 hooks add fetches), else the fetched tensors.
 
 Inside a MonitoredSession.run call, only the one run that carries the caller's fetches (with the hooks'
@@ -139,9 +139,16 @@ def signature_of_names(fetch_names, target_names) -> str:
 def timed(signature, call, rec=None, trains=None):
     """call() (one TF call of a session), timed and handed to the step owner as a run of signature() (called after
     the run, so the signature costs nothing when call() raises); rec: the process's step recorder by default.
+    Inside BaseSession._run (Session.run, a make_callable callable with feeds) the step starts where _run began:
+    it converts the feed_dict's values to arrays first (Python lists of ids, a feed-style CTR script's batches:
+    milliseconds a step), and the script waits for that as for TF's call.
     trains(signature): whether the run computes gradients (a train op), asked of runs that may be steps only."""
     rec = rec or recorder()
     start_unix, t0, f0 = time.time(), time.perf_counter(), minor_faults()
+    entered = getattr(_local, "run_entered", None)
+    if entered is not None:   # inside BaseSession._run: the step began there, with the feeds' conversion
+        _local.run_entered = None   # one TF call per _run is its step; none after it starts there
+        start_unix, t0, f0 = entered
     result = call()
     elapsed_ms = (time.perf_counter() - t0) * 1000.0
     pre_ms = _take_before_run_ms()  # e.g. the scheduler's wait for a staged batch: part of the step
@@ -174,6 +181,7 @@ def install(session_module, pywrap) -> None:
     orig_call = base._call_tf_sessionrun
     orig_close = base.close
     orig_make_callable = base.make_callable
+    orig_private_run = base._run
 
     def __init__(self, target="", graph=None, config=None):
         for fn in list(registry.config_filters):
@@ -203,6 +211,15 @@ def install(session_module, pywrap) -> None:
             return lambda f, fd=None, o=None, m=None: wrapper(self, nxt, f, fd, o, m)
 
         return chain(0)(fetches, feed_dict, options, run_metadata)
+
+    def _run_entered_here(self, *args, **kwargs):
+        """BaseSession._run: where TF's own part of a run begins (after rtkit's run wrappers, whose time a component
+        adds itself with before_run): the step's start, taken by the TF call that follows (see timed)."""
+        _local.run_entered = (time.time(), time.perf_counter(), minor_faults())
+        try:
+            return orig_private_run(self, *args, **kwargs)
+        finally:
+            _local.run_entered = None
 
     def _call_tf_sessionrun(self, options, feed_dict, fetch_list, target_list, run_metadata):
         if is_internal():
@@ -243,7 +260,8 @@ def install(session_module, pywrap) -> None:
 
     for name, fn, orig in (("__init__", __init__, orig_init), ("run", run, orig_run),
                            ("_call_tf_sessionrun", _call_tf_sessionrun, orig_call), ("close", close, orig_close),
-                           ("make_callable", make_callable, orig_make_callable)):
+                           ("make_callable", make_callable, orig_make_callable),
+                           ("_run", _run_entered_here, orig_private_run)):
         fn.__wrapped__ = orig
         fn.__doc__ = orig.__doc__
         setattr(base, name, fn)
