@@ -1,4 +1,4 @@
-# gradient_ops.py -- tells a training run from an evaluation: whether a graph, or a session run's ops, compute gradients.
+# gradient_ops.py -- tells a training run from an evaluation: whether a graph, or a session run's ops, compute gradients
 """The step owner (steps.py) prefers a call that trains over one that only evaluates, however often that recurs:
 a script that predicts over its training and validation sets after every epoch (and over a test set at the end)
 makes more forward-only runs than train runs. What trains is told by the ops only gradient computation makes:

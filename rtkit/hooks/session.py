@@ -1,7 +1,8 @@
 # session.py -- patches tf.compat.v1 BaseSession: config filters at creation, run wrappers, step timing, close.
 """Timing sits in BaseSession._call_tf_sessionrun, the one path under run(), make_callable() and
-MonitoredTrainingSession, and starts where BaseSession._run began (the feeds' conversion is the step's); the signature is the target ops when there are any (a train op stays the same when
-hooks add fetches), else the fetched tensors.
+MonitoredTrainingSession, and starts where BaseSession._run began (the feeds' conversion is the step's); the
+signature is the target ops when there are any (a train op stays the same when hooks add fetches), else the
+fetched tensors.
 
 Inside a MonitoredSession.run call, only the one run that carries the caller's fetches (with the hooks'
 before_run requests merged in) can be a training step; runs a SessionRunHook makes itself through
