@@ -1,4 +1,5 @@
 # test_hooks_tf.py -- real TensorFlow under `rtkit run`: the steps in the report equal the steps the script ran.
+import json
 import sys
 import textwrap
 
@@ -165,6 +166,82 @@ def test_keras_fit_with_positional_callbacks_keeps_user_callback(tmp_path):
     assert "user-callback-batches 4" in proc.stdout
     steps = load_report(tmp_path / "r")["steps"]
     assert steps["source"] == "keras" and steps["count"] == 4
+
+
+def test_a_predict_loop_that_outnumbers_the_train_op_is_not_the_step(tmp_path):
+    """ChenglongChen/tensorflow-DeepFM trains with sess.run((loss, optimizer)) and, after each epoch, predicts over
+    its training and validation sets (and over the test set after fit) with sess.run(out), batch by batch: more
+    than twice as many forward-only runs as train runs. The train op computes gradients: it is the step."""
+    report, proc = _run_script(tmp_path, """
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for i in range(STEPS):
+                s.run((loss, train))
+                for j in range(3):
+                    s.run(loss)
+    """)
+    steps = report["steps"]
+    assert "GradientDescent" in steps["signature"] and steps["count"] == 23, steps["other_signatures"][:3]
+    others = {o["signature"]: o["count"] for o in steps["other_signatures"]}
+    assert others.get("fetches=Sum:0") == 69, others   # the forward-only runs, three times the train op's
+    assert "steps: 23 counted from tf.compat.v1 Session.run" in proc.stderr
+
+
+def test_gradient_ops_are_found_behind_a_train_op_and_not_behind_its_loss():
+    """What tells the train run: its target's update ops read tf.gradients' ops (gradients/, and gradients_1/ for a
+    second optimizer of the same graph); the loss a predict run fetches depends on none."""
+    import tensorflow as tf
+    from rtkit.hooks import gradient_ops
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.get_variable("x", initializer=tf.ones([4, 4]))
+        loss = tf.reduce_sum(tf.matmul(x, x))
+        first = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        second = tf.compat.v1.train.AdagradOptimizer(0.1).minimize(loss)
+    assert any(op.name.startswith("gradients_1/") for op in graph.get_operations())
+    assert gradient_ops.ops_reach_gradients(graph, [first.name])
+    assert gradient_ops.ops_reach_gradients(graph, [second.name])
+    assert not gradient_ops.ops_reach_gradients(graph, [loss.op.name, "no_such_op"])
+    assert gradient_ops.run_computes_gradients(graph, "targets=t", [first.name])
+    assert gradient_ops.run_computes_gradients(graph, "targets=t", [])   # decided once per signature: kept
+
+
+def test_a_session_step_starts_before_its_feeds_are_converted(tmp_path):
+    """ChenglongChen/tensorflow-DeepFM feeds each batch as Python lists (1024 x 39 ids and values): Session.run
+    converts them to arrays before TF's call, 3 of the 16 ms the script waited for a step. The step starts where
+    Session.run's own part begins: each step's recorded start comes before its feed's conversion (a feed object
+    whose __array__ notes when numpy converted it) and the conversion lies inside the step; the start came after."""
+    report, proc = _run_script(tmp_path, """
+        import time
+        import numpy as np
+        fed = tf.compat.v1.placeholder(tf.float32, [4])
+        step = tf.compat.v1.train.GradientDescentOptimizer(1e-6).minimize(loss + tf.reduce_sum(fed))
+
+        class Batch:
+            at = None
+
+            def __array__(self, dtype=None, copy=None):
+                self.at = self.at or time.time()   # the first conversion's start
+                return np.ones(4, dtype=dtype or np.float32)
+
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for i in range(STEPS):
+                batch = Batch()
+                s.run(step, {fed: batch})
+                print("converted", repr(batch.at))
+    """)
+    steps = report["steps"]
+    assert steps["count"] == 23 and "GradientDescent" in steps["signature"], steps["other_signatures"][:3]
+    converted = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("converted ")]
+    (child,) = (tmp_path / "r").glob("steps-*.json")   # the child's own records: starts in unix seconds, to 1 us
+    per_step = json.loads(child.read_text())["per_step"]
+    assert len(converted) == 23 == len(per_step)
+    us = 1e-6
+    for at, rec in zip(converted, per_step):
+        assert rec["t_unix"] <= at + us, (rec, at)   # the step began before its feed was converted
+        assert at <= rec["t_unix"] + rec["step_ms"] / 1000.0 + us, (rec, at)   # and the conversion is inside it
 
 
 def test_queue_runner_enqueues_are_not_steps(tmp_path):

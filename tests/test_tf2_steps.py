@@ -173,7 +173,7 @@ def test_gradients_are_found_in_the_functions_a_step_calls():
     """A step that calls a tf.function computing the gradients (or a strategy's replica function) has only a call
     op in its own graph: the gradient ops are in its function library."""
     import tensorflow as tf
-    from rtkit.hooks.tf_function import _graph_computes_gradients
+    from rtkit.hooks.gradient_ops import graph_computes_gradients
 
     w = tf.Variable(tf.ones([3, 1]))
 
@@ -188,8 +188,8 @@ def test_gradients_are_found_in_the_functions_a_step_calls():
     evaluate = tf.function(lambda x: tf.reduce_sum(tf.matmul(x, w)))
     graph = outer.get_concrete_function(tf.TensorSpec([2, 3])).graph
     assert not any("gradient_tape/" in op.name for op in graph.get_operations())   # only the call is here
-    assert _graph_computes_gradients(graph)
-    assert not _graph_computes_gradients(evaluate.get_concrete_function(tf.TensorSpec([2, 3])).graph)
+    assert graph_computes_gradients(graph)
+    assert not graph_computes_gradients(evaluate.get_concrete_function(tf.TensorSpec([2, 3])).graph)
 
 
 def test_a_retracing_function_is_reported_not_counted(tmp_path):
@@ -227,6 +227,27 @@ def test_an_eager_loop_has_no_step_signature_and_the_summary_says_how_to_mark_st
     assert report["steps"]["count"] == 0
     line = next(l for l in proc.stderr.splitlines() if l.startswith("rtkit: steps:"))
     assert "no step signature" in line and "rtkit.step()" in line, line
+
+
+def test_a_keras_fit_that_fails_in_its_first_batch_is_said_so_not_called_an_eager_loop(tmp_path):
+    """keras-io's deep_neural_decision_forests.py under Keras 3.15 sends a numeric column into an Embedding and fails
+    in fit's first batch: no step ended. The summary says the fit's batches never ended; it does not say that no
+    Keras fit recurred nor send the user to mark an eager loop with rtkit.step() (the fit's batches are the steps)."""
+    script = _script(tmp_path, "fails.py", """
+        import numpy as np
+        import keras
+        model = keras.Sequential([keras.layers.Embedding(4, 2), keras.layers.Flatten(), keras.layers.Dense(1)])
+        model.compile(optimizer="adam", loss="mse")
+        model.fit(np.full((8, 3), 9000), np.zeros((8, 1)), batch_size=4, epochs=1, verbose=0)
+    """)
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", sys.executable, script], timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]   # the script's own failure, passed on
+    assert "9000 is not in [0, 4)" in proc.stderr   # it failed in the batch (an out-of-range id), as the script did
+    report = load_report(tmp_path / "r")
+    assert report["steps"]["count"] == 0
+    line = next(l for l in proc.stderr.splitlines() if l.startswith("rtkit: steps:"))
+    assert "Keras Model.fit was called once and none of its train batches ended" in line, line
+    assert "rtkit.step()" not in line and "eager loop" not in line, line
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None, reason="tf_keras (Keras 2) is not installed")

@@ -84,6 +84,8 @@ def install(keras) -> None:
     rec = recorder()
 
     def fit(self, *args, **kwargs):
+        with rec.lock:
+            rec.keras_fit_calls += 1   # a fit whose first batch fails leaves no step: no_step_reason says so
         args, kwargs = with_dataset_filters(args, kwargs)
         if len(args) > 5:  # callbacks given positionally: (x, y, batch_size, epochs, verbose, callbacks, ...)
             args = args[:5] + (with_step_callback(args[5]),) + args[6:]

@@ -1,7 +1,8 @@
 # session.py -- patches tf.compat.v1 BaseSession: config filters at creation, run wrappers, step timing, close.
 """Timing sits in BaseSession._call_tf_sessionrun, the one path under run(), make_callable() and
-MonitoredTrainingSession; the signature is the target ops when there are any (a train op stays the same when
-hooks add fetches), else the fetched tensors.
+MonitoredTrainingSession, and starts where BaseSession._run began (the feeds' conversion is the step's); the
+signature is the target ops when there are any (a train op stays the same when hooks add fetches), else the
+fetched tensors.
 
 Inside a MonitoredSession.run call, only the one run that carries the caller's fetches (with the hooks'
 before_run requests merged in) can be a training step; runs a SessionRunHook makes itself through
@@ -21,7 +22,7 @@ import contextlib
 import threading
 import time
 
-from rtkit.hooks import registry
+from rtkit.hooks import gradient_ops, registry
 from rtkit.hooks.steps import HOOK_RUN_PREFIX, minor_faults, recorder
 
 QUEUE_RUNNER_PREFIX = "queue runner: "
@@ -114,6 +115,14 @@ def _mark_callables(base) -> None:
     base.make_callable = make_callable
 
 
+def _op_names(fetch_list, target_list, name_of):
+    """The names of a run's target ops and of the ops whose outputs it fetches (read only when not yet known)."""
+    for item in target_list or ():
+        yield name_of(item)
+    for item in fetch_list or ():
+        yield name_of(item.oper)
+
+
 def signature_of(fetch_list, target_list, name_of) -> str:
     targets = _names(target_list, name_of, with_index=False)
     if targets:
@@ -128,11 +137,19 @@ def signature_of_names(fetch_names, target_names) -> str:
     return "fetches=" + ",".join(sorted(fetch_names))
 
 
-def timed(signature, call, rec=None):
+def timed(signature, call, rec=None, trains=None):
     """call() (one TF call of a session), timed and handed to the step owner as a run of signature() (called after
-    the run, so the signature costs nothing when call() raises); rec: the process's step recorder by default."""
+    the run, so the signature costs nothing when call() raises); rec: the process's step recorder by default.
+    Inside BaseSession._run (Session.run, a make_callable callable with feeds) the step starts where _run began:
+    it converts the feed_dict's values to arrays first (Python lists of ids, a feed-style CTR script's batches:
+    milliseconds a step), and the script waits for that as for TF's call.
+    trains(signature): whether the run computes gradients (a train op), asked of runs that may be steps only."""
     rec = rec or recorder()
     start_unix, t0, f0 = time.time(), time.perf_counter(), minor_faults()
+    entered = getattr(_local, "run_entered", None)
+    if entered is not None:   # inside BaseSession._run: the step began there, with the feeds' conversion
+        _local.run_entered = None   # one TF call per _run is its step; none after it starts there
+        start_unix, t0, f0 = entered
     result = call()
     elapsed_ms = (time.perf_counter() - t0) * 1000.0
     pre_ms = _take_before_run_ms()  # e.g. the scheduler's wait for a staged batch: part of the step
@@ -144,8 +161,9 @@ def timed(signature, call, rec=None):
     if getattr(_where, "queue_runner", 0):   # an input thread's enqueue or close: never a step
         candidate, prefix = False, QUEUE_RUNNER_PREFIX
     try:
-        rec.record("session", signature(), start_unix, elapsed_ms, minor_faults() - f0, api_now(), candidate,
-                   not_step_prefix=prefix)
+        sig = signature()
+        rec.record("session", sig, start_unix, elapsed_ms, minor_faults() - f0, api_now(), candidate,
+                   trains=bool(candidate and trains is not None and trains(sig)), not_step_prefix=prefix)
     except Exception as exc:
         rec.notes.append(f"step recording failed: {exc!r}")
     return result
@@ -164,6 +182,7 @@ def install(session_module, pywrap) -> None:
     orig_call = base._call_tf_sessionrun
     orig_close = base.close
     orig_make_callable = base.make_callable
+    orig_private_run = base._run
 
     def __init__(self, target="", graph=None, config=None):
         for fn in list(registry.config_filters):
@@ -194,17 +213,30 @@ def install(session_module, pywrap) -> None:
 
         return chain(0)(fetches, feed_dict, options, run_metadata)
 
+    def _run_entered_here(self, *args, **kwargs):
+        """BaseSession._run: where TF's own part of a run begins (after rtkit's run wrappers, whose time a component
+        adds itself with before_run): the step's start, taken by the TF call that follows (see timed)."""
+        _local.run_entered = (time.time(), time.perf_counter(), minor_faults())
+        try:
+            return orig_private_run(self, *args, **kwargs)
+        finally:
+            _local.run_entered = None
+
     def _call_tf_sessionrun(self, options, feed_dict, fetch_list, target_list, run_metadata):
         if is_internal():
             return orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata)
         return timed(lambda: signature_of(fetch_list, target_list, name_of),
-                     lambda: orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata))
+                     lambda: orig_call(self, options, feed_dict, fetch_list, target_list, run_metadata),
+                     trains=lambda sig: gradient_ops.run_computes_gradients(
+                         self.graph, sig, _op_names(fetch_list, target_list, name_of)))
 
     def timed_names(session, fetch_names, target_names, call):
         """timed_run: a component's run of these fetches/targets (names) that does not pass here."""
         if is_internal():
             return call()
-        return timed(lambda: signature_of_names(fetch_names, target_names), call)
+        return timed(lambda: signature_of_names(fetch_names, target_names), call,
+                     trains=lambda sig: gradient_ops.run_computes_gradients(
+                         session.graph, sig, [n.split(":")[0] for n in fetch_names or ()] + list(target_names or ())))
 
     def make_callable(self, fetches, feed_list=None, accept_options=False):
         wrappers = registry.callable_wrappers
@@ -229,7 +261,8 @@ def install(session_module, pywrap) -> None:
 
     for name, fn, orig in (("__init__", __init__, orig_init), ("run", run, orig_run),
                            ("_call_tf_sessionrun", _call_tf_sessionrun, orig_call), ("close", close, orig_close),
-                           ("make_callable", make_callable, orig_make_callable)):
+                           ("make_callable", make_callable, orig_make_callable),
+                           ("_run", _run_entered_here, orig_private_run)):
         fn.__wrapped__ = orig
         fn.__doc__ = orig.__doc__
         setattr(base, name, fn)

@@ -8,8 +8,10 @@ name, a Keras fit train batch, an explicit rtkit.step(). One rule picks the trai
 * among inferred calls, the signature that recurs most, at least MIN_RECURRENCE times (a run made once, such
   as a variable initialiser, is never the step); a run with target ops (a train op) beats fetch-only runs
   that recur at most twice as often (MonitoredTrainingSession's hooks read global_step a few extra times);
-* a tf.function that computes gradients (its graph has a GradientTape's or tf.gradients' ops) trains: it beats any
-  call that computes none, however often that recurs (an evaluation step over a larger validation set);
+* a call that computes gradients trains (a tf.function whose graph has a GradientTape's or tf.gradients' ops, a
+  session run whose targets or fetches depend on them: an optimizer's train op; hooks/gradient_ops.py): it beats
+  any call that computes none, however often that recurs (an evaluation step over a larger validation set, a
+  predict loop over the training, validation and test sets);
 * a tf.function that traces again on most of its calls (a new input signature each time) is a retracing
   storm: reported with its trace count, never the step.
 
@@ -98,7 +100,7 @@ class _Signature:
         self.total_ms = 0.0
         self.records: List[tuple] = []
         self.traces = 0              # tf.function: calls that traced a new concrete function
-        self.trains = False          # tf.function: a traced graph computes gradients
+        self.trains = False          # a traced graph (tf.function) or a run's ops (session) compute gradients
 
     def retracing(self) -> bool:
         """A tf.function that traced on more than half of its calls (each trace after the first is a retrace)."""
@@ -114,10 +116,10 @@ def _eligible(sig: "_Signature", source: str) -> bool:
 
 
 def _beats(sig: "_Signature", best: "_Signature") -> bool:
-    """Whether `sig` is the training step rather than `best`. A function that computes gradients beats one that
-    computes none. Else the one that recurs most, except that a run with target ops (a train op) beats fetch-only
-    runs that recur at most twice as often: MonitoredTrainingSession's hooks read global_step once per step and a
-    few times more (at start, at checkpoints)."""
+    """Whether `sig` is the training step rather than `best`. A call that computes gradients (a tf.function's graph,
+    a session run's ops) beats one that computes none. Else the one that recurs most, except that a run with
+    target ops beats fetch-only runs that recur at most twice as often: MonitoredTrainingSession's hooks read
+    global_step once per step and a few times more (at start, at checkpoints)."""
     if sig is best:
         return False
     if sig.trains != best.trains:
@@ -160,6 +162,8 @@ class StepRecorder:
         self.last_manual = (time.time(), time.perf_counter(), minor_faults())
         # Keras fit: one record per epoch (wall seconds, train batches, whether validation ran)
         self.keras_epochs: List[tuple] = []
+        # Keras fit calls begun: with no train batch ended, why no step came is not a missing hook (no_step_reason)
+        self.keras_fit_calls = 0
 
     # -- recording
 
@@ -179,7 +183,8 @@ class StepRecorder:
         be the training step, however often it recurs (a SessionRunHook's own session.run inside a MonitoredSession
         step, a QueueRunner thread's enqueue); it is kept apart from the same fetches run as steps, named with
         not_step_prefix, counted and timed but its per-run records not kept (only the step's are ever written).
-        traced: a tf.function call that traced a new concrete function; trains: its graph computes gradients."""
+        traced: a tf.function call that traced a new concrete function; trains: its graph (a session run: its
+        ops) computes gradients."""
         if not candidate:
             with self.lock:
                 self._count_locked(source, not_step_prefix + signature, api, candidate, step_ms)
@@ -264,6 +269,10 @@ class StepRecorder:
                     + NO_STEP_HINT)
         if self.hook.get("status") == "no_tensorflow":
             return None
+        if self.keras_fit_calls:   # the fit's batches are the steps: rtkit.step() would not help, the job's end did
+            times = "once" if self.keras_fit_calls == 1 else f"{self.keras_fit_calls} times"
+            return (f"Keras Model.fit was called {times} and none of its train batches ended: it failed or stopped "
+                    "in its first batch, or its input was empty")
         return ("no step signature: no tf.function, Session.run or Keras fit call recurred (an eager loop of ops "
                 "has none); " + NO_STEP_HINT)
 
@@ -324,6 +333,7 @@ class StepRecorder:
             table.clear()
         self.best = {k: None for k in self.best}
         self.keras_epochs = []
+        self.keras_fit_calls = 0
         self.last_manual = (time.time(), time.perf_counter(), minor_faults())
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 
-from rtkit.hooks import registry
+from rtkit.hooks import gradient_ops, registry
 from rtkit.hooks.steps import minor_faults, recorder
 
 _PATCHED_FLAG = "_rtkit_patched"
@@ -55,23 +55,8 @@ def _concrete_name(fn) -> str:
     return name
 
 
-# op names that only gradient computation makes: a GradientTape's ops (under "gradient_tape/") and tf.gradients'
-GRADIENT_SCOPES = ("gradient_tape/", "gradients/")
 _CHECKED_ATTR = "_rtkit_graphs_checked"
 MAX_GRAPHS_CHECKED = 4   # traces of one function looked at: a retracing storm is never the step anyway
-
-
-def _computing_gradients(name: str) -> bool:
-    return name.startswith(GRADIENT_SCOPES) or ("/" + GRADIENT_SCOPES[0]) in name
-
-
-def _graph_computes_gradients(graph) -> bool:
-    """Its own ops, and those of the functions it calls (a nested tf.function, a distribution strategy's replica
-    function: a call op here, their ops in the graph's function library)."""
-    if any(_computing_gradients(op.name) for op in graph.get_operations()):
-        return True
-    library = graph.as_graph_def().library.function
-    return any(_computing_gradients(node.name) for f in library for node in f.node_def)
 
 
 def _computes_gradients(fn, concrete_graphs, traced: bool) -> bool:
@@ -82,7 +67,7 @@ def _computes_gradients(fn, concrete_graphs, traced: bool) -> bool:
     if (checked and not traced) or checked >= MAX_GRAPHS_CHECKED:
         return False
     try:
-        trains = any(_graph_computes_gradients(g) for g in concrete_graphs(fn))
+        trains = any(gradient_ops.graph_computes_gradients(g) for g in concrete_graphs(fn))
     except Exception:   # a TensorFlow without these internals: the step is then told by recurrence alone
         trains = False
     fn.__dict__[_CHECKED_ATTR] = MAX_GRAPHS_CHECKED if trains else checked + 1
