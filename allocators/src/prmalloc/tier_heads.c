@@ -87,12 +87,12 @@ static void make_heads(void)
 }
 
 /* The heads' pages the steps wrote (private copies in anonymous memory) now, and the most seen at any stats write
- * (a job frees its tables at exit), or -errno where the kernel cannot tell. The same walk drops the file's cached
- * pages under the heads that no mapping uses any more: a page's first write copies the file's page, which would
- * otherwise sit in the page cache beside its copy (a zero page each for rows no step had used) until the kernel
- * reclaims it. Under 1 GiB of heads (well under a millisecond) at every stats write; past it (tens of ms for 10 GiB)
- * again only once 50 times its own time has passed, so the stats writes spend at most 2% of a core on it, and the
- * figure may be that old. */
+ * (a job frees its tables at exit), or -errno where the kernel cannot tell. A walk of the page tables of the heads
+ * and promoted chunks: under 1 GiB of them (well under a millisecond) at every stats write; past it (tens of ms for
+ * 10 GiB) again only once 50 times its own time has passed, so the stats writes spend at most 2% of a core on it,
+ * and the figure may be that old. The file's cached copy of a written page stays until the kernel reclaims it
+ * (clean once written back): dropping it from here would drop the pages not yet read through the private mapping
+ * too, which the next read then faults in from the disk. */
 long long rtk_tier_heads_written(long long *peak)
 {
     static long long last, most;
@@ -112,7 +112,6 @@ long long rtk_tier_heads_written(long long *peak)
             uint64_t len = r->promoted ? (((uintptr_t)r->payload + r->n) & ~(uintptr_t)4095) - (uintptr_t)lo : r->head;
             long long b = rtk_os_private_bytes(lo, len);
             sum = b < 0 || sum < 0 ? (b < 0 ? b : sum) : sum + b;
-            rtk_tier_drop_copied(r);
         }
         rtk_spin_unlock(&rtk_tier.live_lock);
         at = rtk_tier_now_s();

@@ -150,9 +150,8 @@ RTK_HIDDEN long long rtk_tier_heads_written(long long *peak);
  * [c, c + n) of the live record at index `at` made `born`-th private (0, or -1 when it is gone, past the room or the
  * run limit); promoted_runs: private runs now. Under the live lock: restore_promoted gives record r's promoted chunks
  * back to the file's shared pages, calling remapped on each run (0, or -1 where one stays private);
- * promoted_resident: their pages in DRAM; drop_copied: drop the file's cached pages under r's head and promoted
- * chunks that no mapping uses (what the first writes copied); promoted_ranges: the runs as [start, end) offsets,
- * at most cap of them (a forked child's remap keeps them). */
+ * promoted_resident: their pages in DRAM; promoted_ranges: the runs as [start, end) offsets, at most cap of them (a
+ * forked child's remap keeps them). */
 RTK_HIDDEN uint64_t rtk_tier_private_map(char *lo, uint64_t len);
 RTK_HIDDEN int rtk_tier_promoted_arm(void);
 RTK_HIDDEN uint64_t rtk_tier_promote_room(void);
@@ -161,7 +160,6 @@ RTK_HIDDEN int rtk_tier_promote(uint32_t at, uint64_t born, uint64_t c, uint64_t
 RTK_HIDDEN uint64_t rtk_tier_promoted_runs(void);
 RTK_HIDDEN int rtk_tier_restore_promoted(const live_t *r, void (*remapped)(char *lo, uint64_t len));
 RTK_HIDDEN uint64_t rtk_tier_promoted_resident(const live_t *r);
-RTK_HIDDEN void rtk_tier_drop_copied(const live_t *r);
 RTK_HIDDEN long rtk_tier_promoted_ranges(uint64_t (*out)[2], long cap);
 /* tier_budget.c: sample residency (at most once a second unless forced) and enforce tier_resident_max where no
  * page heat is measured (round-robin). */

@@ -122,18 +122,6 @@ uint64_t rtk_tier_promoted_resident(const live_t *r)
     return sum;
 }
 
-/* Only under the private ranges: the shared part's unmapped cached pages may be the lookahead's, read ahead for the
- * next step. */
-void rtk_tier_drop_copied(const live_t *r)
-{
-    if (r->head)
-        rtk_os_drop_cached(rtk_tier.fd, (uint64_t)(rtk_tier_head_lo(r->payload) - rtk_tier.base), r->head);
-    uint64_t c, end, first, n;
-    record_chunks(r, &c, &end);
-    while (r->promoted && (n = next_run(&c, end, &first)) != 0)
-        rtk_os_drop_cached(rtk_tier.fd, first << TIER_CHUNK_SHIFT, n << TIER_CHUNK_SHIFT);
-}
-
 long rtk_tier_promoted_ranges(uint64_t (*out)[2], long cap)
 {
     long k = 0;
