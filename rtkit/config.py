@@ -231,8 +231,9 @@ SETTINGS: List[Setting] = [
        "the kernel", minimum=0, c="tier", alias="pmem_resident_max"),
     _s("tier_heat_every", "int", 4, "steps", "tier mode with tier_resident_max or tier_dram_head: every this many "
        "step marks, learn which pool pages the steps wrote (userfaultfd async write-protect + PAGEMAP_SCAN, Linux >= "
-       "6.7), enforce the budget on that heat and give the hottest chunks half of tier_dram_head; 0: no heat, the "
-       "budget drops whole records round-robin and the heads take all of tier_dram_head", minimum=0,
+       "6.7), enforce the budget on that heat and give the hottest chunks their share of tier_dram_head "
+       "(tier_dram_head_heat_pct); 0: no heat, the budget drops whole records round-robin and the heads take all "
+       "of tier_dram_head", minimum=0,
        maximum=1 << 20, c="tier"),
     _s("tier_heat_worker", "bool", True, "", "tier mode with heat: run the budget's heat passes on a thread of the "
        "allocator beside the steps; off: inside the step marks, on the steps' time (what a pass dropped is then out "
@@ -244,8 +245,12 @@ SETTINGS: List[Setting] = [
        "the pool file, this many bytes in all (at most half of MemAvailable at the first step mark): a private "
        "mapping over them, whose pages become anonymous once a step writes them. At the first mark the same leading "
        "share of every pooled record of 1 MiB or more (with rows in first-seen order, the hottest rows); where page "
-       "heat runs (tier_heat_every), half of it there and the other half to the 64 KiB chunks the steps write most, "
-       "as the heat passes find them; 0: off", minimum=0, c="tier", alias="pmem_dram_head"),
+       "heat runs (tier_heat_every), tier_dram_head_heat_pct of it goes to the 64 KiB chunks the steps write most "
+       "instead, as the heat passes find them; 0: off", minimum=0, c="tier", alias="pmem_dram_head"),
+    _s("tier_dram_head_heat_pct", "int", 50, "%", "tier mode with tier_dram_head and page heat (tier_heat_every): the "
+       "share of tier_dram_head the heat passes give to the 64 KiB chunks the steps write most, as they find them; "
+       "the rest goes to the first step mark's leading shares. 0: all leading shares (no chunk promoted); 100: all "
+       "by heat", minimum=0, maximum=100, c="tier"),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
        maximum=1 << 40, c="pmem"),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",

@@ -107,8 +107,9 @@ def test_dram_heads_keep_data_and_survive_fork_and_free(prm, tmp_path):
     assert doc["dram_bytes_saved_estimate"] == doc["tier_last_step_bytes"] - head["bytes"] > 0, doc
 
 
-@pytest.mark.parametrize("heat", ["0", "1"])
-def test_dram_heads_lose_no_write_of_a_thread_that_updates_the_table_through_the_mark(prm, tmp_path, heat):
+@pytest.mark.parametrize("heat,by_heat_pct", [("0", "50"), ("1", "50"), ("1", "0")])
+def test_dram_heads_lose_no_write_of_a_thread_that_updates_the_table_through_the_mark(prm, tmp_path, heat,
+                                                                                       by_heat_pct):
     """A thread keeps adding to a 64 MiB table while another marks steps, whose first makes the table's head and,
     with page heat, whose passes promote its written chunks (a parameter server's updates arrive so, and so do a
     Hogwild trainer's other threads): every update is in the table afterwards. Heads made by copying the range and
@@ -117,11 +118,11 @@ def test_dram_heads_lose_no_write_of_a_thread_that_updates_the_table_through_the
     run_dir.mkdir()
     proc = run_tier(prm, "heads_race", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(tmp_path / "pool"),
                                         "RTKIT_TIER_DRAM_HEAD": str(64 << 20), "RTKIT_TIER_HEAT_EVERY": heat,
-                                        "RTKIT_TIER_HEAT_WORKER": "0"})
+                                        "RTKIT_TIER_HEAT_WORKER": "0", "RTKIT_TIER_DRAM_HEAD_HEAT_PCT": by_heat_pct})
     assert proc.returncode == 0 and proc.stdout == "prmalloc_tier heads_race: ok\n", proc.stdout + proc.stderr
     head = pmem_doc(run_dir)["dram_head"]
     assert head["records"] == 1, head
-    if heat == "0":  # the whole table was its head while it was written
+    if heat == "0" or by_heat_pct == "0":  # the whole table was its head while it was written
         assert head["bytes"] >= 63 << 20 and head["by_heat"]["bytes"] == 0, head
     else:  # half of it the head, half promoted by the heat passes while it was written
         assert 31 << 20 <= head["bytes"] <= 32 << 20 and head["by_heat"]["bytes"] >= 31 << 20, head

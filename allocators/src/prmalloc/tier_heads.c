@@ -45,10 +45,10 @@ int rtk_tier_restore_head(live_t *r)
 }
 
 /* At the first step mark, under the live lock (no record is placed or freed meanwhile): every record of HEAD_MIN
- * or more gets the same leading share of the budget over their total bytes: all of it, or half where page heat
- * is measured, whose passes promote the chunks the steps write most with the other half (rtk_tier_promote). With
- * rows in first-seen order, a table's first rows are its most used ones; with other layouts, or tables of unequal
- * use, the heat finds them. */
+ * or more gets the same leading share of the budget over their total bytes: all of it, or, where page heat is
+ * measured, what tier_dram_head_heat_pct leaves: the heat passes promote the chunks the steps write most with the
+ * rest (rtk_tier_promote). With rows in first-seen order, a table's first rows are its most used ones; with other
+ * layouts, or tables of unequal use, the heat finds them. */
 static void make_heads(void)
 {
     if (!rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD) || rtk_tier.state != T_ON || !rtk_tier.live || rtk_tier.fd < 0)
@@ -58,8 +58,9 @@ static void make_heads(void)
     if (avail != SIZE_MAX && budget > avail / 2)
         budget = avail / 2;  /* anonymous pages cannot be reclaimed without swap: leave the page cache room */
     rtk_tier.head_budget = budget;
-    if (rtk_tier_heat_on() && rtk_tier_promoted_arm() == 0)
-        budget /= 2;
+    long by_heat = rtk_setting_num(RTK_OPT_TIER_DRAM_HEAD_HEAT_PCT);
+    if (by_heat > 0 && rtk_tier_heat_on() && rtk_tier_promoted_arm() == 0)
+        budget -= budget * (uint64_t)by_heat / 100;  /* budget: at most half of MemAvailable, far from overflow */
     rtk_spin_lock(&rtk_tier.live_lock);
     uint64_t total = 0;
     for (uint32_t i = 0, k = 0; i < rtk_tier.nlive && k < HEAD_CAP; i++)
