@@ -341,7 +341,7 @@ static uint64_t heat_evict(uint64_t total, uint64_t goal, uint64_t step)
 }
 
 /* Heat-driven DRAM heads: while the heads' budget has room (tier_dram_head; the first step mark's leading shares take
- * half of it), the chunks the steps wrote at the last two samples or more (heat 0xC0 and up), the hottest first,
+ * what tier_dram_head_heat_pct leaves of it), the chunks the steps wrote at the last two samples or more (heat 0xC0 and up), the hottest first,
  * become private (rtk_tier_promote): their pages are then the process's own once written, never written back or
  * dropped. Chunks of records of 1 MiB or more, whole chunks inside the record's pages past its leading head. No
  * chunk is demoted: taking a written page back into the file while a thread may write it would lose that write. */
@@ -407,8 +407,8 @@ int rtk_tier_heat_due(void)
 {
     long every = rtk_setting_num(RTK_OPT_TIER_HEAT_EVERY);
     int budget = rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX) != 0;
-    if ((!budget && !rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD)) || every <= 0 || g_heat < 0 || rtk_tier.state != T_ON ||
-        !rtk_tier.live)
+    int by_heat = rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD) && rtk_setting_num(RTK_OPT_TIER_DRAM_HEAD_HEAT_PCT) > 0;
+    if ((!budget && !by_heat) || every <= 0 || g_heat < 0 || rtk_tier.state != T_ON || !rtk_tier.live)
         return 0;
     if (!g_heat)
         return 1;
