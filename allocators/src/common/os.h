@@ -61,7 +61,8 @@ enum {
     RTK_ADVISE_COLD,        /* reclaim these first under pressure */
 };
 RTK_HIDDEN int rtk_os_advise(void *p, size_t size, int advice);
-/* Map fd's [off, off + size) at exactly `at` (over what is there): shared (writes reach the file) or private. */
+/* Map fd's [off, off + size) at exactly `at` (over what is there, in one step; on failure what was there stays):
+ * shared (writes reach the file) or private. */
 RTK_HIDDEN int rtk_os_map_file_at(void *at, size_t size, int fd, uint64_t off, int shared);
 /* Which of the pages of [p, p + size) are in memory: one byte per page in vec, bit 0 set when resident. */
 RTK_HIDDEN int rtk_os_resident(void *p, size_t size, unsigned char *vec);
@@ -99,9 +100,11 @@ RTK_HIDDEN int rtk_os_watch_add(const rtk_os_watch_t *w, void *p, size_t size);
 RTK_HIDDEN long rtk_os_watch_scan(const rtk_os_watch_t *w, void *lo, void *hi, rtk_os_region_t *out, long cap,
                                   int strict, uintptr_t *walk_end);
 RTK_HIDDEN void rtk_os_watch_close(rtk_os_watch_t *w);
+/* /proc/self/pagemap, read-only (close with rtk_os_close): the fd or -errno. */
+RTK_HIDDEN int rtk_os_pagemap_open(void);
 /* The bytes of [p, p + size) held in the process's own anonymous pages (a private file mapping's pages once
- * written: copies on write), by PAGEMAP_SCAN (Linux >= 6.7); -errno where the kernel cannot tell. */
-RTK_HIDDEN long long rtk_os_private_bytes(void *p, size_t size);
+ * written: copies on write), by PAGEMAP_SCAN (Linux >= 6.7) on `pagemap`; -errno where the kernel cannot tell. */
+RTK_HIDDEN long long rtk_os_private_bytes(int pagemap, void *p, size_t size);
 
 /* ---- primitives of the PMEM pool's files (same conventions: errno kept, 0 or -errno unless said otherwise) */
 /* Online CPUs (at least 1). */

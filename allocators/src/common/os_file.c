@@ -38,9 +38,20 @@ int rtk_os_advise(void *p, size_t size, int advice)
 
 int rtk_os_map_file_at(void *at, size_t size, int fd, uint64_t off, int shared)
 {
+    /* Mapped elsewhere first, then moved over `at` in one step: a MAP_FIXED mmap that fails after it unmapped what
+     * was there (older kernels check a private mapping's commit charge only then) would leave a hole where a table
+     * lives; a failed mmap elsewhere leaves everything as it was, and the move itself takes no new charge. */
     int saved = errno;
-    void *p = mmap(at, size, PROT_READ | PROT_WRITE, (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_FIXED, fd, (off_t)off);
-    return result(p == MAP_FAILED ? -1 : 0, saved);
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, shared ? MAP_SHARED : MAP_PRIVATE, fd, (off_t)off);
+    if (p == MAP_FAILED)
+        return result(-1, saved);
+    if (mremap(p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+        int rc = result(-1, saved);
+        munmap(p, size);
+        return rc;
+    }
+    errno = saved;
+    return 0;
 }
 
 int rtk_os_resident(void *p, size_t size, unsigned char *vec)
@@ -185,12 +196,15 @@ long rtk_os_watch_scan(const rtk_os_watch_t *w, void *lo, void *hi, rtk_os_regio
     return n;
 }
 
-long long rtk_os_private_bytes(void *p, size_t size)
+int rtk_os_pagemap_open(void)
+{
+    int saved = errno, fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    return fd >= 0 ? (errno = saved, fd) : result(-1, saved);
+}
+
+long long rtk_os_private_bytes(int fd, void *p, size_t size)
 {
     int saved = errno;
-    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return result(-1, saved);
     rtk_os_region_t out[64];
     long long bytes = 0;
     uint64_t lo = (uint64_t)(uintptr_t)p, hi = lo + size;
@@ -209,7 +223,6 @@ long long rtk_os_private_bytes(void *p, size_t size)
             break;
         lo = a.walk_end;
     }
-    close(fd);
     errno = saved;
     return bytes;
 }

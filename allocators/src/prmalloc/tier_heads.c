@@ -77,8 +77,8 @@ static void make_heads(void)
         if (end <= lo || want < HEAD_MIN / 4 || rtk_tier.head_bytes + want > budget)
             continue;
         r->head = rtk_tier_private_map(lo, want);
-        rtk_tier_heat_watch(lo, r->head);  /* a new mapping, made after the heat watched the pool */
         if (r->head) {
+            rtk_tier_heat_watch(lo, r->head);  /* a new mapping, made after the heat watched the pool */
             rtk_tier.head_bytes += r->head;
             rtk_tier.head_records++;
         }
@@ -89,7 +89,7 @@ static void make_heads(void)
 
 /* The heads' pages the steps wrote (private copies in anonymous memory) now, and the most seen at any stats write
  * (a job frees its tables at exit), or -errno where the kernel cannot tell. A walk of the page tables of the heads
- * and promoted chunks: under 1 GiB of them (well under a millisecond) at every stats write; past it (tens of ms for
+ * and promoted chunks (under the live lock): under 1 GiB of them (well under a millisecond) at every stats write; past it (tens of ms for
  * 10 GiB) again only once 50 times its own time has passed, so the stats writes spend at most 2% of a core on it,
  * and the figure may be that old. The file's cached copy of a written page stays until the kernel reclaims it
  * (clean once written back): dropping it from here would drop the pages not yet read through the private mapping
@@ -102,23 +102,24 @@ long long rtk_tier_heads_written(long long *peak)
     uint64_t held = (rtk_tier.head_bytes - rtk_tier.head_restored) +
                     (rtk_tier.head_promoted - rtk_tier.head_promoted_restored);
     if (held && (held < (1ull << 30) || t0 - at >= 50.0 * took)) {
-        long long sum = 0;
+        int pagemap = rtk_os_pagemap_open();
+        long long sum = pagemap < 0 ? pagemap : 0;
         rtk_spin_lock(&rtk_tier.live_lock);
-        for (uint32_t i = 0; rtk_tier.live && i < rtk_tier.nlive; i++) {
-            live_t *r = &rtk_tier.live[i];
-            if (!r->head && !r->promoted)
-                continue;
-            /* the head and the promoted chunks lie in the record's whole pages: one walk over them */
-            char *lo = rtk_tier_head_lo(r->payload);
-            uint64_t len = r->promoted ? (((uintptr_t)r->payload + r->n) & ~(uintptr_t)4095) - (uintptr_t)lo : r->head;
-            long long b = rtk_os_private_bytes(lo, len);
-            sum = b < 0 || sum < 0 ? (b < 0 ? b : sum) : sum + b;
-        }
+        for (uint32_t i = 0; pagemap >= 0 && rtk_tier.live && i < rtk_tier.nlive && sum >= 0; i++)
+            if (rtk_tier.live[i].head || rtk_tier.live[i].promoted) {
+                long long b = rtk_tier_private_written(&rtk_tier.live[i], pagemap);
+                sum = b < 0 ? b : sum + b;
+            }
         rtk_spin_unlock(&rtk_tier.live_lock);
+        if (pagemap >= 0)
+            rtk_os_close(pagemap);
         at = rtk_tier_now_s();
         took = at - t0;
         last = sum;
-        most = sum < 0 ? sum : sum > most ? sum : most;
+        if (sum >= 0 && sum > most)
+            most = sum;
+        else if (sum < 0 && !most)
+            most = sum;  /* never measured: the kernel cannot tell */
     } else if (!held && last > 0) {
         last = 0;  /* every head and promoted chunk given back */
     }

@@ -16,7 +16,7 @@
 #define TIER_PAGE 4096
 #define TIER_CHUNK_SHIFT 16               /* page heat and promotion work on 64 KiB chunks of the pool */
 #define TIER_CHUNK ((uint64_t)1 << TIER_CHUNK_SHIFT)
-#define RUNS_MAX 8192                     /* runs of promoted chunks at most: a private mapping each */
+#define RUNS_MAX 4096                     /* promotions a process makes at most: a private mapping each */
 #define LIVE_CAP (1u << 20)               /* records in the live table at most */
 #define HEAD_CAP 4096                     /* records with a DRAM head at most (fork remaps around each) */
 #define TL_CAP 1024                       /* residency samples kept (a ring) */
@@ -150,8 +150,9 @@ RTK_HIDDEN long long rtk_tier_heads_written(long long *peak);
  * [c, c + n) of the live record at index `at` made `born`-th private (0, or -1 when it is gone, past the room or the
  * run limit); promoted_runs: private runs now. Under the live lock: restore_promoted gives record r's promoted chunks
  * back to the file's shared pages, calling remapped on each run (0, or -1 where one stays private);
- * promoted_resident: their pages in DRAM; promoted_ranges: the runs as [start, end) offsets, at most cap of them (a
- * forked child's remap keeps them). */
+ * promoted_resident: their pages in DRAM; private_written: the bytes of r's head and promoted chunks the steps wrote
+ * (by PAGEMAP_SCAN on `pagemap`; -errno where it cannot tell); promoted_ranges: the runs as [start, end) offsets, at
+ * most cap of them (a forked child's remap keeps them). */
 RTK_HIDDEN uint64_t rtk_tier_private_map(char *lo, uint64_t len);
 RTK_HIDDEN int rtk_tier_promoted_arm(void);
 RTK_HIDDEN uint64_t rtk_tier_promote_room(void);
@@ -160,6 +161,7 @@ RTK_HIDDEN int rtk_tier_promote(uint32_t at, uint64_t born, uint64_t c, uint64_t
 RTK_HIDDEN uint64_t rtk_tier_promoted_runs(void);
 RTK_HIDDEN int rtk_tier_restore_promoted(const live_t *r, void (*remapped)(char *lo, uint64_t len));
 RTK_HIDDEN uint64_t rtk_tier_promoted_resident(const live_t *r);
+RTK_HIDDEN long long rtk_tier_private_written(const live_t *r, int pagemap);
 RTK_HIDDEN long rtk_tier_promoted_ranges(uint64_t (*out)[2], long cap);
 /* tier_budget.c: sample residency (at most once a second unless forced) and enforce tier_resident_max where no
  * page heat is measured (round-robin). */

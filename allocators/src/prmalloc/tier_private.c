@@ -14,7 +14,8 @@
  * alone. Mapped at the first step mark, when heads and heat are both on. */
 static unsigned char *g_promoted;
 static uint64_t g_promoted_n;             /* chunks the map covers */
-static uint64_t g_runs;                   /* runs of promoted chunks: each run a private mapping of its own */
+static uint64_t g_runs;                   /* runs of promoted chunks now */
+static uint64_t g_calls;                  /* promotions made: each may add two mappings, and give one back two more */
 
 uint64_t rtk_tier_private_map(char *lo, uint64_t len)
 {
@@ -64,8 +65,10 @@ int rtk_tier_chunk_promoted(uint64_t c)
     return g_promoted && c < g_promoted_n && __atomic_load_n(&g_promoted[c], __ATOMIC_RELAXED);
 }
 
-/* Each run is a mapping of its own (the kernel merges it with a promoted neighbour's): at most RUNS_MAX of them, far
- * under the process's mapping limit (vm.max_map_count, 65,530 by default). */
+/* Each promotion is a mapping of its own, which splits the pool's: up to two more mappings, and two more when a free
+ * gives it back (the kernel merges a promoted neighbour's only where their anonymous pages allow, so a run count says
+ * little). So the promotions of a process are at most RUNS_MAX, 4 x RUNS_MAX mappings at worst, far under the
+ * process's mapping limit (vm.max_map_count, 65,530 by default) beside the job's own. */
 int rtk_tier_promote(uint32_t at, uint64_t born, uint64_t c, uint64_t n)
 {
     int rc = -1;
@@ -74,9 +77,10 @@ int rtk_tier_promote(uint32_t at, uint64_t born, uint64_t c, uint64_t n)
     int left = c > 0 && g_promoted[c - 1], right = c + n < g_promoted_n && g_promoted[c + n];
     if (!r || r->born != born || c + n > g_promoted_n || (n << TIER_CHUNK_SHIFT) > rtk_tier_promote_room()) {
         rc = -1;
-    } else if (!left && !right && g_runs >= RUNS_MAX) {
+    } else if (g_calls >= RUNS_MAX) {
         rtk_tier.head_runs_refused++;
     } else if (rtk_tier_private_map(rtk_tier.base + (c << TIER_CHUNK_SHIFT), n << TIER_CHUNK_SHIFT)) {
+        g_calls++;
         memset(g_promoted + c, 1, n);
         g_runs = g_runs + 1 - (uint64_t)left - (uint64_t)right;
         r->promoted += n << TIER_CHUNK_SHIFT;
@@ -119,6 +123,18 @@ uint64_t rtk_tier_promoted_resident(const live_t *r)
     record_chunks(r, &c, &end);
     while (r->promoted && (n = next_run(&c, end, &first)) != 0)
         sum += rtk_tier_resident_of(rtk_tier.base + (first << TIER_CHUNK_SHIFT), n << TIER_CHUNK_SHIFT);
+    return sum;
+}
+
+long long rtk_tier_private_written(const live_t *r, int pagemap)
+{
+    long long sum = r->head ? rtk_os_private_bytes(pagemap, rtk_tier_head_lo(r->payload), r->head) : 0;
+    uint64_t c, end, first, n;
+    record_chunks(r, &c, &end);
+    while (sum >= 0 && r->promoted && (n = next_run(&c, end, &first)) != 0) {
+        long long b = rtk_os_private_bytes(pagemap, rtk_tier.base + (first << TIER_CHUNK_SHIFT), n << TIER_CHUNK_SHIFT);
+        sum = b < 0 ? b : sum + b;
+    }
     return sum;
 }
 
