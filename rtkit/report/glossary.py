@@ -297,9 +297,10 @@ _F: List[Figure] = [
     Figure("tier_peak_bytes", "tier bytes held (peak)", "bytes", None, "most bytes held in the pool file at once",
            _tier(PM.TIER_PEAK_BYTES)),
     Figure("dram_saved_bytes", "anonymous memory saved (estimate)", "bytes", False,
-           "bytes held in the pool file at the last step (steady state), less the table heads in anonymous DRAM "
-           "(tier_dram_head): anonymous memory not used; the pool's "
-           "pages may still sit in DRAM as page cache (see pool resident)",
+           "bytes held in the pool file at the last step (steady state), less the pages of the table heads "
+           "(tier_dram_head) the steps wrote, which are anonymous DRAM (all of the heads where the kernel cannot "
+           "tell): anonymous memory not used; the pool's pages may still sit in DRAM as page cache (see pool "
+           "resident)",
            _tier(PM.DRAM_SAVED_BYTES)),
     Figure("tier_fallbacks", "tier fallbacks to DRAM", "count", True,
            "allocations tier mode meant for the pool that went to DRAM (pool full)", _tier(PM.TIER_FALLBACKS)),

@@ -97,7 +97,10 @@ static long tier_format(char *buf, size_t cap)
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now, less the
      * heads still in anonymous memory */
     uint64_t saved = t->steps ? mark : bytes, heads_live = t->steps ? t->heads_at_mark : t->head_bytes - t->head_restored;
-    /* (the heads and the chunks the heat made private: their pages are the process's own once written) */
+    /* the heads' and promoted chunks' pages are anonymous only once written: the most of them seen written, where the
+     * kernel tells (a page never written is the file's page cache) */
+    if (written_peak >= 0)
+        heads_live = (uint64_t)written_peak;
     rtk_out_put(&o, "%s\"dram_bytes_saved_estimate\": %llu,", nl, U(saved > heads_live ? saved - heads_live : 0));
     long long rss[3];
     rss_parts(rss);
