@@ -89,9 +89,9 @@ static void make_heads(void)
 
 /* The heads' pages the steps wrote (private copies in anonymous memory) now, and the most seen at any stats write
  * (a job frees its tables at exit), or -errno where the kernel cannot tell. A walk of the page tables of the heads
- * and promoted chunks (under the live lock): under 1 GiB of them (well under a millisecond) at every stats write; past it (tens of ms for
- * 10 GiB) again only once 50 times its own time has passed, so the stats writes spend at most 2% of a core on it,
- * and the figure may be that old. The file's cached copy of a written page stays until the kernel reclaims it
+ * and promoted chunks (under the live lock): under 1 GiB of them (well under a millisecond) at every stats write;
+ * past it (tens of ms for 10 GiB) again only once 50 times its own time has passed, so the stats writes spend at
+ * most 2% of a core on it, and the figure may be that old. The file's cached copy of a written page stays until the kernel reclaims it
  * (clean once written back): dropping it from here would drop the pages not yet read through the private mapping
  * too, which the next read then faults in from the disk. */
 long long rtk_tier_heads_written(long long *peak)
@@ -99,8 +99,7 @@ long long rtk_tier_heads_written(long long *peak)
     static long long last, most;
     static double at = -1e300, took;
     double t0 = rtk_tier_now_s();
-    uint64_t held = (rtk_tier.head_bytes - rtk_tier.head_restored) +
-                    (rtk_tier.head_promoted - rtk_tier.head_promoted_restored);
+    uint64_t held = rtk_tier_private_held();
     if (held && (held < (1ull << 30) || t0 - at >= 50.0 * took)) {
         int pagemap = rtk_os_pagemap_open();
         long long sum = pagemap < 0 ? pagemap : 0;
@@ -213,8 +212,7 @@ void rtk_tier_step_mark(void)
     rtk_tier_heat_mark();  /* the first arms the heat: the heads then know whether its passes promote chunks */
     if (first)
         make_heads();      /* after the cold hint: heads are hot by design */
-    rtk_tier.heads_at_mark = (rtk_tier.head_bytes - rtk_tier.head_restored) +
-                             (rtk_tier.head_promoted - rtk_tier.head_promoted_restored);
+    rtk_tier.heads_at_mark = rtk_tier_private_held();
 }
 
 /* fork waits for the live lock (a mark making heads holds it): the child then sees every head recorded */

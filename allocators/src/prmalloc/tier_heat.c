@@ -348,10 +348,11 @@ static uint64_t heat_evict(uint64_t total, uint64_t goal, uint64_t step)
 #define PROMOTE_MIN 0xC0
 #define PROMOTE_RECORD_MIN ((uint64_t)1 << 20)
 
-/* the chunks of copied record k a promotion may take: [*c0, *c1) */
+/* the chunks of copied record k a promotion may take: [*c0, *c1) (empty, and 0, where none) */
 static int promotable(uint32_t k, uint64_t *c0, uint64_t *c1)
 {
     const live_t *r = &g_snap[k];
+    *c0 = *c1 = 0;
     if (r->n < PROMOTE_RECORD_MIN)
         return 0;
     uintptr_t base = (uintptr_t)rtk_tier.base, lo = (uintptr_t)rtk_tier_head_lo(r->payload) + r->head;
@@ -372,7 +373,7 @@ static void heat_promote(void)
     memset(hist, 0, sizeof hist);
     uint64_t c0, c1;
     for (uint32_t k = 0; k < g_nsnap; k++)
-        for (uint64_t c = 0; promotable(k, &c0, &c1) && (c = c < c0 ? c0 : c) < c1; c++)
+        for (uint64_t c = promotable(k, &c0, &c1) ? c0 : c1; c < c1; c++)
             if (g_hot[c] >= PROMOTE_MIN && !rtk_tier_chunk_promoted(c))
                 hist[g_hot[c]]++;
     /* every chunk hotter than `cut`, and `partial` of those at `cut` (in address order) */

@@ -154,6 +154,7 @@ RTK_HIDDEN long long rtk_tier_heads_written(long long *peak);
  * (by PAGEMAP_SCAN on `pagemap`; -errno where it cannot tell); promoted_ranges: the runs as [start, end) offsets, at
  * most cap of them (a forked child's remap keeps them). */
 RTK_HIDDEN uint64_t rtk_tier_private_map(char *lo, uint64_t len);
+RTK_HIDDEN uint64_t rtk_tier_private_held(void);  /* bytes of heads and promoted chunks that live */
 RTK_HIDDEN int rtk_tier_promoted_arm(void);
 RTK_HIDDEN uint64_t rtk_tier_promote_room(void);
 RTK_HIDDEN int rtk_tier_chunk_promoted(uint64_t c);

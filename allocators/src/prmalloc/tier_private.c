@@ -53,10 +53,14 @@ static uint64_t next_run(uint64_t *c, uint64_t end, uint64_t *first)
     return *c - *first;
 }
 
+uint64_t rtk_tier_private_held(void)
+{
+    return (rtk_tier.head_bytes - rtk_tier.head_restored) + (rtk_tier.head_promoted - rtk_tier.head_promoted_restored);
+}
+
 uint64_t rtk_tier_promote_room(void)
 {
-    uint64_t held = (rtk_tier.head_bytes - rtk_tier.head_restored) +
-                    (rtk_tier.head_promoted - rtk_tier.head_promoted_restored);
+    uint64_t held = rtk_tier_private_held();
     return g_promoted && rtk_tier.head_budget > held ? rtk_tier.head_budget - held : 0;
 }
 
