@@ -2,7 +2,7 @@
  * under threads, frees coalesce back to one extent, double and interior frees are refused, resize in place,
  * step decay (idle N steps beyond the high-water mark: released; used within N, or within the mark: kept) and trim
  * give idle pages back, aligned blocks (by address, wherever the range lies), resident-only blocks and owner
- * words, and a smaller range when the kernel refuses the one asked for. */
+ * words, a smaller range when the kernel refuses the one asked for, and growth past other mappings made later. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -152,10 +152,33 @@ static int alignment_by_address(void)
     return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* In a child: the range placed by the kernel (no hint: directly below the mappings already there, as when ASLR put
+ * them over the usual address), then the program maps what its libraries take, a piece at a time. The heap must
+ * still grow past its first piece: mappings made later fill the highest free gap first, and a page map whose
+ * unmapped rest lay there was walled in, leaving the heap its first 32 MiB for the rest of the run. */
+static int grows_after_other_mappings(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        rtk_large_hint = 0;
+        if (rtk_large_init((size_t)64 << 30, 0) != 0)
+            _exit(3);
+        for (int i = 0; i < 384; i++)  /* 384 MiB, a library's segment at a time */
+            if (mmap(NULL, 1 * MiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+                _exit(5);
+        size_t u = 0, b = 0;
+        void *p = rtk_large_alloc((size_t)1 << 30, 4096, &u);
+        _exit(p && rtk_large_free(p, &b) == 0 ? 0 : 4);
+    }
+    int st = 0;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 int main(void)
 {
     CHECK(smaller_range_when_refused() == 0);
     CHECK(alignment_by_address() == 0);
+    CHECK(grows_after_other_mappings() == 0);
     CHECK(rtk_large_init((size_t)8 << 30, 0) == 0);
     rtk_large_info_t info;
 

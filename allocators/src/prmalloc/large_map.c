@@ -28,7 +28,7 @@ int rtk_large_init(size_t limit, int thp)
     limit &= ~(((size_t)2 << 20) - 1);
     if (limit < ((size_t)64 << 20))
         return -1;
-    /* One reservation holds the range and, just past it, its page map; over-reserved by 2 MiB so the range starts
+    /* One reservation holds the range and, just below it, its page map; over-reserved by 2 MiB so the range starts
      * on a huge-page boundary (THP-friendly, and aligned blocks). Asked for high in the address space, above where
      * mmap places glibc's heaps and the libraries (below the stack): then every glibc pointer lies below it, free's
      * range test leaves after one compare, and the parts given back below stay free for both to grow into in place
@@ -46,15 +46,23 @@ int rtk_large_init(size_t limit, int thp)
     }
     if (!raw)
         return -1;
-    char *base = (char *)(((uintptr_t)raw + ((2u << 20) - 1)) & ~(uintptr_t)((2u << 20) - 1));
-    pmeta_t *m = (pmeta_t *)(base + limit);
+    /* The page map lies below the range, the range's unmapped rest at the top: mappings the program makes later
+     * (its libraries, thread heaps and stacks) fill the highest free gap first, from its top down. Above the page
+     * map, that gap would be the map's own rest, and a few libraries there wall the map in: the heap could then
+     * never grow past its first piece (seen one run in ten, wherever ASLR put the libraries next to the range).
+     * Below the range's rest, they meet the heap only after the whole range is taken. */
+    char *base = (char *)(((uintptr_t)raw + meta + ((2u << 20) - 1)) & ~(uintptr_t)((2u << 20) - 1));
+    pmeta_t *m = (pmeta_t *)(base - meta);
     /* the whole reservation was free: keep the range's first piece and its page map's share, give the rest back
      * until the heap grows into it */
     size_t first = limit < RTK_LARGE_FIRST ? limit : RTK_LARGE_FIRST;
     size_t first_meta = meta_bytes(first >> PAGE_SHIFT);
-    if (limit > first)
-        rtk_os_unmap(base + first, limit - first);
-    rtk_os_unmap((char *)m + first_meta, (size_t)(raw + total - ((char *)m + first_meta)));
+    if ((char *)m > raw)
+        rtk_os_unmap(raw, (size_t)((char *)m - raw));
+    if (meta > first_meta)
+        rtk_os_unmap((char *)m + first_meta, meta - first_meta);
+    if ((size_t)(raw + total - base) > first)
+        rtk_os_unmap(base + first, (size_t)(raw + total - (base + first)));
     if (thp)
         rtk_os_hugepage(base, first);
     for (unsigned b = 0; b < NBINS; b++)
