@@ -2,7 +2,8 @@
  * under threads, frees coalesce back to one extent, double and interior frees are refused, resize in place,
  * step decay (idle N steps beyond the high-water mark: released; used within N, or within the mark: kept) and trim
  * give idle pages back, aligned blocks (by address, wherever the range lies), resident-only blocks and owner
- * words, a smaller range when the kernel refuses the one asked for, and growth past other mappings made later. */
+ * words, a smaller range when the kernel refuses the one asked for, growth past other mappings made later, and
+ * one kept message when it cannot grow. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/say.h"
 #include "prmalloc/large.h"
 
 static int g_failures;
@@ -168,7 +170,15 @@ static int grows_after_other_mappings(void)
                 _exit(5);
         size_t u = 0, b = 0;
         void *p = rtk_large_alloc((size_t)1 << 30, 4096, &u);
-        _exit(p && rtk_large_free(p, &b) == 0 ? 0 : 4);
+        if (!p || rtk_large_free(p, &b) != 0 || rtk_kept_count() != 0)
+            _exit(4);
+        /* a page taken right past what is mapped now: the heap cannot grow, and says so once */
+        char *past = (char *)rtk_large_lo + rtk_large_span;
+        if (mmap(past, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != past)
+            _exit(6);
+        p = rtk_large_alloc(rtk_large_span + 4096, 4096, &u);
+        void *q = rtk_large_alloc(rtk_large_span + 8192, 4096, &u);
+        _exit(!p && !q && rtk_kept_count() == 1 && strstr(rtk_kept_message(0, NULL), "could not grow") ? 0 : 7);
     }
     int st = 0;
     return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) ? WEXITSTATUS(st) : -1;

@@ -1,7 +1,11 @@
 /* large_map.c -- the large-object heap's address space: where its range and page map are placed, and how both are
  * mapped a piece at a time as the heap grows, so a program that lowers RLIMIT_AS after start (glibc's
  * tst-malloc-thread-fail sets 200 MiB) keeps its room for threads and its own mappings. */
+#include <stdio.h>
+
+#include "common/options.h"
 #include "common/os.h"
+#include "common/say.h"
 #include "prmalloc/large_internal.h"
 
 #if UINTPTR_MAX > 0xffffffffu
@@ -78,6 +82,20 @@ int rtk_large_init(size_t limit, int thp)
     return 0;
 }
 
+/* said once: from here on the large requests the heap cannot hold go to glibc, which the report should explain */
+static int grow_refused(void)
+{
+    static int said;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "the large-object heap could not grow past %zu MiB (the address space next to it is "
+                 "taken, or RLIMIT_AS reached): larger blocks went to glibc from then on",
+                 ((size_t)rtk_large.mapped << PAGE_SHIFT) >> 20);
+        rtk_keep_message(RTK_PART_MALLOC, msg);
+    }
+    return -1;
+}
+
 int rtk_large_grow_to(uint64_t pages)
 {
     if (pages <= rtk_large.mapped)
@@ -93,10 +111,10 @@ int rtk_large_grow_to(uint64_t pages)
     char *meta_at = (char *)rtk_large.meta + meta_bytes(rtk_large.mapped);
     size_t meta_more = meta_bytes(want) - meta_bytes(rtk_large.mapped);
     if (rtk_os_reserve_at(at, bytes) != 0)
-        return -1;
+        return grow_refused();
     if (meta_more && rtk_os_reserve_at(meta_at, meta_more) != 0) {
         rtk_os_unmap(at, bytes);
-        return -1;
+        return grow_refused();
     }
     if (rtk_large.thp)
         rtk_os_hugepage(at, bytes);
