@@ -176,9 +176,9 @@ def _write_report(report: Dict[str, Any], run_dir: str, name: str) -> Tuple[str,
 
 def summary_lines(report: Dict[str, Any]) -> List[str]:
     try:
-        from rtkit.report.terminal import summary_lines as rich_summary
+        from rtkit.report import summary
 
-        return list(rich_summary(report))
+        return list(summary.lines(report))
     except Exception:  # renderer absent or failing: a plain summary still tells the essentials
         run, steps = report["run"], report["steps"]
         med = steps["summary"].get("step_ms_median")

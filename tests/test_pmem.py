@@ -193,6 +193,22 @@ def test_persist_array_view(pm, pool_dir):
         assert pool.stats()["persist_kind"] in ("msync", "flush")
 
 
+def test_sync_volatile_pool(pm, pool_dir):
+    """sync(), volatile mode's commit point, makes a file pool's writes durable and is refused on a closed pool."""
+    path = os.path.join(pool_dir, "s.pool")
+    pool = pm.Pool.create(path, 8 << 20, segment_size=64 << 10, durable=False, force_msync=True)
+    h = pool.alloc(512)
+    pool.view(h)[:] = 9
+    pool.sync()
+    with pm.Pool.anonymous(4 << 20, segment_size=64 << 10) as anon:
+        anon.sync()
+    pool.close()
+    with pytest.raises(pm.PoolClosedError):
+        pool.sync()
+    with pm.Pool.open(path) as pool:
+        assert pool.size_of(h)[0] == 512 and (pool.view(h) == 9).all()
+
+
 def test_version_refused(pm, pool_dir):
     path = os.path.join(pool_dir, "v.pool")
     pm.Pool.create(path, 4 << 20, segment_size=64 << 10).close()

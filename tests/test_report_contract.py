@@ -6,7 +6,7 @@ import pytest
 
 from conftest import load_report, requires_tf, run_rtkit
 from tf_scripts import session_training
-from rtkit.report import contract, terminal
+from rtkit.report import contract, summary, terminal
 from rtkit.report import html as html_mod
 from rtkit.report import sections as sec
 
@@ -102,7 +102,7 @@ def test_the_real_reports_render_with_values(alloc_report):
     assert _row(p, "state") == "on" and _row(p, "tier bytes held (peak)").endswith(("KiB", "MiB", "GiB"))
     text = terminal.render(alloc_report)
     assert "report contract" not in text
-    assert any(l.startswith("rtkit: allocator: planned, plan profiled") for l in terminal.summary_lines(alloc_report))
+    assert any(l.startswith("rtkit: allocator: planned, plan profiled") for l in summary.lines(alloc_report))
     page = html_mod.render(alloc_report)
     assert "Allocator: arena hits and fallbacks per step" in page
 
@@ -136,4 +136,4 @@ def test_the_scheduler_writes_the_contracts_keys(tmp_path):
     assert re.match(r"\d+ \(\d+ steps used\)", _row(s, "tuning trials"))
     assert re.match(r"-?[\d.]+%$", _row(s, "tuning gain"))
     assert any(t.title == "stages" for t in s.tables) and any(t.title == "tuning trials" for t in s.tables)
-    assert any(l.startswith("rtkit: scheduler: applied compute_threads=") for l in terminal.summary_lines(rep))
+    assert any(l.startswith("rtkit: scheduler: applied compute_threads=") for l in summary.lines(rep))

@@ -12,7 +12,7 @@ import pytest
 from conftest import load_report, requires_tf, run_rtkit
 from tf_scripts import session_training
 from rtkit.report import compare as compare_mod
-from rtkit.report import fmt, html as html_mod, terminal
+from rtkit.report import fmt, html as html_mod, summary, terminal
 
 PY = sys.executable
 TF_STEPS = 30
@@ -159,7 +159,7 @@ def test_terminal_report_of_a_failed_run(runs):
 def test_summary_lines_real_run(runs):
     out, _, _ = runs
     rep = load_report(out["plain"])
-    lines = terminal.summary_lines(rep)
+    lines = summary.lines(rep)
     assert 3 <= len(lines) <= 8
     assert all(line.startswith("rtkit: ") for line in lines)
     assert lines[0].startswith("rtkit: ok (exit 0)")
@@ -172,7 +172,7 @@ def test_summary_lines_real_run(runs):
 @requires_tf
 def test_summary_lines_have_steps(tf_runs):
     rep = load_report(tf_runs["a"])
-    text = "\n".join(terminal.summary_lines(rep))
+    text = "\n".join(summary.lines(rep))
     assert f"steps: {TF_STEPS} counted from tf.compat.v1 Session.run" in text
     assert f"median step time {fmt.ms(rep['steps']['summary']['step_ms_median'])}" in text
     assert f"steps: {TF_STEPS} counted from tf.compat.v1 Session.run" in tf_runs["a_proc"].stderr
@@ -509,7 +509,7 @@ def test_component_sections_terminal(runs):
     assert re.search(r"^\s+embedding\s+80\s+20\.0 ms$", text, re.M)
     assert re.search(r"tuning trials\s+3 \(12 steps used\)", text)
     assert "- plan from steps 3-5" in text and "- input stage pipelined" in text and "- a run note" in text
-    lines = terminal.summary_lines(rep)
+    lines = summary.lines(rep)
     assert 4 <= len(lines) <= 9
     assert any("allocator: planned, arena hit rate (whole run) 97.5%" in l for l in lines)
     assert any("scheduler:" in l and "tuning gain 15%" in l for l in lines)
@@ -539,7 +539,7 @@ def test_sections_off_are_one_line(runs):
     text = terminal.render(rep)
     for name in ("Allocator (PRMalloc)", "PMEM tier", "Scheduler"):
         assert re.search(rf"^{re.escape(name)}: off( \(.*\))?$", text, re.M), name
-    assert not any("allocator" in l for l in terminal.summary_lines(rep))
+    assert not any("allocator" in l for l in summary.lines(rep))
 
 
 def _paths(obj, prefix=()):
@@ -566,7 +566,7 @@ def test_renderers_survive_missing_and_null_fields(runs):
             else:
                 node[path[-1]] = None if mode == "null" else "weird"
             terminal.render(rep)
-            terminal.summary_lines(rep)
+            summary.lines(rep)
             check_html(html_mod.render(rep))
             compare_mod.render(full, rep)
 
@@ -651,7 +651,7 @@ def test_compare_across_schema_versions(runs):
     data = compare_mod.compare(a, b)
     m = {x["key"]: x for x in data["metrics"]}
     assert m["pipelined_steps"]["a"] is None and m["pipelined_steps"]["b"] == 0
-    assert "no step pipelined (no tf.data input)" in "\n".join(terminal.summary_lines(b))
+    assert "no step pipelined (no tf.data input)" in "\n".join(summary.lines(b))
 
 
 def test_scheduler_words_say_an_unstaged_step_ran_the_script_graph():

@@ -127,8 +127,8 @@ def test_monitored_training_session_with_pipeline_and_tuning(tmp_path, data_dir)
                                                            abs=0.01)
     assert t["cost_pct_of_job"] is not None and t["cost_pct_of_job"] >= t["cost_pct_of_1000_step_job"] * 0.9
     from rtkit.report import fmt
-    from rtkit.report.terminal import summary_lines
-    line = [x for x in summary_lines(rep) if "scheduler:" in x][0]
+    from rtkit.report import summary
+    line = [x for x in summary.lines(rep) if "scheduler:" in x][0]
     assert f"tuning cost (share of a 1000-step job) {fmt.num(t['cost_pct_of_1000_step_job'])}%" in line, line
     # the saved profile is reusable as-is
     proc = run_rtkit(["run", "--run-dir", str(tmp_path / "again"), "--quiet", "--profile", str(prof),
@@ -149,8 +149,8 @@ def test_keras_fit_gets_thread_settings(tmp_path, data_dir):
     assert sched["keras"]["datasets"] and sched["keras"]["datasets"][0]["private_threadpool_size"] >= 1
     # the scheduler's own state and the summary say what happened: no session, nothing staged
     assert sched["state"].startswith("on, staging off") and "Keras" in sched["state"], sched["state"]
-    from rtkit.report.terminal import summary_lines
-    line = [x for x in summary_lines(rep) if "scheduler:" in x][0]
+    from rtkit.report import summary
+    line = [x for x in summary.lines(rep) if "scheduler:" in x][0]
     assert "no step pipelined" in line, line
 
 

@@ -1,4 +1,4 @@
-# figures.py -- figures derived from a report.json dict, shared by the sections, the HTML plots, summary and compare.
+# figures.py -- figures derived from a report.json dict, shared by the sections, the HTML plots and compare.
 """Each reads its inputs under the key paths report/contract.py declares; a figure a report lacks is None (or an
 empty series), never an exception."""
 from __future__ import annotations
@@ -8,21 +8,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from rtkit.report import fmt
 from rtkit.report import glossary as G
 from rtkit.report.contract import Allocator as A, Scheduler as S
-from rtkit.report.contract import Steps as ST
 from rtkit.report.fmt import get
 from rtkit.report.load import normalize
-
-_API_OF_SOURCE = {"keras": "Keras Model.fit", "manual": "rtkit.step()", "session": "tf.compat.v1 sessions",
-                  "function": "tf.function calls"}
-
-
-def steps_api(report: Dict[str, Any]) -> Optional[str]:
-    """The API that produced the counted steps, in words; a hook that names no API is said by its source."""
-    api = get(report, "steps." + ST.API)
-    if api:
-        return str(api)
-    src = get(report, "steps." + ST.SOURCE)
-    return _API_OF_SOURCE.get(str(src)) if src else None
 
 
 def cpu_utilization(report: Dict[str, Any]) -> Optional[float]:

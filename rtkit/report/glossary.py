@@ -105,6 +105,19 @@ def _row_scatter_bytes(r: Dict[str, Any]) -> Optional[int]:
     return (s[R.ROW_PAGES] - s[R.PACKED_PAGES]) * int(s.get(R.PAGE_BYTES) or 4096) if s else None
 
 
+_API_OF_SOURCE = {"keras": "Keras Model.fit", "manual": "rtkit.step()", "session": "tf.compat.v1 sessions",
+                  "function": "tf.function calls"}
+
+
+def steps_api(report: Dict[str, Any]) -> Optional[str]:
+    """The API that produced the counted steps, in words; a hook that names no API is said by its source."""
+    api = get(report, "steps." + ST.API)
+    if api:
+        return str(api)
+    src = get(report, "steps." + ST.SOURCE)
+    return _API_OF_SOURCE.get(str(src)) if src else None
+
+
 def training_step(r: Dict[str, Any], allocator_step: Any) -> Optional[int]:
     """The training step (the steps section's numbering, 1 = the first) that the allocator's step
     `allocator_step` is: its k-th step mark ends the training step that first told it + k - 1, and its step k

@@ -216,7 +216,7 @@ def steps_section(report: Dict[str, Any], view: str = "terminal") -> Section:
         s.off = "no step data"
         return s
     count = st.get("count")
-    api = F.steps_api(report)
+    api = G.steps_api(report)
     _add(s.rows, G.name("steps"), None, text=f"{fmt.num(count)} from {api}" if api and count
          else f"{fmt.num(count)} (source: {st.get('source') or 'none'})")
     if count:

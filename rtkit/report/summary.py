@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from rtkit.report import figures as F
 from rtkit.report import fmt
 from rtkit.report import glossary as G
 from rtkit.report import load
@@ -55,7 +54,7 @@ def steps_line(r: Dict[str, Any]) -> str:
         why, reason = hook.get("status"), st.get(ST.NO_STEP_REASON)
         return "rtkit: steps: none counted" + (f" (hooks: {why}: {hook.get('detail')})" if why and why != "ok" else
                                                f" ({reason})" if reason else "")
-    api = F.steps_api(r)
+    api = G.steps_api(r)
     text = f"rtkit: steps: {fmt.num(count)} counted" + (f" from {api}" if api else "")
     measured, warm = G.value(r, "measured_steps"), get(st, ST.WARMUP_STEPS)
     if measured is not None and fmt.is_num(warm):
@@ -166,6 +165,8 @@ def problems(r: Dict[str, Any]) -> List[str]:
 
 
 def lines(report: Dict[str, Any], report_path: Optional[str] = None) -> List[str]:
+    """The summary's lines, each 'rtkit: ...' (see the module's doc); the last is `rtkit: report: <path>` (report_path,
+    else run.run_dir/report.json)."""
     r = load.normalize(report)
     out = [status_line(r), steps_line(r)]
     for line in (keras_line(r), memory_line(r), rows_line(r), allocator_line(r), tier_line(r), scheduler_line(r)):

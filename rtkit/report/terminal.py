@@ -1,4 +1,4 @@
-# terminal.py -- plain-text report tables for `rtkit report` and the end-of-run summary of `rtkit run`.
+# terminal.py -- plain-text report tables for `rtkit report` (the end-of-run summary of `rtkit run` is summary.py's).
 from __future__ import annotations
 
 import os
@@ -116,11 +116,3 @@ def render(report: Dict[str, Any], colour: bool = False, width: int = WIDTH) -> 
         lines.extend(section_lines(s, colour, width))
     return "\n".join(lines) + "\n"
 
-
-def summary_lines(report: Dict[str, Any], report_path: Optional[str] = None) -> List[str]:
-    """The short summary `rtkit run` prints on stderr at the end: what happened, in at most about 8 lines,
-    each 'rtkit: ...', with the figures named as in every other view (report/glossary.py). The last line is
-    `rtkit: report: <path>` (report_path, else run.run_dir/report.json)."""
-    from rtkit.report import summary
-
-    return summary.lines(report, report_path)

@@ -91,7 +91,7 @@ static void do_init(void)
     rtk_fastpath.inspect = 1;
     /* the inline small path assumes heap chunks: it stays under glibc's smallest mmap threshold (128 KiB) and
      * never reaches the tier; without the census, requests below min_size are a plain tail call to glibc */
-    rtk_step_set_min_size(rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE));
+    rtk_step_apply_min_size_setting();
     if (rtk_step_plan_at_init())
         return;
     if (rtk_engine.state == RTK_STATE_PASSTHROUGH && rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START) == 0)

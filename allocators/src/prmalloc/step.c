@@ -46,7 +46,7 @@ static void apply_min_size(size_t min_size)
     rtk_fastpath.fast_max = fast;
 }
 
-void rtk_step_set_min_size(size_t min_size) { apply_min_size(min_size); }
+void rtk_step_apply_min_size_setting(void) { apply_min_size(rtk_setting_bytes(RTK_OPT_MALLOC_MIN_SIZE)); }
 
 /* Load, check and install the plan file the settings name. */
 static void load_plan(void)

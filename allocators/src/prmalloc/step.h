@@ -9,8 +9,9 @@
  * mark (profiling, too, then waits). */
 RTK_HIDDEN int rtk_step_plan_at_init(void);
 RTK_HIDDEN void rtk_step_start_profiling(uint32_t step);
-/* Set min_size and everything derived from it (fast path bound, large heap threshold). */
-RTK_HIDDEN void rtk_step_set_min_size(size_t min_size);
+/* min_size from its setting, and everything derived from it (fast path bound, large heap threshold); a plan loaded
+ * later replaces it. */
+RTK_HIDDEN void rtk_step_apply_min_size_setting(void);
 /* One step mark of an enabled, initialised allocator: census, state machine, stats file when due. */
 RTK_HIDDEN void rtk_step_mark(void);
 /* Sum the census and write the stats file now (under the step lock). */
