@@ -59,12 +59,15 @@ static void test_lifetime_packing(void)
     CHECK(blocks_of(&p, MiB) == 1);
     CHECK(blocks_of(&p, 2 * MiB) == 2);
     CHECK(p.reserved == MiB + 4 * MiB);
+    /* the 1 MiB and 2 MiB blocks are never live together: the step needs 4 MiB at once, not the classes' 5 */
+    CHECK(p.step_peak == 4 * MiB);
     /* a later step with 3 overlapping 1 MiB: the plan keeps the maximum over steps */
     nev = 0;
     A(MiB); A(MiB); A(MiB); F(MiB); F(MiB); F(MiB);
     rtk_planner_add_step(&pl, ev, nev);
     rtk_planner_plan(&pl, 0, 4096, &p);
     CHECK(blocks_of(&p, MiB) == 3 && blocks_of(&p, 2 * MiB) == 2);
+    CHECK(p.step_peak == 4 * MiB && p.reserved == 3 * MiB + 4 * MiB);
     /* frees of sizes never allocated in the step (carried elsewhere) do not underflow */
     nev = 0;
     F(5 * MiB); A(MiB); F(MiB);
@@ -120,6 +123,7 @@ static void test_trim_and_file(void)
     p.cls[1] = (rtk_class_t){MiB, 2, 4096};
     p.cls[2] = (rtk_class_t){8 * MiB, 3, 4096};
     p.spacing = 1;
+    p.step_peak = 5 * MiB;
     CHECK(rtk_plan_trim(&p, 64 * MiB, 4096) == 256 * KiB + 2 * MiB + 24 * MiB);
     CHECK(rtk_plan_trim(&p, 12 * MiB, 4096) <= 12 * MiB);
     CHECK(p.nclasses == 3 && p.cls[2].blocks == 1);
@@ -127,7 +131,7 @@ static void test_trim_and_file(void)
     int n = rtk_plan_format(&p, 32 * KiB, buf, sizeof buf);
     CHECK(n > 0);
     CHECK(rtk_plan_parse(buf, &q, why, sizeof why) == 0);
-    CHECK(rtk_plan_equal(&p, &q) && q.spacing == 1 && q.reserved == p.reserved);
+    CHECK(rtk_plan_equal(&p, &q) && q.spacing == 1 && q.reserved == p.reserved && q.step_peak == 5 * MiB);
     /* an edited block count breaks the fingerprint */
     char *line = strstr(buf, "class 1048576 2 ");
     CHECK(line != NULL);

@@ -55,6 +55,8 @@ class Allocator:
     PROFILE_REASON, PROFILED_STEPS = "profile.reason", "profile.profiled_steps"   # why profiling ended; how long
     PLAN, PLAN_CLASSES, PLAN_RESERVED_BYTES = "plan", "plan.classes", "plan.reserved_bytes"
     PLAN_MADE_AT_STEP = "plan.made_at_step"
+    # optional: the most bytes of the planned sizes live at once in a profiled step (null: not known)
+    PLAN_STEP_PEAK_BYTES = "plan.step_peak_bytes"
     PLAN_SOURCE = "plan.source"           # "profiled" | "loaded" | "none"
     PLAN_REJECTED = "plan.rejected_reason"  # why a loaded plan was not used (null when none was rejected)
     PLAN_PATH = "plan.plan_path"           # the plan in use: the file loaded, or the one this run saved

@@ -304,6 +304,11 @@ _F: List[Figure] = [
            _num(_sec("allocator", A.FAULTS_AFTER_PLAN))),
     Figure("reserved_bytes", "arena bytes reserved", "bytes", True, "most bytes the plan's classes hold (blocks of the large heap, its resident pages first)",
            _num(_sec("allocator", A.PLAN_RESERVED_BYTES))),
+    Figure("plan_step_peak_bytes", "a step's planned sizes live at once (most)", "bytes", True,
+           "the most bytes of the plan's sizes live at the same moment of a profiled step (page-rounded): what one "
+           "pool shared by all sizes would need; arena bytes reserved above it are blocks of sizes that peak at other "
+           "moments of the step, idle while the step's peak passes",
+           _num(_sec("allocator", A.PLAN_STEP_PEAK_BYTES))),
     # tier mode (PMEM): only when it is on
     Figure("tier_bytes", "tier bytes held (at exit)", "bytes", None,
            "bytes tier mode held in the pool file when the report was written", _tier(PM.TIER_BYTES)),

@@ -304,14 +304,15 @@ def allocator_section(report: Dict[str, Any], view: str = "terminal") -> Section
             text += f", {fmt.num(sum(bl))} blocks"
         if isinstance(plan, dict):   # the plan's other scalars (spacing, trimmed...) on the same line
             text += "".join(f", {fmt.label(k)} {fmt.by_key(k, v)}" for k, v in plan.items()
-                            if k not in ("classes", "reserved_bytes", "source", "made_at_step", "rejected_reason")
+                            if k not in ("classes", "reserved_bytes", "step_peak_bytes", "source", "made_at_step",
+                                         "rejected_reason")
                             and v not in (None, "", False) and not isinstance(v, (dict, list)) and not k.endswith("path"))
         _add(s.rows, "plan classes", None, text=text)
     if isinstance(plan, dict):
         for k, v in plan.items():
             if k.endswith("path") and v:
                 _add(s.rows, "plan file" if k == "plan_path" else fmt.label(k), v)
-    for fid in ("reserved_bytes", "hit_rate", "hit_rate_after_plan"):
+    for fid in ("reserved_bytes", "plan_step_peak_bytes", "hit_rate", "hit_rate_after_plan"):
         _fig(s.rows, report, fid)
     hits, falls = F.allocator_counts(a)
     _add(s.rows, "arena hits (whole run)", hits, "arena_hits")

@@ -121,7 +121,9 @@ def allocator_line(r: Dict[str, Any]) -> Optional[str]:
         parts.append(_fig(r, "hit_rate_after_plan"))
     parts.append(_fig(r, "hit_rate"))
     if fmt.is_num(G.value(r, "reserved_bytes")) and G.value(r, "reserved_bytes"):
-        parts.append(_fig(r, "reserved_bytes"))
+        reserved = _fig(r, "reserved_bytes")
+        peak = _fig(r, "plan_step_peak_bytes", "a step's planned sizes at most")
+        parts.append(f"{reserved} ({peak} live at once)" if peak else reserved)
     return "rtkit: allocator: " + _join(parts)
 
 

@@ -108,6 +108,8 @@ typedef struct rtk_plan {
     size_t min_size;            /* a parsed plan file's min_size (0: not given) */
     int spacing;                /* index into rtk_spacing_name */
     size_t reserved;            /* bytes the arena reserves (page-rounded per class) */
+    size_t step_peak;           /* most bytes of the planned sizes live at once in a profiled step, page-rounded
+                                 * (0: not known): what one shared pool would need, against `reserved` */
     rtk_class_t cls[RTK_MAX_CLASSES];
 } rtk_plan_t;
 
@@ -129,6 +131,7 @@ typedef struct rtk_ctab {
 /* The planner keeps, per spacing, the most concurrently-live blocks of every class over the profiled steps. */
 typedef struct rtk_planner {
     int steps;
+    size_t step_peak;           /* most page-rounded bytes live at once within one profiled step */
     rtk_ctab_t tab[RTK_SPACINGS];
 } rtk_planner_t;
 

@@ -9,6 +9,8 @@ static const unsigned steps_per_octave[RTK_SPACINGS] = {0, 8, 4, 2, 1};
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+#define PEAK_PAGE 4096  /* the plan file's page too (planfile.c): plans compare alike on every machine */
+
 size_t rtk_class_round(size_t size, int spacing)
 {
     if (size <= RTK_MIN_BLOCK_ALIGN)
@@ -50,6 +52,16 @@ static int ctab_find(rtk_ctab_t *t, size_t size, int add)
 void rtk_planner_add_step(rtk_planner_t *pl, const rtk_event_t *ev, size_t n)
 {
     pl->steps++;
+    /* the classes' sum of their own peaks exceeds this when sizes peak at different moments of the step (forward
+     * and backward passes): the distance the report shows between the plan and what the step needs at once */
+    size_t live = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = round_up(ev[i].size, PEAK_PAGE);
+        if (ev[i].kind == 1 && (live += b) > pl->step_peak)
+            pl->step_peak = live;
+        else if (ev[i].kind != 1)
+            live = live >= b ? live - b : 0;
+    }
     for (int sp = 0; sp < RTK_SPACINGS; sp++) {
         rtk_ctab_t step;      /* blocks[] = most live this step */
         uint32_t live[RTK_MAX_CLASSES];
@@ -121,6 +133,7 @@ int rtk_planner_plan(const rtk_planner_t *pl, int spacing, size_t page, rtk_plan
     out->nclasses = 0;
     out->spacing = spacing;
     out->reserved = 0;
+    out->step_peak = pl->step_peak;
     if (t->overflow)
         return -1;
     for (int i = 0; i < t->n; i++) {

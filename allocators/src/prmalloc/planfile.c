@@ -35,8 +35,9 @@ int rtk_plan_format(const rtk_plan_t *p, size_t min_size, char *buf, size_t cap)
     int n = snprintf(buf, cap,
                      "rtkit-malloc-plan %d\n"
                      "# written by librtkit_malloc.so; load with %s=<this file> or rtkit run --plan\n"
-                     "spacing %s\nmin_size %zu\nreserved_bytes %zu\nfingerprint %016llx\nclasses %d\n",
+                     "spacing %s\nmin_size %zu\nreserved_bytes %zu\nstep_peak_bytes %zu\nfingerprint %016llx\nclasses %d\n",
                      RTKIT_MALLOC_PLAN_VERSION, rtk_settings[RTK_OPT_MALLOC_PLAN].env, rtk_spacing_name[p->spacing], min_size, p->reserved,
+                     p->step_peak,
                      (unsigned long long)rtk_plan_fingerprint(p), p->nclasses);
     if (n < 0 || (size_t)n >= cap)
         return -1;
@@ -110,6 +111,8 @@ int rtk_plan_parse(const char *text, rtk_plan_t *out, char *why, size_t why_cap)
                 if (v < 16 || v > ((size_t)1 << 40))
                     WHY("bad min_size line '%.60s'", line);
                 out->min_size = (size_t)v;
+            } else if (!strcmp(word, "step_peak_bytes")) {
+                out->step_peak = (size_t)strtoull(arg, NULL, 10);  /* a figure for the report only: not checked */
             } else if (!strcmp(word, "classes")) {
                 declared = atoi(arg);
             }

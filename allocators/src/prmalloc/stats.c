@@ -90,7 +90,12 @@ long rtk_stats_format(char *buf, size_t cap)
     for (int i = 0; have && i < rtk_engine.plan.nclasses; i++)
         rtk_out_put(&o, "%s{\"size_bytes\": %zu, \"blocks\": %u, \"align_bytes\": %u}", i ? ", " : "", rtk_engine.plan.cls[i].size,
             rtk_engine.plan.cls[i].blocks, rtk_engine.plan.cls[i].align);
-    rtk_out_put(&o, "], \"reserved_bytes\": %zu, \"spacing\": ", have ? rtk_engine.plan.reserved : 0);
+    rtk_out_put(&o, "], \"reserved_bytes\": %zu, \"step_peak_bytes\": ", have ? rtk_engine.plan.reserved : 0);
+    if (have && rtk_engine.plan.step_peak)
+        rtk_out_put(&o, "%zu", rtk_engine.plan.step_peak);
+    else
+        rtk_out_put(&o, "null");
+    rtk_out_put(&o, ", \"spacing\": ");
     rtk_out_str(&o, have ? rtk_spacing_name[rtk_engine.plan.spacing] : "");
     rtk_out_put(&o, ", \"trimmed_to_limit\": %s, \"plan_path\": ", rtk_engine.plan_trimmed ? "true" : "false");
     rtk_out_str(&o, rtk_engine.plan_path);
