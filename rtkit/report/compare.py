@@ -26,7 +26,7 @@ GROUPS = [
                 "rtkit_idle_bytes", "over_live_bytes", "over_live_arenas_bytes", "over_live_large_idle_bytes",
                 "over_live_glibc_free_bytes", "over_live_runtime_bytes"]),
     ("allocator", ["allocator_state", "allocator_plan", "hit_rate", "hit_rate_after_plan", "faults_before_plan",
-                   "faults_after_plan", "reserved_bytes"]),
+                   "faults_after_plan", "reserved_bytes", "plan_step_peak_bytes"]),
     ("tier", ["tier_bytes", "tier_peak_bytes", "dram_saved_bytes", "tier_fallbacks"]),
     ("rows", ["row_pages_per_row", "row_scatter_x", "row_scatter_bytes"]),
     ("scheduler", ["sched_chosen", "pipelined_steps", "tuning_gain_pct", "tuning_cost_pct", "occupancy_mean"]),
