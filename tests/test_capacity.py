@@ -183,6 +183,61 @@ print(json.dumps({"same": same, "other": bool(np.array_equal(a[0]["cat"], c[0]["
     assert r["top"] >= 20 and 0.05 < r["pos"] < 0.6, r
 
 
+def test_feature_distinct_skew_spreads_the_features_geometrically_and_the_bench_passes_it_on():
+    """--feature-distinct-skew K: feature 0 draws from --distinct ids, the last from --distinct / K, geometrically
+    between (K = 1: one count for all, the law as before); the bench hands it to the workload and sizes its runs
+    (the maps, the rows touched) with each feature's own count."""
+    from rtkit.bench import capacity
+    from rtkit.workloads import zipf
+
+    assert zipf.feature_distinct(4_000_000) == 4_000_000 and zipf.feature_distinct(4_000_000, 1.0) == 4_000_000
+    d = zipf.feature_distinct(4_000_000, 10_000)
+    assert len(d) == 26 and d[0] == 4_000_000 and d[-1] == 400 and d[13] == round(4_000_000 / 10_000 ** (13 / 25))
+    assert all(a > b for a, b in zip(d, d[1:]))
+    assert zipf.feature_distinct(10, 1e9)[-1] == 1
+    with pytest.raises(ValueError):
+        zipf.feature_distinct(1000, 0.5)
+    base = ["--steps", "100", "--batch", "1024", "--distinct", "4000000"]
+    plain = capacity.build_parser().parse_args(base)
+    skewed = capacity.build_parser().parse_args(base + ["--feature-distinct-skew", "10000"])
+    assert "--feature-distinct-skew" not in capacity.workload_args(plain, 1.0, False)
+    wargs = capacity.workload_args(skewed, 1.0, False)
+    assert wargs[wargs.index("--feature-distinct-skew") + 1] == "10000"
+    assert capacity.touched_bytes(skewed) < 0.6 * capacity.touched_bytes(plain)
+    assert capacity.touched_bytes(plain) == pytest.approx(26 * zipf.expected_distinct(102_400, 4_000_000) * capacity.row_bytes(plain))
+    bad = capacity.build_parser().parse_args(base + ["--feature-distinct-skew", "0.5"])
+    assert "--feature-distinct-skew" in capacity.check(bad, 1 << 30)
+
+
+@requires_tf
+def test_skewed_features_draw_from_their_own_distinct_ids():
+    """With a skew, each feature's ids are ranks in [1, its own count] (rank_of maps them back), the first
+    feature's ids are exactly those of the unskewed law (same graph, per-feature counts), and the last feature
+    meets few distinct ids."""
+    code = r"""
+import json, numpy as np, tensorflow as tf
+from rtkit.workloads import zipf
+d = zipf.feature_distinct(1_000_000, 10_000)
+a = [b["cat"].numpy() for b in zipf.make_dataset(2048, 0, d, 0.9).take(2)]
+s = [b["cat"].numpy() for b in zipf.make_dataset(2048, 0, 1_000_000, 0.9).take(2)]
+ids = np.concatenate(a)
+out = {"same0": all(np.array_equal(x[:, 0], y[:, 0]) for x, y in zip(a, s)),
+       "other": not np.array_equal(a[0][:, 12], s[0][:, 12])}
+for f in (0, 12, 25):
+    r = zipf.rank_of(tf.constant(ids[:, f]), f, 0, d[f]).numpy()
+    out[str(f)] = [int(r.min()), int(r.max()), int(len(np.unique(ids[:, f]))), d[f]]
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["same0"] and r["other"], r
+    for f in ("0", "12", "25"):
+        lo, hi, seen, count = r[f]
+        assert lo >= 1 and hi <= count and seen <= count, (f, r[f])
+    assert r["25"][2] <= 100 < 1000 < r["0"][2], r
+
+
 def _zipf_wdl(extra, steps=12, capacity=60000):
     cmd = [sys.executable, "-m", "rtkit.workloads", "wdl", "--ids", "zipf", "--distinct", "1000000", "--steps", str(steps),
            "--batch", "256", "--capacity", str(capacity), "--print-losses", "--no-progress", *extra]
@@ -211,6 +266,8 @@ def test_workload_refuses_bad_zipf_and_compaction_flags():
     base = [sys.executable, "-m", "rtkit.workloads", "wdl", "--steps", "2"]
     for extra, word in ((["--distinct", "5"], "--ids zipf"),
                         (["--ids", "zipf", "--zipf-exponent", "7"], "--zipf-exponent"),
+                        (["--feature-distinct-skew", "10"], "--ids zipf"),
+                        (["--ids", "zipf", "--feature-distinct-skew", "0.5"], "--feature-distinct-skew"),
                         (["--compact-steps", "5", "--row-assign", "hashed"], "--compact-steps"),
                         (["--ids", "zipf", "--api", "keras"], "graph API")):
         proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=60)

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="zipf: power-law ids drawn on the fly (default); file: the 200k-line cached file (few ids)")
     p.add_argument("--distinct", type=int, default=50_000_000, help="--ids zipf: distinct ids per feature")
     p.add_argument("--zipf-exponent", type=float, default=0.9, help="--ids zipf: the power law's exponent")
+    p.add_argument("--feature-distinct-skew", type=float, default=1.0, metavar="K",
+                   help="--ids zipf: tables of unequal use, feature f drawing from --distinct / K^(f/25) distinct ids "
+                        "(the workload's option; default 1: every feature alike)")
     p.add_argument("--row-assign", choices=("first-seen", "frequency", "hashed"), default="first-seen",
                    help="id -> row: first-seen (default), frequency (the most frequent id at row 0) or hashed")
     p.add_argument("--sweep", default=None, metavar="SHARES",
@@ -183,6 +186,8 @@ def workload_args(args, table_gb: float, compact: bool) -> List[str]:
            "--emb-dim", str(args.emb_dim), "--row-assign", args.row_assign, "--table-fill", "lazy"]
     if args.ids == "zipf":
         out += ["--ids", "zipf", "--distinct", str(args.distinct), "--zipf-exponent", f"{args.zipf_exponent:g}"]
+        if args.feature_distinct_skew != 1.0:
+            out += ["--feature-distinct-skew", f"{args.feature_distinct_skew:g}"]
     if compact and args.compact_steps:
         out += ["--compact-steps", str(args.compact_steps), "--compact-hot-rows", str(hot_rows(args))]
     return out + ["--no-progress", "--print-losses"]
@@ -215,22 +220,24 @@ MAP_ENTRY_BYTES = 48   # MutableHashTable int64 -> int64: 47 bytes of RssAnon an
 
 def map_bytes(args) -> float:
     """Anonymous memory of the id -> row maps at the end of a run (an entry per distinct id and feature)."""
-    from rtkit.workloads import zipf
-    from rtkit.workloads.data import NUM_CAT
-
     if args.ids != "zipf":
         return 0.0
-    return zipf.expected_distinct(args.steps * args.batch, args.distinct, args.zipf_exponent) * NUM_CAT * MAP_ENTRY_BYTES
+    return _expected_distinct_all(args) * MAP_ENTRY_BYTES
 
 
 def touched_bytes(args) -> Optional[float]:
     """Expected bytes of the rows a run touches (first-seen rows: packed), or None for the file data set."""
-    from rtkit.workloads import zipf
-    from rtkit.workloads.data import NUM_CAT
-
     if args.ids != "zipf":
         return None
-    return zipf.expected_distinct(args.steps * args.batch, args.distinct, args.zipf_exponent) * NUM_CAT * row_bytes(args)
+    return _expected_distinct_all(args) * row_bytes(args)
+
+
+def _expected_distinct_all(args) -> float:
+    """Expected distinct ids a run meets, all features together (each with its own --feature-distinct-skew share)."""
+    from rtkit.workloads import zipf
+
+    return zipf.expected_distinct_all(args.steps * args.batch,
+                                      zipf.feature_distinct(args.distinct, args.feature_distinct_skew), args.zipf_exponent)
 
 
 def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profile: Optional[str] = None,
@@ -344,6 +351,8 @@ def figures(run_dir: str, losses: List[float], batch: int) -> Dict[str, Any]:
 
 def check(args, dram: int) -> Optional[str]:
     """The one line that stops the benchmark before it starts, or None."""
+    if not 1.0 <= args.feature_distinct_skew < float("inf"):
+        return "capacity: --feature-distinct-skew must be a number >= 1 (1: every feature alike), e.g. 1000"
     a_bytes, b_bytes = args.scale_a * dram, args.scale_b * dram
     who = "(a)"
     if args.sweep:   # no (a): each layout runs (b)'s tables in DRAM

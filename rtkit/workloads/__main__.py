@@ -92,6 +92,11 @@ def build_parser():
                    help="--ids zipf: distinct ids per feature (default 50000000)")
     p.add_argument("--zipf-exponent", type=float, default=None,
                    help="--ids zipf: the power law's exponent (default 0.9; larger: a smaller hot head)")
+    p.add_argument("--feature-distinct-skew", type=float, default=None, metavar="K",
+                   help="--ids zipf: tables of unequal use. Feature f draws from --distinct / K^(f/25) distinct ids: "
+                        "the first feature from --distinct, the last from --distinct / K, geometrically between; "
+                        "tables keep their size, so the last features' tables are used on few rows (default 1: "
+                        "every feature alike)")
     p.add_argument("--compact-steps", type=_positive, default=None,
                    help="every N steps, move the most used rows to the front of each table (first-seen rows, "
                         "graph APIs; rtkit.workloads.ev.Compactor)")
@@ -159,8 +164,8 @@ def _zipf_ids(args):
 
     if args.ids != "zipf":
         return None
-    return (args.distinct or zipf.DEFAULT_DISTINCT,
-            zipf.DEFAULT_EXPONENT if args.zipf_exponent is None else args.zipf_exponent)
+    distinct = zipf.feature_distinct(args.distinct or zipf.DEFAULT_DISTINCT, args.feature_distinct_skew or 1.0)
+    return distinct, zipf.DEFAULT_EXPONENT if args.zipf_exponent is None else args.zipf_exponent
 
 
 def _rank_of(args):
@@ -169,8 +174,8 @@ def _rank_of(args):
         return None
     from rtkit.workloads import zipf
 
-    distinct = _zipf_ids(args)[0]
-    return lambda ids, feature: zipf.rank_of(ids, feature, args.seed, distinct)
+    distinct = zipf.per_feature(_zipf_ids(args)[0])
+    return lambda ids, feature: zipf.rank_of(ids, feature, args.seed, distinct[feature])
 
 
 def _compact(args):
@@ -196,8 +201,11 @@ def main(argv=None):
         if problem:
             sys.stderr.write(problem + "\n")
             return 2
-    if args.ids != "zipf" and (args.distinct is not None or args.zipf_exponent is not None):
-        parser.error("--distinct and --zipf-exponent go with --ids zipf")
+    if args.ids != "zipf" and (args.distinct is not None or args.zipf_exponent is not None
+                               or args.feature_distinct_skew is not None):
+        parser.error("--distinct, --zipf-exponent and --feature-distinct-skew go with --ids zipf")
+    if args.feature_distinct_skew is not None and not 1.0 <= args.feature_distinct_skew < float("inf"):
+        parser.error("--feature-distinct-skew: expected a number >= 1 (1: every feature alike), e.g. 1000")
     if args.zipf_exponent is not None and not 0.0 < args.zipf_exponent < 4.0:
         parser.error("--zipf-exponent: expected a number in (0, 4), e.g. 0.9")
     if (args.ids == "zipf" or args.compact_steps) and (args.api in ("keras", "tf2") or args.input != "prefetch"):

@@ -15,6 +15,12 @@ collide. All 26 features use the same law, so the distinct ids a run meets grow 
 1% most used of them take about a third of the draws. The 13 dense features are log-normal counts and
 the label a Bernoulli draw from a logistic model of a few ids and dense features (learnable, as data.py's).
 
+Tables of unequal use (``--feature-distinct-skew K``, :func:`feature_distinct`): feature ``f`` draws from
+``distinct / K ** (f / 25)`` distinct ids (rounded, at least 1), so feature 0 draws from ``distinct`` and the
+last feature from ``distinct / K``, geometrically in between; every feature still draws one id per example and
+every table keeps its size, so the tables of the last features are hot on few rows and cold on the rest.
+K = 1 (the default) is the law above, bit for bit.
+
 The batch has the shape of :func:`rtkit.workloads.inputs.parse`'s: ``dense`` float32 [B, 13],
 ``cat`` int64 [B, 26], ``label`` float32 [B, 1].
 """
@@ -25,6 +31,31 @@ from rtkit.workloads.data import LABEL_BIAS, LABEL_CATS, LABEL_INTS, NUM_CAT, NU
 DEFAULT_DISTINCT = 50_000_000
 DEFAULT_EXPONENT = 0.9
 _MASK62 = (1 << 62) - 1
+
+
+def feature_distinct(distinct, skew=1.0):
+    """Distinct ids per feature: `distinct` (an int, every feature alike) where skew == 1, else a tuple of
+    NUM_CAT ints, feature f's round(distinct / skew ** (f / (NUM_CAT - 1))), at least 1."""
+    distinct, skew = int(distinct), float(skew)
+    if not skew >= 1.0:
+        raise ValueError(f"zipf ids: the feature skew must be >= 1, got {skew}")
+    if skew == 1.0:
+        return distinct
+    return tuple(max(1, int(round(distinct / skew ** (f / (NUM_CAT - 1))))) for f in range(NUM_CAT))
+
+
+def per_feature(distinct):
+    """`distinct` (an int or NUM_CAT ints, as feature_distinct gives) as a tuple of NUM_CAT ints."""
+    if isinstance(distinct, (tuple, list)):
+        if len(distinct) != NUM_CAT:
+            raise ValueError(f"zipf ids: {NUM_CAT} distinct counts expected, got {len(distinct)}")
+        return tuple(int(d) for d in distinct)
+    return (int(distinct),) * NUM_CAT
+
+
+def expected_distinct_all(draws, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONENT):
+    """Expected distinct ids over all NUM_CAT features after `draws` draws each (distinct: an int or per feature)."""
+    return sum(expected_distinct(draws, d, exponent) for d in per_feature(distinct))
 
 
 def _ranks_np(u, distinct, exponent):
@@ -94,26 +125,33 @@ def rank_of(ids, feature, seed=0, distinct=DEFAULT_DISTINCT):
 
 
 def make_dataset(batch_size, seed=0, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONENT, shard=None):
-    """tf.data.Dataset of parsed batches, endless; batch k depends on (seed, k) only.
+    """tf.data.Dataset of parsed batches, endless; batch k depends on (seed, k) only. distinct: an int (every
+    feature alike) or NUM_CAT ints, one per feature (feature_distinct).
     shard=(count, index): the batches index, index + count, ... (a cluster worker's own part)."""
     import tensorflow as tf
 
     from rtkit.workloads.ev import _mix   # splitmix64's finaliser on uint64
 
-    distinct, exponent, b = int(distinct), float(exponent), int(batch_size)
-    if distinct < 1 or not 0.0 < exponent < 4.0:
+    exponent, b = float(exponent), int(batch_size)
+    each = per_feature(distinct)
+    if min(each) < 1 or not 0.0 < exponent < 4.0:
         raise ValueError(f"zipf ids: distinct must be >= 1 and 0 < exponent < 4, got {distinct}, {exponent}")
+    if len(set(each)) == 1:
+        distinct = float(each[0])   # a scalar: the graph of every feature alike, as before the skew
+    else:
+        distinct = tf.constant([[float(d) for d in each]], tf.float64)   # [1, NUM_CAT], broadcast over the batch
+    n_plus_1 = distinct + 1.0
     salts = tf.constant([_salt(f, seed) for f in range(NUM_CAT)], tf.uint64)
 
     def batch(k):
         s = tf.stack([tf.constant(int(seed), tf.int64), k])
         u = tf.random.stateless_uniform([b, NUM_CAT], seed=s, dtype=tf.float64)
         if abs(exponent - 1.0) < 1e-9:
-            r = tf.floor(tf.exp(u * np.log(distinct + 1.0)))
+            r = tf.floor(tf.exp(u * (np.log(n_plus_1) if isinstance(n_plus_1, float) else tf.math.log(n_plus_1))))
         else:
-            hi = (distinct + 1.0) ** (1.0 - exponent)
+            hi = n_plus_1 ** (1.0 - exponent)
             r = tf.floor(tf.pow(1.0 + u * (hi - 1.0), 1.0 / (1.0 - exponent)))
-        rank = tf.cast(tf.clip_by_value(r, 1.0, float(distinct)), tf.uint64)
+        rank = tf.cast(tf.clip_by_value(r, 1.0, distinct), tf.uint64)
         mixed = _mix(tf.bitwise.bitwise_xor(rank, tf.reshape(salts, [1, NUM_CAT])))
         cat = tf.bitwise.bitwise_and(tf.bitcast(mixed, tf.int64), tf.constant(_MASK62, tf.int64))
         mu = tf.constant(np.linspace(0.5, 4.0, NUM_INT), tf.float32)
