@@ -11,7 +11,12 @@
  * count doubled: which pool pages are in DRAM now (mincore over every live record) and the process's major
  * faults. */
 static double g_tl_last;
+static double g_tl_cost;     /* seconds the last sample took */
 static uint64_t g_tl_steps;  /* the step count at the last sample */
+
+/* A sample reads the residency of every pool page (mincore): 0.3-0.5 s a pass over a 35 GiB pool, on the thread that
+ * marks the step. Samples are spaced to take at most this share of the time between them. */
+#define SAMPLE_DUTY 50
 
 /* the record's pages in DRAM but its DRAM head's (its promoted chunks' included) */
 static uint64_t file_resident(const live_t *r)
@@ -79,7 +84,9 @@ void rtk_tier_sample(int force)
     /* once a second, and whenever the step count doubled since the last sample: a short run still gets a few
      * samples while it trains (at exit the job has freed its tables), a long one about log2(steps) extra */
     uint64_t steps = rtk_tier.steps;
-    if (!force && rtk_tier_view.ntimeline && now - g_tl_last < 1.0 && !(steps >= 2 * g_tl_steps && steps > g_tl_steps))
+    if (!force && rtk_tier_view.ntimeline &&
+        ((now - g_tl_last < 1.0 && !(steps >= 2 * g_tl_steps && steps > g_tl_steps)) ||
+         now - g_tl_last < SAMPLE_DUTY * g_tl_cost))
         return;
     g_tl_steps = steps;
     if (!rtk_tier_mincore_vec())
@@ -113,7 +120,8 @@ void rtk_tier_sample(int force)
     rtk_tier_view.timeline[rtk_tier_view.ntimeline % TL_CAP] =
         (tl_t){rtk_tier.steps, now - rtk_tier_t0, total, LD(rtk_tier.bytes), rtk_os_major_faults()};
     rtk_tier_view.ntimeline++;
-    rtk_tier_sample_rss();
+    rtk_tier_sample_rss(span);
+    g_tl_cost = rtk_tier_now_s() - now;
 }
 
 /* the largest live records (at most 16), largest first, into out; returns how many */

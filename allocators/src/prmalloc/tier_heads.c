@@ -203,7 +203,7 @@ void rtk_tier_step_mark(void)
 {
     int first = __atomic_load_n(&rtk_tier_pre, __ATOMIC_RELAXED) && __atomic_exchange_n(&rtk_tier_pre, 0, __ATOMIC_ACQ_REL);
     if (first) {
-        rtk_tier_sample_rss();  /* the pre-step frees' pages still held: often the run's highest RSS */
+        rtk_tier_sample_rss(UINT64_MAX);  /* the pre-step frees' pages still held: often the run's highest RSS */
         punch_free_space();
     }
     rtk_tier_pre = 0;

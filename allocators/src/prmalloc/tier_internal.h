@@ -168,7 +168,7 @@ RTK_HIDDEN long rtk_tier_promoted_ranges(uint64_t (*out)[2], long cap);
  * page heat is measured (round-robin). */
 RTK_HIDDEN void rtk_tier_sample(int force);
 /* tier_resident.c: keep the sample with the highest RSS (the pool's DRAM and live bytes then), for the report. */
-RTK_HIDDEN void rtk_tier_sample_rss(void);
+RTK_HIDDEN void rtk_tier_sample_rss(uint64_t pool_dram);
 /* tier_resident.c: the mincore vector (VEC_PAGES entries), mapped at its first use (NULL when it cannot be), and
  * the bytes of [lo, lo + len) in DRAM */
 #define VEC_PAGES (1u << 16)              /* mincore vector: 256 MiB of pool per call */

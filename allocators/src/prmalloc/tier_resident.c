@@ -47,8 +47,9 @@ uint64_t rtk_tier_resident_in(char *lo, uint64_t len, unsigned char *vec)
 /* At the highest RSS sampled (every residency sample, and the first step mark before it gives the pre-step frees'
  * pages back), what tier mode held in DRAM against what lived in the pool: whether the pool cost more memory than
  * it saved. The whole used span is read once (records sharing a page counted once, freed records' pages not yet
- * given back counted too). Not at exit: frees then keep their pages for the unlink. */
-void rtk_tier_sample_rss(void)
+ * given back counted too; pool_dram: that figure when the caller has just read it, else UINT64_MAX). Not at exit:
+ * frees then keep their pages for the unlink. */
+void rtk_tier_sample_rss(uint64_t pool_dram)
 {
     char buf[256], *end;
     if (rtk_tier.state != T_ON || rtk_tier.exiting || rtk_os_read_file("/proc/self/statm", buf, sizeof buf) < 0)
@@ -60,7 +61,8 @@ void rtk_tier_sample_rss(void)
     if (rss > rtk_tier_view.at_rss_peak.rss && rtk_tier_mincore_vec()) {
         rtk_tier_view.at_rss_peak.rss = rss;
         rtk_tier_view.at_rss_peak.live = LD(rtk_tier.bytes);
-        rtk_tier_view.at_rss_peak.pool_dram = rtk_tier_resident_of(rtk_tier.base, LD(rtk_tier.high));
+        rtk_tier_view.at_rss_peak.pool_dram =
+            pool_dram != UINT64_MAX ? pool_dram : rtk_tier_resident_of(rtk_tier.base, LD(rtk_tier.high));
         rtk_tier_view.at_rss_peak.step = rtk_tier.steps;
         rtk_tier_view.at_rss_peak.t_s = rtk_tier_t0 ? rtk_tier_now_s() - rtk_tier_t0 : 0;
     }
