@@ -249,8 +249,9 @@ SETTINGS: List[Setting] = [
        "instead, as the heat passes find them; 0: off", minimum=0, c="tier", alias="pmem_dram_head"),
     _s("tier_dram_head_heat_pct", "int", 50, "%", "tier mode with tier_dram_head and page heat (tier_heat_every): the "
        "share of tier_dram_head the heat passes give to the 64 KiB chunks the steps write most, as they find them; "
-       "the rest goes to the first step mark's leading shares. 0: all leading shares (no chunk promoted); 100: all "
-       "by heat", minimum=0, maximum=100, c="tier"),
+       "the rest goes to the first step mark's leading shares. At most 256 MiB (4,096 promotions of one chunk: a "
+       "process makes no more). 0: all leading shares (no chunk promoted); 100: all by heat, up to that",
+       minimum=0, maximum=100, c="tier"),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
        maximum=1 << 40, c="pmem"),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",

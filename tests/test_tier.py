@@ -149,6 +149,27 @@ def test_heat_promotes_the_written_tables_chunks_with_the_heads_other_half(prm, 
     assert "2 records, made in" in line and "plus 4.00 MiB of the hottest chunks chosen by page heat; up to" in line, line
 
 
+def test_heat_share_of_a_large_head_budget_is_what_its_promotions_can_hold(tmp_path):
+    """A 768 MiB head budget over 1.5 GiB of tables: heat's half would be 384 MiB, more than the 4,096 promotions a
+    process may make can hold when they are single chunks (256 MiB), so heat takes 256 MiB and the leading shares
+    the other 512 MiB (uncapped, a scattered pool left most of heat's half unspent). Nothing is written: the heads
+    are mappings of the file, no memory."""
+    run_dir = tmp_path / "run"
+    script = ("import rtkit\n"
+              "tables = [bytearray(512 << 20) for _ in range(3)]\n"
+              "for i in range(3):\n"
+              "    tables[0][i * 4096] = 1\n"
+              "    rtkit.step()\n")
+    run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", f"tier_pool_path={tmp_path / 'pool'}",
+               "--set", "tier_pool_size=2G", "--set", "tier_min_size=1M", "--set", "tier_dram_head=768M",
+               "--set", "tier_heat_every=1", "--", sys.executable, "-c", script],
+              timeout=300, check_rc=0)
+    head = load_report(run_dir)["pmem"]["dram_head"]
+    if head.get("by_heat") is None:
+        pytest.skip(f"page heat unavailable on this kernel: {head}")
+    assert head["records"] == 3 and (512 << 20) - 3 * 4096 <= head["bytes"] <= 512 << 20, head
+
+
 def test_report_says_how_much_of_the_heads_the_steps_wrote(tmp_path):
     """rtkit run, a table made before the first step and its first MiB rewritten every step: the head's written
     pages are the process's own (anonymous), the rest of the head stays the file's; the tier view says how much.
