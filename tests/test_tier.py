@@ -136,7 +136,7 @@ def test_heat_promotes_the_written_tables_chunks_with_the_heads_other_half(prm, 
     run_dir.mkdir()
     proc = run_tier(prm, "heads_heat", {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(tmp_path / "pool"),
                                         "RTKIT_TIER_DRAM_HEAD": str(8 << 20), "RTKIT_TIER_HEAT_EVERY": "1",
-                                        "RTKIT_TIER_HEAT_WORKER": "0"})
+                                        "RTKIT_TIER_HEAT_WORKER": "0", "RTKIT_TIER_DRAM_HEAD_HEAT_PCT": "50"})
     assert proc.returncode == 0 and proc.stdout == "prmalloc_tier heads_heat: ok\n", proc.stdout + proc.stderr
     head = pmem_doc(run_dir)["dram_head"]
     heat = head["by_heat"]
@@ -162,7 +162,7 @@ def test_heat_share_of_a_large_head_budget_is_what_its_promotions_can_hold(tmp_p
               "    rtkit.step()\n")
     run_rtkit(["run", "--quiet", "--run-dir", str(run_dir), "--set", f"tier_pool_path={tmp_path / 'pool'}",
                "--set", "tier_pool_size=2G", "--set", "tier_min_size=1M", "--set", "tier_dram_head=768M",
-               "--set", "tier_heat_every=1", "--", sys.executable, "-c", script],
+               "--set", "tier_heat_every=1", "--set", "tier_dram_head_heat_pct=50", "--", sys.executable, "-c", script],
               timeout=300, check_rc=0)
     head = load_report(run_dir)["pmem"]["dram_head"]
     if head.get("by_heat") is None:
