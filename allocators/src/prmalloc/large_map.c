@@ -53,7 +53,7 @@ int rtk_large_init(size_t limit, int thp)
     /* The page map lies below the range, the range's unmapped rest at the top: mappings the program makes later
      * (its libraries, thread heaps and stacks) fill the highest free gap first, from its top down. Above the page
      * map, that gap would be the map's own rest, and a few libraries there wall the map in: the heap could then
-     * never grow past its first piece (seen one run in ten, wherever ASLR put the libraries next to the range).
+     * never grow past its first piece (wherever ASLR puts the libraries right above the range).
      * Below the range's rest, they meet the heap only after the whole range is taken. */
     char *base = (char *)(((uintptr_t)raw + meta + ((2u << 20) - 1)) & ~(uintptr_t)((2u << 20) - 1));
     pmeta_t *m = (pmeta_t *)(base - meta);

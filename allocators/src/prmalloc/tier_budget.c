@@ -14,8 +14,9 @@ static double g_tl_last;
 static double g_tl_cost;     /* seconds the last sample took */
 static uint64_t g_tl_steps;  /* the step count at the last sample */
 
-/* A sample reads the residency of every pool page (mincore): 0.3-0.5 s a pass over a 35 GiB pool, on the thread that
- * marks the step. Samples are spaced to take at most this share of the time between them. */
+/* A sample reads the residency of every pool page (mincore: a page-cache lookup each, so a pool of tens of GiB takes
+ * a good part of a second), on the thread that marks the step. Samples are spaced to take at most 1/SAMPLE_DUTY of
+ * the time between them. */
 #define SAMPLE_DUTY 50
 
 /* the record's pages in DRAM but its DRAM head's (its promoted chunks' included) */

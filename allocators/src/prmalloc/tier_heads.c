@@ -62,8 +62,8 @@ static void make_heads(void)
     if (by_heat > 0 && rtk_tier_heat_on() && rtk_tier_promoted_arm() == 0) {
         uint64_t heat = budget * (uint64_t)by_heat / 100;  /* budget: at most half of MemAvailable, far from overflow */
         /* No more than RUNS_MAX promotions of one chunk each are sure to hold: where the hot chunks lie scattered,
-         * a larger share would go unspent (the full-scale bench: 391 MB promoted of a 6 GB share, 2.5 million
-         * attempts refused at the limit, twice the disk writes of leading shares alone) */
+         * a larger share would go unspent once the promotion limit is reached, and the leading shares it was taken
+         * from would leave their hot pages to the writeback */
         if (heat > (uint64_t)RUNS_MAX << TIER_CHUNK_SHIFT)
             heat = (uint64_t)RUNS_MAX << TIER_CHUNK_SHIFT;
         budget -= heat;
