@@ -96,7 +96,7 @@ static long tier_format(char *buf, size_t cap)
         nl, U(LD(t->child_frees)), nl, U(LD(t->errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now, less the
      * heads still in anonymous memory */
-    uint64_t saved = t->steps ? mark : bytes, heads_live = t->steps ? t->heads_at_mark : t->head_bytes - t->head_restored;
+    uint64_t saved = t->steps ? mark : bytes, heads_live = t->steps ? t->heads_at_mark : rtk_tier_private_held();
     /* the heads' and promoted chunks' pages are anonymous only once written: the most of them seen written, where the
      * kernel tells (a page never written is the file's page cache) */
     if (written_peak >= 0)
