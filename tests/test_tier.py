@@ -164,9 +164,11 @@ def test_heat_share_of_a_large_head_budget_is_what_its_promotions_can_hold(tmp_p
                "--set", "tier_pool_size=2G", "--set", "tier_min_size=1M", "--set", "tier_dram_head=768M",
                "--set", "tier_heat_every=1", "--set", "tier_dram_head_heat_pct=50", "--", sys.executable, "-c", script],
               timeout=300, check_rc=0)
-    head = load_report(run_dir)["pmem"]["dram_head"]
-    if head.get("by_heat") is None:
-        pytest.skip(f"page heat unavailable on this kernel: {head}")
+    pmem = load_report(run_dir)["pmem"]
+    unavailable = [n for n in pmem.get("notes") or [] if "page heat unavailable" in n]
+    if unavailable:  # no heat: the leading shares take the whole budget, nothing to cap
+        pytest.skip(unavailable[0])
+    head = pmem["dram_head"]
     assert head["records"] == 3 and (512 << 20) - 3 * 4096 <= head["bytes"] <= 512 << 20, head
 
 
