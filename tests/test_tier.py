@@ -199,6 +199,38 @@ def test_report_says_how_much_of_the_heads_the_steps_wrote(tmp_path):
     assert f"up to {fmt.nbytes(head['written_peak_bytes'])} of them written by the steps" in line, line
 
 
+@pytest.mark.parametrize("budget,warned", [("4M", True), ("64M", False)])
+def test_summary_says_when_the_pool_stayed_above_its_resident_budget(tmp_path, budget, warned):
+    """A pool on tmpfs with no swap: its pages cannot be dropped, so a 4 MiB resident budget over a 32 MiB table is
+    never met, whatever the passes do; the summary's tier line gives the median beside the budget and warns. A
+    budget the table fits in: the same figures, no warning."""
+    if not os.path.isdir("/dev/shm") or any(line.split()[0] != "Filename" for line in open("/proc/swaps")):
+        pytest.skip("needs /dev/shm and no swap (tmpfs pages that cannot be dropped)")
+    run_dir = tmp_path / "run"
+    pool = f"/dev/shm/rtkit-test-budget-{os.getpid()}-{budget}"
+    # samples come at steps 1, 2, 4, 8, 16, each spaced past 50x the last one's cost (microseconds here): the
+    # sleep keeps that spacing whatever the machine's load, so steps 4, 8 and 16 are sampled while training
+    script = ("import time, rtkit\n"
+              "table = bytearray(32 << 20)\n"
+              "for i in range(20):\n"
+              "    table[::4096] = bytes([i + 1]) * (len(table) // 4096)\n"
+              "    time.sleep(0.1)\n"
+              "    rtkit.step()\n")
+    try:
+        proc = run_rtkit(["run", "--run-dir", str(run_dir), "--set", f"tier_pool_path={pool}", "--set", "tier_min_size=1M",
+                          "--set", f"tier_resident_max={budget}", "--", sys.executable, "-c", script],
+                         timeout=180, check_rc=0)
+    finally:
+        if os.path.exists(pool):
+            os.unlink(pool)
+    tier_line = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: tier: ")]
+    assert len(tier_line) == 1, proc.stderr[-3000:]
+    assert f"budget (tier_resident_max) {fmt.nbytes(int(budget[:-1]) << 20)}" in tier_line[0], tier_line
+    assert re.search(r"median (3[0-9]\.\d|32\.\d) MiB", tier_line[0]), tier_line
+    assert ("warning: the pool's pages in DRAM stayed above tier_resident_max (4.00 MiB)" in tier_line[0]) == warned, \
+        tier_line
+
+
 def test_pool_pages_in_dram_count_a_page_small_records_share_once(prm, tmp_path):
     """8192 written records of 1,500 bytes (12 MiB) lie on about 3,000 pages: the report's pool pages in DRAM say so.
     Summed record by record, a page two records share counted twice (about 1.9x the bytes)."""

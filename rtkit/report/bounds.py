@@ -17,6 +17,9 @@ step mark where the heap's footprint was largest (the allocator keeps that mark'
 
     RSS over live = arenas idle + large heap idle + glibc heap free + runtime and the rest
 
+(in tier mode the live bytes count the pool's live bytes in DRAM at its highest RSS sample too: tables and slots in
+the pool file's page cache are the program's data, which the heap's books do not hold)
+
 - arenas idle: free blocks of the planned classes and every block's rounding up to whole pages;
 - large heap idle: resident free pages of rtkit's large-object heap (the headroom faulted in after a plan too);
 - glibc heap free: free chunks in glibc's heaps (its books; an upper bound on their resident part);
@@ -62,18 +65,36 @@ def _rtkit_idle(alloc: Any) -> Optional[int]:
     return int((idle if fmt.is_num(idle) else 0) + (free if fmt.is_num(free) else 0))
 
 
-def _over_live(peak: int, alloc: Any) -> Dict[str, Any]:
+# The tier's highest RSS sample stands for the peak when it is at least this share of it.
+POOL_SAMPLE_NEAR_PEAK = 0.9
+
+
+def _pool_live_dram(peak: int, pmem: Any) -> Optional[int]:
+    """Tier mode: the pool's live bytes in DRAM (its pages in DRAM, at most its live bytes) at its highest RSS sample,
+    when that sample is near the peak. They are the program's data (tables, slots) in the pool file's page cache,
+    which the heap's live bytes do not count; None without a pool or such a sample."""
+    at = get(pmem, "at_rss_peak") if isinstance(pmem, dict) and pmem.get("state") == "on" else None
+    if not isinstance(at, dict) or not all(fmt.is_num(at.get(k)) for k in ("rss_bytes", "pool_dram_bytes", "tier_bytes")):
+        return None
+    if at["rss_bytes"] < POOL_SAMPLE_NEAR_PEAK * peak:
+        return None
+    return int(min(at["pool_dram_bytes"], at["tier_bytes"]))
+
+
+def _over_live(peak: int, alloc: Any, pmem: Any) -> Dict[str, Any]:
     """RSS over live per component, from the allocator's largest footprint (every value None without it)."""
     fp = get(alloc, A.FOOTPRINT) if isinstance(alloc, dict) else None
     keys = (B.FOOTPRINT_STEP, B.FOOTPRINT_LIVE_BYTES, B.OVER_LIVE_BYTES, B.OVER_ARENAS_BYTES, B.OVER_LARGE_IDLE_BYTES,
-            B.OVER_GLIBC_BYTES, B.OVER_RUNTIME_BYTES)
+            B.OVER_GLIBC_BYTES, B.OVER_RUNTIME_BYTES, B.POOL_LIVE_DRAM_BYTES)
     out: Dict[str, Any] = dict.fromkeys(keys)
     parts = [fp.get(k) for k in (A.FP_LIVE, A.FP_ARENA_IDLE, A.FP_LARGE_IDLE, A.FP_GLIBC_FREE)] if isinstance(fp, dict) else []
     if not isinstance(fp, dict) or not fmt.is_num(fp.get(A.FP_STEP)) or not all(fmt.is_num(v) for v in parts):
         return out
     live, arenas, large, glibc = (int(v) for v in parts)
-    over = peak - live
+    pool = _pool_live_dram(peak, pmem)
+    over = peak - live - (pool or 0)
     out.update({B.FOOTPRINT_STEP: int(fp[A.FP_STEP]), B.FOOTPRINT_LIVE_BYTES: live, B.OVER_LIVE_BYTES: over,
+                B.POOL_LIVE_DRAM_BYTES: pool,
                 B.OVER_ARENAS_BYTES: arenas, B.OVER_LARGE_IDLE_BYTES: large, B.OVER_GLIBC_BYTES: glibc,
                 B.OVER_RUNTIME_BYTES: over - arenas - large - glibc})
     return out
@@ -97,7 +118,7 @@ def build(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         out.update({B.PEAK_LIVE_BYTES: int(peak_live), B.FIRST_STEP_LIVE_BYTES: first_live, B.STEP_LIVE_BYTES: live,
                     B.OVERHEAD_BYTES: out[B.GROWTH_BYTES] - live, B.RTKIT_IDLE_BYTES: _rtkit_idle(alloc)})
         out[B.ESTIMATES] = [B.STEP_LIVE_BYTES, B.OVERHEAD_BYTES]
-    over = _over_live(int(peak), alloc)
+    over = _over_live(int(peak), alloc, report.get("pmem"))
     out.update(over)
     if over[B.OVER_RUNTIME_BYTES] is not None:
         out[B.ESTIMATES] = out[B.ESTIMATES] + [B.OVER_RUNTIME_BYTES]
@@ -150,7 +171,10 @@ def rows(report: Dict[str, Any]) -> List[tuple]:
     extra = {"baseline_rss_bytes": f" (sampled at {fmt.seconds(b.get(B.BASELINE_AT_S))}, before the first step began)",
              "peak_live_bytes": f" (at the end of the first step {fmt.nbytes(b.get(B.FIRST_STEP_LIVE_BYTES))})",
              "over_live_bytes": (f" (peak RSS minus the heap live {fmt.nbytes(b.get(B.FOOTPRINT_LIVE_BYTES))} at the end "
-                                 f"of step {b.get(B.FOOTPRINT_STEP)}, the heap's largest footprint)")}
+                                 f"of step {b.get(B.FOOTPRINT_STEP)}, the heap's largest footprint"
+                                 + (f", and the tier pool's live bytes in DRAM {fmt.nbytes(b[B.POOL_LIVE_DRAM_BYTES])} "
+                                    "at its highest RSS sample" if fmt.is_num(b.get(B.POOL_LIVE_DRAM_BYTES)) else "")
+                                 + ")")}
     for fid in FIGURE_IDS:
         v = G.value(report, fid)
         if v is not None:

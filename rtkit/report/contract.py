@@ -179,11 +179,14 @@ class Bounds:
     OVER_LIVE_BYTES, OVER_ARENAS_BYTES = "over_live_bytes", "over_live_arenas_bytes"
     OVER_LARGE_IDLE_BYTES, OVER_GLIBC_BYTES = "over_live_large_idle_bytes", "over_live_glibc_free_bytes"
     OVER_RUNTIME_BYTES = "over_live_runtime_bytes"
+    # tier mode: the pool's live bytes in DRAM at its highest RSS sample (pmem at_rss_peak), counted live beside the
+    # heap's (null without a tier pool, or when that sample was not near the peak)
+    POOL_LIVE_DRAM_BYTES = "footprint_pool_live_dram_bytes"
     ESTIMATES = "estimates"               # the keys above that are estimates, not measurements
     REQUIRED = (PEAK_RSS_BYTES, BASELINE_RSS_BYTES, BASELINE_AT_S, GROWTH_BYTES, PEAK_LIVE_BYTES, FIRST_STEP_LIVE_BYTES,
                 STEP_LIVE_BYTES, OVERHEAD_BYTES, RTKIT_IDLE_BYTES, FOOTPRINT_STEP, FOOTPRINT_LIVE_BYTES,
                 OVER_LIVE_BYTES, OVER_ARENAS_BYTES, OVER_LARGE_IDLE_BYTES, OVER_GLIBC_BYTES, OVER_RUNTIME_BYTES,
-                ESTIMATES)
+                POOL_LIVE_DRAM_BYTES, ESTIMATES)
 
 
 # report section -> its declaration; None for the sections a component may leave out (component off)

@@ -258,7 +258,8 @@ _F: List[Figure] = [
     # peak RSS over the heap's live bytes, by who holds it (report/bounds.py), at the heap's largest footprint
     _bound("over_live_bytes", "RSS over live", B.OVER_LIVE_BYTES,
            "rtkit's allocator only: peak RSS minus the heap live at the step end where the heap's footprint (live + "
-           "idle) was largest; the sum of the four parts below: how far the peak RSS is from the live bytes"),
+           "idle) was largest (in tier mode, minus the pool's live bytes in DRAM at its highest RSS sample too); the "
+           "sum of the four parts below: how far the peak RSS is from the live bytes"),
     _bound("over_live_arenas_bytes", "arenas idle", B.OVER_ARENAS_BYTES,
            "at that step end: free blocks of the plan's classes and every class block's rounding up to whole pages"),
     _bound("over_live_large_idle_bytes", "large heap idle", B.OVER_LARGE_IDLE_BYTES,

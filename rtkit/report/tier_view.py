@@ -12,6 +12,7 @@ a resident budget or under memory pressure the kernel keeps what the steps touch
 the record that training uses; without pressure every touched page stays and it is an upper bound."""
 from __future__ import annotations
 
+import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
 from rtkit.report import fmt
@@ -48,6 +49,24 @@ def resident_while_training(p: Dict[str, Any]) -> Optional[int]:
     return max((x.get("resident_bytes") or 0 for x in tl), default=None) if tl else None
 
 
+# A resident budget's passes write pages out and drop them on a worker beside the steps, so the pool's pages in DRAM
+# swing above the budget between passes; a median this many times the budget means the passes never caught up.
+BUDGET_BEHIND_X = 1.5
+BUDGET_BEHIND_SAMPLES = 2
+
+
+def resident_against_budget(p: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """{budget, median, samples}: the median (the lower middle one of an even count) of the pool's pages in DRAM over
+    the samples taken while training past the warm-up, beside tier_resident_max; None without a budget or a step."""
+    budget = get(p, PM.RESIDENT_MAX)
+    if not budget or p.get("step_marks") == 0:
+        return None
+    tl = [x.get("resident_bytes") or 0 for x in _training_samples(p)]
+    if not tl:
+        return None
+    return {"budget": budget, "median": statistics.median_low(tl), "samples": len(tl)}
+
+
 def cost_words(report: Dict[str, Any]) -> List[str]:
     """What the pool cost while training, for the summary's tier line: resident pool bytes (max after the
     warm-up), major faults per step (mean over the sampled steps), bytes the child wrote to disk."""
@@ -57,7 +76,11 @@ def cost_words(report: Dict[str, Any]) -> List[str]:
     out = []
     res = resident_while_training(p) if p.get("step_marks") != 0 else None   # no step: no warm-up to be after
     if res is not None:
-        out.append(f"pool resident after warm-up (max) {fmt.nbytes(res)}")
+        words = f"pool resident after warm-up (max) {fmt.nbytes(res)}"
+        vs = resident_against_budget(p)
+        if vs is not None:
+            words += f", median {fmt.nbytes(vs['median'])}, budget (tier_resident_max) {fmt.nbytes(vs['budget'])}"
+        out.append(words)
     head = get(p, "dram_head.bytes")
     if head:
         out.append(f"table heads in anonymous DRAM {fmt.nbytes(head)}")
@@ -117,6 +140,9 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
         out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
                    "mark steps (see `steps:`) or run without tier_pool_path")
+    behind = _budget_behind_words(p)
+    if behind:
+        out.append(behind)
     if pre.get("stopped_for_churn"):
         line = ("placement before the first step stopped once most of what it placed was freed again "
                 "(short-lived, not tables); later requests stayed in DRAM")
@@ -125,6 +151,22 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
         out.append(line)
     return out
 
+
+def _budget_behind_words(p: Dict[str, Any]) -> Optional[str]:
+    """A warning when the pool's pages in DRAM stayed well above tier_resident_max while training: the budget is a
+    goal its passes work toward, and a reader of "budget 256 MiB" would otherwise take it for a limit."""
+    vs = resident_against_budget(p)
+    if vs is None or vs["samples"] < BUDGET_BEHIND_SAMPLES or vs["median"] <= BUDGET_BEHIND_X * vs["budget"]:
+        return None
+    if get(p, PM.HEAT_MECHANISM) == "pagemap_scan":
+        passes = (f"its heat passes ({fmt.num(get(p, PM.HEAT_SAMPLES))} in {fmt.seconds(get(p, PM.HEAT_SECONDS))}"
+                  + (", on a worker beside the steps)" if get(p, "heat.on_worker") else ")"))
+    else:
+        passes = f"its round-robin passes ({fmt.num(get(p, 'budget_passes'))}, at most one a second)"
+    return (f"warning: the pool's pages in DRAM stayed above tier_resident_max ({fmt.nbytes(vs['budget'])}): median "
+            f"{fmt.nbytes(vs['median'])} over {vs['samples']} samples while training, "
+            f"{vs['median'] / vs['budget']:.1f}x; {passes} write pages out and drop them more slowly than the steps "
+            "bring them back: the budget is a goal, not a limit")
 
 
 def _where(p) -> str:
