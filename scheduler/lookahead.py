@@ -242,13 +242,19 @@ class Lookahead:
     def _work(self, b: _Batch) -> None:
         if self.mode != "on":
             return
-        # tables found in the pool: their rows' pages are asked for at once (MADV_WILLNEED, all in flight together);
-        # the others are read by a gather of their rows on the session (one page fault at a time)
+        # tables found in the pool: their rows' pages not in DRAM are asked for at once (MADV_WILLNEED, all in flight
+        # together); the others are read by a gather of their rows on the session (one page fault at a time)
         gather = {n: r for n, r in b.rows.items() if None in self.bases.get(n, [None])}
         regions = {n: [i for i, x in enumerate(self.bases.get(n, [None] * (1 + len(self.plan.tables[n].slots))))
                        if x is None] for n in gather}
         found = list(self._found_pages(b.rows))
-        told = self._ask(found)
+        # MADV_WILLNEED reads a range of the pool file whatever the process maps there: on a table's DRAM head (a
+        # private mapping of the file, tier_dram_head) it would fill the page cache with the file's own pages, which
+        # no one reads, and push out pool pages the steps need. A page in DRAM (a head's included) needs no read.
+        reads = [pg[~pages.resident(pg)] for _, pg in found]
+        told = self._ask(found, reads)
+        with self.cond:
+            self.counts["pages_read_ahead"] += int(sum(r.size for r in reads))
         if gather:
             self._run_touch(gather, False, regions)
         self._count_requested(b, told)

@@ -17,9 +17,12 @@ def _capacity(run_dir, pool, api="run", sets=(), profile="capacity", variables="
     """The user-style script (a table past the placement size, Adagrad, fed power-law ids) as the capacity profile's
     docs have a user run it: no scheduler setting; a small resident budget so that rows are out of DRAM. The heat
     budget's passes run inside the step marks (tier_heat_worker=0), so which pages are out of DRAM at a step does
-    not depend on when a worker got to its pass."""
+    not depend on when a worker got to its pass. The pool has room for a dozen of the table's size: until the first
+    step's sparse update the initializers' temporaries (initial values, constant kernels' buffers, the update's copy)
+    are table-sized too, a request the full pool refuses goes to DRAM, where no lookahead finds it, and how many of
+    them live at once depends on TensorFlow's order under load (400 MiB was refused so)."""
     args = ["run", "--quiet", "--run-dir", str(run_dir), "--profile", profile, "--set", f"tier_pool_path={pool}",
-            "--set", "tier_pool_size=400M", "--set", f"tier_resident_max={16 * MIB}", "--set", "tier_dram_head=0",
+            "--set", "tier_pool_size=1G", "--set", f"tier_resident_max={16 * MIB}", "--set", "tier_dram_head=0",
             "--set", "tier_heat_worker=0"] + \
         [a for kv in sets for a in ("--set", kv)] + [
             "--", sys.executable, "-m", "rtkit.bench.user_table", "--rows", "300000", "--dim", "64", "--steps", "6",

@@ -105,6 +105,8 @@ def lookahead(sc: Dict[str, Any]) -> str:
             text += f", {fmt.num(la['pages_read_ahead'])} not resident read ahead"
         text += f"{kept}, CPU {fmt.num(la.get('worker_cpu_s'))} s"
     elif not measure:
+        if la.get("pages_read_ahead"):   # the others were in DRAM when the worker looked: told, not read
+            text += f", {fmt.num(la['pages_read_ahead'])} not resident read ahead"
         text += f", {fmt.num(la.get('late_batches'))} late, {fmt.num(la.get('wasted_pages'))} pages wasted{kept}"
         text += f", worker CPU {fmt.num(la.get('worker_cpu_s'))} s"
         if la.get("wait_s"):   # sched_lookahead_wait_ms: the steps waited for their batches
