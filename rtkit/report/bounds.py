@@ -15,11 +15,13 @@ peak RSS is from what the program itself needs:
 With the allocator's figures the peak RSS over the heap's live bytes is also split by who holds it, at the
 step mark where the heap's footprint was largest (the allocator keeps that mark's figures):
 
-    RSS over live = arenas idle + large heap idle + glibc heap free + runtime and the rest
+    RSS over live = arenas idle + large heap idle + glibc heap free [+ tier pool pages in DRAM] + runtime and the rest
 
 - arenas idle: free blocks of the planned classes and every block's rounding up to whole pages;
 - large heap idle: resident free pages of rtkit's large-object heap (the headroom faulted in after a plan too);
 - glibc heap free: free chunks in glibc's heaps (its books; an upper bound on their resident part);
+- tier pool pages in DRAM (tier mode only): the pool file's pages in DRAM at the tier's highest RSS sample
+  (pmem.at_rss_peak, by mincore): the tables and slots placed in the pool, page cache counted in RSS, not heap;
 - runtime and the rest (derived): libraries, stacks, Python, TensorFlow's own mappings, and what a step holds
   between step ends.
 
@@ -62,8 +64,16 @@ def _rtkit_idle(alloc: Any) -> Optional[int]:
     return int((idle if fmt.is_num(idle) else 0) + (free if fmt.is_num(free) else 0))
 
 
-def _over_live(peak: int, alloc: Any) -> Dict[str, Any]:
-    """RSS over live per component, from the allocator's largest footprint (every value None without it)."""
+def _pool_dram(pmem: Any) -> Optional[int]:
+    """Tier mode's pool pages in DRAM at its highest RSS sample (None without tier mode or that sample)."""
+    at = get(pmem, "at_rss_peak") if isinstance(pmem, dict) and pmem.get("state") == "on" else None
+    v = get(at, "pool_dram_bytes") if isinstance(at, dict) else None
+    return int(v) if fmt.is_num(v) else None
+
+
+def _over_live(peak: int, alloc: Any, pmem: Any = None) -> Dict[str, Any]:
+    """RSS over live per component, from the allocator's largest footprint (every value None without it); in tier
+    mode the pool's pages in DRAM are a part of their own (the heap's live bytes leave out what lives in the pool)."""
     fp = get(alloc, A.FOOTPRINT) if isinstance(alloc, dict) else None
     keys = (B.FOOTPRINT_STEP, B.FOOTPRINT_LIVE_BYTES, B.OVER_LIVE_BYTES, B.OVER_ARENAS_BYTES, B.OVER_LARGE_IDLE_BYTES,
             B.OVER_GLIBC_BYTES, B.OVER_RUNTIME_BYTES)
@@ -73,9 +83,12 @@ def _over_live(peak: int, alloc: Any) -> Dict[str, Any]:
         return out
     live, arenas, large, glibc = (int(v) for v in parts)
     over = peak - live
+    pool = _pool_dram(pmem)
     out.update({B.FOOTPRINT_STEP: int(fp[A.FP_STEP]), B.FOOTPRINT_LIVE_BYTES: live, B.OVER_LIVE_BYTES: over,
                 B.OVER_ARENAS_BYTES: arenas, B.OVER_LARGE_IDLE_BYTES: large, B.OVER_GLIBC_BYTES: glibc,
-                B.OVER_RUNTIME_BYTES: over - arenas - large - glibc})
+                B.OVER_RUNTIME_BYTES: over - arenas - large - glibc - (pool or 0)})
+    if pool is not None:
+        out[B.OVER_POOL_BYTES] = pool
     return out
 
 
@@ -97,7 +110,7 @@ def build(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         out.update({B.PEAK_LIVE_BYTES: int(peak_live), B.FIRST_STEP_LIVE_BYTES: first_live, B.STEP_LIVE_BYTES: live,
                     B.OVERHEAD_BYTES: out[B.GROWTH_BYTES] - live, B.RTKIT_IDLE_BYTES: _rtkit_idle(alloc)})
         out[B.ESTIMATES] = [B.STEP_LIVE_BYTES, B.OVERHEAD_BYTES]
-    over = _over_live(int(peak), alloc)
+    over = _over_live(int(peak), alloc, report.get("pmem"))
     out.update(over)
     if over[B.OVER_RUNTIME_BYTES] is not None:
         out[B.ESTIMATES] = out[B.ESTIMATES] + [B.OVER_RUNTIME_BYTES]
@@ -123,16 +136,18 @@ def equation(b: Dict[str, Any]) -> Optional[str]:
 
 
 def over_live_equation(b: Dict[str, Any]) -> Optional[str]:
-    """'RSS over live X = arenas idle A + large heap idle L + glibc heap free G + runtime and the rest R', or None."""
+    """'RSS over live X = arenas idle A + large heap idle L + glibc heap free G [+ tier pool pages in DRAM T] +
+    runtime and the rest R', or None."""
     if not fmt.is_num(b.get(B.OVER_LIVE_BYTES)):
         return None
-    terms = " + ".join(_t(fid, b.get(key)) for fid, key in OVER_LIVE_PARTS)
+    terms = " + ".join(_t(fid, b.get(key)) for fid, key in OVER_LIVE_PARTS if fmt.is_num(b.get(key)))
     return f"{_t('over_live_bytes', b[B.OVER_LIVE_BYTES])} = {terms}"
 
 
 # the components of RSS over live, as (glossary id, bounds key), in the order the equation adds them
 OVER_LIVE_PARTS = (("over_live_arenas_bytes", B.OVER_ARENAS_BYTES), ("over_live_large_idle_bytes", B.OVER_LARGE_IDLE_BYTES),
-                   ("over_live_glibc_free_bytes", B.OVER_GLIBC_BYTES), ("over_live_runtime_bytes", B.OVER_RUNTIME_BYTES))
+                   ("over_live_glibc_free_bytes", B.OVER_GLIBC_BYTES), ("over_live_pool_bytes", B.OVER_POOL_BYTES),
+                   ("over_live_runtime_bytes", B.OVER_RUNTIME_BYTES))
 FIGURE_IDS = ("baseline_rss_bytes", "rss_growth_bytes", "peak_live_bytes", "step_live_bytes", "rss_overhead_bytes",
               "rtkit_idle_bytes", "over_live_bytes") + tuple(fid for fid, _ in OVER_LIVE_PARTS)
 

@@ -24,7 +24,7 @@ GROUPS = [
                  "duration_s"]),
     ("bounds", ["baseline_rss_bytes", "rss_growth_bytes", "peak_live_bytes", "step_live_bytes", "rss_overhead_bytes",
                 "rtkit_idle_bytes", "over_live_bytes", "over_live_arenas_bytes", "over_live_large_idle_bytes",
-                "over_live_glibc_free_bytes", "over_live_runtime_bytes"]),
+                "over_live_glibc_free_bytes", "over_live_pool_bytes", "over_live_runtime_bytes"]),
     ("allocator", ["allocator_state", "allocator_plan", "hit_rate", "hit_rate_after_plan", "faults_before_plan",
                    "faults_after_plan", "reserved_bytes", "plan_step_peak_bytes"]),
     ("tier", ["tier_bytes", "tier_peak_bytes", "dram_saved_bytes", "tier_fallbacks"]),

@@ -109,6 +109,8 @@ class Pmem:
     HEAT_DEMOTED, HEAT_PROMOTED = "heat.chunks_demoted", "heat.chunks_promoted"
     HEAT_DEMOTED_BYTES, HEAT_WRITTEN_OUT_BYTES, HEAT_SECONDS = (
         "heat.demoted_bytes", "heat.written_out_bytes", "heat.seconds")
+    # pool pages the heat samples saw written since the heat was armed (summed over samples), the samples' spacing
+    HEAT_PAGES_WRITTEN, HEAT_EVERY = "heat.pages_written_seen", "heat.every_steps"
     REQUIRED = (STATE, MEDIUM, *SETTINGS_ECHO, TIER_BYTES, TIER_PEAK_BYTES, TIER_ALLOCS, TIER_FALLBACKS,
                 DRAM_SAVED_BYTES, POOL, NOTES, RESIDENT_BYTES, RECORDS, TIMELINE)
 
@@ -179,6 +181,9 @@ class Bounds:
     OVER_LIVE_BYTES, OVER_ARENAS_BYTES = "over_live_bytes", "over_live_arenas_bytes"
     OVER_LARGE_IDLE_BYTES, OVER_GLIBC_BYTES = "over_live_large_idle_bytes", "over_live_glibc_free_bytes"
     OVER_RUNTIME_BYTES = "over_live_runtime_bytes"
+    # tier mode only (absent otherwise): the pool file's pages in DRAM at the tier's highest RSS sample, a part of the
+    # RSS over live that is neither heap nor runtime (the tables placed in the pool)
+    OVER_POOL_BYTES = "over_live_pool_bytes"
     ESTIMATES = "estimates"               # the keys above that are estimates, not measurements
     REQUIRED = (PEAK_RSS_BYTES, BASELINE_RSS_BYTES, BASELINE_AT_S, GROWTH_BYTES, PEAK_LIVE_BYTES, FIRST_STEP_LIVE_BYTES,
                 STEP_LIVE_BYTES, OVERHEAD_BYTES, RTKIT_IDLE_BYTES, FOOTPRINT_STEP, FOOTPRINT_LIVE_BYTES,

@@ -72,6 +72,21 @@ def _tier(path: str) -> Callable[[Dict[str, Any]], Any]:
     return lambda r: inner(r) if tier_on(r) else None
 
 
+def _dram_saved(r: Dict[str, Any]) -> Any:
+    """The allocator's estimate (bytes held at the last step mark, less the heads the steps wrote), lowered by what the
+    last step held over the least held at a sample while training: a record placed and freed within the steps (a
+    temporary of a table's size placed by its size) is no memory saved."""
+    est = _tier(PM.DRAM_SAVED_BYTES)(r)
+    if not fmt.is_num(est):
+        return est
+    from rtkit.report import tier_view
+    p = r.get("pmem")
+    floor, last = tier_view.held_floor(p), get(p, "tier_last_step_bytes")
+    if floor is None or not fmt.is_num(last) or floor["floor"] >= last:
+        return est
+    return max(0, est - (last - floor["floor"]))
+
+
 def _rows(r: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The rows section when it measured the layout (rows used, the pages holding them, packed pages)."""
     s = r.get("rows") if isinstance(r, dict) else None
@@ -258,7 +273,7 @@ _F: List[Figure] = [
     # peak RSS over the heap's live bytes, by who holds it (report/bounds.py), at the heap's largest footprint
     _bound("over_live_bytes", "RSS over live", B.OVER_LIVE_BYTES,
            "rtkit's allocator only: peak RSS minus the heap live at the step end where the heap's footprint (live + "
-           "idle) was largest; the sum of the four parts below: how far the peak RSS is from the live bytes"),
+           "idle) was largest; the sum of the parts below (four, five in tier mode): how far the peak RSS is from the live bytes"),
     _bound("over_live_arenas_bytes", "arenas idle", B.OVER_ARENAS_BYTES,
            "at that step end: free blocks of the plan's classes and every class block's rounding up to whole pages"),
     _bound("over_live_large_idle_bytes", "large heap idle", B.OVER_LARGE_IDLE_BYTES,
@@ -267,8 +282,12 @@ _F: List[Figure] = [
     _bound("over_live_glibc_free_bytes", "glibc heap free", B.OVER_GLIBC_BYTES,
            "at that step end: free chunks in glibc's heaps, where the small objects live, by glibc's books "
            "(malloc_info's bins: each heap's untouched top is left out); an upper bound on their resident part"),
+    _bound("over_live_pool_bytes", "tier pool pages in DRAM", B.OVER_POOL_BYTES,
+           "tier mode only: the pool file's pages in DRAM (mincore) at the highest RSS tier mode sampled: the tables "
+           "and slots placed in the pool, page cache counted in RSS, which the heap's live bytes leave out"),
     _bound("over_live_runtime_bytes", "runtime and the rest (estimate)", B.OVER_RUNTIME_BYTES,
-           "RSS over live minus the three heap parts: libraries, stacks, Python, TensorFlow's own mappings, and what "
+           "RSS over live minus the three heap parts (and tier mode's pool pages in DRAM): libraries, stacks, Python, "
+           "TensorFlow's own mappings, and what "
            "a step holds between step ends"),
     Figure("minor_faults", "minor faults (whole run)", "count", True, "minor page faults of the whole run",
            _num(_sec("process", P.MINOR_FAULTS))),
@@ -315,11 +334,12 @@ _F: List[Figure] = [
     Figure("tier_peak_bytes", "tier bytes held (peak)", "bytes", None, "most bytes held in the pool file at once",
            _tier(PM.TIER_PEAK_BYTES)),
     Figure("dram_saved_bytes", "anonymous memory saved (estimate)", "bytes", False,
-           "bytes held in the pool file at the last step (steady state), less the pages of the table heads "
+           "bytes held in the pool file at the last step (steady state; the least held at a sample while training "
+           "when that is less, since records placed and freed within steps come and go), less the pages of the table heads "
            "(tier_dram_head) the steps wrote, which are anonymous DRAM (all of the heads where the kernel cannot "
            "tell): anonymous memory not used; the pool's pages may still sit in DRAM as page cache (see pool "
            "resident)",
-           _tier(PM.DRAM_SAVED_BYTES)),
+           _dram_saved),
     Figure("tier_fallbacks", "tier fallbacks to DRAM", "count", True,
            "allocations tier mode meant for the pool that went to DRAM (pool full)", _tier(PM.TIER_FALLBACKS)),
     # the embedding tables' row layout (rows-<pid>.json, from scripts that know their id -> row maps)

@@ -82,7 +82,8 @@ def memory_line(r: Dict[str, Any]) -> str:
     over = _fig(r, "over_live_bytes")
     if over:
         held = _join([_fig(r, fid) for fid in ("over_live_arenas_bytes", "over_live_large_idle_bytes",
-                                               "over_live_glibc_free_bytes", "over_live_runtime_bytes")])
+                                               "over_live_glibc_free_bytes", "over_live_pool_bytes",
+                                               "over_live_runtime_bytes")])
         parts.append(f"{over} ({held})")
     return "rtkit: memory: " + _join(parts)
 
