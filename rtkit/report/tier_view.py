@@ -148,8 +148,9 @@ def held_floor(p: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 def left_pool(p: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """held_floor when what the pool held at the first step mark (LEFT_MIN_BYTES or more) fell to half or less at every
     later sample while training: the buffers placed before the first step (tables, optimizer slots) were freed in the
-    steps and their replacements made inside steps, in DRAM (TensorFlow copies a variable's buffer when a step updates
-    it while another reference holds it: tf_keras's Embedding tables and Adam slots, measured); else None."""
+    steps and their replacements made inside steps, in DRAM (measured with tf_keras's Embedding tables and Adam slots;
+    not traced, most likely TensorFlow's copy of a variable's buffer on an update while another reference holds it);
+    else None."""
     h = held_floor(p)
     if h is None or h["first"] < LEFT_MIN_BYTES or h["floor"] > h["first"] / 2:
         return None
