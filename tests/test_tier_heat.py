@@ -234,6 +234,9 @@ def test_summary_warns_when_the_steps_write_the_whole_tables(prm, tmp_path, opti
     assert load_report(run_dir)["bounds"]["over_live_pool_bytes"] == pool_dram
     memory_line = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: memory: ")]
     assert len(memory_line) == 1 and f"tier pool pages in DRAM {fmt.nbytes(pool_dram)}" in memory_line[0], memory_line
+    # either way the steps touch the whole table between two budget passes (Adam writes it; with SGD's scatter the
+    # variable is in TensorFlow's copy-on-read mode and Keras 3's Embedding reads, so copies, all of it each step)
+    assert "past tier_resident_max 8.00 MiB: between two budget passes the steps touch more" in tier_line[0], tier_line
     if optimizer == "adam":   # table and two moments, 76.8 MB, all written between two samples
         assert held >= 3 * 100000 * 64 * 4 and written >= 0.9 * held, (held, heat)
         assert "warning: the steps write the whole tables, not only the rows they look up" in tier_line[0], tier_line
@@ -242,6 +245,25 @@ def test_summary_warns_when_the_steps_write_the_whole_tables(prm, tmp_path, opti
     else:                     # the table alone; 4 steps write at most 1,024 rows, 1 MiB of 25.6 MB
         assert held >= 100000 * 64 * 4 and written <= 0.1 * held, (held, heat)
         assert "write the whole tables" not in tier_line[0], tier_line
+
+
+@requires_tf
+def test_summary_says_the_bytes_of_the_tier_fallbacks(prm, tmp_path):
+    """A pool too small for the table: the table falls back to DRAM, and the summary's fallback count says its bytes
+    (one fallback may be a whole table; the count alone does not tell)."""
+    script = tmp_path / "fit.py"
+    script.write_text(KERAS_TABLE_FIT)
+    run_dir = tmp_path / "run"
+    proc = run_rtkit(["run", "--run-dir", str(run_dir), "--set", f"tier_pool_path={tmp_path / 'pool'}",
+                      "--set", "tier_pool_size=16M", "--", sys.executable, str(script), "sgd"], timeout=400,
+                     env={"RTKIT_LIB_DIR": prm})
+    assert proc.returncode == 0 and "fit-done keras" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    pmem = load_report(run_dir)["pmem"]
+    assert pmem["tier_fallbacks"] >= 1 and pmem["tier_fallback_bytes"] >= 100000 * 64 * 4, pmem
+    tier_line = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: tier: ")]
+    assert len(tier_line) == 1, proc.stderr[-3000:]
+    said = f"tier fallbacks to DRAM {fmt.num(pmem['tier_fallbacks'])} ({fmt.nbytes(pmem['tier_fallback_bytes'])} in DRAM)"
+    assert said in tier_line[0], tier_line
 
 
 @requires_tf

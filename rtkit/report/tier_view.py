@@ -168,6 +168,27 @@ def _left_words(p: Dict[str, Any]) -> Optional[str]:
             "seen with Keras 2 (tf_keras) fits, whose Embedding tables and Adam slots leave the pool; a Keras 3 fit's stayed")
 
 
+# The pool's pages in DRAM while training went past the resident budget by this factor and at least this much.
+OVER_BUDGET_X = 2.0
+OVER_BUDGET_MIN_BYTES = 16 << 20
+
+
+def _over_budget_words(p: Dict[str, Any]) -> Optional[str]:
+    """The pool's pages in DRAM while training (max after the warm-up) reached OVER_BUDGET_X times tier_resident_max:
+    between two budget passes the steps touch more of the pool than the budget holds, reads included."""
+    budget = get(p, PM.RESIDENT_MAX)
+    res = resident_while_training(p) if p.get("step_marks") else None
+    if not fmt.is_num(budget) or not budget or res is None or res < OVER_BUDGET_X * budget \
+            or res - budget < OVER_BUDGET_MIN_BYTES:
+        return None
+    fps = faults_per_step(p)
+    return (f"warning: the pool's pages in DRAM reached {fmt.nbytes(res)} while training, past tier_resident_max "
+            f"{fmt.nbytes(budget)}: between two budget passes the steps touch more of the pool than the budget holds "
+            "(reads count: a step that copies a whole table, as TensorFlow does on a dense read of a variable a sparse "
+            "op has used, touches all of it), and each pass drops pages the next steps fault back in"
+            + (f" ({fmt.num(round(fps, 1))} major faults a step)" if fps is not None else ""))
+
+
 def _whole_writes_words(p: Dict[str, Any]) -> Optional[str]:
     w = written_per_sample(p)
     if w is None:
@@ -188,14 +209,14 @@ def _whole_writes_words(p: Dict[str, Any]) -> Optional[str]:
 def warning_words(report: Dict[str, Any]) -> List[str]:
     """What tier mode cost without saving, for the summary: the pool held more in DRAM than lived in it at the
     highest RSS sampled (raised_rss), the tables left the pool in the first steps (left_pool), the steps write the
-    whole tables (written_per_sample), no step mark ever
+    whole tables (written_per_sample), the pool's pages in DRAM went well past the resident budget, no step mark ever
     reached it (so only placement before a first step ran), and where that placement stopped because the pool
     churned."""
     p = _pmem(report)
     if p is None or p.get(PM.STATE) != "on" or p.get("step_marks") is None:
         return []
     pre = p.get("placed_before_first_step") or {}
-    out = [w for w in (_raised_words(report, p), _left_words(p), _whole_writes_words(p)) if w]
+    out = [w for w in (_raised_words(report, p), _left_words(p), _whole_writes_words(p), _over_budget_words(p)) if w]
     if p.get("step_marks") == 0:
         out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
