@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import load_report, requires_tf, run_rtkit
+from rtkit.report import fmt
 
 pytestmark = pytest.mark.timeout(600)
 MIB = 1 << 20
@@ -176,3 +177,105 @@ def test_frequency_rows_under_a_heat_budget_train_like_dram(tmp_path):
         pytest.skip(f"Linux < 6.7 cannot measure page heat: {p['notes']}")
     assert heat["mechanism"] == "pagemap_scan" and heat["samples"] >= 10, heat   # marks 2, 4, ..., 24 at least
     assert heat["chunks_demoted"] > 0 and heat["demoted_bytes"] > 0, heat
+
+
+# A Keras fit of one embedding table, 24 train batches of 32 x 8 Zipf ids over 100k rows (25.6 MB of table): Keras 3,
+# or Keras 2 (tf_keras) with a third argument "keras2"; each batch ends 0.1 s after its step, so that the tier's
+# timeline (a sample a second at most) has samples between the first step and the exit.
+KERAS_TABLE_FIT = r"""
+import os
+import sys
+import time
+if sys.argv[2:] == ["keras2"]:
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np
+import tensorflow as tf
+keras = tf.keras
+keras.utils.set_random_seed(0)
+rng = np.random.RandomState(0)
+ids = (rng.zipf(1.3, size=(32 * 24, 8)) % 100000).astype("int32")
+y = rng.rand(32 * 24, 1).astype("float32")
+inputs = keras.Input((8,), dtype="int32")
+x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(100000, 64)(inputs))
+model = keras.Model(inputs, keras.layers.Dense(1)(x))
+model.compile(optimizer=keras.optimizers.Adam() if sys.argv[1] == "adam" else keras.optimizers.SGD(), loss="mse")
+pause = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.1))
+model.fit(ids, y, batch_size=32, epochs=1, verbose=0, callbacks=[pause])
+print("fit-done", keras.__name__)
+"""
+
+
+@requires_tf
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_summary_warns_when_the_steps_write_the_whole_tables(prm, tmp_path, optimizer):
+    """Keras 3's Adam updates the whole embedding table and both moments every step (it turns the gradient's
+    IndexedSlices into a dense tensor: every row's moments decay), so under a resident budget tier mode writes the
+    tables out and reads them back every few steps: the summary's tier line says so, with the optimizer to use. SGD
+    without momentum writes only the rows looked up: no such warning."""
+    script = tmp_path / "fit.py"
+    script.write_text(KERAS_TABLE_FIT)
+    run_dir = tmp_path / "run"
+    proc = run_rtkit(["run", "--run-dir", str(run_dir), "--set", f"tier_pool_path={tmp_path / 'pool'}",
+                      "--set", "tier_resident_max=8M", "--set", "tier_dram_head=0", "--",
+                      sys.executable, str(script), optimizer], timeout=400, env={"RTKIT_LIB_DIR": prm})
+    assert proc.returncode == 0 and "fit-done keras" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    pmem = load_report(run_dir)["pmem"]
+    if pmem["heat"]["mechanism"] != "pagemap_scan":
+        pytest.skip(f"no page heat here: {pmem['notes']}")
+    heat, held = pmem["heat"], pmem["tier_last_step_bytes"]
+    assert heat["samples"] >= 2, heat
+    written = heat["pages_written_seen"] * 4096 / heat["samples"]
+    tier_line = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: tier: ")]
+    assert len(tier_line) == 1, proc.stderr[-3000:]
+    assert "left it in the steps after" not in tier_line[0], tier_line   # Keras 3 keeps its tables in the pool
+    if optimizer == "adam":   # table and two moments, 76.8 MB, all written between two samples
+        assert held >= 3 * 100000 * 64 * 4 and written >= 0.9 * held, (held, heat)
+        assert "warning: the steps write the whole tables, not only the rows they look up" in tier_line[0], tier_line
+        assert "use an optimizer that updates only the rows looked up" in tier_line[0], tier_line
+        assert "a tier_resident_max of " in tier_line[0], tier_line
+    else:                     # the table alone; 4 steps write at most 1,024 rows, 1 MiB of 25.6 MB
+        assert held >= 100000 * 64 * 4 and written <= 0.1 * held, (held, heat)
+        assert "write the whole tables" not in tier_line[0], tier_line
+
+
+@requires_tf
+def test_summary_says_the_bytes_of_the_tier_fallbacks(prm, tmp_path):
+    """A pool too small for the table: the table falls back to DRAM, and the summary's fallback count says its bytes
+    (one fallback may be a whole table; the count alone does not tell)."""
+    script = tmp_path / "fit.py"
+    script.write_text(KERAS_TABLE_FIT)
+    run_dir = tmp_path / "run"
+    proc = run_rtkit(["run", "--run-dir", str(run_dir), "--set", f"tier_pool_path={tmp_path / 'pool'}",
+                      "--set", "tier_pool_size=16M", "--", sys.executable, str(script), "sgd"], timeout=400,
+                     env={"RTKIT_LIB_DIR": prm})
+    assert proc.returncode == 0 and "fit-done keras" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    pmem = load_report(run_dir)["pmem"]
+    assert pmem["tier_fallbacks"] >= 1 and pmem["tier_fallback_bytes"] >= 100000 * 64 * 4, pmem
+    tier_line = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: tier: ")]
+    assert len(tier_line) == 1, proc.stderr[-3000:]
+    said = f"tier fallbacks to DRAM {fmt.num(pmem['tier_fallbacks'])} ({fmt.nbytes(pmem['tier_fallback_bytes'])} in DRAM)"
+    assert said in tier_line[0], tier_line
+
+
+@requires_tf
+def test_summary_warns_when_the_tables_leave_the_pool_in_the_first_steps(prm, tmp_path):
+    """A Keras 2 (tf_keras) fit: the embedding table is in the pool at the first step mark, and its buffer is replaced
+    in the steps after by one made inside a step, in DRAM (Keras 3's table stays: the test above). The summary says
+    so, and its anonymous memory saved is no more than what stayed in the pool."""
+    pytest.importorskip("tf_keras")
+    from rtkit.report import glossary as G
+    script = tmp_path / "fit.py"
+    script.write_text(KERAS_TABLE_FIT)
+    run_dir = tmp_path / "run"
+    proc = run_rtkit(["run", "--run-dir", str(run_dir), "--set", f"tier_pool_path={tmp_path / 'pool'}", "--",
+                      sys.executable, str(script), "sgd", "keras2"], timeout=400, env={"RTKIT_LIB_DIR": prm})
+    assert proc.returncode == 0 and "fit-done tf_keras" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    report = load_report(run_dir)
+    timeline = report["pmem"]["timeline"]
+    assert len(timeline) >= 3 and timeline[0]["step"] == 1, timeline
+    first, floor = timeline[0]["tier_bytes"], min(x["tier_bytes"] for x in timeline[1:-1])
+    assert first >= 100000 * 64 * 4 and floor <= first / 2, timeline
+    tier_line = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: tier: ")]
+    assert len(tier_line) == 1, proc.stderr[-3000:]
+    assert "warning: what the pool held at the first step left it in the steps after" in tier_line[0], tier_line
+    assert G.value(report, "dram_saved_bytes") <= floor, (G.value(report, "dram_saved_bytes"), timeline)

@@ -109,6 +109,8 @@ class Pmem:
     HEAT_DEMOTED, HEAT_PROMOTED = "heat.chunks_demoted", "heat.chunks_promoted"
     HEAT_DEMOTED_BYTES, HEAT_WRITTEN_OUT_BYTES, HEAT_SECONDS = (
         "heat.demoted_bytes", "heat.written_out_bytes", "heat.seconds")
+    # pool pages the heat samples saw written since the heat was armed (summed over samples), the samples' spacing
+    HEAT_PAGES_WRITTEN, HEAT_EVERY = "heat.pages_written_seen", "heat.every_steps"
     REQUIRED = (STATE, MEDIUM, *SETTINGS_ECHO, TIER_BYTES, TIER_PEAK_BYTES, TIER_ALLOCS, TIER_FALLBACKS,
                 DRAM_SAVED_BYTES, POOL, NOTES, RESIDENT_BYTES, RECORDS, TIMELINE)
 

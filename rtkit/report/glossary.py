@@ -72,6 +72,21 @@ def _tier(path: str) -> Callable[[Dict[str, Any]], Any]:
     return lambda r: inner(r) if tier_on(r) else None
 
 
+def _dram_saved(r: Dict[str, Any]) -> Any:
+    """The allocator's estimate (bytes held at the last step mark, less the heads the steps wrote), lowered by what the
+    last step held over the least held at a sample while training: a record placed and freed within the steps (a
+    temporary of a table's size placed by its size) is no memory saved."""
+    est = _tier(PM.DRAM_SAVED_BYTES)(r)
+    if not fmt.is_num(est):
+        return est
+    from rtkit.report import tier_view
+    p = r.get("pmem")
+    floor, last = tier_view.held_floor(p), get(p, "tier_last_step_bytes")
+    if floor is None or not fmt.is_num(last) or floor["floor"] >= last:
+        return est
+    return max(0, est - (last - floor["floor"]))
+
+
 def _rows(r: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The rows section when it measured the layout (rows used, the pages holding them, packed pages)."""
     s = r.get("rows") if isinstance(r, dict) else None
@@ -316,11 +331,12 @@ _F: List[Figure] = [
     Figure("tier_peak_bytes", "tier bytes held (peak)", "bytes", None, "most bytes held in the pool file at once",
            _tier(PM.TIER_PEAK_BYTES)),
     Figure("dram_saved_bytes", "anonymous memory saved (estimate)", "bytes", False,
-           "bytes held in the pool file at the last step (steady state), less the pages of the table heads "
+           "bytes held in the pool file at the last step (steady state; the least held at a sample while training "
+           "when that is less, since records placed and freed within steps come and go), less the pages of the table heads "
            "(tier_dram_head) the steps wrote, which are anonymous DRAM (all of the heads where the kernel cannot "
            "tell): anonymous memory not used; the pool's pages may still sit in DRAM as page cache (see pool "
            "resident)",
-           _tier(PM.DRAM_SAVED_BYTES)),
+           _dram_saved),
     Figure("tier_fallbacks", "tier fallbacks to DRAM", "count", True,
            "allocations tier mode meant for the pool that went to DRAM (pool full)", _tier(PM.TIER_FALLBACKS)),
     # the embedding tables' row layout (rows-<pid>.json, from scripts that know their id -> row maps)

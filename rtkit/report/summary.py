@@ -136,8 +136,9 @@ def tier_line(r: Dict[str, Any]) -> Optional[str]:
     head = f"rtkit: tier: {get(p, PM.STATE)}" + (f", pool {where}" if where else "") + (f" ({medium})" if medium else "")
     parts = [_fig(r, "tier_bytes"), _fig(r, "tier_peak_bytes"), _fig(r, "dram_saved_bytes")]
     falls = G.value(r, "tier_fallbacks")
-    if falls:
-        parts.append(_fig(r, "tier_fallbacks"))
+    if falls:   # with their bytes: one fallback may be a whole table
+        fell = get(p, "tier_fallback_bytes")
+        parts.append(_fig(r, "tier_fallbacks") + (f" ({fmt.nbytes(fell)} in DRAM)" if fmt.is_num(fell) else ""))
     parts += tier_view.cost_words(r)
     return head + "; " + _join(parts) + "".join(f"; {w}" for w in tier_view.warning_words(r))
 

@@ -127,15 +127,98 @@ def _raised_words(report: Dict[str, Any], p: Dict[str, Any]) -> Optional[str]:
             f"(now {fmt.nbytes(p.get(PM.MIN_SIZE))}) or run without tier_pool_path")
 
 
+# The steps write the whole tables: page heat saw at least this share of the bytes held in the pool written between
+# two of its samples, on average, and the pool held at least WHOLE_WRITES_MIN_BYTES (a few small records are no finding).
+WHOLE_WRITES_SHARE = 0.5
+WHOLE_WRITES_MIN_BYTES = 16 << 20
+PAGE = 4096
+
+
+def written_per_sample(p: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """{written, held, every, budget} when page heat measured that the steps write about the whole pool between two
+    of its samples (WHOLE_WRITES_SHARE of the bytes held at the last step, on average over the samples), else None.
+    A step that updates only the rows it looks up writes their pages; one that writes this much updates every row
+    (an optimizer whose update is dense: Keras's and TF's Adam decay every row's moments each step)."""
+    samples, pages = get(p, PM.HEAT_SAMPLES), get(p, PM.HEAT_PAGES_WRITTEN)
+    held = get(p, "tier_last_step_bytes")
+    if get(p, PM.HEAT_MECHANISM) != "pagemap_scan" or not fmt.is_num(samples) or samples < 2 or not fmt.is_num(pages) \
+            or not fmt.is_num(held) or held < WHOLE_WRITES_MIN_BYTES:
+        return None
+    written = int(pages * PAGE / samples)
+    if written < WHOLE_WRITES_SHARE * held:
+        return None
+    return {"written": written, "held": int(held), "every": get(p, PM.HEAT_EVERY), "budget": get(p, PM.RESIDENT_MAX)}
+
+
+# The pool lost its tables in the steps: the bytes live in it at the first step mark, at least this much, fell to half or
+# less at every later sample while training.
+LEFT_MIN_BYTES = 16 << 20
+
+
+def held_floor(p: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """{first, first_step, floor, floor_step}: the bytes live in the pool at the first timeline sample (the first step
+    mark) and the least at a later sample while training (the last sample, written at exit after the job freed its
+    tables, left out); None with fewer than three samples."""
+    tl = [x for x in (get(p, PM.TIMELINE) or []) if isinstance(x, dict) and fmt.is_num(x.get("tier_bytes"))
+          and fmt.is_num(x.get("step"))]
+    if len(tl) < 3 or tl[0]["step"] < 1:
+        return None
+    low = min(tl[1:-1], key=lambda x: x["tier_bytes"])
+    return {"first": int(tl[0]["tier_bytes"]), "first_step": tl[0]["step"], "floor": int(low["tier_bytes"]),
+            "floor_step": low["step"]}
+
+
+def left_pool(p: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """held_floor when what the pool held at the first step mark (LEFT_MIN_BYTES or more) fell to half or less at every
+    later sample while training: the buffers placed before the first step (tables, optimizer slots) were freed in the
+    steps and their replacements made inside steps, in DRAM (measured with tf_keras's Embedding tables and Adam slots;
+    not traced, most likely TensorFlow's copy of a variable's buffer on an update while another reference holds it);
+    else None."""
+    h = held_floor(p)
+    if h is None or h["first"] < LEFT_MIN_BYTES or h["floor"] > h["first"] / 2:
+        return None
+    return h
+
+
+def _left_words(p: Dict[str, Any]) -> Optional[str]:
+    h = left_pool(p)
+    if h is None:
+        return None
+    return (f"warning: what the pool held at the first step left it in the steps after: {fmt.nbytes(h['first'])} at "
+            f"step mark {fmt.num(h['first_step'])}, {fmt.nbytes(h['floor'])} at step mark {fmt.num(h['floor_step'])} "
+            "(the buffers placed before the first step, tables and optimizer slots, were replaced in the steps, and "
+            "the new ones were made inside steps, in DRAM): tier mode keeps little of them out of anonymous memory; "
+            "seen with Keras 2 (tf_keras) fits, whose Embedding tables and Adam slots leave the pool; a Keras 3 fit's stayed")
+
+
+def _whole_writes_words(p: Dict[str, Any]) -> Optional[str]:
+    w = written_per_sample(p)
+    if w is None:
+        return None
+    every = f" (one every {fmt.num(w['every'])} steps)" if fmt.is_num(w["every"]) else ""
+    budget = w["budget"] if fmt.is_num(w["budget"]) and w["budget"] else None
+    cost = (f"the resident budget (tier_resident_max {fmt.nbytes(budget)}) then writes the tables out and reads them "
+            "back every few steps" if budget is not None and budget < w["written"] else
+            "every page of them is dirtied again and again, which a pool on disk writes back")
+    return (f"warning: the steps write the whole tables, not only the rows they look up: page heat saw "
+            f"{fmt.nbytes(w['written'])} of the pool's {fmt.nbytes(w['held'])} written per sample{every}, on average "
+            f"(as an optimizer that updates every row each step does: Keras's and TF's Adam decay every row's moments); "
+            f"{cost}; use an optimizer that updates only the rows looked up (SGD without momentum, tf_keras's "
+            f"Adagrad)" + (f", a tier_resident_max of {fmt.nbytes(w['written'])} or more" if budget is not None and
+                           budget < w["written"] else "") + " or run without tier_pool_path")
+
+
 def warning_words(report: Dict[str, Any]) -> List[str]:
     """What tier mode cost without saving, for the summary: the pool held more in DRAM than lived in it at the
-    highest RSS sampled (raised_rss), no step mark ever reached it (so only placement before a first step ran),
-    and where that placement stopped because the pool churned."""
+    highest RSS sampled (raised_rss), the tables left the pool in the first steps (left_pool), the steps write the
+    whole tables (written_per_sample), no step mark ever reached it (so only placement before a first step ran), the
+    pool's pages in DRAM stayed well above the resident budget, and where placement before the first step stopped
+    because the pool churned."""
     p = _pmem(report)
     if p is None or p.get(PM.STATE) != "on" or p.get("step_marks") is None:
         return []
     pre = p.get("placed_before_first_step") or {}
-    out = [w for w in (_raised_words(report, p),) if w]
+    out = [w for w in (_raised_words(report, p), _left_words(p), _whole_writes_words(p)) if w]
     if p.get("step_marks") == 0:
         out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
