@@ -48,14 +48,18 @@ class ThreadConfig:
             self.keras = {"applied": False, "detail": str(exc)}
             self.note(f"tf.config.threading could not be set (runtime already initialised): {exc}")
 
-    def filter_dataset(self, dataset):
+    def filter_dataset(self, dataset, origin: str = "outside fit"):
         """A tf.data input of Keras fit or of an eager loop: the input pool's size as the dataset's private thread
-        pool and, with staging on, a final prefetch of sched_stage_depth batches; an option the script set itself
-        wins."""
+        pool and, with staging on, a final prefetch of sched_stage_depth batches; an option the dataset has already
+        wins. origin: "fit" for fit's x (Keras's own input made from arrays inside fit is never seen here), "outside
+        fit" for a dataset iterated eagerly (an eager loop, or Keras predict and evaluate); recorded as "input"."""
         try:
             if not isinstance(dataset, self.tf.data.Dataset):
+                if origin == "fit":   # arrays, a generator...: Keras makes its own input inside fit, left alone
+                    with self._lock:
+                        self.keras["fit_inputs_not_datasets"] = self.keras.get("fit_inputs_not_datasets", 0) + 1
                 return dataset
-            applied: Dict[str, Any] = {}
+            applied: Dict[str, Any] = {"input": origin}
             out = dataset
             if not dataset.options().threading.private_threadpool_size:
                 opts = self.tf.data.Options()
@@ -65,8 +69,8 @@ class ThreadConfig:
             else:
                 applied["private_threadpool_size"] = "the script's own"
             if self.stage:
-                if _ends_with_prefetch(dataset):
-                    applied["prefetch"] = "the script's own"
+                if _ends_with_prefetch(dataset):   # the script's, or Keras's own (its inputs made from arrays)
+                    applied["prefetch"] = "the dataset's own"
                 else:
                     out = out.prefetch(self.depth)
                     applied["prefetch"] = self.depth

@@ -158,3 +158,35 @@ def test_rows_layout_not_measured_is_said_not_guessed(tmp_path, data_dir):
     assert rows["row_pages"] is None and "keeps no record" in rows["not_measured"]
     assert "rtkit: table rows: layout not measured (hashed rows in tables filled at initialisation" in proc.stderr
     assert "rows" not in _recommend(run_dir, "--mem-available", "100G")
+
+
+KERAS_FIT = """
+import numpy as np
+import tensorflow as tf
+x = np.random.default_rng(0).random((320, 8)).astype("float32")
+y = (x.sum(axis=1) > 4).astype("float32")
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu"), tf.keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss="mse")
+model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+"""
+
+
+@requires_tf
+def test_input_share_not_measured_under_the_scheduler_says_why_not_that_it_was_off(tmp_path):
+    """DeepCTR's Keras examples under --profile throughput (sched on): recommend's "nothing to gain" said "input stage
+    share not measured (the scheduler was off: --set sched=on measures it)". The scheduler was on; it measures the
+    stages on session steps, and Keras fit runs none. Without the scheduler the old words stay."""
+    script = tmp_path / "fit.py"
+    script.write_text(KERAS_FIT)
+    words = {}
+    for name, extra in (("on", ["--profile", "throughput"]), ("off", [])):
+        run_dir = str(tmp_path / name)
+        run_rtkit(["run", "--quiet", "--run-dir", run_dir, *extra, "--", sys.executable, str(script)], check_rc=0)
+        assert load_report(run_dir)["steps"]["count"] == 20
+        recs = _recommend(run_dir, "--mem-available", "100G")
+        assert set(recs) == {"none"}, recs
+        words[name] = recs["none"]["reason"]
+    assert "the scheduler was off" not in words["on"], words["on"]
+    assert "input stage share not measured (the scheduler measures it on session steps; Keras fit runs none)" \
+        in words["on"], words["on"]
+    assert "input stage share not measured (the scheduler was off: --set sched=on measures it)" in words["off"], words

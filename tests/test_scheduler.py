@@ -810,8 +810,12 @@ def test_keras_dataset_gets_stage_options_unless_the_script_set_them():
     mine = tf.data.Dataset.range(10).prefetch(1).with_options(opts)
     kept = sched.filter_dataset(mine)
     assert kept.options().threading.private_threadpool_size == 3
-    assert sched.keras["datasets"][-1] == {"private_threadpool_size": "the script's own", "prefetch": "the script's own"}
+    assert sched.keras["datasets"][-1] == {"input": "outside fit", "private_threadpool_size": "the script's own",
+                                           "prefetch": "the dataset's own"}
     assert sched.filter_dataset([1, 2]) == [1, 2]  # not a dataset: untouched
+    assert "fit_inputs_not_datasets" not in sched.keras   # ...and not counted as fit's input unless fit gave it
+    assert sched.filter_dataset([1, 2], origin="fit") == [1, 2] and sched.keras["fit_inputs_not_datasets"] == 1
+    assert sched.filter_dataset(ds, origin="fit") is not ds and sched.keras["datasets"][-1]["input"] == "fit"
 
 
 def test_tuning_cost_counts_every_trial_step_against_the_chosen_median():

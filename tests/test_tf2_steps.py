@@ -269,6 +269,55 @@ def test_keras_2_fit_is_hooked(tmp_path):
     assert "Keras fit (tf_keras 2." in steps["hook"]["detail"], steps["hook"]
 
 
+@pytest.mark.parametrize("keras_env", [{}, {"TF_USE_LEGACY_KERAS": "1"}], ids=["keras3", "tf_keras"])
+def test_the_scheduler_line_says_which_tf_data_input_was_fits(tmp_path, keras_env):
+    """DeepCTR's examples fit on arrays, then predict: Keras builds fit's tf.data input inside fit (which the
+    scheduler leaves alone) and predict's outside it, where the eager hook gives it the stage options. The summary
+    said "fit's tf.data input: private threadpool size 1, prefetch the script's own" of predict's input, a prefetch
+    Keras made. It names fit's input only when fit was given one, and says what the options went to."""
+    if keras_env and importlib.util.find_spec("tf_keras") is None:
+        pytest.skip("tf_keras (Keras 2) is not installed")
+    sched = ["--set", "sched=1", "--set", "sched_stage=1"]
+    arrays = _script(tmp_path, "arrays.py", """
+        import numpy as np
+        import tensorflow as tf
+        x = np.random.default_rng(0).random((320, 8)).astype("float32")
+        y = (x.sum(axis=1) > 4).astype("float32")
+        model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu"), tf.keras.layers.Dense(1)])
+        model.compile(optimizer="adam", loss="mse")
+        model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+        print("predicted", model.predict(x, batch_size=64, verbose=0).shape)
+    """)
+    report, proc = _rtkit(tmp_path, "arrays", arrays, extra=sched, env=keras_env)
+    assert "predicted (320, 1)" in proc.stdout and report["steps"]["count"] == 20, report["steps"]
+    line = next(l for l in proc.stderr.splitlines() if l.startswith("rtkit: scheduler:"))
+    assert re.match(r"rtkit: scheduler: applied to Keras: inter_op_threads=\d+, intra_op_threads=\d+, fit's input ", line), line
+    assert "fit's tf.data input" not in line and "the script's own" not in line, line
+    assert "fit's input is not a tf.data dataset (Keras makes its own, left as it is)" in line, line
+    assert "1 tf.data input outside fit (predict, evaluate or an eager loop): private threadpool size 1, " \
+           "prefetch the dataset's own" in line, line
+    assert "no step pipelined (fit's input is not a tf.data dataset)" in line, line
+    datasets = report["scheduler"]["keras"]["datasets"]
+    assert [d["input"] for d in datasets] == ["outside fit"], datasets
+
+    given = _script(tmp_path, "dataset.py", """
+        import numpy as np
+        import tensorflow as tf
+        x = np.random.default_rng(0).random((320, 8)).astype("float32")
+        y = (x.sum(axis=1) > 4).astype("float32")
+        model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu"), tf.keras.layers.Dense(1)])
+        model.compile(optimizer="adam", loss="mse")
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), epochs=2, verbose=0)
+        print("fitted")
+    """)
+    report, proc = _rtkit(tmp_path, "dataset", given, extra=sched, env=keras_env)
+    assert report["steps"]["count"] == 20, report["steps"]
+    line = next(l for l in proc.stderr.splitlines() if l.startswith("rtkit: scheduler:"))
+    assert "fit's tf.data input: private threadpool size 1, prefetch 2" in line, line
+    assert "outside fit" not in line and "not a tf.data dataset" not in line, line
+    assert "no session step staged (fit's tf.data input prefetches instead)" in line, line
+
+
 def test_a_tensorflow_without_the_expected_call_path_is_left_unpatched(monkeypatch):
     """An unknown TensorFlow: the hook says what it lacks and patches nothing (the script runs as it is)."""
     from tensorflow.python.eager.polymorphic_function import polymorphic_function

@@ -74,7 +74,7 @@ def install(keras) -> None:
             return args, kwargs
         for fn in list(registry.dataset_filters):
             try:
-                x = fn(x)
+                x = fn(x, origin="fit")
             except Exception as exc:
                 rec.notes.append(f"dataset filter {getattr(fn, '__name__', fn)} failed: {exc!r}")
         if args:

@@ -9,7 +9,7 @@ from typing import Callable, List
 config_filters: List[Callable] = []     # fn(config) -> config, at BaseSession.__init__
 run_wrappers: List[Callable] = []       # fn(session, run_next, fetches, feed_dict, options, run_metadata)
 callable_wrappers: List[Callable] = []  # fn(session, make_next, fetches, feed_list, accept_options) -> callable
-dataset_filters: List[Callable] = []    # fn(dataset) -> dataset: Keras fit's tf.data input, eager iterators
+dataset_filters: List[Callable] = []    # fn(dataset, origin=...) -> dataset: Keras fit's x (origin "fit"), eager iterators
 close_callbacks: List[Callable] = []    # fn(session), before BaseSession.close
 exit_callbacks: List[Callable] = []     # fn(), at interpreter exit
 

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional
 
 from rtkit.report import fmt
 from rtkit.report import glossary as G
+from rtkit.report import scheduler_outcome
 from rtkit.report.contract import Allocator as A, Scheduler as S
 from rtkit.report.fmt import get
 
@@ -212,6 +213,17 @@ def _rows_rule(report: Dict[str, Any]) -> Optional[Recommendation]:
         command)
 
 
+def _share_unmeasured(report: Dict[str, Any]) -> str:
+    """Why the input stage's share is not known: the scheduler was off, or it ran and traced no session step (it
+    measures the stages on Session.run steps; Keras fit and tf.function steps run none)."""
+    sc = report.get("scheduler")
+    if not isinstance(sc, dict) or scheduler_outcome.alone(sc):
+        return "the scheduler was off: --set sched=on measures it"
+    runs = {"keras": "Keras fit runs none", "function": "tf.function calls run none"}.get(
+        get(report, "steps.source"), "none was traced")
+    return f"the scheduler measures it on session steps; {runs}"
+
+
 def recommend(report: Dict[str, Any], run_dir: str, available: Optional[int], where: str) -> List[Recommendation]:
     """The rules that fire on `report` (of `run_dir`), against `available` bytes of memory (`where`: whence)."""
     found = [r for r in (_input_rule(report), _plan_rule(report, run_dir),
@@ -222,7 +234,7 @@ def recommend(report: Dict[str, Any], run_dir: str, available: Optional[int], wh
               ("step_ms_median", "faults_before_plan", "faults_after_plan", "peak_rss_bytes")]
     share = get(report.get("scheduler"), S.INPUT_SHARE) if isinstance(report.get("scheduler"), dict) else None
     looked.append(f"input stage share {fmt.num(share)}%" if fmt.is_num(share) else
-                  "input stage share not measured (the scheduler was off: --set sched=on measures it)")
+                  f"input stage share not measured ({_share_unmeasured(report)})")
     scatter = G.value(report, "row_scatter_x")
     looked.append(f"{G.name('row_scatter_x')} {G.text(report, 'row_scatter_x')}" if fmt.is_num(scatter) else
                   f"table row layout not measured ({G.rows_not_measured(report)})")

@@ -31,15 +31,16 @@ def applied(sc: Dict[str, Any], steps_source: Optional[str] = None) -> str:
     if steps_source not in ("keras", "function"):   # set for Keras, but neither fit nor a tf.function ran the steps
         keras = None
     if isinstance(keras, dict) and keras.get("applied"):
-        ks = ", ".join(f"{k}={v}" for k, v in keras.items() if k != "applied" and not isinstance(v, (dict, list)))
+        ks = ", ".join(f"{k}={v}" for k, v in keras.items()
+                       if k not in ("applied", "fit_inputs_not_datasets") and not isinstance(v, (dict, list)))
         where = "Keras" if steps_source == "keras" else "TensorFlow's global thread pools (the tf.function steps run on them)"
         out.append(f"applied to {where}: {ks}" if ks else f"applied to {where}")
         ds = [d for d in (keras.get("datasets") or []) if isinstance(d, dict)]
-        if ds:   # the tf.data input: what the scheduler set, or that the script's own option was kept
-            opts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in ds[0].items())
-            whose = "fit's tf.data input" if steps_source == "keras" else (
-                "the loop's tf.data input" if len(ds) == 1 else f"the loop's {len(ds)} tf.data inputs")
-            out.append(f"{whose}: {opts}")
+        if steps_source == "keras":
+            out.extend(_keras_inputs(keras, ds))
+        elif ds:   # the loop's tf.data input: what the scheduler set, or that the dataset's own option was kept
+            whose = "the loop's tf.data input" if len(ds) == 1 else f"the loop's {len(ds)} tf.data inputs"
+            out.append(f"{whose}: {_options(ds[0])}")
     elif isinstance(keras, dict) and keras.get("detail"):
         out.append(f"not applied to Keras ({keras['detail']})")
     if not out:
@@ -49,11 +50,41 @@ def applied(sc: Dict[str, Any], steps_source: Optional[str] = None) -> str:
     return ", ".join(out)
 
 
+def _options(d: Dict[str, Any]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in d.items() if k != "input")
+
+
+def _fit_datasets(keras: Any):
+    """(fit's own tf.data inputs, the others (iterated outside fit), fit calls given no tf.data dataset). Reports
+    before the scheduler said where a dataset came from have no "input": those count as fit's, as they were said."""
+    ds = [d for d in ((keras or {}).get("datasets") or []) if isinstance(d, dict)] if isinstance(keras, dict) else []
+    fit = [d for d in ds if d.get("input", "fit") == "fit"]
+    not_ds = keras.get("fit_inputs_not_datasets") if isinstance(keras, dict) else None
+    return fit, [d for d in ds if d not in fit], not_ds if fmt.is_num(not_ds) else 0
+
+
+def _keras_inputs(keras: Dict[str, Any], ds) -> list:
+    """Fit's input in words (its tf.data input's options, or that Keras made its own), then the tf.data inputs
+    iterated outside fit (predict, evaluate, an eager loop), which got the options instead."""
+    fit, other, not_ds = _fit_datasets(keras)
+    out = []
+    if fit:
+        out.append(f"fit's tf.data input: {_options(fit[0])}")
+    elif not_ds:
+        out.append("fit's input is not a tf.data dataset (Keras makes its own, left as it is)")
+    if other:
+        n = len(other)
+        out.append(f"{n} tf.data input{'' if n == 1 else 's'} outside fit (predict, evaluate or an eager loop): "
+                   f"{_options(other[0])}")
+    return out
+
+
 # what an unstaged step on a staged graph runs (scheduler reports that count unstaged steps say it)
 _OWN_GRAPH = "the script's own graph ran, 0 extra runs per step"
 
 
-def pipeline(sc: Dict[str, Any]) -> str:
+def pipeline(sc: Dict[str, Any], steps_source: Optional[str] = None) -> str:
+    """Pipelined steps, or why none (steps_source: the report's steps.source; for Keras fit, fit's own input)."""
     staged = get(sc, S.STAGED_STEPS)
     reason = get(sc, S.NOT_STAGED_REASON)
     if fmt.is_num(staged):
@@ -67,7 +98,15 @@ def pipeline(sc: Dict[str, Any]) -> str:
             return text
         keras = get(sc, S.KERAS)
         ds = [d for d in ((keras or {}).get("datasets") or []) if isinstance(d, dict)] if isinstance(keras, dict) else []
-        if not reason and any(fmt.is_num(d.get("prefetch")) for d in ds):
+        fit, _other, not_ds = _fit_datasets(keras)
+        if not reason and steps_source == "keras" and get(sc, S.PIPELINE_ENABLED):   # fit's input could prefetch
+            if any(fmt.is_num(d.get("prefetch")) for d in fit):
+                return "no session step staged (fit's tf.data input prefetches instead)"
+            if any(d.get("prefetch") == "the dataset's own" for d in fit):
+                return "no session step staged (fit's tf.data input prefetches already)"
+            if not fit and not_ds:
+                return "no step pipelined (fit's input is not a tf.data dataset)"
+        elif not reason and any(fmt.is_num(d.get("prefetch")) for d in ds):
             return "no session step staged (the tf.data input prefetches instead)"
         if not reason and fmt.is_num(get(sc, S.UNSTAGED_STEPS)) and get(sc, S.UNSTAGED_STEPS) > 0:
             return f"no step pipelined (staging off: {_OWN_GRAPH})"

@@ -401,7 +401,7 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
         return s
     _fig(s.rows, report, "sched_chosen")
     _add(s.rows, "what was applied", None, text=scheduler_outcome.applied(sc, get(report, "steps." + ST.SOURCE)))
-    _add(s.rows, "pipelining", None, text=scheduler_outcome.pipeline(sc))
+    _add(s.rows, "pipelining", None, text=scheduler_outcome.pipeline(sc, get(report, "steps." + ST.SOURCE)))
     trials = F.sched_trials(sc)
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):

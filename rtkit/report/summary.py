@@ -149,7 +149,8 @@ def scheduler_line(r: Dict[str, Any]) -> Optional[str]:
         return None
     if scheduler_outcome.alone(sc):   # only the lookahead ran: nothing was applied, staged or tuned to speak of
         return "rtkit: scheduler: " + _join([scheduler_outcome.alone(sc), scheduler_outcome.lookahead(sc)], "; ")
-    parts = [scheduler_outcome.applied(sc, get(r, "steps." + ST.SOURCE)), scheduler_outcome.pipeline(sc),
+    source = get(r, "steps." + ST.SOURCE)
+    parts = [scheduler_outcome.applied(sc, source), scheduler_outcome.pipeline(sc, source),
              scheduler_outcome.bound(sc), scheduler_outcome.lookahead(sc)]
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):

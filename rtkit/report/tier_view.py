@@ -82,8 +82,11 @@ def cost_words(report: Dict[str, Any]) -> List[str]:
             words += f", median {fmt.nbytes(vs['median'])}, budget (tier_resident_max) {fmt.nbytes(vs['budget'])}"
         out.append(words)
     head = get(p, "dram_head.bytes")
-    if head:
-        out.append(f"table heads in anonymous DRAM {fmt.nbytes(head)}")
+    if head:   # every pooled allocation of 1 MiB or more gets a head: rtkit cannot tell a table from other memory
+        n = get(p, "dram_head.records")
+        what = f"{fmt.num(n)} pooled allocation{'' if n == 1 else 's'}" if fmt.is_num(n) else "pooled allocations"
+        out.append(f"heads in anonymous DRAM {fmt.nbytes(head)} ({what} of 1 MiB or more: tables or other "
+                   "long-lived memory)")
     fps = faults_per_step(p)
     if fps is not None:
         out.append(f"major faults/step (mean) {fmt.num(round(fps, 1))}")
@@ -298,10 +301,11 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
         rows.append(("at the highest RSS sampled", f"RSS {fmt.nbytes(at.get('rss_bytes'))}, pool pages in DRAM "
                      f"{fmt.nbytes(at.get('pool_dram_bytes'))}, bytes live in the pool {fmt.nbytes(at.get('tier_bytes'))}"))
     if get(p, "dram_head.setting_bytes"):
-        rows.append(("table heads in DRAM (tier_dram_head)",
+        rows.append(("heads in DRAM (tier_dram_head)",
                      f"{fmt.nbytes(get(p, 'dram_head.bytes'))} of a {fmt.nbytes(get(p, 'dram_head.budget_bytes'))} "
                      f"budget, {fmt.num(get(p, 'dram_head.records'))} "
-                     f"record{'' if get(p, 'dram_head.records') == 1 else 's'}, made in "
+                     f"record{'' if get(p, 'dram_head.records') == 1 else 's'} of 1 MiB or more (tables or other "
+                     "long-lived memory), made in "
                      f"{fmt.num(round(get(p, 'dram_head.seconds') or 0, 2))} s at the first step; "
                      f"{_by_heat(p)}{_head_written(get(p, 'dram_head.written_peak_bytes'))}"))
     budget = get(p, PM.RESIDENT_MAX)
