@@ -115,12 +115,7 @@ class Lookahead:
         checked = self._check(b)
         if self.mode == "on":
             c0 = time.thread_time()
-            # all the step's pages are told to the budget (kept through its next mark); only those not resident at
-            # the check need a read: a page in the page cache is what MADV_WILLNEED would make it
-            reads = [pg[~res] for _, pg, res in checked]
-            told = self._ask([(key, pg) for key, pg, _ in checked], reads)
-            with self.cond:
-                self.counts["pages_read_ahead"] += int(sum(r.size for r in reads))
+            told = self._read_ahead(checked)
             # only the regions found in the pool are asked for: the others the step itself reads
             self._count_requested(b, told, {key for key, _, _ in checked})
             with self.cond:
@@ -248,27 +243,26 @@ class Lookahead:
         regions = {n: [i for i, x in enumerate(self.bases.get(n, [None] * (1 + len(self.plan.tables[n].slots))))
                        if x is None] for n in gather}
         found = list(self._found_pages(b.rows))
-        # MADV_WILLNEED reads a range of the pool file whatever the process maps there: on a table's DRAM head (a
-        # private mapping of the file, tier_dram_head) it would fill the page cache with the file's own pages, which
-        # no one reads, and push out pool pages the steps need. A page in DRAM (a head's included) needs no read.
-        reads = [pg[~pages.resident(pg)] for _, pg in found]
-        told = self._ask(found, reads)
-        with self.cond:
-            self.counts["pages_read_ahead"] += int(sum(r.size for r in reads))
+        told = self._read_ahead([(key, pg, pages.resident(pg)) for key, pg in found])
         if gather:
             self._run_touch(gather, False, regions)
         self._count_requested(b, told)
         for key, pg in found:
             b.after[key] = pg[pages.resident(pg)]
 
-    @staticmethod
-    def _ask(found, reads: Optional[List[np.ndarray]] = None) -> int:
-        """Ask for the found regions' pages at once (MADV_WILLNEED; only the pages in `reads` when given); the tier
-        budget hears of them all first, so that a step mark between the two keeps what comes in. The pages told, or
-        -1 when the budget could not hear."""
-        told = pages.tell_budget(np.concatenate([pg for _, pg in found])) if found else 0
-        for pg in (reads if reads is not None else [pg for _, pg in found]):
+    def _read_ahead(self, checked) -> int:
+        """checked: ("table#region", page numbers, resident now) of the found regions. Every page is told to the tier
+        budget first (a step mark between the two keeps what comes in); only those not resident are asked for at once
+        (MADV_WILLNEED) and counted as read ahead. MADV_WILLNEED reads a range of the pool file whatever the process
+        maps there: on a table's DRAM head (a private mapping of the file, tier_dram_head) it would fill the page cache
+        with the file's own pages, which no one reads, and push out pool pages the steps need; a page in DRAM (a
+        head's included) needs no read. The pages told, or -1 when the budget could not hear."""
+        told = pages.tell_budget(np.concatenate([pg for _, pg, _ in checked])) if checked else 0
+        reads = [pg[~res] for _, pg, res in checked]
+        for pg in reads:
             pages.will_need(pg)
+        with self.cond:
+            self.counts["pages_read_ahead"] += int(sum(r.size for r in reads))
         return told
 
     def _count_requested(self, b: _Batch, told: int, regions: Optional[set] = None) -> None:

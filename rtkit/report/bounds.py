@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional
 
 from rtkit.report import fmt
 from rtkit.report import glossary as G
+from rtkit.report import tier_view
 from rtkit.report.contract import Allocator as A, Bounds as B, Process as P
 from rtkit.report.fmt import get
 
@@ -73,10 +74,8 @@ def _pool_live_dram(peak: int, pmem: Any) -> Optional[int]:
     """Tier mode: the pool's live bytes in DRAM (its pages in DRAM, at most its live bytes) at its highest RSS sample,
     when that sample is near the peak. They are the program's data (tables, slots) in the pool file's page cache,
     which the heap's live bytes do not count; None without a pool or such a sample."""
-    at = get(pmem, "at_rss_peak") if isinstance(pmem, dict) and pmem.get("state") == "on" else None
-    if not isinstance(at, dict) or not all(fmt.is_num(at.get(k)) for k in ("rss_bytes", "pool_dram_bytes", "tier_bytes")):
-        return None
-    if at["rss_bytes"] < POOL_SAMPLE_NEAR_PEAK * peak:
+    at = tier_view.rss_peak_sample(pmem) if isinstance(pmem, dict) and pmem.get("state") == "on" else None
+    if at is None or at["rss_bytes"] < POOL_SAMPLE_NEAR_PEAK * peak:
         return None
     return int(min(at["pool_dram_bytes"], at["tier_bytes"]))
 

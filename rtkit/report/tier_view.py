@@ -102,13 +102,22 @@ RAISED_MIN_BYTES = 16 << 20
 RAISED_MIN_SHARE = 0.03
 
 
+def rss_peak_sample(p: Any) -> Optional[Dict[str, Any]]:
+    """The tier's highest RSS sample (pmem at_rss_peak) when it has its three figures (RSS, the pool's pages in DRAM,
+    the bytes live in the pool), else None."""
+    at = p.get(PM.AT_RSS_PEAK) if isinstance(p, dict) else None
+    if not isinstance(at, dict) or not all(fmt.is_num(at.get(k)) for k in ("rss_bytes", "pool_dram_bytes", "tier_bytes")):
+        return None
+    return at
+
+
 def raised_rss(p: Dict[str, Any]) -> Optional[Dict[str, int]]:
     """{rss, pool_dram, live, over, step} at the tier's highest RSS sample when the pool then held in DRAM more
     than what lived in it by RAISED_MIN_BYTES and RAISED_MIN_SHARE of that RSS, else None. The live bytes are about
     what the same allocations take in anonymous memory (less the allocator's own overhead), so most of `over` is
     DRAM that a run without tier mode would not hold."""
-    at = p.get(PM.AT_RSS_PEAK)
-    if not isinstance(at, dict) or not all(fmt.is_num(at.get(k)) for k in ("rss_bytes", "pool_dram_bytes", "tier_bytes")):
+    at = rss_peak_sample(p)
+    if at is None:
         return None
     rss, dram, live = at["rss_bytes"], at["pool_dram_bytes"], at["tier_bytes"]
     over = dram - live
