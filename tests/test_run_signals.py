@@ -178,6 +178,31 @@ def test_a_forked_childs_signal_never_ends_its_parent(tmp_path):
     assert load_report(tmp_path / "r")["steps"]["count"] == 4
 
 
+def test_a_signal_in_the_childs_first_instants_after_fork_never_ends_its_parent(tmp_path):
+    """The child takes SIGTERM in an at-fork hook registered before rtkit's (the first thing it runs after the
+    fork): rtkit's handler is the parent's there, and its wake-up byte must not reach the parent's watcher."""
+    script = ("import os, signal, time, rtkit\n"
+              "os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+              "for _ in range(3):\n    rtkit.step()\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n    time.sleep(600)\n    os._exit(0)\n"
+              "_, status = os.waitpid(pid, 0)\n"
+              # the parent's watcher thread has read any byte the child's signal wrote by the time the parent's
+              # main thread, blocked in waitpid meanwhile, gets here: the watcher acts on it at once
+              "time.sleep(0.5)\n"
+              "print('child signal', os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)\n"
+              "rtkit.step()\n")
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out == f"child signal {int(signal.SIGTERM)}\n"
+    assert load_report(tmp_path / "r")["steps"]["count"] == 4
+
+
 def _sleepers(tag):
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):

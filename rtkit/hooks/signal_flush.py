@@ -6,7 +6,11 @@ ends exactly as it would without rtkit (killed by the signal: exit status 128+N)
 
 A Python handler runs only when the main thread is back in the interpreter; TensorFlow blocks it in C for
 minutes (`server.join()`, a long `Session.run`). So the signal's wake-up byte also reaches a small watcher
-thread (signal.set_wakeup_fd), which does the same at once when the handler is still this one."""
+thread (signal.set_wakeup_fd), which does the same at once when the handler is still this one.
+
+Across os.fork the forking thread holds these signals blocked: until the child has let go of the parent's wake-up
+pipe and reset what the parent's threads may have held, a signal sent to the child waits. Otherwise its wake-up
+byte would reach the parent's watcher, which would end the parent."""
 from __future__ import annotations
 
 import ctypes
@@ -17,7 +21,9 @@ from typing import Callable, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _flush: Optional[Callable[[], None]] = None
+_reset_in_child: Optional[Callable[[], None]] = None
 _lock = threading.RLock()  # a second signal may land inside the first one's handler
+_fork_mask = threading.local()  # the forking thread's signal mask before the fork
 
 
 def _die_by(signum: int) -> None:
@@ -67,23 +73,42 @@ def _start_watcher() -> None:
     threading.Thread(target=_watch, args=(read_fd,), name="rtkit-signal-flush", daemon=True).start()
 
 
+def _before_fork() -> None:
+    _fork_mask.old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+
+def _unblock_after_fork() -> None:
+    old = getattr(_fork_mask, "old", None)
+    if old is not None:
+        _fork_mask.old = None
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _after_fork_in_child() -> None:
     global _lock
-    _lock = threading.RLock()  # the parent's watcher may have held it at the fork
-    # the pipe is the parent's: a signal of this child must never wake the parent's watcher
     try:
-        signal.set_wakeup_fd(-1)
-    except ValueError:
-        return
-    if any(signal.getsignal(s) is _handler for s in SIGNALS):
-        _start_watcher()
+        _lock = threading.RLock()  # the parent's watcher may have held it at the fork
+        if _reset_in_child is not None:
+            _reset_in_child()  # before any signal can reach _flush with the parent's state
+        # the pipe is the parent's: a signal of this child must never wake the parent's watcher
+        try:
+            signal.set_wakeup_fd(-1)
+        except ValueError:
+            return
+        if any(signal.getsignal(s) is _handler for s in SIGNALS):
+            _start_watcher()
+    finally:
+        _unblock_after_fork()
 
 
-def install(flush: Callable[[], None]) -> None:
-    global _flush
+def install(flush: Callable[[], None], reset_in_child: Callable[[], None]) -> bool:
+    """flush at SIGTERM/SIGHUP/SIGQUIT; reset_in_child runs in a forked child before it can take one of them.
+    False: none of them is this module's (reset_in_child was not registered: the caller registers it)."""
+    global _flush, _reset_in_child
     if _flush is not None or threading.current_thread() is not threading.main_thread():
-        return
+        return False
     _flush = flush
+    _reset_in_child = reset_in_child
     mine = False
     for sig in SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL:
@@ -91,4 +116,6 @@ def install(flush: Callable[[], None]) -> None:
             mine = True
     if mine:
         _start_watcher()
-        os.register_at_fork(after_in_child=_after_fork_in_child)
+        os.register_at_fork(before=_before_fork, after_in_parent=_unblock_after_fork,
+                            after_in_child=_after_fork_in_child)
+    return mine

@@ -340,6 +340,11 @@ class StepRecorder:
 _recorder: Optional[StepRecorder] = None
 
 
+def _reset_after_fork() -> None:
+    if _recorder is not None:
+        _recorder.reset_after_fork()
+
+
 def recorder() -> StepRecorder:
     global _recorder
     if _recorder is None:
@@ -349,9 +354,9 @@ def recorder() -> StepRecorder:
         atexit.register(_recorder.flush)
         from rtkit.hooks import signal_flush
 
-        signal_flush.install(_recorder.flush)   # SIGTERM/HUP/QUIT: flushed too, the exit status unchanged
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=lambda: _recorder and _recorder.reset_after_fork())
+        # SIGTERM/HUP/QUIT: flushed too, the exit status unchanged
+        if not signal_flush.install(_recorder.flush, _reset_after_fork):
+            os.register_at_fork(after_in_child=_reset_after_fork)
     return _recorder
 
 
