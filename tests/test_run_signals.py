@@ -154,6 +154,19 @@ def test_kill_9_of_rtkit_takes_the_tree_with_it(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
+def _assert_the_parent_outlived_its_killed_child(proc, tmp_path, kill_the_child):
+    """The script (3 steps, a fork, 1 step) printed its child's SIGTERM and ended well, with its 4 steps."""
+    try:
+        kill_the_child()
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out == f"child signal {int(signal.SIGTERM)}\n"
+    assert load_report(tmp_path / "r")["steps"]["count"] == 4
+
+
 def test_a_forked_childs_signal_never_ends_its_parent(tmp_path):
     marker = tmp_path / "forked"
     script = ("import os, sys, time, rtkit\n"
@@ -166,16 +179,8 @@ def test_a_forked_childs_signal_never_ends_its_parent(tmp_path):
               "print('child signal', os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)\n"
               "rtkit.step()\n")
     proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
-    try:
-        _wait_for(marker.exists, "the fork", proc)
-        os.kill(int(marker.read_text()), signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    assert out == f"child signal {int(signal.SIGTERM)}\n"
-    assert load_report(tmp_path / "r")["steps"]["count"] == 4
+    _assert_the_parent_outlived_its_killed_child(proc, tmp_path, lambda: (
+        _wait_for(marker.exists, "the fork", proc), os.kill(int(marker.read_text()), signal.SIGTERM)))
 
 
 def test_a_signal_in_the_childs_first_instants_after_fork_never_ends_its_parent(tmp_path):
@@ -193,14 +198,7 @@ def test_a_signal_in_the_childs_first_instants_after_fork_never_ends_its_parent(
               "print('child signal', os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)\n"
               "rtkit.step()\n")
     proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    assert out == f"child signal {int(signal.SIGTERM)}\n"
-    assert load_report(tmp_path / "r")["steps"]["count"] == 4
+    _assert_the_parent_outlived_its_killed_child(proc, tmp_path, lambda: None)
 
 
 def _sleepers(tag):
