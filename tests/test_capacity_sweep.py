@@ -138,3 +138,29 @@ def test_user_table_script_trains_and_refuses_bad_sizes():
     proc = subprocess.run(cmd + ["--steps", "0"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "user_table: --rows, --dim, --steps and --batch must be positive, --exponent in (0, 4)"]
+
+
+def test_user_table_floor_counts_the_pages_no_budget_keeps():
+    """--floor: a budget that holds every page leaves none to read, none holds all of a step's pages, and between
+    them a larger budget never leaves more; a bad size is one line and exit 2 (no TensorFlow needed)."""
+    import argparse
+
+    import numpy as np
+
+    from rtkit.bench import user_table
+
+    args = argparse.Namespace(rows=20_000, dim=64, steps=30, batch=512, exponent=0.9, rows_from="frequency")
+    all_pages = 2 * 20_000 // 16 * 4096
+    touched, past = user_table.floor_pages(args, all_pages, np)
+    assert touched > 0 and past == 0
+    assert user_table.floor_pages(args, 0, np) == (touched, touched)
+    pasts = [user_table.floor_pages(args, all_pages * k // 8, np)[1] for k in range(1, 8)]
+    assert pasts == sorted(pasts, reverse=True) and touched > pasts[0] > pasts[-1] > 0
+    hashed = argparse.Namespace(**{**vars(args), "rows_from": "hashed"})
+    assert user_table.floor_pages(hashed, all_pages // 8, np)[1] > pasts[0]  # the hot rows spread over more pages
+    cmd = [sys.executable, "-m", "rtkit.bench.user_table", "--rows", "20000", "--steps", "30", "--floor"]
+    proc = subprocess.run(cmd + ["512K"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("floor: a step touches "), proc.stderr
+    proc = subprocess.run(cmd + ["2x"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "user_table: --floor '2x': a size such as 4096, 64K, 1M or 2G"]

@@ -7,7 +7,9 @@ or a hash of them (``hashed``). A step is ``Session.run`` with a feed_dict (``--
 ``Session.make_callable`` with a feed list (``callable``: the ids are its positional arguments), or a
 ``MonitoredTrainingSession`` run with a feed_dict (``monitored``); the table is a resource variable, or a TF1
 reference variable (``--variables reference``). Prints the seconds initialisation took and a
-loss line per step:
+loss line per step. ``--floor BYTES`` trains nothing: it prints how many of a step's table and slot pages lie past
+the hottest BYTES of them, chosen in hindsight over the whole run (what no resident budget of that size can keep
+off the disk), to set a tier run's step time against the disk's random reads:
 
     rtkit run --profile capacity --set tier_pool_path=/tmp/p --set tier_resident_max=256M \\
         --set tier_dram_head=0 -- python -m rtkit.bench.user_table --rows 4000000 --dim 64
@@ -30,11 +32,16 @@ def main(argv=None):
     p.add_argument("--variables", choices=("resource", "reference"), default="resource",
                    help="the table's kind: TF2's resource variables, or TF1's reference variables (what "
                         "tf.compat.v1.disable_v2_behavior() makes)")
+    p.add_argument("--floor", metavar="BYTES", help="print the pages a step needs past a resident budget of BYTES "
+                   "(e.g. 256M) at best, and train nothing")
     args = p.parse_args(argv)
     if args.rows < 1 or args.dim < 1 or args.steps < 1 or args.batch < 1 or not 0 < args.exponent < 4:
         sys.stderr.write("user_table: --rows, --dim, --steps and --batch must be positive, --exponent in (0, 4)\n")
         return 2
     import numpy as np
+
+    if args.floor is not None:
+        return print_floor(args, np)
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
@@ -46,8 +53,7 @@ def main(argv=None):
     logit = tf.reduce_sum(tf.nn.embedding_lookup(table, ids), axis=1)
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logit))
     train = tf.compat.v1.train.AdagradOptimizer(0.05).minimize(loss)
-    rng = np.random.default_rng(0)
-    hi = (args.rows + 1.0) ** (1.0 - args.exponent)
+    draw = id_stream(args, np)
     t0 = time.perf_counter()
     if args.api == "monitored":   # it runs the initializer itself, at creation
         sess = tf.compat.v1.train.MonitoredTrainingSession()
@@ -59,12 +65,50 @@ def main(argv=None):
     call = sess.make_callable([loss, train], feed_list=[ids, labels]) if args.api == "callable" else None
     with sess:
         for step in range(args.steps):
-            rank = np.clip(np.floor((1.0 + rng.random(args.batch) * (hi - 1.0)) ** (1.0 / (1.0 - args.exponent))),
-                           1, args.rows).astype(np.int64)
-            rows = rank - 1 if args.rows_from == "frequency" else (rank * 2654435761) % args.rows
-            label = (rank % 3 == 0).astype(np.float32)
+            rows, label = draw()
             value, _ = call(rows, label) if call is not None else sess.run([loss, train], {ids: rows, labels: label})
             print(f"loss {step + 1} {value:.6f}", flush=True)
+    return 0
+
+
+def id_stream(args, np):
+    """A callable giving each step's (rows, labels): the same stream for every run of the same arguments."""
+    rng = np.random.default_rng(0)
+    hi = (args.rows + 1.0) ** (1.0 - args.exponent)
+
+    def draw():
+        rank = np.clip(np.floor((1.0 + rng.random(args.batch) * (hi - 1.0)) ** (1.0 / (1.0 - args.exponent))),
+                       1, args.rows).astype(np.int64)
+        rows = rank - 1 if args.rows_from == "frequency" else (rank * 2654435761) % args.rows
+        return rows, (rank % 3 == 0).astype(np.float32)
+    return draw
+
+
+def floor_pages(args, budget_bytes, np):
+    """(pages a step touches, pages a step needs past the budget), medians over the run, table and slot together.
+    The budget holds the same pages of table and slot (a row's slot lies at its row): the most used ones over the
+    whole run, a fixed choice in hindsight; under independent draws no policy keeps much more of a step's pages."""
+    rows_per_page = max(1, 4096 // (args.dim * 4))
+    draw = id_stream(args, np)
+    steps = [np.unique(draw()[0] // rows_per_page) for _ in range(args.steps)]
+    pages, uses = np.unique(np.concatenate(steps), return_counts=True)
+    kept = pages[np.argsort(-uses, kind="stable")[: budget_bytes // 4096 // 2]]
+    past = [2 * int(np.count_nonzero(~np.isin(s, kept, assume_unique=True))) for s in steps]
+    return float(np.median([2 * len(s) for s in steps])), float(np.median(past))
+
+
+def print_floor(args, np):
+    from rtkit.config import parse_size
+
+    try:
+        budget = parse_size(args.floor)
+    except ValueError as e:
+        sys.stderr.write(f"user_table: --floor {args.floor!r}: {e}\n")
+        return 2
+    touched, past = floor_pages(args, budget, np)
+    print(f"floor: a step touches {touched:.0f} pages of table and slot (median of {args.steps} steps); at best "
+          f"{past:.0f} of them lie past the hottest {args.floor} (the most used pages over the run, in hindsight): "
+          f"random reads no resident budget of {args.floor} saves")
     return 0
 
 
