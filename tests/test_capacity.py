@@ -296,6 +296,9 @@ def test_capacity_bench_runs_zipf_at_a_tiny_scale(tmp_path):
     assert b["pool_resident_timeline"] and isinstance(b["disk_written_bytes"], int)
     assert b["major_faults_per_step"] is not None and b["compaction"] and "4 passes" in b["compaction"][0] and "hot region" in b["compaction"][0]
     assert "(b) step time" in proc.stdout and "pool resident over time" in proc.stdout
+    # the pool's pages were dirtied (tables filled row by row, the optimizer's updates): machine-wide counters
+    assert b["kernel"]["nr_dirtied"] > 0 and all(v >= 0 for r in (a, b) for v in r["kernel"].values())
+    assert "(b) page cache, whole machine over the run: " in proc.stdout
     assert not (tmp_path / "rtkit-capacity.pool").exists()
 
 

@@ -146,6 +146,39 @@ def _anon_rss(root: int) -> int:
     return sum(_tree(root).values())
 
 
+# the kernel's page-cache traffic, machine-wide (/proc/vmstat): what a tier run's "disk written" is made of
+KERNEL_COUNTERS = ("nr_dirtied", "nr_written", "pgsteal_file", "pgsteal_direct", "workingset_refault_file",
+                   "allocstall")
+
+
+def _kernel_counters() -> Dict[str, int]:
+    """KERNEL_COUNTERS now (allocstall: its zones summed); a counter this kernel lacks is left out."""
+    out: Dict[str, int] = {}
+    try:
+        with open("/proc/vmstat") as fh:
+            for line in fh:
+                key, _, value = line.partition(" ")
+                key = "allocstall" if key.startswith("allocstall_") else key
+                if key in KERNEL_COUNTERS:
+                    out[key] = out.get(key, 0) + int(value)
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def kernel_line(name: str, k: Dict[str, int]) -> Optional[str]:
+    """One line of a run's page-cache traffic (pages of 4 KiB, the whole machine over the run), or None."""
+    if not k or "nr_dirtied" not in k:
+        return None
+
+    def m(key):
+        return f"{k[key] / 1e6:.2f}M" if key in k else "-"
+    return (f"({name}) page cache, whole machine over the run: {m('nr_dirtied')} pages dirtied, {m('nr_written')} "
+            f"written back, {m('pgsteal_file')} file pages reclaimed ({m('pgsteal_direct')} of all pages by the "
+            f"allocating threads' own reclaim, {k.get('allocstall', 0):,} stalls), {m('workingset_refault_file')} "
+            f"file pages read again after reclaim")
+
+
 KILL_GRACE_S = 10.0
 
 
@@ -261,6 +294,7 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
 
     reader = threading.Thread(target=read_losses, daemon=True)
     reader.start()
+    kernel0 = _kernel_counters()
     t0, floor = time.monotonic(), args.min_available_gb * GIB
     low = anon_over = None
     peak_anon = 0
@@ -283,6 +317,7 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
         _kill_tree(proc)
         raise
     reader.join(timeout=10)
+    kernel1 = _kernel_counters()
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     if anon_over is not None:
@@ -299,6 +334,7 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
         sys.stderr.write(f"capacity: {label} failed (exit {proc.returncode}); see {log.name}\n")
         raise SystemExit(1)
     out = figures(run_dir, losses, args.batch)
+    out["kernel"] = {k: kernel1[k] - kernel0[k] for k in kernel1 if k in kernel0}
     out["peak_anon_rss_watched_bytes"] = peak_anon   # /proc RssAnon of the whole process group, twice a second
     out["peak_anon_rss_bytes"] = max(out.get("peak_anon_rss_bytes") or 0, peak_anon) or None
     with open(log.name) as fh:
@@ -503,6 +539,10 @@ def main(argv=None) -> int:
     if a.get("step_ms_median") and b.get("step_ms_median"):
         print(f"(b) step time {b['step_ms_median'] / a['step_ms_median']:.2f}x of (a) (target <= 1.5x); "
               f"peak anonymous RSS {_gib(b.get('peak_anon_rss_bytes'))}; figures: {os.path.join(args.out, 'capacity.json')}")
+    for name, r in results.items():
+        line = kernel_line(name, r.get("kernel") or {})
+        if line:
+            print(line)
     tl = b.get("pool_resident_timeline") or []
     if tl:
         picks = [tl[min(len(tl) - 1, i * (len(tl) - 1) // 7)] for i in range(8)]
