@@ -256,6 +256,29 @@ def test_pool_full_falls_back_to_dram(prm, tmp_path):
     assert doc["tier_pool_size"] == 4 << 20
     assert doc["tier_fallbacks"] >= 1 and doc["tier_fallback_bytes"] == doc["tier_fallbacks"] * 1000000
     assert doc["tier_allocs"] >= 2 and doc["tier_allocs"] == doc["tier_frees"]
+    # the largest request refused, with what the pool held then (no step mark in this program: before the first)
+    assert doc["tier_fallback_largest"] == 1000000 and 0 < doc["tier_fallback_largest_held"] <= 4 << 20, doc
+    assert doc["tier_fallback_largest_before_first_step"] is True
+
+
+@requires_tf
+def test_summary_says_a_table_found_no_room_in_the_pool_and_how_large_a_pool_gives_it_room(tmp_path):
+    """A 73 MiB table and its 73 MiB Adagrad slot cannot both go in a 128 MiB pool: what fell back to DRAM is a
+    warning on the tier line with the pool's size grown by every byte that fell back, rounded up to 256 MiB."""
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--profile", "capacity",
+                      "--set", f"tier_pool_path={tmp_path / 'pool'}", "--set", "tier_pool_size=128M",
+                      "--set", "tier_dram_head=0", "--", sys.executable, "-m", "rtkit.bench.user_table",
+                      "--rows", "300000", "--dim", "64", "--steps", "3", "--batch", "256"], timeout=600, check_rc=0)
+    p = load_report(str(tmp_path / "r"))["pmem"]
+    assert p["tier_fallback_largest"] >= 300000 * 64 * 4 and p["tier_fallback_bytes"] >= p["tier_fallback_largest"], p
+    enough = -(-((128 << 20) + p["tier_fallback_bytes"]) // (256 << 20)) * (256 << 20)
+    tier_line = [line for line in proc.stderr.splitlines() if line.startswith("rtkit: tier: ")]
+    assert len(tier_line) == 1, proc.stderr[-3000:]
+    assert (f"found no room in the pool and stayed in DRAM ({fmt.nbytes(p['tier_fallback_bytes'])}; the largest "
+            f"{fmt.nbytes(p['tier_fallback_largest'])}, when the pool held "
+            f"{fmt.nbytes(p['tier_fallback_largest_held'])} of its {fmt.nbytes(128 << 20)}, before the first step: ") in tier_line[0], \
+        tier_line
+    assert f"tier_pool_size={enough >> 20}M ({fmt.nbytes(enough)}) or more gives them room" in tier_line[0], tier_line
 
 
 @pytest.mark.parametrize("where", ["missing_dir", "proc", "not_a_pool"])

@@ -221,7 +221,7 @@ def _whole_writes_words(p: Dict[str, Any]) -> Optional[str]:
 
 
 def warning_words(report: Dict[str, Any]) -> List[str]:
-    """What tier mode cost without saving, for the summary: the pool held more in DRAM than lived in it at the
+    """What tier mode cost without saving, for the summary: requests the pool had no room for (no_room), the pool held more in DRAM than lived in it at the
     highest RSS sampled (raised_rss), the tables left the pool in the first steps (left_pool), the steps write the
     whole tables (written_per_sample), no step mark ever reached it (so only placement before a first step ran), the
     pool's pages in DRAM stayed well above the resident budget, and where placement before the first step stopped
@@ -230,7 +230,7 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
     if p is None or p.get(PM.STATE) != "on" or p.get("step_marks") is None:
         return []
     pre = p.get("placed_before_first_step") or {}
-    out = [w for w in (_raised_words(report, p), _left_words(p), _whole_writes_words(p)) if w]
+    out = [w for w in (_no_room_words(p), _raised_words(report, p), _left_words(p), _whole_writes_words(p)) if w]
     if p.get("step_marks") == 0:
         out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
@@ -245,6 +245,28 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
             line += f", but for those of {fmt.nbytes(pre['still_placed_min_bytes'])} or more (tables)"
         out.append(line)
     return out
+
+
+NO_ROOM_MIN_BYTES = 1 << 20   # a pooled allocation this large is a table or other long-lived memory
+NO_ROOM_ROUND = 256 << 20
+
+
+def _no_room_words(p: Dict[str, Any]) -> Optional[str]:
+    """A warning when requests of NO_ROOM_MIN_BYTES or more found no room in the pool and went to DRAM: a table the
+    user sized the pool for may be among them, in anonymous memory. The size given is the pool's own grown by every
+    byte that fell back (room at its end for each of them however the freed room lies), rounded up."""
+    largest, fell = get(p, "tier_fallback_largest"), get(p, "tier_fallback_bytes")
+    size, held = get(p, PM.POOL_SIZE), get(p, "tier_fallback_largest_held")
+    if not all(fmt.is_num(x) for x in (largest, fell, size, held)) or largest < NO_ROOM_MIN_BYTES:
+        return None
+    enough = -(-(size + fell) // NO_ROOM_ROUND) * NO_ROOM_ROUND
+    before = (", before the first step: TensorFlow's initialisation holds a table's temporaries beside the table, "
+              "and what it frees leaves the room in pieces")
+    n = get(p, "tier_fallbacks")
+    return (f"warning: {fmt.num(n)} request{'s' if n != 1 else ''} found no room in the pool and stayed in DRAM "
+            f"({fmt.nbytes(fell)}; the largest {fmt.nbytes(largest)}, when the pool held {fmt.nbytes(held)} of its "
+            f"{fmt.nbytes(size)}" + (before if get(p, "tier_fallback_largest_before_first_step") else "")
+            + f"); tier_pool_size={enough >> 20}M ({fmt.nbytes(enough)}) or more gives them room")
 
 
 def _budget_behind_words(p: Dict[str, Any]) -> Optional[str]:

@@ -61,6 +61,8 @@ typedef struct {
     char reason[PATH_MAX + 512];
     /* counters (relaxed atomics: every placed request is >= min size, so these are rare) */
     uint64_t bytes, peak, allocs, frees, fallbacks, fallback_bytes, pre_allocs, pre_bytes, ll_allocs, ll_bytes;
+    /* the largest request the pool had no room for, what it held then, and whether that was before the first step */
+    uint64_t fallback_largest, fallback_largest_held, fallback_largest_pre;
     uint64_t bad_frees, child_frees, errors_other;
     uint64_t bytes_at_mark, steps;
     unsigned ll_sizes;                    /* long-lived sizes known */

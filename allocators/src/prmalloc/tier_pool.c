@@ -196,6 +196,20 @@ static inline uint64_t tag_of(uint64_t h, const void *q)
 /* what a free leaves in the tag: a second free of the payload is told from a pointer that never was one */
 #define TIER_FREED 0x5a5a5a5a00000001ull
 
+/* The largest request the pool had no room for, with the bytes it held then and whether the first step had come: what the report sizes the pool by (a
+ * table that fell back to DRAM is the case that matters; the pair is a figure, not a promise, when frees race it) */
+static void note_largest_fallback(uint64_t n)
+{
+    uint64_t seen = __atomic_load_n(&rtk_tier.fallback_largest, __ATOMIC_RELAXED);
+    while (n > seen)
+        if (__atomic_compare_exchange_n(&rtk_tier.fallback_largest, &seen, n, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&rtk_tier.fallback_largest_held, __atomic_load_n(&rtk_tier.bytes, __ATOMIC_RELAXED),
+                             __ATOMIC_RELAXED);
+            __atomic_store_n(&rtk_tier.fallback_largest_pre, (uint64_t)(rtk_tier_pre != 0), __ATOMIC_RELAXED);
+            break;
+        }
+}
+
 void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
 {
     if (t_in_tier)
@@ -226,6 +240,7 @@ void *rtk_tier_alloc(size_t n, size_t align, int zero, int longlived)
         if (rc == RTKIT_PMEM_ENOSPC || rc == RTKIT_PMEM_ETOOBIG) {
             __atomic_add_fetch(&rtk_tier.fallbacks, 1, __ATOMIC_RELAXED);
             __atomic_add_fetch(&rtk_tier.fallback_bytes, n, __ATOMIC_RELAXED);
+            note_largest_fallback(n);
         } else {
             __atomic_add_fetch(&rtk_tier.errors_other, 1, __ATOMIC_RELAXED);
         }

@@ -71,6 +71,9 @@ static long tier_format(char *buf, size_t cap)
         nl, U(LD(t->peak)), nl, U(mark));
     rtk_out_put(&o, "%s\"tier_allocs\": %llu,%s\"tier_frees\": %llu,%s\"tier_fallbacks\": %llu,%s\"tier_fallback_bytes\": %llu,",
         nl, U(LD(t->allocs)), nl, U(LD(t->frees)), nl, U(LD(t->fallbacks)), nl, U(LD(t->fallback_bytes)));
+    rtk_out_put(&o, "%s\"tier_fallback_largest\": %llu,%s\"tier_fallback_largest_held\": %llu,"
+                    "%s\"tier_fallback_largest_before_first_step\": %s,", nl, U(LD(t->fallback_largest)), nl,
+        U(LD(t->fallback_largest_held)), nl, LD(t->fallback_largest_pre) ? "true" : "false");
     rtk_out_put(&o, "%s\"step_marks\": %llu,", nl, U(LD(t->steps)));
     rtk_out_put(&o, "%s\"placed_before_first_step\": {\"allocs\": %llu, \"bytes\": %llu, \"freed_bytes\": %llu, "
             "\"stopped_for_churn\": %s, \"still_placed_min_bytes\": %llu},"
