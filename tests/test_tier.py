@@ -4,6 +4,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -279,6 +280,15 @@ def test_summary_says_a_table_found_no_room_in_the_pool_and_how_large_a_pool_giv
             f"{fmt.nbytes(p['tier_fallback_largest_held'])} of its {fmt.nbytes(128 << 20)}, before the first step: ") in tier_line[0], \
         tier_line
     assert f"tier_pool_size={enough >> 20}M ({fmt.nbytes(enough)}) or more gives them room" in tier_line[0], tier_line
+    # `rtkit recommend` gives the same size; its command, followed, puts in the pool what went to DRAM (a pool
+    # 4x as large: TensorFlow's order under load may vary what lives at once, never by 5 tables' worth)
+    recs = {r["rule"]: r for r in json.loads(run_rtkit(["recommend", str(tmp_path / "r"), "--json", "--mem-available",
+                                                        "100G"], check_rc=0).stdout)}
+    assert recs["pool"]["change"] == f"--set tier_pool_size={enough >> 20}M", recs
+    argv = shlex.split(recs["pool"]["command"])
+    run_rtkit(["run", "--run-dir", str(tmp_path / "again"), *argv[2:]], timeout=600, check_rc=0)
+    again = load_report(str(tmp_path / "again"))["pmem"]
+    assert again["tier_pool_size"] == enough and again["tier_fallback_bytes"] < p["tier_fallback_bytes"], again
 
 
 @pytest.mark.parametrize("where", ["missing_dir", "proc", "not_a_pool"])

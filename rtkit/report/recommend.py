@@ -11,6 +11,8 @@ figures that were looked at. Rules, in order:
 - capacity: the run's peak RSS is a large share of the memory available (the caller's: MemAvailable now, or
   --mem-available for another machine) -> `--profile capacity` with a pool sized from the run and the DRAM head
   bounded from that memory (so the command fits the machine it is made for, not only this one);
+- pool: a tier run sent requests of a table's size to DRAM for want of room in its pool
+  -> `--set tier_pool_size=...` grown by every byte that fell back (the tier line's warning says the same);
 - rows: the rows the script used lie scattered over its embedding tables (measured by scripts that report
   their id -> row maps: pages holding the rows used against the pages they fill packed) -> a vocabulary lookup
   (ids get rows in first-seen order) instead of hashing ids to rows; for the bundled workload,
@@ -24,7 +26,7 @@ from typing import Any, Dict, List, Optional
 
 from rtkit.report import fmt
 from rtkit.report import glossary as G
-from rtkit.report import scheduler_outcome
+from rtkit.report import scheduler_outcome, tier_view
 from rtkit.report.contract import Allocator as A, Scheduler as S
 from rtkit.report.fmt import get
 
@@ -40,7 +42,7 @@ SCATTER_BYTES = 16 << 20      # ...and this much table memory on scattered rows,
 
 @dataclass
 class Recommendation:
-    rule: str            # input | plan | capacity | rows | none
+    rule: str            # input | plan | capacity | pool | rows | none
     change: str          # what to try, as flags
     reason: str          # the measured reason
     expect: str          # the expected effect
@@ -171,6 +173,19 @@ def _capacity_rule(report: Dict[str, Any], available: Optional[int], where: str)
                  drop=("profile", "tier_pool_path", "tier_pool_size", "tier_dram_head")))
 
 
+def _pool_room_rule(report: Dict[str, Any]) -> Optional[Recommendation]:
+    p = report.get("pmem")
+    if not G.tier_on(report) or not isinstance(p, dict) or tier_view.pool_size_with_room(p) is None:
+        return None
+    enough = tier_view.pool_size_with_room(p)
+    size = f"{enough >> 20}M"
+    return Recommendation(
+        "pool", f"--set tier_pool_size={size}", tier_view.no_room_words(p),
+        f"room at the pool's end for every byte that fell back: they go in the pool, anonymous memory down by up to "
+        f"{fmt.nbytes(get(p, 'tier_fallback_bytes'))}; put tier_pool_path on a disk with {fmt.nbytes(enough)} of room",
+        _command(report, ["--set", f"tier_pool_size={size}"], drop=("tier_pool_size",)))
+
+
 def _workload_rows_command(report: Dict[str, Any]) -> Optional[str]:
     """The bundled workload's own command with first-seen rows (its --row-assign hashed dropped), else None."""
     cmd = (report.get("run") or {}).get("command")
@@ -227,7 +242,8 @@ def _share_unmeasured(report: Dict[str, Any]) -> str:
 def recommend(report: Dict[str, Any], run_dir: str, available: Optional[int], where: str) -> List[Recommendation]:
     """The rules that fire on `report` (of `run_dir`), against `available` bytes of memory (`where`: whence)."""
     found = [r for r in (_input_rule(report), _plan_rule(report, run_dir),
-                         _capacity_rule(report, available, where), _rows_rule(report)) if r]
+                         _capacity_rule(report, available, where), _pool_room_rule(report), _rows_rule(report))
+             if r]
     if found:
         return found
     looked = [f"{G.name(fid)} {G.text(report, fid)}" for fid in

@@ -251,22 +251,36 @@ NO_ROOM_MIN_BYTES = 1 << 20   # a pooled allocation this large is a table or oth
 NO_ROOM_ROUND = 256 << 20
 
 
-def _no_room_words(p: Dict[str, Any]) -> Optional[str]:
-    """A warning when requests of NO_ROOM_MIN_BYTES or more found no room in the pool and went to DRAM: a table the
-    user sized the pool for may be among them, in anonymous memory. The size given is the pool's own grown by every
-    byte that fell back (room at its end for each of them however the freed room lies), rounded up."""
+def pool_size_with_room(p: Dict[str, Any]) -> Optional[int]:
+    """The tier_pool_size that gives room to what fell back to DRAM, when requests of NO_ROOM_MIN_BYTES or more
+    (a table the user sized the pool for may be among them) found none; else None. The pool's own size grown by
+    every byte that fell back (room at its end for each of them however the freed room lies), rounded up."""
     largest, fell = get(p, "tier_fallback_largest"), get(p, "tier_fallback_bytes")
     size, held = get(p, PM.POOL_SIZE), get(p, "tier_fallback_largest_held")
     if not all(fmt.is_num(x) for x in (largest, fell, size, held)) or largest < NO_ROOM_MIN_BYTES:
         return None
-    enough = -(-(size + fell) // NO_ROOM_ROUND) * NO_ROOM_ROUND
+    return -(-(size + fell) // NO_ROOM_ROUND) * NO_ROOM_ROUND
+
+
+def no_room_words(p: Dict[str, Any]) -> Optional[str]:
+    """What found no room in the pool (the warning's body, without its tier_pool_size), or None."""
+    if pool_size_with_room(p) is None:
+        return None
+    n, largest, held = get(p, "tier_fallbacks"), get(p, "tier_fallback_largest"), get(p, "tier_fallback_largest_held")
     before = (", before the first step: TensorFlow's initialisation holds a table's temporaries beside the table, "
               "and what it frees leaves the room in pieces")
-    n = get(p, "tier_fallbacks")
-    return (f"warning: {fmt.num(n)} request{'s' if n != 1 else ''} found no room in the pool and stayed in DRAM "
-            f"({fmt.nbytes(fell)}; the largest {fmt.nbytes(largest)}, when the pool held {fmt.nbytes(held)} of its "
-            f"{fmt.nbytes(size)}" + (before if get(p, "tier_fallback_largest_before_first_step") else "")
-            + f"); tier_pool_size={enough >> 20}M ({fmt.nbytes(enough)}) or more gives them room")
+    return (f"{fmt.num(n)} request{'s' if n != 1 else ''} found no room in the pool and stayed in DRAM "
+            f"({fmt.nbytes(get(p, 'tier_fallback_bytes'))}; the largest {fmt.nbytes(largest)}, when the pool held "
+            f"{fmt.nbytes(held)} of its {fmt.nbytes(get(p, PM.POOL_SIZE))}"
+            + (before if get(p, "tier_fallback_largest_before_first_step") else "") + ")")
+
+
+def _no_room_words(p: Dict[str, Any]) -> Optional[str]:
+    """The warning when requests of a table's size found no room in the pool, with the pool size that has it."""
+    what, enough = no_room_words(p), pool_size_with_room(p)
+    if what is None:
+        return None
+    return f"warning: {what}; tier_pool_size={enough >> 20}M ({fmt.nbytes(enough)}) or more gives them room"
 
 
 def _budget_behind_words(p: Dict[str, Any]) -> Optional[str]:
