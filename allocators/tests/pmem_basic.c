@@ -214,6 +214,31 @@ static void test_anonymous(void) {
     rtkit_pmem_close(p);
 }
 
+/* Single-segment records taken between and after a table-sized one must not split the room it leaves: the next
+ * table needs one run of segments (128 segments of 64 KiB; tables of 60 and 100 segments, records of one). */
+static void test_small_records_leave_one_run(void) {
+    rtkit_pmem_options o = small_opts();
+    rtkit_pmem_pool *p = NULL;
+    uint64_t seg = o.segment_size, x, y, z, a, b;
+    int rc = rtkit_pmem_create(pathf("runs.pool"), 129 * seg, &o, &p); /* one segment holds the pool's own table */
+    CHECK(rc == 0, "create rc=%d", rc);
+    if (rc) return;
+    rtkit_pmem_stats st;
+    rtkit_pmem_stats_get(p, &st);
+    uint64_t nseg = st.nsegments, one = seg / 2, big = 60 * seg - 4096;
+    CHECK(rtkit_pmem_alloc(p, one, &x) == 0, "first small record");
+    CHECK(rtkit_pmem_alloc(p, big, &a) == 0, "table of 60 segments");
+    CHECK(rtkit_pmem_alloc(p, one, &y) == 0, "second small record");
+    CHECK(rtkit_pmem_free(p, a) == 0, "table freed");
+    CHECK(rtkit_pmem_alloc(p, one, &z) == 0, "third small record");
+    /* every segment but the three small records' is free: a table of all but a few of them must fit */
+    uint64_t want = (nseg - 3 - 2) * seg - 4096;
+    rc = rtkit_pmem_alloc(p, want, &b);
+    CHECK(rc == 0, "a table of %llu segments beside 3 small records in %llu: rc=%d (%s)",
+          (unsigned long long)(nseg - 5), (unsigned long long)nseg, rc, rtkit_pmem_last_error());
+    rtkit_pmem_close(p);
+}
+
 int main(int argc, char **argv) {
     const char *base = argc > 1 ? argv[1] : (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     snprintf(dir, sizeof dir, "%s/rtkit-pmem-basic-%d", base, getpid());
@@ -223,6 +248,7 @@ int main(int argc, char **argv) {
     test_exhaustion(1);
     test_exhaustion(0);
     test_anonymous();
+    test_small_records_leave_one_run();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {}

@@ -8,25 +8,42 @@
 
 /* ---- segments ---- */
 
+/* Segments under seg_lock. Runs of up to TOP_RUN_MAX segments (class segments, small extents) are taken from the
+ * top of the pool down, longer ones from the bottom up: small records gather at the top and leave the rest one run,
+ * so a table-sized extent finds room beside them. Taken next-fit, they spread over the pool and split it: a 1 GiB
+ * pool holding 494 MiB refused a 244 MiB table, a 128 MiB pool holding 6 MiB a 73 MiB one. */
+#define TOP_RUN_MAX 16
+
 static int64_t seg_take_run(struct rtkit_pmem_pool *p, uint64_t n) {
     uint64_t N = p->g.nsegs;
     if (p->segs_free < n) return -1;
-    if (n == 1) {
-        for (uint64_t i = 0; i < N; i++) {
-            uint64_t s = (p->seg_hint + i) % N;
-            if (SEG_KIND(p->vseg[s]) == RTK_SEG_FREE) {
-                p->seg_hint = s + 1;
+    uint64_t run = 0;
+    if (n <= TOP_RUN_MAX) {
+        int skipped = 0; /* a free segment above the run: the top stays to be searched */
+        for (uint64_t s = N - p->segs_top_used; s-- > 0;) {
+            if (SEG_KIND(p->vseg[s]) != RTK_SEG_FREE) {
+                skipped |= run > 0;
+                run = 0;
+                continue;
+            }
+            if (++run == n) {
+                if (!skipped) p->segs_top_used = N - s;
                 return (int64_t)s;
             }
         }
         return -1;
     }
-    uint64_t run = 0;
     for (uint64_t s = 0; s < N; s++) {
         run = SEG_KIND(p->vseg[s]) == RTK_SEG_FREE ? run + 1 : 0;
         if (run == n) return (int64_t)(s + 1 - n);
     }
     return -1;
+}
+
+/* segments [s, s + n) are free again: a class search must look at them */
+static void seg_freed(struct rtkit_pmem_pool *p, uint64_t s, uint64_t n) {
+    uint64_t above = p->g.nsegs - (s + n);
+    if (p->segs_top_used > above) p->segs_top_used = above;
 }
 
 /* a fresh segment for class c, its table entry persisted before any record in it can be handed out */
@@ -292,6 +309,7 @@ RTK_EXPORT int rtkit_pmem_free(rtkit_pmem_pool *p, uint64_t h) {
         p->vseg[s] = e;
         for (uint64_t t = 1; t < n; t++) p->vseg[s + t] = 0;
         p->segs_free += n;
+        seg_freed(p, s, n);
         p->ext_count--;
         p->ext_bytes -= n * p->g.seg_size;
         p->ext_req -= REC_SIZE(w);
