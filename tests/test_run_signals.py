@@ -201,6 +201,29 @@ def test_a_signal_in_the_childs_first_instants_after_fork_never_ends_its_parent(
     _assert_the_parent_outlived_its_killed_child(proc, tmp_path, lambda: None)
 
 
+def _stdout_of_a_run_that_ended_well(tmp_path, script):
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_a_signal_the_script_blocked_stays_pending_for_it(tmp_path):
+    """A SIGTERM that the script blocks (a critical section, then sigwait) waits for it: no thread of rtkit's takes it
+    (rtkit's handler would then end the script)."""
+    script = ("import os, signal, time, rtkit\n"
+              "for _ in range(3):\n    rtkit.step()\n"
+              "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n"
+              # a thread that does not block it takes it once it runs: rtkit's get 3 s to (never a pass condition)
+              "for _ in range(300):\n"
+              "    if signal.SIGTERM not in signal.sigpending():\n        break\n"
+              "    time.sleep(0.01)\n"
+              "print('took', signal.Signals(signal.sigwait({signal.SIGTERM})).name)\n"
+              "rtkit.step()\n")
+    assert _stdout_of_a_run_that_ended_well(tmp_path, script) == "took SIGTERM\n"
+    assert load_report(tmp_path / "r")["steps"]["count"] == 4
+
+
 def _sleepers(tag):
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):

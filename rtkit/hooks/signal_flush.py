@@ -24,6 +24,8 @@ _flush: Optional[Callable[[], None]] = None
 _reset_in_child: Optional[Callable[[], None]] = None
 _lock = threading.RLock()  # a second signal may land inside the first one's handler
 _fork_mask = threading.local()  # the forking thread's signal mask before the fork
+# sent to the thread that faulted: never blocked in rtkit's thread (a fault there would end the process unseen)
+_FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP, signal.SIGSYS, signal.SIGABRT}
 
 
 def _die_by(signum: int) -> None:
@@ -70,7 +72,13 @@ def _start_watcher() -> None:
         os.close(read_fd)
         os.close(write_fd)
         return
-    threading.Thread(target=_watch, args=(read_fd,), name="rtkit-signal-flush", daemon=True).start()
+    # the watcher takes no signal itself: one that the program blocks in its threads (around a critical section, or
+    # to sigwait for it) stays pending for them, as without rtkit; a thread inherits its creator's mask
+    creators_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _FAULTS)
+    try:
+        threading.Thread(target=_watch, args=(read_fd,), name="rtkit-signal-flush", daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, creators_mask)
 
 
 def _before_fork() -> None:
