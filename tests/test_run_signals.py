@@ -224,6 +224,20 @@ def test_a_signal_the_script_blocked_stays_pending_for_it(tmp_path):
     assert load_report(tmp_path / "r")["steps"]["count"] == 4
 
 
+def test_a_signal_mask_that_a_fork_hook_set_in_the_child_stays(tmp_path):
+    """The script's own at-fork hook blocks SIGUSR1 in the child: rtkit's fork hooks, which run after it, give back
+    only the signals they blocked themselves."""
+    script = ("import os, signal, rtkit\n"
+              "os.register_at_fork(after_in_child=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1}))\n"
+              "rtkit.step()\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    print('child blocks SIGUSR1:', signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
+              "    os._exit(0)\n"
+              "os.waitpid(pid, 0)\n")
+    assert _stdout_of_a_run_that_ended_well(tmp_path, script) == "child blocks SIGUSR1: True\n"
+
+
 def _sleepers(tag):
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):

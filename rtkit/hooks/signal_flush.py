@@ -23,7 +23,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _flush: Optional[Callable[[], None]] = None
 _reset_in_child: Optional[Callable[[], None]] = None
 _lock = threading.RLock()  # a second signal may land inside the first one's handler
-_fork_mask = threading.local()  # the forking thread's signal mask before the fork
+_fork_mask = threading.local()  # the signals that the forking thread's fork hook blocked
 # sent to the thread that faulted: never blocked in rtkit's thread (a fault there would end the process unseen)
 _FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP, signal.SIGSYS, signal.SIGABRT}
 
@@ -82,14 +82,15 @@ def _start_watcher() -> None:
 
 
 def _before_fork() -> None:
-    _fork_mask.old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    _fork_mask.blocked = set(SIGNALS) - signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 
 
 def _unblock_after_fork() -> None:
-    old = getattr(_fork_mask, "old", None)
-    if old is not None:
-        _fork_mask.old = None
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    # only what _before_fork blocked: the program's own fork hooks may have changed the mask since, and keep it so
+    blocked = getattr(_fork_mask, "blocked", None)
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+    _fork_mask.blocked = None
 
 
 def _after_fork_in_child() -> None:
