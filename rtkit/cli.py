@@ -34,8 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from rtkit import early_signals
+    from rtkit import early_signals, std_streams
 
+    std_streams.fill_closed()  # before rtkit opens a file: none of its own may take the number of a closed one
     early_signals.hold()  # first: building the parser imports every command, and a signal meanwhile must not kill
     try:                  # rtkit silently
         parser = build_parser()
