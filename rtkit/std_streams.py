@@ -1,11 +1,16 @@
-# std_streams.py -- rtkit's own stdin, stdout and stderr: closed, they never change the job or its exit code.
-"""A caller may start rtkit with a standard stream closed (`<&-`, `2>&-`, a daemon's launcher). The first files
-rtkit opens would then take the free numbers 0, 1 or 2, which the command inherits as its own streams (the tree
-guard's pipe as its stdin; the guard itself points 0-2 at /dev/null, which closes its end there, and the command
-then dies of SIGPIPE before its exec). fill_closed(), first thing, holds each closed one with /dev/null,
-close-on-exec: rtkit's own files get higher numbers, and every command rtkit starts gets them closed, as it would
-without rtkit. Python made no stream object for them: rtkit's lines go to /dev/null, never to stdout in stderr's
-place."""
+# std_streams.py -- rtkit's own stdin, stdout and stderr: closed or unread, they never change the job or its exit code.
+"""A caller may start rtkit with a standard stream closed (`<&-`, `2>&-`, a daemon's launcher), or read its output
+through a pipe that stops reading (`rtkit run ... 2>&1 | head`).
+
+* Closed: the first files rtkit opens would take the free numbers 0, 1 or 2, which the command inherits as its own
+  streams (the tree guard's pipe as its stdin; the guard itself points 0-2 at /dev/null, which closes its end
+  there, and the command then dies of SIGPIPE before its exec). fill_closed(), first thing, holds each closed one
+  with /dev/null, close-on-exec: rtkit's own files get higher numbers, and every command rtkit starts gets them
+  closed, as it would without rtkit. Python made no stream object for them: rtkit's lines go to /dev/null, never
+  to stdout in stderr's place.
+* Unread: say() writes one line of rtkit's own to stderr; once the reader is gone, that line and the later ones go
+  nowhere, and the job runs on and ends with its own exit code. fd 2 itself is left as it is: a command started
+  later still gets it."""
 from __future__ import annotations
 
 import os
@@ -31,3 +36,9 @@ def fill_closed() -> None:
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
 
+
+def say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        sys.stderr = open(os.devnull, "w")

@@ -64,6 +64,18 @@ def test_a_standard_stream_rtkit_gets_closed_reaches_the_command_closed(tmp_path
     assert out.read_text() == ""
 
 
+def test_output_nobody_reads_leaves_the_exit_code_to_the_command(tmp_path):
+    """rtkit's stdout and stderr are a pipe whose reader is gone (`rtkit run ... 2>&1 | head`): its own lines are lost,
+    the command's exit code is not."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = _run_exiting_3(tmp_path, stdout=write_end, stderr=write_end)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 3
+
+
 def test_missing_command_is_usage_error(tmp_path):
     proc = run_rtkit(["run", "--out", str(tmp_path)])
     assert proc.returncode == 2
