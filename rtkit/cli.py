@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from typing import List, Optional
 
@@ -82,10 +81,9 @@ def _dispatch(parser: argparse.ArgumentParser, args) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `rtkit report X | head` is normal use: stop quietly, as a shell tool does
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        from rtkit import std_streams
+
+        std_streams.silence(sys.stdout)
         return 0 if args.command in ("report", "compare") else 141
 
 

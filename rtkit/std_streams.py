@@ -42,3 +42,18 @@ def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
     except BrokenPipeError:
         sys.stderr = open(os.devnull, "w")
+
+
+def silence(stream) -> None:
+    """What `stream` still holds and what comes to it go to /dev/null, with no error then or at exit. For a stream
+    that no command started from now on inherits: `rtkit run`'s fd 2 is the command's too (say() leaves it)."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.dup2(null, stream.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(null)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import RTKIT, load_report, run_rtkit
+from conftest import RTKIT, load_report, run_rtkit, unpreloaded_env
 from rtkit.cluster import merge, spec
 
 PY = sys.executable
@@ -273,6 +273,28 @@ def test_launch_dead_ps_ends_job_naming_it(tmp_path):
     proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "1", mode="psdie")
     assert proc.returncode == 5, proc.stderr
     assert "parameter server ps:0" in proc.stderr and "exited with code 5" in proc.stderr
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_output_nobody_reads_stops_no_task_and_keeps_the_exit_code(tmp_path):
+    """`rtkit launch ... 2>&1 | head`, head gone: the tasks' lines and rtkit's are lost, the job is not (its end stops
+    the PS as ever, with a report, and rtkit launch exits 0)."""
+    import subprocess
+
+    script = tmp_path / "task.py"
+    script.write_text(FAKE_TASK)
+    folder = tmp_path / "c"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "1", "--cluster-dir", str(folder), "--", PY,
+                               str(script)], env=unpreloaded_env(), stdin=subprocess.DEVNULL, stdout=write_end,
+                              stderr=write_end, timeout=180)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0
+    m = merge.merge(str(folder))
+    assert {r["task"]: r["status"] for r in m["tasks"]} == {"ps-0": "stopped", "worker-0": "ok"}
 
 
 @pytest.mark.parametrize("args, words", [

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from rtkit import std_streams
 from rtkit.cluster.spec import ClusterError, Task
 
 CLUSTER_FILE = "cluster.json"
@@ -182,8 +183,7 @@ class Launch:
 
     def _say(self, text: str) -> None:
         with self._out_lock:
-            sys.stderr.write(f"rtkit launch: {text}\n")
-            sys.stderr.flush()
+            std_streams.say(f"rtkit launch: {text}")
 
     # -- processes -------------------------------------------------------------------------------
     def _stream(self, proc: _Proc) -> None:
@@ -194,7 +194,9 @@ class Launch:
                 try:
                     out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
                     out.flush()
-                except (BrokenPipeError, ValueError):
+                except BrokenPipeError:   # nobody reads them any more: the lines go nowhere, the job runs on
+                    std_streams.silence(out)
+                except ValueError:
                     pass
         proc.popen.stdout.close()
 
