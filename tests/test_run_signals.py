@@ -238,6 +238,21 @@ def test_a_signal_mask_that_a_fork_hook_set_in_the_child_stays(tmp_path):
     assert _stdout_of_a_run_that_ended_well(tmp_path, script) == "child blocks SIGUSR1: True\n"
 
 
+def test_a_handler_the_script_set_in_c_keeps_its_signal(tmp_path):
+    """faulthandler.register(SIGQUIT) (tracebacks on `kill -QUIT`, the job runs on), set before rtkit's first step: it
+    sets its handler in C, Python's own table still says SIG_DFL there, and rtkit's handler must not replace it."""
+    dump = tmp_path / "tracebacks"
+    script = ("import faulthandler, os, signal, rtkit\n"
+              f"faulthandler.register(signal.SIGQUIT, file=open({str(dump)!r}, 'w'))\n"
+              "rtkit.step()\n"
+              "os.kill(os.getpid(), signal.SIGQUIT)\n"   # its handler has run when kill returns
+              "print('dumped, running on')\n"
+              "rtkit.step()\n")
+    assert _stdout_of_a_run_that_ended_well(tmp_path, script) == "dumped, running on\n"
+    assert "most recent call first" in dump.read_text()
+    assert load_report(tmp_path / "r")["steps"]["count"] == 2
+
+
 def _sleepers(tag):
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
