@@ -199,30 +199,36 @@ def _in_terminal_foreground() -> bool:
 
 
 class _Forwarder:
-    """Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the child. A terminal's Ctrl-C already reaches the child
-    (same foreground process group), so SIGINT is forwarded only when the signal did not come from there."""
+    """Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the child, and SIGUSR1/SIGUSR2. A terminal's Ctrl-C already reaches
+    the child (same foreground process group), so SIGINT is forwarded only when the signal did not come from there."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # they stop the job: interrupted
+    # the command's own business (a batch system's "checkpoint now" sent to the job's top process), not a stop; their
+    # default action would end rtkit alone, and its tree guard then the command
+    PASSED_ON = (signal.SIGUSR1, signal.SIGUSR2)
 
     def __init__(self, proc: subprocess.Popen, own_group: bool = False):
         self.proc = proc
         self.own_group = own_group
         self.received: Optional[int] = None
+        self.before_start: List[int] = []   # signals that came before the child existed, forwarded once it does
         self.previous = {}
 
     def _terminal_delivers_sigint(self) -> bool:
         return _in_terminal_foreground()
 
     def handler(self, signum, frame):
-        self.received = signum
+        if signum not in self.PASSED_ON:
+            self.received = signum
         if self.proc is None:  # installed before the child starts: forwarded once it exists (started())
+            self.before_start.append(signum)
             return
         self.forward(signum)
 
     def started(self, proc: subprocess.Popen) -> None:
         self.proc = proc
-        if self.received is not None:
-            self.forward(self.received)
+        for signum in self.before_start:
+            self.forward(signum)
 
     def forward(self, signum):
         if signum == signal.SIGINT and self._terminal_delivers_sigint():
@@ -245,7 +251,7 @@ class _Forwarder:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for s in self.SIGNALS:
+            for s in self.SIGNALS + self.PASSED_ON:
                 self.previous[s] = signal.signal(s, self.handler)
         return self
 

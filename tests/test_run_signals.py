@@ -154,14 +154,19 @@ def test_kill_9_of_rtkit_takes_the_tree_with_it(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
-def _assert_the_parent_outlived_its_killed_child(proc, tmp_path, kill_the_child):
-    """The script (3 steps, a fork, 1 step) printed its child's SIGTERM and ended well, with its 4 steps."""
+def _outcome_after(proc, act):
+    """rtkit's (stdout, stderr) once `act` was done and rtkit ended; killed when the test fails meanwhile."""
     try:
-        kill_the_child()
-        out, err = proc.communicate(timeout=240)
+        act()
+        return proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _assert_the_parent_outlived_its_killed_child(proc, tmp_path, kill_the_child):
+    """The script (3 steps, a fork, 1 step) printed its child's SIGTERM and ended well, with its 4 steps."""
+    out, err = _outcome_after(proc, kill_the_child)
     assert proc.returncode == 0, err
     assert out == f"child signal {int(signal.SIGTERM)}\n"
     assert load_report(tmp_path / "r")["steps"]["count"] == 4
@@ -251,6 +256,25 @@ def test_a_handler_the_script_set_in_c_keeps_its_signal(tmp_path):
     assert _stdout_of_a_run_that_ended_well(tmp_path, script) == "dumped, running on\n"
     assert "most recent call first" in dump.read_text()
     assert load_report(tmp_path / "r")["steps"]["count"] == 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2])
+def test_a_signal_for_the_scripts_own_handler_reaches_it(tmp_path, sig):
+    """SIGUSR1/SIGUSR2 sent to `rtkit run` (a batch system's "checkpoint now" to the job's top process) reach the
+    script's handler: their default action would end rtkit instead, and its tree guard then the script."""
+    marker = tmp_path / "handler-set"
+    script = ("import signal, sys, time\n"
+              "got = []\n"
+              f"signal.signal({int(sig)}, lambda s, f: got.append(s))\n"
+              f"open({str(marker)!r}, 'w').close()\n"
+              "while not got:\n    time.sleep(0.01)\n"
+              "print('took', signal.Signals(got[0]).name)\n")
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, "the script's handler", proc),
+                                             proc.send_signal(sig)))
+    assert proc.returncode == 0, err
+    assert out == f"took {signal.Signals(sig).name}\n"
+    assert load_report(tmp_path / "r")["run"]["status"] == "ok"
 
 
 def _sleepers(tag):
