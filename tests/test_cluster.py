@@ -3,6 +3,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 import pytest
 
@@ -18,6 +19,10 @@ import json, os, sys, time
 c = json.loads(os.environ["TF_CONFIG"]); role, i = c["task"]["type"], c["task"]["index"]
 print(f"hello from {role} {i} tier_pool_path={os.environ.get('RTKIT_TIER_POOL_PATH', '')}", flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else ""
+if mode == "stubborn" and role == "ps":   # a PS slow to stop: still serving when the launcher's grace ends
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(sys.argv[2], "w").write(str(os.getpid()))
 up = os.environ.get("FAKE_PS_UP")   # as a TF worker waits for its PS: a worker goes on once every PS is up
 if up and role == "ps":
     open(os.path.join(up, f"ps-{i}"), "w").close()
@@ -295,6 +300,34 @@ def test_launch_output_nobody_reads_stops_no_task_and_keeps_the_exit_code(tmp_pa
     assert proc.returncode == 0
     m = merge.merge(str(folder))
     assert {r["task"]: r["status"] for r in m["tasks"]} == {"ps-0": "stopped", "worker-0": "ok"}
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_leaves_no_task_running_when_its_stop_takes_a_sigkill(tmp_path):
+    """A PS that ignores SIGTERM: after the grace, the launcher's SIGKILL ends its `rtkit run`, whose tree guard then
+    ends the PS itself (the command leads a process group of its own: a SIGKILL to the group of `rtkit run` killed the
+    guard with it, and the PS ran on, orphaned)."""
+    pid_file = tmp_path / "ps-pid"
+    proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "1", mode="stubborn", extra=[str(pid_file)])
+    ps = int(pid_file.read_text())
+    try:
+        assert proc.returncode == 0, proc.stderr
+        for _ in range(18000):   # 3 minutes: only a hang guard, never the pass condition
+            if not _running(ps):
+                break
+            time.sleep(0.01)
+        assert not _running(ps), "the PS outlived rtkit launch"
+    finally:
+        if _running(ps):
+            os.kill(ps, 9)
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize("args, words", [

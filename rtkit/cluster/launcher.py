@@ -245,13 +245,11 @@ class Launch:
 
     @staticmethod
     def _signal(proc: _Proc, sig: int) -> None:
-        """SIGKILL reaches the task's whole process group; other signals go to its `rtkit run`, which
-        forwards them to the command and still records how it ended."""
+        """To the task's `rtkit run`, which forwards the signal to the command and still records how it ended. SIGKILL
+        too, to it alone: the command leads a process group of its own, and the tree guard in the group of `rtkit run`
+        ends the command's tree once `rtkit run` is gone (a SIGKILL to that group would kill the guard with it)."""
         try:
-            if sig == signal.SIGKILL:
-                os.killpg(proc.popen.pid, sig)
-            else:
-                os.kill(proc.popen.pid, sig)
+            os.kill(proc.popen.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
