@@ -198,14 +198,19 @@ def _in_terminal_foreground() -> bool:
         return False
 
 
-class _Forwarder:
-    """Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the child, and SIGUSR1/SIGUSR2. A terminal's Ctrl-C already reaches
-    the child (same foreground process group), so SIGINT is forwarded only when the signal did not come from there."""
+# What rtkit run and rtkit launch forward to the job. These stop it (the run was interrupted):
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# These are the command's own business (a batch system's "checkpoint now" sent to the job's top process), not a stop;
+# their default action would end rtkit alone, and leave the job to its tree guard or running orphaned
+PASSED_ON_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # they stop the job: interrupted
-    # the command's own business (a batch system's "checkpoint now" sent to the job's top process), not a stop; their
-    # default action would end rtkit alone, and its tree guard then the command
-    PASSED_ON = (signal.SIGUSR1, signal.SIGUSR2)
+
+class _Forwarder:
+    """Forwards the stop signals and the passed-on ones to the child. A terminal's Ctrl-C already reaches the child
+    (same foreground process group), so SIGINT is forwarded only when the signal did not come from there."""
+
+    SIGNALS = STOP_SIGNALS
+    PASSED_ON = PASSED_ON_SIGNALS
 
     def __init__(self, proc: subprocess.Popen, own_group: bool = False):
         self.proc = proc

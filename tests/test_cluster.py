@@ -1,7 +1,10 @@
 # test_cluster.py -- cluster mode without TensorFlow: task specs, task run directories, rtkit launch, merged reports.
 import json
 import os
+import resource
+import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -17,8 +20,14 @@ CLUSTER = {"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:222
 FAKE_TASK = r"""
 import json, os, sys, time
 c = json.loads(os.environ["TF_CONFIG"]); role, i = c["task"]["type"], c["task"]["index"]
-print(f"hello from {role} {i} tier_pool_path={os.environ.get('RTKIT_TIER_POOL_PATH', '')}", flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else ""
+took = []
+if mode == "usr1":   # a "checkpoint now" handler, set before the hello: a worker ends after it, a PS serves on
+    import signal
+    signal.signal(signal.SIGUSR1, lambda s, f: took.append(print(f"{role} {i} took SIGUSR1", flush=True)))
+print(f"hello from {role} {i} tier_pool_path={os.environ.get('RTKIT_TIER_POOL_PATH', '')}", flush=True)
+while mode == "usr1" and role != "ps" and not took:
+    time.sleep(0.05)
 if mode == "stubborn" and role == "ps":   # a PS slow to stop: still serving when the launcher's grace ends
     import signal
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -247,30 +256,57 @@ def test_launch_restarts_a_killed_worker(tmp_path):
     assert "restart 1" in text and "failure: worker-1 (worker-1) killed, killed by SIGKILL" in text
 
 
-@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
-def test_launch_forwards_sigterm_to_every_task(tmp_path):
-    import signal
-    import subprocess
-    import time
-
+def _launch_signalled(tmp_path, sig, mode):
+    """rtkit launch (1 PS, 2 workers in `mode`) sent `sig` once every task said hello: (its exit code, output, folder).
+    Tasks that outlived it are ended (by their `rtkit run`'s pid, whose tree guard ends the command)."""
     script = tmp_path / "task.py"
     script.write_text(FAKE_TASK)
     folder = tmp_path / "c"
     proc = subprocess.Popen([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(folder), "--",
-                             PY, str(script), "hang"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = set()
-    deadline = time.time() + 120
-    for line in proc.stdout:
-        if "hello from" in line:
-            seen.add(line.split("]")[0])
-        if len(seen) == 3 or time.time() > deadline:
-            break
-    proc.send_signal(signal.SIGTERM)
-    proc.stdout.read()
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+                             PY, str(script), mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+    try:
+        seen, lines = set(), []
+        deadline = time.time() + 120
+        for line in proc.stdout:
+            lines.append(line)
+            if "hello from" in line:
+                seen.add(line.split("]")[0])
+            if len(seen) == 3 or time.time() > deadline:
+                break
+        proc.send_signal(sig)
+        lines += proc.stdout.readlines()
+        return proc.wait(timeout=60), "".join(lines), folder
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        with open(folder / "cluster.json") as fh:
+            started = [e["pid"] for e in json.load(fh)["events"] if e["event"] == "start"]
+        for pid in filter(_running, started):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGQUIT"])
+def test_launch_forwards_a_stop_signal_to_every_task(tmp_path, name):
+    sig = signal.Signals[name]
+    code, out, folder = _launch_signalled(tmp_path, sig, "hang")
+    assert code == 128 + sig, out
     m = merge.merge(str(folder))
-    assert {r["task"]: r["signal"] for r in m["tasks"]} == {"ps-0": "SIGTERM", "worker-0": "SIGTERM",
-                                                             "worker-1": "SIGTERM"}
+    assert {r["task"]: r["signal"] for r in m["tasks"]} == {"ps-0": name, "worker-0": name, "worker-1": name}
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_passes_sigusr1_on_to_every_task(tmp_path):
+    """SIGUSR1 to rtkit launch (a batch system's "checkpoint now") reaches each task's handler; the job runs on (its
+    default action would end the launcher alone, and leave every task running, orphaned)."""
+    code, out, folder = _launch_signalled(tmp_path, signal.SIGUSR1, "usr1")
+    assert code == 0, out
+    for who in ("ps 0", "worker 0", "worker 1"):
+        role, i = who.split()
+        assert f"[{role}:{i}] {who} took SIGUSR1" in out
+    m = merge.merge(str(folder))
+    assert {r["task"]: r["status"] for r in m["tasks"]} == {"ps-0": "stopped", "worker-0": "ok", "worker-1": "ok"}
 
 
 @pytest.mark.slow   # a whole local cluster of `rtkit run` processes
