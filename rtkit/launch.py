@@ -238,10 +238,13 @@ class _Forwarder:
     def forward(self, signum):
         if signum == signal.SIGINT and self._terminal_delivers_sigint():
             return
-        # Safety rule (docs/safety.md): a signal reaches the child's whole process group (its `sleep`s and
-        # workers too), or, when the child shares rtkit's terminal group, every descendant of the child
+        # Safety rule (docs/safety.md): a stop signal reaches the child's whole process group (its `sleep`s and
+        # workers too), or, when the child shares rtkit's terminal group, every descendant of the child; a passed-on
+        # one reaches the child alone, as it would without rtkit (its workers may have no handler: it would end them)
         try:
-            if self.own_group:
+            if signum in self.PASSED_ON:
+                os.kill(self.proc.pid, signum)
+            elif self.own_group:
                 os.killpg(self.proc.pid, signum)
             else:
                 for pid in reversed(_descendants(self.proc.pid)):

@@ -261,19 +261,23 @@ def test_a_handler_the_script_set_in_c_keeps_its_signal(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2])
 def test_a_signal_for_the_scripts_own_handler_reaches_it(tmp_path, sig):
     """SIGUSR1/SIGUSR2 sent to `rtkit run` (a batch system's "checkpoint now" to the job's top process) reach the
-    script's handler: their default action would end rtkit instead, and its tree guard then the script."""
+    script's handler: their default action would end rtkit instead, and its tree guard then the script. They reach
+    the script alone, as without rtkit: its own helper processes, which have no handler, must not die of them."""
     marker = tmp_path / "handler-set"
-    script = ("import signal, sys, time\n"
+    script = ("import signal, subprocess, sys, time\n"
+              "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
               "got = []\n"
               f"signal.signal({int(sig)}, lambda s, f: got.append(s))\n"
               f"open({str(marker)!r}, 'w').close()\n"
               "while not got:\n    time.sleep(0.01)\n"
-              "print('took', signal.Signals(got[0]).name)\n")
+              # one sent to the helper too is pending there by now, and comes before SIGTERM (a lower number)
+              "helper.terminate()\n"
+              "print('took', signal.Signals(got[0]).name, '- helper ended by', signal.Signals(-helper.wait()).name)\n")
     proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
     out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, "the script's handler", proc),
                                              proc.send_signal(sig)))
     assert proc.returncode == 0, err
-    assert out == f"took {signal.Signals(sig).name}\n"
+    assert out == f"took {signal.Signals(sig).name} - helper ended by SIGTERM\n"
     assert load_report(tmp_path / "r")["run"]["status"] == "ok"
 
 
