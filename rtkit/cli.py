@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from typing import List, Optional
 
@@ -34,8 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from rtkit import early_signals
+    from rtkit import early_signals, std_streams
 
+    std_streams.fill_closed()  # before rtkit opens a file: none of its own may take the number of a closed one
     early_signals.hold()  # first: building the parser imports every command, and a signal meanwhile must not kill
     try:                  # rtkit silently
         parser = build_parser()
@@ -81,10 +81,9 @@ def _dispatch(parser: argparse.ArgumentParser, args) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `rtkit report X | head` is normal use: stop quietly, as a shell tool does
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        from rtkit import std_streams
+
+        std_streams.silence(sys.stdout)
         return 0 if args.command in ("report", "compare") else 141
 
 

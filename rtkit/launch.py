@@ -198,39 +198,53 @@ def _in_terminal_foreground() -> bool:
         return False
 
 
+# What rtkit run and rtkit launch forward to the job. These stop it (the run was interrupted):
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# These are the command's own business (a batch system's "checkpoint now" sent to the job's top process), not a stop;
+# their default action would end rtkit alone, and leave the job to its tree guard or running orphaned
+PASSED_ON_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
 class _Forwarder:
-    """Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the child. A terminal's Ctrl-C already reaches the child
+    """Forwards the stop signals and the passed-on ones to the child. A terminal's Ctrl-C already reaches the child
     (same foreground process group), so SIGINT is forwarded only when the signal did not come from there."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    SIGNALS = STOP_SIGNALS
+    PASSED_ON = PASSED_ON_SIGNALS
 
     def __init__(self, proc: subprocess.Popen, own_group: bool = False):
         self.proc = proc
         self.own_group = own_group
         self.received: Optional[int] = None
+        self.before_start: List[int] = []   # signals that came before the child existed, forwarded once it does
         self.previous = {}
 
     def _terminal_delivers_sigint(self) -> bool:
         return _in_terminal_foreground()
 
     def handler(self, signum, frame):
-        self.received = signum
+        if signum not in self.PASSED_ON:
+            self.received = signum
         if self.proc is None:  # installed before the child starts: forwarded once it exists (started())
+            self.before_start.append(signum)
             return
         self.forward(signum)
 
     def started(self, proc: subprocess.Popen) -> None:
         self.proc = proc
-        if self.received is not None:
-            self.forward(self.received)
+        for signum in self.before_start:
+            self.forward(signum)
 
     def forward(self, signum):
         if signum == signal.SIGINT and self._terminal_delivers_sigint():
             return
-        # Safety rule (docs/safety.md): a signal reaches the child's whole process group (its `sleep`s and
-        # workers too), or, when the child shares rtkit's terminal group, every descendant of the child
+        # Safety rule (docs/safety.md): a stop signal reaches the child's whole process group (its `sleep`s and
+        # workers too), or, when the child shares rtkit's terminal group, every descendant of the child; a passed-on
+        # one reaches the child alone, as it would without rtkit (its workers may have no handler: it would end them)
         try:
-            if self.own_group:
+            if signum in self.PASSED_ON:
+                os.kill(self.proc.pid, signum)
+            elif self.own_group:
                 os.killpg(self.proc.pid, signum)
             else:
                 for pid in reversed(_descendants(self.proc.pid)):
@@ -245,7 +259,7 @@ class _Forwarder:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for s in self.SIGNALS:
+            for s in self.SIGNALS + self.PASSED_ON:
                 self.previous[s] = signal.signal(s, self.handler)
         return self
 

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 import time
 from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from rtkit import config as cfg
-from rtkit import rundir
+from rtkit import rundir, std_streams
 from rtkit.errors import UserError
 
 
 def _eprint(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    std_streams.say(msg)   # a reader that is gone loses rtkit's lines, never the job's exit code
 
 
 def resolve(sets: Sequence[str] = (), profile: Optional[str] = None, plan: Optional[str] = None,

@@ -1,12 +1,16 @@
 # test_cluster.py -- cluster mode without TensorFlow: task specs, task run directories, rtkit launch, merged reports.
 import json
 import os
+import resource
+import signal
 import socket
+import subprocess
 import sys
+import time
 
 import pytest
 
-from conftest import RTKIT, load_report, run_rtkit
+from conftest import RTKIT, load_report, run_rtkit, unpreloaded_env
 from rtkit.cluster import merge, spec
 
 PY = sys.executable
@@ -16,8 +20,18 @@ CLUSTER = {"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:222
 FAKE_TASK = r"""
 import json, os, sys, time
 c = json.loads(os.environ["TF_CONFIG"]); role, i = c["task"]["type"], c["task"]["index"]
-print(f"hello from {role} {i} tier_pool_path={os.environ.get('RTKIT_TIER_POOL_PATH', '')}", flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else ""
+took = []
+if mode == "usr1":   # a "checkpoint now" handler, set before the hello: a worker ends after it, a PS serves on
+    import signal
+    signal.signal(signal.SIGUSR1, lambda s, f: took.append(print(f"{role} {i} took SIGUSR1", flush=True)))
+print(f"hello from {role} {i} tier_pool_path={os.environ.get('RTKIT_TIER_POOL_PATH', '')}", flush=True)
+while mode == "usr1" and role != "ps" and not took:
+    time.sleep(0.05)
+if mode == "stubborn" and role == "ps":   # a PS slow to stop: still serving when the launcher's grace ends
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(sys.argv[2], "w").write(str(os.getpid()))
 up = os.environ.get("FAKE_PS_UP")   # as a TF worker waits for its PS: a worker goes on once every PS is up
 if up and role == "ps":
     open(os.path.join(up, f"ps-{i}"), "w").close()
@@ -242,30 +256,57 @@ def test_launch_restarts_a_killed_worker(tmp_path):
     assert "restart 1" in text and "failure: worker-1 (worker-1) killed, killed by SIGKILL" in text
 
 
-@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
-def test_launch_forwards_sigterm_to_every_task(tmp_path):
-    import signal
-    import subprocess
-    import time
-
+def _launch_signalled(tmp_path, sig, mode):
+    """rtkit launch (1 PS, 2 workers in `mode`) sent `sig` once every task said hello: (its exit code, output, folder).
+    Tasks that outlived it are ended (by their `rtkit run`'s pid, whose tree guard ends the command)."""
     script = tmp_path / "task.py"
     script.write_text(FAKE_TASK)
     folder = tmp_path / "c"
     proc = subprocess.Popen([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(folder), "--",
-                             PY, str(script), "hang"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = set()
-    deadline = time.time() + 120
-    for line in proc.stdout:
-        if "hello from" in line:
-            seen.add(line.split("]")[0])
-        if len(seen) == 3 or time.time() > deadline:
-            break
-    proc.send_signal(signal.SIGTERM)
-    proc.stdout.read()
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+                             PY, str(script), mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+    try:
+        seen, lines = set(), []
+        deadline = time.time() + 120
+        for line in proc.stdout:
+            lines.append(line)
+            if "hello from" in line:
+                seen.add(line.split("]")[0])
+            if len(seen) == 3 or time.time() > deadline:
+                break
+        proc.send_signal(sig)
+        lines += proc.stdout.readlines()
+        return proc.wait(timeout=60), "".join(lines), folder
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        with open(folder / "cluster.json") as fh:
+            started = [e["pid"] for e in json.load(fh)["events"] if e["event"] == "start"]
+        for pid in filter(_running, started):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGQUIT"])
+def test_launch_forwards_a_stop_signal_to_every_task(tmp_path, name):
+    sig = signal.Signals[name]
+    code, out, folder = _launch_signalled(tmp_path, sig, "hang")
+    assert code == 128 + sig, out
     m = merge.merge(str(folder))
-    assert {r["task"]: r["signal"] for r in m["tasks"]} == {"ps-0": "SIGTERM", "worker-0": "SIGTERM",
-                                                             "worker-1": "SIGTERM"}
+    assert {r["task"]: r["signal"] for r in m["tasks"]} == {"ps-0": name, "worker-0": name, "worker-1": name}
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_passes_sigusr1_on_to_every_task(tmp_path):
+    """SIGUSR1 to rtkit launch (a batch system's "checkpoint now") reaches each task's handler; the job runs on (its
+    default action would end the launcher alone, and leave every task running, orphaned)."""
+    code, out, folder = _launch_signalled(tmp_path, signal.SIGUSR1, "usr1")
+    assert code == 0, out
+    for who in ("ps 0", "worker 0", "worker 1"):
+        role, i = who.split()
+        assert f"[{role}:{i}] {who} took SIGUSR1" in out
+    m = merge.merge(str(folder))
+    assert {r["task"]: r["status"] for r in m["tasks"]} == {"ps-0": "stopped", "worker-0": "ok", "worker-1": "ok"}
 
 
 @pytest.mark.slow   # a whole local cluster of `rtkit run` processes
@@ -273,6 +314,56 @@ def test_launch_dead_ps_ends_job_naming_it(tmp_path):
     proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "1", mode="psdie")
     assert proc.returncode == 5, proc.stderr
     assert "parameter server ps:0" in proc.stderr and "exited with code 5" in proc.stderr
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_output_nobody_reads_stops_no_task_and_keeps_the_exit_code(tmp_path):
+    """`rtkit launch ... 2>&1 | head`, head gone: the tasks' lines and rtkit's are lost, the job is not (its end stops
+    the PS as ever, with a report, and rtkit launch exits 0)."""
+    import subprocess
+
+    script = tmp_path / "task.py"
+    script.write_text(FAKE_TASK)
+    folder = tmp_path / "c"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([RTKIT, "launch", "--ps", "1", "--workers", "1", "--cluster-dir", str(folder), "--", PY,
+                               str(script)], env=unpreloaded_env(), stdin=subprocess.DEVNULL, stdout=write_end,
+                              stderr=write_end, timeout=180)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0
+    m = merge.merge(str(folder))
+    assert {r["task"]: r["status"] for r in m["tasks"]} == {"ps-0": "stopped", "worker-0": "ok"}
+
+
+@pytest.mark.slow   # a whole local cluster of `rtkit run` processes
+def test_launch_leaves_no_task_running_when_its_stop_takes_a_sigkill(tmp_path):
+    """A PS that ignores SIGTERM: after the grace, the launcher's SIGKILL ends its `rtkit run`, whose tree guard then
+    ends the PS itself (the command leads a process group of its own: a SIGKILL to the group of `rtkit run` killed the
+    guard with it, and the PS ran on, orphaned)."""
+    pid_file = tmp_path / "ps-pid"
+    proc, folder = _launch(tmp_path, "--ps", "1", "--workers", "1", mode="stubborn", extra=[str(pid_file)])
+    ps = int(pid_file.read_text())
+    try:
+        assert proc.returncode == 0, proc.stderr
+        for _ in range(18000):   # 3 minutes: only a hang guard, never the pass condition
+            if not _running(ps):
+                break
+            time.sleep(0.01)
+        assert not _running(ps), "the PS outlived rtkit launch"
+    finally:
+        if _running(ps):
+            os.kill(ps, 9)
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize("args, words", [

@@ -39,6 +39,43 @@ def test_stdout_and_stderr_pass_through_unchanged(tmp_path):
     assert "err-line" in proc.stderr
 
 
+def _run_exiting_3(tmp_path, script="", **streams):
+    """`rtkit run` of a script that ends with exit code 3, started with `streams` (Popen's stdout=..., preexec_fn=...)."""
+    proc = subprocess.run([RTKIT, "run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script + "\nraise SystemExit(3)"],
+                          env=unpreloaded_env(), **{"stdin": subprocess.DEVNULL, **streams})
+    assert load_report(tmp_path / "r")["run"]["exit_code"] == 3
+    return proc
+
+
+@pytest.mark.parametrize("closed", [0, 1, 2])
+def test_a_standard_stream_rtkit_gets_closed_reaches_the_command_closed(tmp_path, closed):
+    """rtkit started with fd 0, 1 or 2 closed: the command starts with it closed too (none of rtkit's files in its
+    place), ends with its own exit code, and rtkit's lines never land on stdout."""
+    seen, out = tmp_path / "open-fds", tmp_path / "stdout"
+    script = ("import os\n"
+              "def is_open(fd):\n    try:\n        return bool(os.fstat(fd))\n    except OSError:\n        return False\n"
+              "fds = [is_open(fd) for fd in range(3)]\n"   # before the open below takes the lowest free number
+              f"open({str(seen)!r}, 'w').write(repr(fds))")
+    with open(out, "w") as stdout:
+        proc = _run_exiting_3(tmp_path, script, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: os.close(closed))
+    assert proc.returncode == 3, proc.stderr
+    assert seen.read_text() == repr([fd != closed for fd in range(3)])
+    assert out.read_text() == ""
+
+
+def test_output_nobody_reads_leaves_the_exit_code_to_the_command(tmp_path):
+    """rtkit's stdout and stderr are a pipe whose reader is gone (`rtkit run ... 2>&1 | head`): its own lines are lost,
+    the command's exit code is not."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = _run_exiting_3(tmp_path, stdout=write_end, stderr=write_end)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 3
+
+
 def test_missing_command_is_usage_error(tmp_path):
     proc = run_rtkit(["run", "--out", str(tmp_path)])
     assert proc.returncode == 2

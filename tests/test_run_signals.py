@@ -154,14 +154,19 @@ def test_kill_9_of_rtkit_takes_the_tree_with_it(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
-def _assert_the_parent_outlived_its_killed_child(proc, tmp_path, kill_the_child):
-    """The script (3 steps, a fork, 1 step) printed its child's SIGTERM and ended well, with its 4 steps."""
+def _outcome_after(proc, act):
+    """rtkit's (stdout, stderr) once `act` was done and rtkit ended; killed when the test fails meanwhile."""
     try:
-        kill_the_child()
-        out, err = proc.communicate(timeout=240)
+        act()
+        return proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _assert_the_parent_outlived_its_killed_child(proc, tmp_path, kill_the_child):
+    """The script (3 steps, a fork, 1 step) printed its child's SIGTERM and ended well, with its 4 steps."""
+    out, err = _outcome_after(proc, kill_the_child)
     assert proc.returncode == 0, err
     assert out == f"child signal {int(signal.SIGTERM)}\n"
     assert load_report(tmp_path / "r")["steps"]["count"] == 4
@@ -199,6 +204,81 @@ def test_a_signal_in_the_childs_first_instants_after_fork_never_ends_its_parent(
               "rtkit.step()\n")
     proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
     _assert_the_parent_outlived_its_killed_child(proc, tmp_path, lambda: None)
+
+
+def _stdout_of_a_run_that_ended_well(tmp_path, script):
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_a_signal_the_script_blocked_stays_pending_for_it(tmp_path):
+    """A SIGTERM that the script blocks (a critical section, then sigwait) waits for it: no thread of rtkit's takes it
+    (rtkit's handler would then end the script)."""
+    script = ("import os, signal, time, rtkit\n"
+              "for _ in range(3):\n    rtkit.step()\n"
+              "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n"
+              # a thread that does not block it takes it once it runs: rtkit's get 3 s to (never a pass condition)
+              "for _ in range(300):\n"
+              "    if signal.SIGTERM not in signal.sigpending():\n        break\n"
+              "    time.sleep(0.01)\n"
+              "print('took', signal.Signals(signal.sigwait({signal.SIGTERM})).name)\n"
+              "rtkit.step()\n")
+    assert _stdout_of_a_run_that_ended_well(tmp_path, script) == "took SIGTERM\n"
+    assert load_report(tmp_path / "r")["steps"]["count"] == 4
+
+
+def test_a_signal_mask_that_a_fork_hook_set_in_the_child_stays(tmp_path):
+    """The script's own at-fork hook blocks SIGUSR1 in the child: rtkit's fork hooks, which run after it, give back
+    only the signals they blocked themselves."""
+    script = ("import os, signal, rtkit\n"
+              "os.register_at_fork(after_in_child=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1}))\n"
+              "rtkit.step()\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    print('child blocks SIGUSR1:', signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
+              "    os._exit(0)\n"
+              "os.waitpid(pid, 0)\n")
+    assert _stdout_of_a_run_that_ended_well(tmp_path, script) == "child blocks SIGUSR1: True\n"
+
+
+def test_a_handler_the_script_set_in_c_keeps_its_signal(tmp_path):
+    """faulthandler.register(SIGQUIT) (tracebacks on `kill -QUIT`, the job runs on), set before rtkit's first step: it
+    sets its handler in C, Python's own table still says SIG_DFL there, and rtkit's handler must not replace it."""
+    dump = tmp_path / "tracebacks"
+    script = ("import faulthandler, os, signal, rtkit\n"
+              f"faulthandler.register(signal.SIGQUIT, file=open({str(dump)!r}, 'w'))\n"
+              "rtkit.step()\n"
+              "os.kill(os.getpid(), signal.SIGQUIT)\n"   # its handler has run when kill returns
+              "print('dumped, running on')\n"
+              "rtkit.step()\n")
+    assert _stdout_of_a_run_that_ended_well(tmp_path, script) == "dumped, running on\n"
+    assert "most recent call first" in dump.read_text()
+    assert load_report(tmp_path / "r")["steps"]["count"] == 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2])
+def test_a_signal_for_the_scripts_own_handler_reaches_it(tmp_path, sig):
+    """SIGUSR1/SIGUSR2 sent to `rtkit run` (a batch system's "checkpoint now" to the job's top process) reach the
+    script's handler: their default action would end rtkit instead, and its tree guard then the script. They reach
+    the script alone, as without rtkit: its own helper processes, which have no handler, must not die of them."""
+    marker = tmp_path / "handler-set"
+    script = ("import signal, subprocess, sys, time\n"
+              "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              "got = []\n"
+              f"signal.signal({int(sig)}, lambda s, f: got.append(s))\n"
+              f"open({str(marker)!r}, 'w').close()\n"
+              "while not got:\n    time.sleep(0.01)\n"
+              # one sent to the helper too is pending there by now, and comes before SIGTERM (a lower number)
+              "helper.terminate()\n"
+              "print('took', signal.Signals(got[0]).name, '- helper ended by', signal.Signals(-helper.wait()).name)\n")
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, "the script's handler", proc),
+                                             proc.send_signal(sig)))
+    assert proc.returncode == 0, err
+    assert out == f"took {signal.Signals(sig).name} - helper ended by SIGTERM\n"
+    assert load_report(tmp_path / "r")["run"]["status"] == "ok"
 
 
 def _sleepers(tag):

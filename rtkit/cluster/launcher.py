@@ -1,8 +1,9 @@
 # launcher.py -- `rtkit launch`: a local TF parameter-server cluster, every task a separate `rtkit run` process.
 """The launcher owns processes, never TensorFlow: it picks free localhost ports, starts each task as
 ``python -m rtkit run --out CLUSTER_DIR ... -- CMD`` with that task's TF_CONFIG, prefixes every output
-line with the task (``[worker:1] ...``), forwards SIGINT/SIGTERM/SIGHUP to all tasks, restarts failed
-workers (``--restart-failed N``: up to N times each), and ends the job:
+line with the task (``[worker:1] ...``), forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT (and SIGUSR1/SIGUSR2, which
+stop nothing) to all tasks, restarts failed workers (``--restart-failed N``: up to N times each), and ends
+the job:
 
 - all training tasks (chief, workers) done -> the parameter servers, which block in ``join()`` forever,
   get SIGTERM (SIGKILL after a grace period); the job's exit code is 0. A training task that blocks in
@@ -30,7 +31,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from rtkit import std_streams
 from rtkit.cluster.spec import ClusterError, Task
+from rtkit.launch import PASSED_ON_SIGNALS, STOP_SIGNALS
 
 CLUSTER_FILE = "cluster.json"
 SERVING_DIR = ".serving"      # one empty file per task attempt that entered Server.join()
@@ -182,8 +185,7 @@ class Launch:
 
     def _say(self, text: str) -> None:
         with self._out_lock:
-            sys.stderr.write(f"rtkit launch: {text}\n")
-            sys.stderr.flush()
+            std_streams.say(f"rtkit launch: {text}")
 
     # -- processes -------------------------------------------------------------------------------
     def _stream(self, proc: _Proc) -> None:
@@ -194,7 +196,9 @@ class Launch:
                 try:
                     out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
                     out.flush()
-                except (BrokenPipeError, ValueError):
+                except BrokenPipeError:   # nobody reads them any more: the lines go nowhere, the job runs on
+                    std_streams.silence(out)
+                except ValueError:
                     pass
         proc.popen.stdout.close()
 
@@ -243,13 +247,11 @@ class Launch:
 
     @staticmethod
     def _signal(proc: _Proc, sig: int) -> None:
-        """SIGKILL reaches the task's whole process group; other signals go to its `rtkit run`, which
-        forwards them to the command and still records how it ended."""
+        """To the task's `rtkit run`, which forwards the signal to the command and still records how it ended. SIGKILL
+        too, to it alone: the command leads a process group of its own, and the tree guard in the group of `rtkit run`
+        ends the command's tree once `rtkit run` is gone (a SIGKILL to that group would kill the guard with it)."""
         try:
-            if sig == signal.SIGKILL:
-                os.killpg(proc.popen.pid, sig)
-            else:
-                os.kill(proc.popen.pid, sig)
+            os.kill(proc.popen.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -278,14 +280,15 @@ class Launch:
         procs: List[_Proc] = []
 
         def forward(signum, frame):
-            received.append(signum)
+            if signum not in PASSED_ON_SIGNALS:
+                received.append(signum)
             for p in procs:
                 if p.popen.poll() is None:
                     self._signal(p, signum)
 
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            for s in STOP_SIGNALS + PASSED_ON_SIGNALS:
                 previous[s] = signal.signal(s, forward)
         self._prepare_signals()
         self._event("launch", None, tasks=[t.name for t in tasks])

@@ -1,8 +1,9 @@
 # signal_flush.py -- the child writes its step records when SIGTERM, SIGHUP or SIGQUIT ends it, then dies by that signal.
 """Installed once a process records steps, only for signals still at their default action (a handler or an
-ignore the program set is left alone; a handler it sets later replaces this one, and its own exit then flushes
-through atexit). The handler flushes, puts the default action back and sends the signal again, so the process
-ends exactly as it would without rtkit (killed by the signal: exit status 128+N).
+ignore the program set, in Python or in C such as faulthandler.register's, is left alone; a handler it sets later
+replaces this one, and its own exit then flushes through atexit). The handler flushes, puts the default action
+back and sends the signal again, so the process ends exactly as it would without rtkit (killed by the signal:
+exit status 128+N).
 
 A Python handler runs only when the main thread is back in the interpreter; TensorFlow blocks it in C for
 minutes (`server.join()`, a long `Session.run`). So the signal's wake-up byte also reaches a small watcher
@@ -23,7 +24,9 @@ SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _flush: Optional[Callable[[], None]] = None
 _reset_in_child: Optional[Callable[[], None]] = None
 _lock = threading.RLock()  # a second signal may land inside the first one's handler
-_fork_mask = threading.local()  # the forking thread's signal mask before the fork
+_fork_mask = threading.local()  # the signals that the forking thread's fork hook blocked
+# sent to the thread that faulted: never blocked in rtkit's thread (a fault there would end the process unseen)
+_FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP, signal.SIGSYS, signal.SIGABRT}
 
 
 def _die_by(signum: int) -> None:
@@ -36,6 +39,15 @@ def _die_by(signum: int) -> None:
         # the default action back (libc's, callable from any thread), then the same signal again
         ctypes.CDLL(None).signal(signum, ctypes.c_void_p(0))
         os.kill(os.getpid(), signum)
+
+
+def _default_action(signum: int) -> bool:
+    """Whether the kernel has the signal at its default action. Python's own table (signal.getsignal) misses a
+    handler set in C: faulthandler.register's, a native library's."""
+    action = ctypes.create_string_buffer(256)   # a struct sigaction: its first member is the handler (glibc, Linux)
+    if ctypes.CDLL(None).sigaction(signum, None, action) != 0:
+        return False
+    return ctypes.c_void_p.from_buffer(action).value is None   # SIG_DFL is 0
 
 
 def _handler(signum, frame) -> None:
@@ -70,18 +82,25 @@ def _start_watcher() -> None:
         os.close(read_fd)
         os.close(write_fd)
         return
-    threading.Thread(target=_watch, args=(read_fd,), name="rtkit-signal-flush", daemon=True).start()
+    # the watcher takes no signal itself: one that the program blocks in its threads (around a critical section, or
+    # to sigwait for it) stays pending for them, as without rtkit; a thread inherits its creator's mask
+    creators_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _FAULTS)
+    try:
+        threading.Thread(target=_watch, args=(read_fd,), name="rtkit-signal-flush", daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, creators_mask)
 
 
 def _before_fork() -> None:
-    _fork_mask.old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    _fork_mask.blocked = set(SIGNALS) - signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 
 
 def _unblock_after_fork() -> None:
-    old = getattr(_fork_mask, "old", None)
-    if old is not None:
-        _fork_mask.old = None
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    # only what _before_fork blocked: the program's own fork hooks may have changed the mask since, and keep it so
+    blocked = getattr(_fork_mask, "blocked", None)
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+    _fork_mask.blocked = None
 
 
 def _after_fork_in_child() -> None:
@@ -111,7 +130,7 @@ def install(flush: Callable[[], None], reset_in_child: Callable[[], None]) -> bo
     _reset_in_child = reset_in_child
     mine = False
     for sig in SIGNALS:
-        if signal.getsignal(sig) is signal.SIG_DFL:
+        if signal.getsignal(sig) is signal.SIG_DFL and _default_action(sig):
             signal.signal(sig, _handler)
             mine = True
     if mine:

@@ -3,8 +3,9 @@
 hands each snapshot to the exporters (TensorBoard, Prometheus). Never imports TensorFlow."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Dict, List
+
+from rtkit import std_streams
 
 
 def start(command: List[str], resolved: Any, run_dir: str, child_env: Dict[str, str], base_env: Dict[str, str],
@@ -45,6 +46,6 @@ def _exporter(notes: List[str], key: str, value: Any, kind: str, fix: str, *args
     except OSError as exc:   # a folder that cannot be written, a port in use, an address not of this host
         why = exc.strerror or str(exc)
     line = f"{key} {value}: {why}; the job runs without the {kind} export ({fix})"
-    print(f"rtkit: {line}", file=sys.stderr, flush=True)
+    std_streams.say(f"rtkit: {line}")
     notes.append(line)
     return []

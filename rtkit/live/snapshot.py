@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Dict, List, Optional
 
-from rtkit import atomic
+from rtkit import atomic, std_streams
 from rtkit.report import model
 
 LIVE_FILE = "live.json"
@@ -114,7 +113,7 @@ class Live:
             except Exception as exc:   # an exporter that fails is dropped, once said; the job and the rest go on
                 self.exporters.remove(exp)
                 line = f"{exp.name}: stopped: {type(exc).__name__}: {exc}"
-                print(f"rtkit: {line}", file=sys.stderr, flush=True)
+                std_streams.say(f"rtkit: {line}")
                 self.notes.append(line)
         self.costs_ms.append((time.perf_counter() - t0) * 1000.0)
         self.cpu_costs_ms.append((time.thread_time() - c0) * 1000.0)
@@ -162,7 +161,7 @@ class Live:
             try:
                 exp.finish(report)
             except Exception as exc:
-                print(f"rtkit: {exp.name}: {exc}", flush=True, file=sys.stderr)
+                std_streams.say(f"rtkit: {exp.name}: {exc}")
         if keep_snapshot:
             return
         try:
