@@ -304,6 +304,8 @@ class StepRecorder:
                 "first_told_step": self.first_told_step,
                 "no_step_reason": self.no_step_reason(),
                 "notes": list(self.notes),
+                # rtkit's own files this process wrote before this one (the parent adds this file's size)
+                "run_files_written_bytes": atomic.written_bytes,
             }
 
     def flush(self) -> None:

@@ -24,6 +24,8 @@ class Process:
     # the child process's own /proc/PID/io at exit (optional: absent where /proc lacks io accounting)
     DISK_READ_BYTES, DISK_WRITTEN_BYTES, DISK_CANCELLED_BYTES = (
         "disk_read_bytes", "disk_written_bytes", "disk_cancelled_bytes")
+    # of the bytes written, those of rtkit's own run files (the child's files report what they wrote before them)
+    RUN_FILES_WRITTEN_BYTES = "run_files_written_bytes"
     REQUIRED = (PEAK_RSS_BYTES, MINOR_FAULTS, MAJOR_FAULTS, CPU_USER_S, CPU_SYSTEM_S, MAX_THREADS, SAMPLES,
                 SAMPLE_INTERVAL_MS)
 
