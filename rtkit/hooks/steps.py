@@ -291,6 +291,7 @@ class StepRecorder:
                 "api": sig.api if sig else None,
                 "keras_epochs": [{"epoch_s": e[0], "train_batches": e[1], "validation": e[2]}
                                  for e in self.keras_epochs] if source == "keras" else [],
+                "keras_fit_calls": self.keras_fit_calls,
                 "pid": os.getpid(),
                 "source": source,
                 "signature": sig.name if sig else None,

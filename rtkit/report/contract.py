@@ -45,6 +45,7 @@ class Steps:
     KERAS, KERAS_EPOCHS, KERAS_EPOCH_S = "keras", "keras.epochs", "keras.epoch_s"
     KERAS_EPOCH_S_MEDIAN, KERAS_EPOCH_STEP_MS = "keras.epoch_s_median", "keras.epoch_step_ms_median"
     KERAS_VALIDATION = "keras.validation"
+    KERAS_FIT_CALLS = "keras.fit_calls"   # optional: absent from reports of older rtkit
     REQUIRED = (COUNT, SOURCE, PER_STEP, WARMUP_STEPS, HOOK_STATUS, MEASURED, MEDIAN_MS, P5_MS, P95_MS, MEAN_MS,
                 STEPS_PER_S, FAULTS_PER_STEP)
 

@@ -99,6 +99,8 @@ def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[i
     }
     keras = keras_summary(data.get("keras_epochs") or [])
     if keras:
+        if isinstance(data.get("keras_fit_calls"), int):   # several fits (several models) share one step median
+            keras["fit_calls"] = data["keras_fit_calls"]
         out["keras"] = keras
     return out, notes + list(data.get("notes", []))
 

@@ -74,7 +74,10 @@ def keras_line(r: Dict[str, Any]) -> Optional[str]:
         return None
     val = get(r, "steps." + ST.KERAS_VALIDATION)
     inc = "validation and callbacks included" if val else "callbacks included, no validation"
-    return (f"rtkit: keras: {fmt.num(epochs)} epoch(s), " + _join([_fig(r, "epoch_s_median"), _fig(r, "epoch_step_ms")])
+    fits = get(r, "steps." + ST.KERAS_FIT_CALLS)
+    # the step and epoch medians pool every fit's batches: with several fits (often several models) they mix them
+    over = f" over {fmt.num(fits)} fit calls (the medians pool them)" if fmt.is_num(fits) and fits > 1 else ""
+    return (f"rtkit: keras: {fmt.num(epochs)} epoch(s){over}, " + _join([_fig(r, "epoch_s_median"), _fig(r, "epoch_step_ms")])
             + f" ({inc}); the step times count the train batches alone")
 
 
