@@ -11,6 +11,19 @@ import os
 from typing import Any, Iterator, IO
 
 _counter = 0
+# Bytes this process wrote through this module: the child's own run files (steps-, scheduler-...) are part of its disk
+# writes (/proc/PID/io), which the report would otherwise lay at the pool's door. A forked child starts at 0, as the
+# kernel's count of its writes does.
+written_bytes = 0
+
+
+def _forget_written_bytes() -> None:
+    global written_bytes
+    written_bytes = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_written_bytes)
 
 
 def _temp_path(path: str) -> str:
@@ -33,6 +46,10 @@ def replacing(path: str, binary: bool = False, fsync: bool = False) -> Iterator[
             if fsync:  # for large files another process may read right after a crash
                 fh.flush()
                 os.fsync(fh.fileno())
+            fh.flush()
+            size = os.fstat(fh.fileno()).st_size
+        global written_bytes
+        written_bytes += size
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

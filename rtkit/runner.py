@@ -225,5 +225,7 @@ def assemble(command: List[str], resolved: cfg.Resolved, run_dir: str, child_env
         "notes": notes,
         "generated_unix": time.time(),
     }
+    if report["process"].get("disk_written_bytes") is not None:
+        report["process"]["run_files_written_bytes"] = model.run_files_written(run_dir)
     report["bounds"] = bounds.build(report)
     return report

@@ -291,6 +291,7 @@ class StepRecorder:
                 "api": sig.api if sig else None,
                 "keras_epochs": [{"epoch_s": e[0], "train_batches": e[1], "validation": e[2]}
                                  for e in self.keras_epochs] if source == "keras" else [],
+                "keras_fit_calls": self.keras_fit_calls,
                 "pid": os.getpid(),
                 "source": source,
                 "signature": sig.name if sig else None,
@@ -304,6 +305,8 @@ class StepRecorder:
                 "first_told_step": self.first_told_step,
                 "no_step_reason": self.no_step_reason(),
                 "notes": list(self.notes),
+                # rtkit's own files this process wrote before this one (the parent adds this file's size)
+                "run_files_written_bytes": atomic.written_bytes,
             }
 
     def flush(self) -> None:

@@ -24,6 +24,8 @@ class Process:
     # the child process's own /proc/PID/io at exit (optional: absent where /proc lacks io accounting)
     DISK_READ_BYTES, DISK_WRITTEN_BYTES, DISK_CANCELLED_BYTES = (
         "disk_read_bytes", "disk_written_bytes", "disk_cancelled_bytes")
+    # of the bytes written, those of rtkit's own run files (the child's files report what they wrote before them)
+    RUN_FILES_WRITTEN_BYTES = "run_files_written_bytes"
     REQUIRED = (PEAK_RSS_BYTES, MINOR_FAULTS, MAJOR_FAULTS, CPU_USER_S, CPU_SYSTEM_S, MAX_THREADS, SAMPLES,
                 SAMPLE_INTERVAL_MS)
 
@@ -43,6 +45,7 @@ class Steps:
     KERAS, KERAS_EPOCHS, KERAS_EPOCH_S = "keras", "keras.epochs", "keras.epoch_s"
     KERAS_EPOCH_S_MEDIAN, KERAS_EPOCH_STEP_MS = "keras.epoch_s_median", "keras.epoch_step_ms_median"
     KERAS_VALIDATION = "keras.validation"
+    KERAS_FIT_CALLS = "keras.fit_calls"   # optional: absent from reports of older rtkit
     REQUIRED = (COUNT, SOURCE, PER_STEP, WARMUP_STEPS, HOOK_STATUS, MEASURED, MEDIAN_MS, P5_MS, P95_MS, MEAN_MS,
                 STEPS_PER_S, FAULTS_PER_STEP)
 

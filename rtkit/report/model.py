@@ -99,6 +99,8 @@ def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[i
     }
     keras = keras_summary(data.get("keras_epochs") or [])
     if keras:
+        if isinstance(data.get("keras_fit_calls"), int):   # several fits (several models) share one step median
+            keras["fit_calls"] = data["keras_fit_calls"]
         out["keras"] = keras
     return out, notes + list(data.get("notes", []))
 
@@ -128,6 +130,26 @@ def component_section(run_dir: str, prefix: str, preferred_pid: Optional[int]) -
     # otherwise the process that did the most work (most steps, then largest file)
     return max(files, key=lambda item: (item[1].get("steps", 0) if isinstance(item[1], dict) else 0,
                                         len(json.dumps(item[1]))))[1]
+
+
+def run_files_written(run_dir: str) -> Optional[int]:
+    """Bytes the child's processes wrote to rtkit's own run files (steps-, allocator-, pmem-<pid>.json and the files
+    written before them: each carries the bytes its process had written before it, and the last of each is on disk),
+    so that the child's disk writes can be told apart from the pool's. None when no file says so (an older rtkit)."""
+    total, told = 0, False
+    for prefix, last_too in (("steps", ("steps",)), ("allocator", ("allocator", "pmem"))):
+        for pid, data in read_child_files(run_dir, prefix):
+            before = data.get("run_files_written_bytes") if isinstance(data, dict) else None
+            if not isinstance(before, int):
+                continue
+            told = True
+            total += before
+            for name in last_too:   # the files written after the count was taken: the last of each, on disk now
+                try:
+                    total += os.path.getsize(os.path.join(run_dir, f"{name}-{pid}.json"))
+                except OSError:
+                    pass
+    return total if told else None
 
 
 def process_section(samples: List[dict], rusage: Optional[dict], interval_ms: int) -> Dict[str, Any]:

@@ -18,6 +18,11 @@ from rtkit.report.contract import Allocator as A, Pmem as PM, Scheduler as S, St
 from rtkit.report.fmt import get
 
 MAX_PROBLEMS = 2
+# The plan's arenas reserving this much more than a step's planned sizes hold at once, and this share of the peak RSS,
+# is worth a warning: each class is sized by its own peak, so classes that peak at different moments of the step
+# sit idle, yet resident, while the others peak (a retrieval model's 256 MiB in-batch score matrices: +530 MiB).
+ARENA_EXCESS_MIN_BYTES = 64 << 20
+ARENA_EXCESS_SHARE = 0.10
 ROWS_SCATTERED = 2.0   # rows on this many times the pages they fill packed: worth a summary line
 
 
@@ -69,7 +74,10 @@ def keras_line(r: Dict[str, Any]) -> Optional[str]:
         return None
     val = get(r, "steps." + ST.KERAS_VALIDATION)
     inc = "validation and callbacks included" if val else "callbacks included, no validation"
-    return (f"rtkit: keras: {fmt.num(epochs)} epoch(s), " + _join([_fig(r, "epoch_s_median"), _fig(r, "epoch_step_ms")])
+    fits = get(r, "steps." + ST.KERAS_FIT_CALLS)
+    # the step and epoch medians pool every fit's batches: with several fits (often several models) they mix them
+    over = f" over {fmt.num(fits)} fit calls (the medians pool them)" if fmt.is_num(fits) and fits > 1 else ""
+    return (f"rtkit: keras: {fmt.num(epochs)} epoch(s){over}, " + _join([_fig(r, "epoch_s_median"), _fig(r, "epoch_step_ms")])
             + f" ({inc}); the step times count the train batches alone")
 
 
@@ -124,7 +132,27 @@ def allocator_line(r: Dict[str, Any]) -> Optional[str]:
         reserved = _fig(r, "reserved_bytes")
         peak = _fig(r, "plan_step_peak_bytes", "a step's planned sizes at most")
         parts.append(f"{reserved} ({peak} live at once)" if peak else reserved)
-    return "rtkit: allocator: " + _join(parts)
+    warning = arena_excess_warning(r)
+    return "rtkit: allocator: " + _join(parts) + (f"; {warning}" if warning else "")
+
+
+def arena_excess_warning(r: Dict[str, Any]) -> Optional[str]:
+    """A warning when the plan's arenas hold much more than a step's planned sizes need at once: that excess is idle
+    but resident while the step's peak passes, peak RSS an allocator returning those blocks would not reach. No
+    setting trims it reliably (a lower malloc_arena_limit drops the largest classes to the large heap, which keeps
+    its idle extents resident for malloc_decay_steps: -21% peak RSS on the retrieval example, -2% on the test's), so
+    the line names the run that shows what the job needs without the plan."""
+    reserved, at_once = G.value(r, "reserved_bytes"), G.value(r, "plan_step_peak_bytes")
+    peak_rss = G.value(r, "peak_rss_bytes")
+    if not (fmt.is_num(reserved) and fmt.is_num(at_once) and fmt.is_num(peak_rss)) or peak_rss <= 0:
+        return None
+    excess = reserved - at_once
+    if excess < ARENA_EXCESS_MIN_BYTES or excess < ARENA_EXCESS_SHARE * peak_rss:
+        return None
+    return (f"warning: the arenas reserve {fmt.nbytes(excess)} more than a step's planned sizes hold at once "
+            f"({excess / peak_rss:.0%} of peak RSS): each class is sized by its own peak, so those that peak at other "
+            "moments of the step are idle, yet resident, while the step's peak passes; --set malloc=off shows the "
+            "peak RSS without the plan")
 
 
 def tier_line(r: Dict[str, Any]) -> Optional[str]:

@@ -92,8 +92,17 @@ def cost_words(report: Dict[str, Any]) -> List[str]:
         out.append(f"major faults/step (mean) {fmt.num(round(fps, 1))}")
     written = get(report, "process." + P.DISK_WRITTEN_BYTES)
     if fmt.is_num(written):
-        out.append(f"written to disk {fmt.nbytes(written)}")
+        out.append(f"written to disk {fmt.nbytes(written)}" + _own_files_words(report, written))
     return out
+
+
+def _own_files_words(report: Dict[str, Any], written: float) -> str:
+    """The share of the child's disk writes that were rtkit's own run files (rewritten as the job runs), which the
+    pool did not write: without it a short run's few MiB of pool writes read as tens of MiB."""
+    own = get(report, "process." + P.RUN_FILES_WRITTEN_BYTES)
+    if not fmt.is_num(own) or own <= 0:
+        return ""
+    return f" (of it rtkit's own run files {fmt.nbytes(min(own, written))})"
 
 
 # The pool's pages in DRAM past the bytes live in it, at the highest RSS sampled, that count as tier mode raising
@@ -376,7 +385,7 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     for key, name in ((P.DISK_WRITTEN_BYTES, "disk written (child)"), (P.DISK_READ_BYTES, "disk read (child)")):
         v = get(report, "process." + key)
         if fmt.is_num(v):
-            rows.append((name, fmt.nbytes(v)))
+            rows.append((name, fmt.nbytes(v) + (_own_files_words(report, v) if key == P.DISK_WRITTEN_BYTES else "")))
     recs = [r for r in (get(p, PM.RECORDS) or []) if isinstance(r, dict)]
     if recs:
         view["tables"].append(("largest pooled allocations (while training)",

@@ -122,6 +122,20 @@ uint64_t rtk_os_unix_s(void)
 /* Safety rule (docs/safety.md): every file the C libraries write is created fresh with O_EXCL|O_NOFOLLOW under a
  * name no one else uses, then renamed over the target. A link planted at the temporary's name (a shared run
  * directory) makes the create fail instead of writing through it; mode 0666 leaves the permissions to the umask. */
+/* bytes this process wrote through rtk_os_write_file_atomic: its own run files are part of the child's disk writes
+ * (/proc/PID/io), which the report otherwise lays at the pool's door */
+static uint64_t g_files_written;
+
+uint64_t rtk_os_files_written_bytes(void)
+{
+    return __atomic_load_n(&g_files_written, __ATOMIC_RELAXED);
+}
+
+void rtk_os_files_written_forget(void)
+{
+    __atomic_store_n(&g_files_written, 0, __ATOMIC_RELAXED);
+}
+
 int rtk_os_write_file_atomic(const char *path, const void *buf, size_t len)
 {
     static unsigned counter;
@@ -157,6 +171,7 @@ int rtk_os_write_file_atomic(const char *path, const void *buf, size_t len)
         }
         off += (size_t)w;
     }
+    __atomic_add_fetch(&g_files_written, (uint64_t)len, __ATOMIC_RELAXED);
     close(fd);
     if (rename(tmp, path) != 0) {
         int e = errno;

@@ -40,6 +40,10 @@ RTK_HIDDEN uint64_t rtk_os_unix_s(void);
 /* Write `len` bytes to `path` atomically: a fresh "<path>.tmp.<pid>.<n>" (O_EXCL|O_NOFOLLOW, mode 0666 & ~umask),
  * fsync-free, then rename. 0 or -errno. */
 RTK_HIDDEN int rtk_os_write_file_atomic(const char *path, const void *buf, size_t len);
+/* Bytes written through rtk_os_write_file_atomic by this process so far; _forget zeroes it in a forked child, whose
+ * disk writes the kernel counts from zero too. */
+RTK_HIDDEN uint64_t rtk_os_files_written_bytes(void);
+RTK_HIDDEN void rtk_os_files_written_forget(void);
 /* Read a whole small regular file into buf (NUL-terminated), never blocking. Returns bytes read or -errno:
  * -EFBIG when it does not fit, -EISDIR, -RTK_READ_ENOTREG (FIFO, device...), -RTK_READ_ELINK (a symbolic link
  * with RTK_READ_NOFOLLOW). rtk_os_read_error() words any of them. */

@@ -241,6 +241,7 @@ static void fork_child(void)
     rtk_census_fork_child();
     rtk_step_fork_child();
     rtk_tier_fork_child();
+    rtk_os_files_written_forget();
     if (g_fork_io_locked)
         _IO_list_resetlock();  /* glibc's fork resets it too when it took it: only this thread is left */
     rtk_engine.forked = 1;

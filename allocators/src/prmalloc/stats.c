@@ -170,6 +170,8 @@ long rtk_stats_format(char *buf, size_t cap)
      * keeps the last RTK_RING_STEPS) */
     rtk_out_put(&o, ",\n  \"minor_faults_after_plan\": %llu, \"after_plan_steps\": %llu",
                 (unsigned long long)rtk_engine.faults_after_sum, (unsigned long long)rtk_engine.faults_after_steps);
+    /* the run files this process wrote before this one (the parent adds the last allocator and pmem files' sizes) */
+    rtk_out_put(&o, ",\n  \"run_files_written_bytes\": %llu", (unsigned long long)rtk_os_files_written_bytes());
     rtk_out_put(&o, ",\n  \"per_step\": [");
     uint32_t n = rtk_engine.steps < RTK_RING_STEPS ? rtk_engine.steps : RTK_RING_STEPS;
     for (uint32_t i = 0; i < n; i++) {
