@@ -257,8 +257,7 @@ def test_launch_restarts_a_killed_worker(tmp_path):
 
 
 def _launch_signalled(tmp_path, sig, mode):
-    """rtkit launch (1 PS, 2 workers in `mode`) sent `sig` once every task said hello: (its exit code, output, folder).
-    Tasks that outlived it are ended (by their `rtkit run`'s pid, whose tree guard ends the command)."""
+    """rtkit launch (1 PS, 2 workers in `mode`) sent `sig` once every task said hello: its exit code, output, folder."""
     script = tmp_path / "task.py"
     script.write_text(FAKE_TASK)
     folder = tmp_path / "c"
@@ -278,12 +277,18 @@ def _launch_signalled(tmp_path, sig, mode):
         lines += proc.stdout.readlines()
         return proc.wait(timeout=60), "".join(lines), folder
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        with open(folder / "cluster.json") as fh:
-            started = [e["pid"] for e in json.load(fh)["events"] if e["event"] == "start"]
-        for pid in filter(_running, started):
-            os.kill(pid, signal.SIGKILL)
+        _end_the_launch(proc, folder)
+
+
+def _end_the_launch(proc, folder):
+    """The launcher killed if it still runs, then every task that outlived it (by its `rtkit run`'s pid, whose tree
+    guard ends the command)."""
+    if proc.poll() is None:
+        proc.kill()
+    with open(folder / "cluster.json") as fh:
+        started = [e["pid"] for e in json.load(fh)["events"] if e["event"] == "start"]
+    for pid in filter(_running, started):
+        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow   # a whole local cluster of `rtkit run` processes
@@ -294,6 +299,45 @@ def test_launch_forwards_a_stop_signal_to_every_task(tmp_path, name):
     assert code == 128 + sig, out
     m = merge.merge(str(folder))
     assert {r["task"]: r["signal"] for r in m["tasks"]} == {"ps-0": name, "worker-0": name, "worker-1": name}
+
+
+# `rtkit launch` as ever, but for where SIGTERM comes: from the launcher itself, after the first task's start and before
+# the second's (a signal from outside may land there or after the last start, as the machine's load has it)
+STOPPED_WHILE_STARTING = r"""
+import signal, sys
+from rtkit import cli
+from rtkit.cluster import launcher
+
+class StoppedWhileStarting(launcher.Launch):
+    def _start(self, task, attempt):
+        if any(e["event"] == "start" for e in self.events) and not getattr(self, "stop_sent", False):
+            self.stop_sent = True
+            signal.raise_signal(signal.SIGTERM)   # its handler has run when this returns
+        return super()._start(task, attempt)
+
+launcher.Launch = StoppedWhileStarting
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_launch_forwards_a_stop_signal_that_came_while_tasks_started(tmp_path):
+    """A SIGTERM that came while rtkit launch started its tasks reaches those started after it: no PS left waiting."""
+    task, driver, folder = tmp_path / "task.py", tmp_path / "launch.py", tmp_path / "c"
+    task.write_text(FAKE_TASK)
+    driver.write_text(STOPPED_WHILE_STARTING)
+    proc = subprocess.Popen([PY, str(driver), "launch", "--ps", "2", "--workers", "1", "--cluster-dir", str(folder),
+                             "--", PY, str(task), "hang"], env=unpreloaded_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=180)   # a hang guard, never the pass condition
+    except subprocess.TimeoutExpired:
+        pytest.fail("rtkit launch still waits for tasks that were started after the SIGTERM and never got it")
+    finally:
+        _end_the_launch(proc, folder)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    with open(folder / "cluster.json") as fh:
+        exits = {e["task"]: e["exit_code"] for e in json.load(fh)["events"] if e["event"] == "exit"}
+    assert exits == dict.fromkeys(("ps-0", "ps-1", "worker-0"), 128 + signal.SIGTERM), out   # each blocks until stopped
 
 
 @pytest.mark.slow   # a whole local cluster of `rtkit run` processes

@@ -322,3 +322,59 @@ def test_leftover_descendants_are_noted(tmp_path):
     finally:
         for pid in _sleepers(tag):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_steps_a_user_thread_made_first_are_flushed_at_sigterm(tmp_path):
+    """A worker thread's first steps (where no signal handler can be set), the main thread's next: SIGTERM keeps all."""
+    marker = tmp_path / "stepped"
+    script = ("import threading, time, rtkit\n"
+              "def work():\n    for _ in range(5):\n        rtkit.step()\n"
+              "t = threading.Thread(target=work)\nt.start()\nt.join()\n"
+              "for _ in range(3):\n    rtkit.step()\n"
+              f"open({str(marker)!r}, 'w').close()\n"
+              "time.sleep(600)\n")
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, "8 steps", proc),
+                                             proc.send_signal(signal.SIGTERM)))
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    report = load_report(tmp_path / "r")
+    assert report["run"]["signal"] == "SIGTERM"
+    assert report["steps"]["count"] == 8, (report["steps"]["hook"], err)
+
+
+# Thread a is held inside the making of the step recorder until thread b has asked for it too (b's call returned, or
+# b waits its turn in _create): without one maker at a time, b makes a second recorder and a's or b's steps are lost.
+TWO_FIRST_STEPS = r"""
+import os, threading, rtkit
+held, b_asked = threading.Event(), threading.Event()
+def profile(frame, event, arg):
+    code, me = frame.f_code, threading.current_thread().name
+    if os.path.basename(code.co_filename) != "steps.py":
+        return
+    if me == "a" and event == "call" and code.co_name == "__init__" and not held.is_set():
+        held.set()
+        b_asked.wait()
+    elif me == "b" and (event, code.co_name) in (("call", "_create"), ("return", "recorder")):
+        b_asked.set()
+threading.setprofile(profile)
+def a():
+    for _ in range(4):
+        rtkit.step()
+def b():
+    held.wait()
+    rtkit.step()
+threads = [threading.Thread(target=a, name="a"), threading.Thread(target=b, name="b")]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+threading.setprofile(None)
+rtkit.step()
+rtkit.step()
+"""
+
+
+def test_two_threads_first_steps_at_once_make_one_recorder(tmp_path):
+    """Two threads' first steps at once: one step recorder takes both threads' steps (none lost to a second one)."""
+    _stdout_of_a_run_that_ended_well(tmp_path, TWO_FIRST_STEPS)
+    assert load_report(tmp_path / "r")["steps"]["count"] == 7

@@ -145,6 +145,8 @@ class _Proc:
     popen: subprocess.Popen
     started: float
     reader: Optional[threading.Thread] = None
+    # the stop signals forwarded to it: one that came while it started reaches it once it is known, and only once
+    stops: Dict[int, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -280,11 +282,25 @@ class Launch:
         procs: List[_Proc] = []
 
         def forward(signum, frame):
-            if signum not in PASSED_ON_SIGNALS:
+            stop = signum not in PASSED_ON_SIGNALS
+            if stop:
                 received.append(signum)
             for p in procs:
                 if p.popen.poll() is None:
+                    if stop:
+                        p.stops[signum] = True
                     self._signal(p, signum)
+
+        def admit(proc: _Proc) -> None:
+            """A task just started joins the ones a signal reaches. A stop signal that came while it started (the tasks
+            started before it had it) is sent to it now: else it runs on and the launcher waits for it forever. The
+            passed-on ones are not: a "checkpoint now" came before it had anything to save, or a handler to take it."""
+            procs.append(proc)
+            for sig in list(received):
+                # forward marks each one it sends; no handler runs inside setdefault: sent here or there, never both
+                claim = object()
+                if proc.stops.setdefault(sig, claim) is claim and proc.popen.poll() is None:
+                    self._signal(proc, sig)
 
         previous = {}
         if threading.current_thread() is threading.main_thread():
@@ -295,7 +311,8 @@ class Launch:
         first_failure: Optional[int] = None
         restarts: Dict[str, int] = {}
         try:
-            procs.extend(self._start(t, 0) for t in tasks)
+            for t in tasks:
+                admit(self._start(t, 0))
             while True:
                 for p in list(procs):
                     code = p.popen.poll()
@@ -323,7 +340,7 @@ class Launch:
                         self._say(f"{p.task.role}:{p.task.index} exited with code {code}: restarting it "
                                   f"({used + 1} of {self.restart_failed})")
                         self._event("restart", p.task, attempt=p.attempt + 1, after_exit_code=code)
-                        procs.append(self._start(p.task, p.attempt + 1))
+                        admit(self._start(p.task, p.attempt + 1))
                         continue
                     if first_failure is None:
                         first_failure = code

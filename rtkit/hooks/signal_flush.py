@@ -1,7 +1,8 @@
 # signal_flush.py -- the child writes its step records when SIGTERM, SIGHUP or SIGQUIT ends it, then dies by that signal.
-"""Installed once a process records steps, only for signals still at their default action (a handler or an
-ignore the program set, in Python or in C such as faulthandler.register's, is left alone; a handler it sets later
-replaces this one, and its own exit then flushes through atexit). The handler flushes, puts the default action
+"""Installed by the main thread once a process records steps (at its own first step when another thread made the
+process's first), only for signals still at their default action (a handler or an ignore the program set, in Python
+or in C such as faulthandler.register's, is left alone; a handler it sets later replaces this one, and its own exit
+then flushes through atexit). The handler flushes, puts the default action
 back and sends the signal again, so the process ends exactly as it would without rtkit (killed by the signal:
 exit status 128+N).
 
@@ -22,7 +23,6 @@ from typing import Callable, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _flush: Optional[Callable[[], None]] = None
-_reset_in_child: Optional[Callable[[], None]] = None
 _lock = threading.RLock()  # a second signal may land inside the first one's handler
 _fork_mask = threading.local()  # the signals that the forking thread's fork hook blocked
 # sent to the thread that faulted: never blocked in rtkit's thread (a fault there would end the process unseen)
@@ -107,8 +107,6 @@ def _after_fork_in_child() -> None:
     global _lock
     try:
         _lock = threading.RLock()  # the parent's watcher may have held it at the fork
-        if _reset_in_child is not None:
-            _reset_in_child()  # before any signal can reach _flush with the parent's state
         # the pipe is the parent's: a signal of this child must never wake the parent's watcher
         try:
             signal.set_wakeup_fd(-1)
@@ -120,14 +118,15 @@ def _after_fork_in_child() -> None:
         _unblock_after_fork()
 
 
-def install(flush: Callable[[], None], reset_in_child: Callable[[], None]) -> bool:
-    """flush at SIGTERM/SIGHUP/SIGQUIT; reset_in_child runs in a forked child before it can take one of them.
-    False: none of them is this module's (reset_in_child was not registered: the caller registers it)."""
-    global _flush, _reset_in_child
+def install(flush: Callable[[], None]) -> bool:
+    """flush at SIGTERM/SIGHUP/SIGQUIT; only from the main thread (a Python handler is set nowhere else). The caller
+    resets what flush writes in a forked child with an at-fork hook registered before this call: hooks run in that
+    order, and the forking thread holds these signals blocked until this module's hook ends, so none reaches flush
+    with the parent's state. False: none of them is this module's (or not the main thread, or installed already)."""
+    global _flush
     if _flush is not None or threading.current_thread() is not threading.main_thread():
         return False
     _flush = flush
-    _reset_in_child = reset_in_child
     mine = False
     for sig in SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL and _default_action(sig):

@@ -185,6 +185,8 @@ class StepRecorder:
         not_step_prefix, counted and timed but its per-run records not kept (only the step's are ever written).
         traced: a tf.function call that traced a new concrete function; trains: its graph (a session run: its
         ops) computes gradients."""
+        if _flush_waits_for_main and threading.current_thread() is threading.main_thread():
+            _install_signal_flush()
         if not candidate:
             with self.lock:
                 self._count_locked(source, not_step_prefix + signature, api, candidate, step_ms)
@@ -341,26 +343,55 @@ class StepRecorder:
 
 
 _recorder: Optional[StepRecorder] = None
+# two threads' first steps at once make one recorder (a second would take, and lose, one thread's steps); an RLock: a
+# signal handler of the thread that makes it may step meanwhile
+_create_lock = threading.RLock()
+# the recorder was made on a thread other than the main one, where no Python signal handler can be set: the main
+# thread's next step (or other call into rtkit's hooks) sets the SIGTERM/SIGHUP/SIGQUIT flush
+_flush_waits_for_main = False
 
 
 def _reset_after_fork() -> None:
+    global _create_lock
+    _create_lock = threading.RLock()   # a thread of the parent may have held it at the fork
     if _recorder is not None:
         _recorder.reset_after_fork()
 
 
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _install_signal_flush() -> None:
+    """SIGTERM/HUP/QUIT flush the steps too, the exit status unchanged; set from the main thread alone."""
+    global _flush_waits_for_main
+    if threading.current_thread() is not threading.main_thread():
+        _flush_waits_for_main = True
+        return
+    _flush_waits_for_main = False
+    from rtkit.hooks import signal_flush
+
+    signal_flush.install(_recorder.flush)
+
+
 def recorder() -> StepRecorder:
+    rec = _recorder if _recorder is not None else _create()
+    if _flush_waits_for_main and threading.current_thread() is threading.main_thread():
+        _install_signal_flush()   # the main thread's first call into rtkit since another thread made it
+    return rec
+
+
+def _create() -> StepRecorder:
     global _recorder
-    if _recorder is None:
-        _recorder = StepRecorder()
-        import atexit
+    with _create_lock:
+        if _recorder is None:
+            made = StepRecorder()
+            if _recorder is None:   # else a signal handler of this thread stepped meanwhile, and made it
+                _recorder = made
+                import atexit
 
-        atexit.register(_recorder.flush)
-        from rtkit.hooks import signal_flush
-
-        # SIGTERM/HUP/QUIT: flushed too, the exit status unchanged
-        if not signal_flush.install(_recorder.flush, _reset_after_fork):
-            os.register_at_fork(after_in_child=_reset_after_fork)
-    return _recorder
+                atexit.register(made.flush)
+                _install_signal_flush()
+        return _recorder
 
 
 def manual_step() -> None:
