@@ -201,6 +201,9 @@ SETTINGS: List[Setting] = [
        minimum=16, c="malloc"),
     _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0,
        c="malloc"),
+    _s("malloc_class_max", "size", 64 << 20, "bytes", "largest block size the plan gives a class of its own: a class "
+       "holds its peak's blocks for the whole run, idle while other sizes peak; larger blocks go to the large heap, "
+       "which shares its pages across sizes and keeps them for reuse (0: no bound)", minimum=0, c="malloc"),
     _s("malloc_thp", "bool", True, "", "ask for transparent huge pages on glibc's heaps "
        "(GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless set; with malloc_large, glibc's thread heaps too); rtkit's own "
        "large heap keeps 4 KiB pages, so its decay can give back single idle extents", c="malloc"),

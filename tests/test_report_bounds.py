@@ -190,7 +190,9 @@ def test_arenas_reserving_far_more_than_a_step_holds_at_once_are_warned_of(tmp_p
     peak, so classes that peak at different moments sit idle, yet resident, while the others peak. The allocator line
     now warns, with the excess, its share of the peak RSS and the run that shows the job without the plan."""
     planned, off = str(tmp_path / "planned"), str(tmp_path / "off")
-    proc = run_rtkit(["run", "--run-dir", planned, "--", PY, "-c", SEQUENTIAL_SIZES], check_rc=0, timeout=300)
+    # with every size in a class, as before malloc_class_max (its default leaves the 96 MiB one to the large heap)
+    proc = run_rtkit(["run", "--run-dir", planned, "--set", "malloc_class_max=1G", "--", PY, "-c", SEQUENTIAL_SIZES],
+                     check_rc=0, timeout=300)
     rep = load_report(planned)
     reserved, at_once = G.value(rep, "reserved_bytes"), G.value(rep, "plan_step_peak_bytes")
     assert rep["allocator"]["state"] == "planned" and len(rep["allocator"]["plan"]["classes"]) == 4, rep["allocator"]
@@ -205,6 +207,30 @@ def test_arenas_reserving_far_more_than_a_step_holds_at_once_are_warned_of(tmp_p
               timeout=300)
     saved = rep["process"]["peak_rss_bytes"] - load_report(off)["process"]["peak_rss_bytes"]
     assert saved >= 0.8 * excess, (saved, excess)
+
+
+GIANT_SIZES = SEQUENTIAL_SIZES.replace("(12, 24, 48, 96)", "(80, 96, 112, 128)")
+
+
+def test_blocks_above_malloc_class_max_share_the_large_heaps_pages(tmp_path):
+    """Four sizes above malloc_class_max (64 MiB), one live at a time: no class is planned and the large heap serves
+    them, sharing its pages across the sizes; with a class each (malloc_class_max=1G) every class holds its block
+    for the whole run. Both keep the pages for reuse: no fault a step after the first."""
+    shared, classes = str(tmp_path / "shared"), str(tmp_path / "classes")
+    proc = run_rtkit(["run", "--run-dir", shared, "--", PY, "-c", GIANT_SIZES], check_rc=0, timeout=300)
+    run_rtkit(["run", "--run-dir", classes, "--set", "malloc_class_max=1G", "--", PY, "-c", GIANT_SIZES], check_rc=0,
+              timeout=300)
+    a, b = load_report(shared), load_report(classes)
+    assert a["allocator"]["state"] == "passthrough" and a["allocator"]["plan"]["sizes_above_class_max"] == 4, a["allocator"]
+    assert ("passthrough, no plan (every recurring size is above malloc_class_max: the large heap serves them)"
+            in proc.stderr), proc.stderr
+    assert b["allocator"]["state"] == "planned" and b["allocator"]["plan"]["reserved_bytes"] >= 384 << 20, b["allocator"]
+    # the classes hold 384 MiB or more (the planner's cheapest spacing: a 128 MiB and a 256 MiB block), the shared
+    # pages the largest block's 128 MiB and the large heap's idle rest: 256 MiB apart on this machine
+    saved = b["process"]["peak_rss_bytes"] - a["process"]["peak_rss_bytes"]
+    assert saved >= 200 << 20, (saved, a["process"]["peak_rss_bytes"], b["process"]["peak_rss_bytes"])
+    assert G.value(a, "faults_per_step_median") == 0 == G.value(b, "faults_per_step_median"), (a["steps"]["summary"],
+                                                                                         b["steps"]["summary"])
 
 
 def test_arenas_near_a_steps_peak_get_no_warning(run):

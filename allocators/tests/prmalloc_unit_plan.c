@@ -76,6 +76,29 @@ static void test_lifetime_packing(void)
     CHECK(blocks_of(&p, 5 * MiB) == 0 && p.nclasses == 2);
 }
 
+/* sizes above class_max get no class: counted, left to the large heap; a plan of only such sizes has no class */
+static void test_class_max(void)
+{
+    rtk_planner_t pl;
+    rtk_plan_t p;
+    rtk_planner_reset(&pl);
+    pl.class_max = 2 * MiB;
+    nev = 0;
+    A(MiB); F(MiB); A(2 * MiB); F(2 * MiB); A(3 * MiB); F(3 * MiB); A(8 * MiB); F(8 * MiB);
+    rtk_planner_add_step(&pl, ev, nev);
+    CHECK(rtk_planner_plan(&pl, 0, 4096, &p) == 0);
+    CHECK(p.nclasses == 2 && blocks_of(&p, MiB) == 1 && blocks_of(&p, 2 * MiB) == 1);
+    CHECK(p.above_max == 2 && p.reserved == 3 * MiB && p.step_peak == 8 * MiB);
+    CHECK(rtk_planner_best(&pl, 4096, &p) >= 0 && p.nclasses >= 1 && p.above_max >= 2);
+    rtk_planner_reset(&pl);
+    pl.class_max = MiB / 2;
+    rtk_planner_add_step(&pl, ev, nev);
+    CHECK(rtk_planner_best(&pl, 4096, &p) < 0 && p.nclasses == 0 && p.above_max == 4);
+    pl.class_max = 0;  /* no bound: every size planned, as before the bound */
+    CHECK(rtk_planner_best(&pl, 4096, &p) >= 0 && p.above_max == 0);
+    CHECK(rtk_planner_plan(&pl, 0, 4096, &p) == 0 && p.nclasses == 4);
+}
+
 static void test_spacing_choice(void)
 {
     rtk_planner_t pl;
@@ -329,6 +352,7 @@ int main(void)
 {
     test_class_round();
     test_lifetime_packing();
+    test_class_max();
     test_spacing_choice();
     test_trim_and_file();
     test_arena();

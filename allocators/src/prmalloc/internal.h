@@ -110,6 +110,7 @@ typedef struct rtk_plan {
     size_t reserved;            /* bytes the arena reserves (page-rounded per class) */
     size_t step_peak;           /* most bytes of the planned sizes live at once in a profiled step, page-rounded
                                  * (0: not known): what one shared pool would need, against `reserved` */
+    int above_max;              /* recurring sizes above the planner's class_max, left to the large heap */
     rtk_class_t cls[RTK_MAX_CLASSES];
 } rtk_plan_t;
 
@@ -132,6 +133,7 @@ typedef struct rtk_ctab {
 typedef struct rtk_planner {
     int steps;
     size_t step_peak;           /* most page-rounded bytes live at once within one profiled step */
+    size_t class_max;           /* sizes above it get no class (0: no bound): the large heap serves them */
     rtk_ctab_t tab[RTK_SPACINGS];
 } rtk_planner_t;
 

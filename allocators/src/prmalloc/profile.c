@@ -109,6 +109,7 @@ void rtk_profile_begin(uint32_t step, size_t min_size)
     rtk_spin_lock(&g_prof_lock);
     rtk_prof_active = 1;
     rtk_planner_reset(&g_planner);
+    g_planner.class_max = rtk_setting_bytes(RTK_OPT_MALLOC_CLASS_MAX);
     g_prev.nclasses = -1;
     g_streak = 0;
     g_nlog = 0;
@@ -161,10 +162,12 @@ int rtk_profile_step(uint32_t next_step, size_t page)
 {
     close_step(next_step);
     rtk_planner_best(&g_planner, page, &g_cand);
-    if (g_cand.nclasses > 0 && rtk_plan_equal(&g_cand, &g_prev))
+    /* a plan of no class because every recurring size is above class_max is a plan too: it ends profiling */
+    int planned = g_cand.nclasses > 0 || g_cand.above_max > 0;
+    if (planned && rtk_plan_equal(&g_cand, &g_prev))
         g_streak++;
     else
-        g_streak = g_cand.nclasses > 0 ? 1 : 0;
+        g_streak = planned ? 1 : 0;
     memcpy(&g_prev, &g_cand, sizeof g_cand);
     return g_streak;
 }

@@ -97,7 +97,8 @@ long rtk_stats_format(char *buf, size_t cap)
         rtk_out_put(&o, "null");
     rtk_out_put(&o, ", \"spacing\": ");
     rtk_out_str(&o, have ? rtk_spacing_name[rtk_engine.plan.spacing] : "");
-    rtk_out_put(&o, ", \"trimmed_to_limit\": %s, \"plan_path\": ", rtk_engine.plan_trimmed ? "true" : "false");
+    rtk_out_put(&o, ", \"trimmed_to_limit\": %s, \"sizes_above_class_max\": %d, \"plan_path\": ",
+        rtk_engine.plan_trimmed ? "true" : "false", rtk_engine.plan.above_max);
     rtk_out_str(&o, rtk_engine.plan_path);
     rtk_out_put(&o, ", \"rejected_reason\": ");
     if (rtk_engine.rejected_reason[0])

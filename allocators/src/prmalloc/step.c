@@ -144,7 +144,9 @@ static void finish_profiling(uint32_t step, const char *reason)
     if (rtk_engine.plan.nclasses == 0) {
         rtk_engine.state = RTK_STATE_PASSTHROUGH;
         rtk_engine.plan_source = "none";
-        if (!rtk_engine.plan_trimmed)
+        if (rtk_engine.plan.above_max)
+            rtk_engine.profile_reason = "every recurring size is above malloc_class_max: the large heap serves them";
+        else if (!rtk_engine.plan_trimmed)
             rtk_engine.profile_reason = "no recurring allocation at or above min_size";
         return;
     }
