@@ -142,7 +142,7 @@ int rtk_planner_plan(const rtk_planner_t *pl, int spacing, size_t page, rtk_plan
             continue;
         size_t size = t->size[i];
         /* A class holds its own peak's blocks for the whole run; the large heap shares pages across sizes and keeps
-         * them for reuse too (no fault either), so a block this large gains nothing from a class but costs its size
+         * them for reuse too, so a block this large gains little from a class (one call a block) but costs its size
          * whenever another size peaks (a two-tower model's 256 and 512 MiB in-batch score blocks: 1.33 GiB of
          * arenas for 825 MiB live at once, 2.31 GiB peak RSS against 1.79 GiB without the plan). */
         if (pl->class_max && size > pl->class_max) {
