@@ -175,13 +175,13 @@ def _capacity_rule(report: Dict[str, Any], available: Optional[int], where: str)
 
 def _pool_room_rule(report: Dict[str, Any]) -> Optional[Recommendation]:
     p = report.get("pmem")
-    if not G.tier_on(report) or not isinstance(p, dict) or tier_view.pool_size_with_room(p) is None:
+    enough = tier_view.pool_size_with_room(p) if G.tier_on(report) and isinstance(p, dict) else None
+    if enough is None:
         return None
-    enough = tier_view.pool_size_with_room(p)
     size = f"{enough >> 20}M"
     return Recommendation(
         "pool", f"--set tier_pool_size={size}", tier_view.no_room_words(p),
-        f"room at the pool's end for every byte that fell back: they go in the pool, anonymous memory down by up to "
+        f"room beside what the pool held for every byte that fell back: they go in the pool, anonymous memory down by up to "
         f"{fmt.nbytes(get(p, 'tier_fallback_bytes'))}; put tier_pool_path on a disk with {fmt.nbytes(enough)} of room",
         _command(report, ["--set", f"tier_pool_size={size}"], drop=("tier_pool_size",)))
 

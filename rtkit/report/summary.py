@@ -20,7 +20,8 @@ from rtkit.report.fmt import get
 MAX_PROBLEMS = 2
 # The plan's arenas reserving this much more than a step's planned sizes hold at once, and this share of the peak RSS,
 # is worth a warning: each class is sized by its own peak, so classes that peak at different moments of the step
-# sit idle, yet resident, while the others peak (a retrieval model's 256 MiB in-batch score matrices: +530 MiB).
+# sit idle, yet resident, while the others peak (a retrieval model's 256 MiB in-batch score matrices: +530 MiB, before
+# malloc_class_max left blocks that large to the large heap).
 ARENA_EXCESS_MIN_BYTES = 64 << 20
 ARENA_EXCESS_SHARE = 0.10
 ROWS_SCATTERED = 2.0   # rows on this many times the pages they fill packed: worth a summary line

@@ -230,8 +230,8 @@ def _whole_writes_words(p: Dict[str, Any]) -> Optional[str]:
 
 
 def warning_words(report: Dict[str, Any]) -> List[str]:
-    """What tier mode cost without saving, for the summary: requests the pool had no room for (no_room), the pool held more in DRAM than lived in it at the
-    highest RSS sampled (raised_rss), the tables left the pool in the first steps (left_pool), the steps write the
+    """What tier mode cost without saving, for the summary: requests the pool had no room for (no_room_words), the
+    pool held more in DRAM than lived in it at the highest RSS sampled (raised_rss), the tables left the pool in the first steps (left_pool), the steps write the
     whole tables (written_per_sample), no step mark ever reached it (so only placement before a first step ran), the
     pool's pages in DRAM stayed well above the resident budget, and where placement before the first step stopped
     because the pool churned."""
@@ -263,7 +263,7 @@ NO_ROOM_ROUND = 256 << 20
 def pool_size_with_room(p: Dict[str, Any]) -> Optional[int]:
     """The tier_pool_size that gives room to what fell back to DRAM, when requests of NO_ROOM_MIN_BYTES or more
     (a table the user sized the pool for may be among them) found none; else None. The pool's own size grown by
-    every byte that fell back (room at its end for each of them however the freed room lies), rounded up."""
+    every byte that fell back (one run of that much beside what it held, however the freed room lies), rounded up."""
     largest, fell = get(p, "tier_fallback_largest"), get(p, "tier_fallback_bytes")
     size, held = get(p, PM.POOL_SIZE), get(p, "tier_fallback_largest_held")
     if not all(fmt.is_num(x) for x in (largest, fell, size, held)) or largest < NO_ROOM_MIN_BYTES:

@@ -44,7 +44,8 @@ struct rtkit_pmem_pool {
     uint64_t *vseg;           /* volatile mirror; RTK_SEG_TAIL for extent tails */
     struct rtk_cpool *cp;     /* [ncls + 1] */
     pthread_mutex_t seg_lock;
-    uint64_t segs_top_used; /* the top segments known in use, [nsegs - segs_top_used, nsegs): a class search starts below */
+    /* the top segments known in use, [nsegs - segs_top_used, nsegs): a search for a short run starts below them */
+    uint64_t segs_top_used;
     uint64_t segs_free;
     uint64_t ext_count, ext_bytes, ext_req; /* under seg_lock */
     pthread_key_t key;

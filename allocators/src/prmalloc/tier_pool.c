@@ -196,8 +196,9 @@ static inline uint64_t tag_of(uint64_t h, const void *q)
 /* what a free leaves in the tag: a second free of the payload is told from a pointer that never was one */
 #define TIER_FREED 0x5a5a5a5a00000001ull
 
-/* The largest request the pool had no room for, with the bytes it held then and whether the first step had come: what the report sizes the pool by (a
- * table that fell back to DRAM is the case that matters; the pair is a figure, not a promise, when frees race it) */
+/* The largest request the pool had no room for, with the bytes it held then and whether the first step had come:
+ * what the report sizes the pool by (a table that fell back to DRAM is the case that matters; the figures are not a
+ * promise when frees race them) */
 static void note_largest_fallback(uint64_t n)
 {
     uint64_t seen = __atomic_load_n(&rtk_tier.fallback_largest, __ATOMIC_RELAXED);
