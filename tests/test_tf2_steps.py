@@ -229,6 +229,25 @@ def test_an_eager_loop_has_no_step_signature_and_the_summary_says_how_to_mark_st
     assert "no step signature" in line and "rtkit.step()" in line, line
 
 
+def test_a_script_that_fails_before_training_is_not_sent_to_mark_an_eager_loop(tmp_path):
+    """keras-io's collaborative_filtering_movielens.py under Keras 3 fails at `Adam(lr=0.001)`, before any step: the
+    summary said "an eager loop of ops has none; mark each step with rtkit.step()", advice for a loop it never had."""
+    script = _script(tmp_path, "early.py", """
+        import tensorflow as tf
+        w = tf.Variable(tf.ones([8, 1]))
+        print(float(tf.reduce_sum(w)))
+        raise ValueError("Argument(s) not recognized: {'lr': 0.001}")
+    """)
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", sys.executable, script], timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "8.0" in proc.stdout and "not recognized" in proc.stderr
+    report = load_report(tmp_path / "r")
+    assert report["steps"]["count"] == 0
+    line = next(l for l in proc.stderr.splitlines() if l.startswith("rtkit: steps:"))
+    assert line == ("rtkit: steps: none counted (the command ended (exit 1) before any tf.function, Session.run or "
+                    "Keras fit call recurred)"), line
+
+
 def test_a_keras_fit_that_fails_in_its_first_batch_is_said_so_not_called_an_eager_loop(tmp_path):
     """keras-io's deep_neural_decision_forests.py under Keras 3.15 sends a numeric column into an Embedding and fails
     in fit's first batch: no step ended. The summary says the fit's batches never ended; it does not say that no

@@ -32,6 +32,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from rtkit import atomic
+from rtkit.report.contract import Steps as _ST
 
 FLUSH_INTERVAL_S = 5.0
 FLUSH_BUDGET = 0.02  # a periodic flush may take at most this share of the time between flushes
@@ -275,8 +276,7 @@ class StepRecorder:
             times = "once" if self.keras_fit_calls == 1 else f"{self.keras_fit_calls} times"
             return (f"Keras Model.fit was called {times} and none of its train batches ended: it failed or stopped "
                     "in its first batch, or its input was empty")
-        return ("no step signature: no tf.function, Session.run or Keras fit call recurred (an eager loop of ops "
-                "has none); " + NO_STEP_HINT)
+        return f"{_ST.NOTHING_RECURRED} (an eager loop of ops has none); {NO_STEP_HINT}"
 
     def snapshot(self) -> dict:
         with self.lock:

@@ -39,6 +39,8 @@ class Steps:
     STEPS_PER_S, FAULTS_PER_STEP = "summary.steps_per_s", "summary.minor_faults_per_step_median"
     API = "api"                           # the API that produced the steps, in words (Session.run, Keras Model.fit...)
     NO_STEP_REASON = "no_step_reason"     # why none was counted although TensorFlow ran, and how to mark steps
+    # how NO_STEP_REASON begins when nothing recurred at all (an eager loop, or a job that ended before training)
+    NOTHING_RECURRED = "no step signature: no tf.function, Session.run or Keras fit call recurred"
     # the step that first told the allocator (its first mark): the allocator's step k is this step + k (null: not known)
     FIRST_TOLD_STEP = "first_told_step"
     # Keras fit only: epoch wall times (validation and callbacks included) next to the train-batch times

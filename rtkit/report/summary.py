@@ -58,6 +58,10 @@ def steps_line(r: Dict[str, Any]) -> str:
     if not count:
         hook = st.get("hook") if isinstance(st.get("hook"), dict) else {}
         why, reason = hook.get("status"), st.get(ST.NO_STEP_REASON)
+        code = (r.get("run") or {}).get("exit_code")
+        if isinstance(reason, str) and reason.startswith(ST.NOTHING_RECURRED) and code not in (None, 0):
+            # a job that failed before training has no loop to mark: the hint would send its user the wrong way
+            reason = f"the command ended (exit {code}) before any tf.function, Session.run or Keras fit call recurred"
         return "rtkit: steps: none counted" + (f" (hooks: {why}: {hook.get('detail')})" if why and why != "ok" else
                                                f" ({reason})" if reason else "")
     api = G.steps_api(r)
