@@ -125,7 +125,7 @@ def allocator_line(r: Dict[str, Any]) -> Optional[str]:
         return "rtkit: allocator: " + _join([
             "still profiling when the run ended" + (f" ({fmt.num(profiled)} steps profiled)" if fmt.is_num(profiled)
                                                     else ""), G.plan_words(r)])
-    parts = [state, G.plan_words(r)]
+    parts = [state, G.plan_words(r), G.replan_words(r)]
     if state == "planned":
         parts.append(_fig(r, "hit_rate_after_plan"))
     parts.append(_fig(r, "hit_rate"))
