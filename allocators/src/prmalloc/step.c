@@ -189,6 +189,7 @@ static void replace_plan(const rtk_totals_t *t, uint32_t steps)
     rtk_engine.plan_source = "none";
     rtk_engine.plan.nclasses = 0;
     rtk_engine.drift_armed = 0;
+    rtk_engine.profile_done = 0;  /* the profile window in the stats is the one under way */
     rtk_engine.faults_after_sum = rtk_engine.faults_after_steps = 0;  /* the retired plan's steps are no plan's figures */
     rtk_step_start_profiling(steps);
 }
