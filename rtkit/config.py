@@ -197,6 +197,10 @@ SETTINGS: List[Setting] = [
        minimum=1, maximum=INT32_MAX, c="malloc"),
     _s("malloc_profile_max", "int", 20, "steps", "profiling ends after this many steps even if the plan still changes",
        minimum=1, maximum=INT32_MAX, c="malloc"),
+    _s("malloc_drift_steps", "int", 16, "steps", "a plan in use is checked over windows of this many steps: when "
+       "fewer than half of a window's allocations >= min_size had a planned class (the sizes drifted: another model, "
+       "batch size or phase), the plan is retired and the job profiled and planned again; the window doubles after "
+       "each re-plan, at most 8 re-plans a process (0: never)", minimum=0, maximum=INT32_MAX, c="malloc"),
     _s("malloc_min_size", "size", 32 * 1024, "bytes", "smallest allocation that the profiler and the arenas consider",
        minimum=16, c="malloc"),
     _s("malloc_arena_limit", "size", 4 << 30, "bytes", "upper bound on bytes reserved for planned arenas", minimum=0,

@@ -136,3 +136,50 @@ def test_a_run_still_profiling_says_the_steps_profiled_so_far(prm, tmp_path):
     s = stats(str(tmp_path))
     assert s["state"] == "profiling" and s["steps"] == 5, s["state"]
     assert s["profile"]["profiled_steps"] == 5 - s["profile"]["start_step"] == 4, s["profile"]
+
+
+def _drift_run(prm, tmp_path, rounds, steps, window, sizes_a="1M,2M", sizes_b="3M,5M"):
+    proc = run_c(prm, "prmalloc_drift", args=[str(rounds), str(steps), sizes_a, sizes_b],
+                 extra={**FAST, "RTKIT_RUN_DIR": str(tmp_path), "RTKIT_MALLOC_DRIFT_STEPS": str(window)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return stats(tmp_path)
+
+
+def test_a_profiled_plan_whose_sizes_drift_is_made_again(prm, tmp_path):
+    # phase A (1M, 2M) is profiled and planned; phase B (3M, 5M) follows: a plan that stays A's serves none of B's
+    # blocks. The drift check retires it after a window of 4 steps and plans B; the block kept across the change
+    # (served by A's arena) is intact when freed (the program checks it)
+    doc = _drift_run(prm, tmp_path, 1, 40, 4)
+    assert doc["state"] == "planned" and doc["plan"]["source"] == "profiled"
+    assert doc["replans"]["count"] == 1 and doc["replans"]["last_reason"] == "sizes drifted"
+    r = doc["replans"]
+    # the windows run back to back from the plan: the one the change falls in may be mixed, the next is B's alone
+    assert 40 <= r["last_from_step"] < r["last_step"] <= 40 + 2 * 4 + 1, r
+    assert r["last_classed"] * 2 < r["last_allocations"]
+    assert {c["size_bytes"] for c in doc["plan"]["classes"]} >= {3 << 20, 5 << 20}
+    assert doc["arenas"]["retired"] == 1
+    # phase B's last 20 steps: both its blocks from the new plan's arena, none from the large heap
+    tail = [s for s in doc["per_step"] if 60 <= s["step"] < 79]
+    assert len(tail) == 19 and all(s["arena_hits"] >= 2 and s["fallbacks"] == 0 for s in tail), tail
+    assert doc["hit_rate_after_plan"] > 0.9
+    assert doc["after_plan_from_step"] == doc["plan"]["made_at_step"] > r["last_step"]
+
+
+def test_a_job_alternating_phases_re_plans_a_bounded_number_of_times(prm, tmp_path):
+    # A and B alternate every 30 steps for 1,200 steps, each plan profiled in one phase and blind to the other (and
+    # its classes dropped by the decay while the other runs): every window of the drift check finds drift. Each
+    # re-plan doubles the window (1, 2, 4, ... 256 steps), and the 8th is the last: later drifts are left alone,
+    # counted. Every block kept across a phase change is intact when freed (the program checks it)
+    doc = _drift_run(prm, tmp_path, 20, 30, 1)
+    r = doc["replans"]
+    assert r["count"] == 8 and r["window_steps"] == 2 ** 8 and r["held_at_limit"] >= 1, r
+    assert doc["arenas"]["retired"] == 8 and doc["arenas"]["retired_bytes"] == 0
+    assert not doc["errors"] and doc["state"] == "planned"
+
+
+def test_a_steady_job_is_never_re_planned(prm, tmp_path):
+    # the same sizes throughout; the 1 MiB block kept over the second half takes the plan's one 1 MiB block, so
+    # each later step's 1 MiB falls back (its class exhausted: a class the plan has, no drift)
+    doc = _drift_run(prm, tmp_path, 1, 40, 2, "1M,2M", "1M,2M")
+    assert doc["replans"]["count"] == 0 and doc["replans"]["last_step"] is None
+    assert doc["totals"]["arena_exhausted"] >= 39 and doc["hit_rate_after_plan"] > 0.7

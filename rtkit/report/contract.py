@@ -67,6 +67,10 @@ class Allocator:
     PLAN_PATH = "plan.plan_path"           # the plan in use: the file loaded, or the one this run saved
     PLAN_GIVEN = "config.malloc_plan"      # the plan file the run was given (empty: none)
     HIT_RATE_AFTER_PLAN = "hit_rate_after_plan"
+    # optional (absent from older files): plans retired because the job's sizes drifted, and the last one's window
+    REPLANS, REPLANS_HELD = "replans.count", "replans.held_at_limit"
+    REPLAN_STEP, REPLAN_FROM = "replans.last_step", "replans.last_from_step"
+    REPLAN_CLASSED, REPLAN_ALLOCS = "replans.last_classed", "replans.last_allocations"
     AFTER_PLAN_FROM_STEP = "after_plan_from_step"   # optional: the first step counted after the plan
     # optional: FAULTS_AFTER_PLAN's own sum and count (per_step from AFTER_PLAN_FROM_STEP on adds up to them)
     FAULTS_AFTER_PLAN_SUM, AFTER_PLAN_STEPS = "minor_faults_after_plan", "after_plan_steps"

@@ -173,6 +173,25 @@ def plan_words(r: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def replan_words(r: Dict[str, Any]) -> Optional[str]:
+    """'re-planned N time(s): sizes drifted at step S (x of y allocations had a class)' for a plan retired by the
+    drift check (prmalloc/step.c), the last one's window; None when the plan was never re-made."""
+    a = r.get("allocator") if isinstance(r, dict) else None
+    n = get(a, A.REPLANS) if isinstance(a, dict) else None
+    held = get(a, A.REPLANS_HELD) if isinstance(a, dict) else None
+    if not (fmt.is_num(n) and n):
+        return None
+    at, fit, allocs = get(a, A.REPLAN_STEP), get(a, A.REPLAN_CLASSED), get(a, A.REPLAN_ALLOCS)
+    # the mark at allocator step `at` ended its step at - 1: the window's last
+    step = training_step(r, at - 1) if isinstance(at, int) else None
+    where = f"at step {step}" if step is not None else f"at the allocator's step {at}"
+    text = (f"re-planned {fmt.num(n)} time(s): sizes drifted {where} ({fmt.num(fit)} of {fmt.num(allocs)} "
+            f"allocations had a class)")
+    if fmt.is_num(held) and held:
+        text += f"; {fmt.num(held)} later drift(s) left alone at the re-plan limit"
+    return text
+
+
 def pipelined_steps(r: Dict[str, Any]) -> Optional[int]:
     """Steps that ran with their input staged ahead (scheduler schema 2); None when the report cannot say."""
     v = _sec("scheduler", S.STAGED_STEPS)(r)
@@ -303,17 +322,24 @@ _F: List[Figure] = [
     Figure("allocator_plan", "allocator plan", "text", None,
            "where the plan came from: profiled in this run, loaded with --plan, or a loaded plan rejected",
            plan_words),
+    Figure("replans", "plan re-made", "text", None,
+           "a plan in use whose sizes drifted (fewer than half of a window's allocations >= min_size had a class: "
+           "another model, batch size or phase) is retired and the job profiled and planned again: how often, and "
+           "the last drift's window; the figures after plan are the latest plan's", replan_words),
     Figure("hit_rate", "arena hit rate (whole run)", "pct", False,
            "share of large allocations served from the planned arenas, over the whole run (profiling included)",
            _num(_sec("allocator", A.HIT_RATE))),
     Figure("hit_rate_after_plan", "arena hit rate after plan", "pct", False,
-           "the same share over the steps after the plan was in place", _num(_sec("allocator", A.HIT_RATE_AFTER_PLAN))),
+           "the same share over the steps after the plan in use was in place (after a re-plan, the latest plan's)",
+           _num(_sec("allocator", A.HIT_RATE_AFTER_PLAN))),
     Figure("faults_before_plan", "mean minor faults/step before plan (step to step)", "count", True,
-           "mean minor page faults per step, over the allocator's steps before its plan, each from one step mark to "
-           "the next: what runs between steps (input waits, Keras validation and callbacks) included",
+           "mean minor page faults per step, over the allocator's steps profiled for its plan in use (after a "
+           "re-plan, the latest plan's), each from one step mark to the next: what runs between steps (input waits, "
+           "Keras validation and callbacks) included",
            _num(_sec("allocator", A.FAULTS_BEFORE_PLAN))),
     Figure("faults_after_plan", "mean minor faults/step after plan (step to step)", "count", True,
-           "mean minor page faults per step, over the allocator's steps after its plan was in place, each from one "
+           "mean minor page faults per step, over the allocator's steps after its plan in use was in place (after "
+           "a re-plan, the latest plan's), each from one "
            "step mark to the next: what runs between steps (input waits, Keras validation and callbacks) included, "
            "the marks' own work not (the headroom faulted in at the plan's first mark is "
            "large_heap.prefaulted_bytes)",

@@ -312,6 +312,8 @@ def allocator_section(report: Dict[str, Any], view: str = "terminal") -> Section
         for k, v in plan.items():
             if k.endswith("path") and v:
                 _add(s.rows, "plan file" if k == "plan_path" else fmt.label(k), v)
+    if G.replan_words(report):
+        _fig(s.rows, report, "replans")
     for fid in ("reserved_bytes", "plan_step_peak_bytes", "hit_rate", "hit_rate_after_plan"):
         _fig(s.rows, report, fid)
     hits, falls = F.allocator_counts(a)

@@ -124,12 +124,12 @@ def allocator_line(r: Dict[str, Any]) -> Optional[str]:
         if not reason and not get(a, "steps"):
             reason = "no training step reached the allocator"
         said = "passthrough, no plan" + (f" ({reason})" if reason else "")
-        return "rtkit: allocator: " + _join([said, G.plan_words(r)])
+        return "rtkit: allocator: " + _join([said, G.plan_words(r), G.replan_words(r)])
     if state == "profiling":
         return "rtkit: allocator: " + _join([
             "still profiling when the run ended" + (f" ({fmt.num(profiled)} steps profiled)" if fmt.is_num(profiled)
-                                                    else ""), G.plan_words(r)])
-    parts = [state, G.plan_words(r)]
+                                                    else ""), G.plan_words(r), G.replan_words(r)])
+    parts = [state, G.plan_words(r), G.replan_words(r)]
     if state == "planned":
         parts.append(_fig(r, "hit_rate_after_plan"))
     parts.append(_fig(r, "hit_rate"))

@@ -90,6 +90,8 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         }
         if (why == RTK_ARENA_EXHAUSTED)
             s->arena_exhausted++;
+        else if (rtk_setting_bytes(RTK_OPT_MALLOC_CLASS_MAX) && n > rtk_setting_bytes(RTK_OPT_MALLOC_CLASS_MAX))
+            s->arena_above++;  /* no class by the plan's rule: not a sign the plan went stale (step.c) */
         else
             s->arena_misses++;
     }

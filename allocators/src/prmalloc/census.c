@@ -73,6 +73,7 @@ static void add_slot(rtk_totals_t *t, const rtk_tslot_t *s)
     t->large_hits += __atomic_load_n(&s->large_hits, __ATOMIC_RELAXED);
     t->arena_misses += __atomic_load_n(&s->arena_misses, __ATOMIC_RELAXED);
     t->arena_exhausted += __atomic_load_n(&s->arena_exhausted, __ATOMIC_RELAXED);
+    t->arena_above += __atomic_load_n(&s->arena_above, __ATOMIC_RELAXED);
     t->live += __atomic_load_n(&s->live, __ATOMIC_RELAXED);
 }
 

@@ -65,6 +65,7 @@ typedef struct rtk_tslot {
     uint64_t calloc_calls, realloc_calls, memalign_calls;
     uint64_t arena_hits, fallbacks, arena_misses, arena_exhausted;
     uint64_t large_hits;        /* fallbacks (no planned block) served by the large-object heap, not glibc */
+    uint64_t arena_above;       /* misses above malloc_class_max: sizes the plan leaves to the large heap by rule */
     int owned;                  /* 1 while a live thread owns the slot */
     /* two arrays, not an array of pairs: an 8-byte stride is an x86 scaled index, so a small malloc adds to
      * count[b] and bytes[b] with no index arithmetic (two lines touched, both hot in the owner's cache) */
@@ -74,7 +75,7 @@ typedef struct rtk_tslot {
 
 typedef struct rtk_totals {
     uint64_t allocs, bytes, frees, calloc_calls, realloc_calls, memalign_calls;
-    uint64_t arena_hits, fallbacks, arena_misses, arena_exhausted, small_calls, large_hits;
+    uint64_t arena_hits, fallbacks, arena_misses, arena_exhausted, small_calls, large_hits, arena_above;
     int64_t live;
     uint64_t count[RTK_BUCKETS], bucket_bytes[RTK_BUCKETS];
 } rtk_totals_t;

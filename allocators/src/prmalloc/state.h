@@ -74,6 +74,13 @@ typedef struct rtk_engine {
     uint32_t after_from;               /* first step index counted in the figures after the plan */
     uint32_t classes_dropped;          /* planned classes the re-check dropped (pages released) */
     size_t retired_released;           /* bytes of retired arenas' free blocks given back at retirement */
+    /* the drift check of a plan in use (step.c check_drift): the window under way and the last re-plan it caused */
+    int drift_armed;                   /* a window is under way from drift_start (its totals in drift_*0) */
+    uint32_t drift_start, drift_window;
+    uint64_t drift_fit0, drift_large0;
+    uint32_t replans, replans_held;    /* plans retired for drift; drifted windows left alone at the re-plan limit */
+    uint32_t replan_step, replan_from; /* the mark that retired the last, and its window's first step */
+    uint64_t replan_fit, replan_large; /* that window's allocations >= min_size with a planned class, of all */
     int64_t peak_live;              /* highest live bytes seen at a step mark or stats write */
     rtk_footprint_t peak_footprint; /* the heap's footprint at the step mark where it was largest */
     uint64_t last_write_ns;

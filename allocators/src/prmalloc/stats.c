@@ -112,14 +112,25 @@ long rtk_stats_format(char *buf, size_t cap)
             "\"realloc_calls\": %llu, \"memalign_calls\": %llu, \"bytes_allocated\": %llu, \"arena_hits\": %llu, "
             "\"fallbacks\": %llu, \"small_calls\": %llu, \"arena_misses\": %llu, \"arena_exhausted\": %llu, "
             "\"live_bytes\": %lld, \"peak_live_bytes\": %lld, \"debug_errors\": %llu, \"fallbacks_reused\": %llu, "
-            "\"large_hits\": %llu},\n",
+            "\"large_hits\": %llu, \"arena_above_max\": %llu},\n",
         (unsigned long long)malloc_calls, (unsigned long long)t->frees, (unsigned long long)t->calloc_calls,
         (unsigned long long)t->realloc_calls, (unsigned long long)t->memalign_calls, (unsigned long long)t->bytes,
         (unsigned long long)t->arena_hits, (unsigned long long)t->fallbacks, (unsigned long long)t->small_calls,
         (unsigned long long)t->arena_misses, (unsigned long long)t->arena_exhausted, (long long)t->live,
         (long long)rtk_engine.peak_live, (unsigned long long)rtk_engine.debug_errors,
         (unsigned long long)__atomic_load_n(&rtk_engine.fallback_reused, __ATOMIC_RELAXED),
-        (unsigned long long)t->large_hits);
+        (unsigned long long)t->large_hits, (unsigned long long)t->arena_above);
+    /* the drift check (step.c): plans retired because the job's sizes changed under them, and the last one's window */
+    rtk_out_put(&o, "  \"replans\": {\"count\": %u, \"held_at_limit\": %u, \"window_steps\": %u, \"last_step\": ",
+                rtk_engine.replans, rtk_engine.replans_held,
+                rtk_engine.drift_window ? rtk_engine.drift_window : (unsigned)rtk_setting_num(RTK_OPT_MALLOC_DRIFT_STEPS));
+    if (rtk_engine.replans)
+        rtk_out_put(&o, "%u, \"last_from_step\": %u, \"last_classed\": %llu, \"last_allocations\": %llu, "
+                    "\"last_reason\": \"sizes drifted\"},\n", rtk_engine.replan_step, rtk_engine.replan_from,
+                    (unsigned long long)rtk_engine.replan_fit, (unsigned long long)rtk_engine.replan_large);
+    else
+        rtk_out_put(&o, "null, \"last_from_step\": null, \"last_classed\": null, \"last_allocations\": null, "
+                    "\"last_reason\": null},\n");
     /* rtkit's own memory: what bounds its share of RSS (live blocks) and what it holds idle or gave back */
     rtk_large_info_t li;
     rtk_large_info(&li);

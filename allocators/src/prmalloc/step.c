@@ -17,6 +17,7 @@
 #include "prmalloc/tier.h"
 
 #define STATS_PERIOD_NS 500000000ull  /* stats.json is rewritten at most this often between forced writes */
+#define MAX_REPLANS 8  /* re-plans for drift a process may make (rtkit/config.py's malloc_drift_steps says so) */
 
 static rtk_spin_t g_step_lock = RTK_SPIN_INIT;
 static void finish_profiling(uint32_t step, const char *reason);
@@ -124,7 +125,7 @@ void rtk_step_start_profiling(uint32_t step)
     rtk_engine.profile_start_step = step;
     rtk_engine.profile_reason = "";
     rtk_engine.faults_before_start = rtk_os_minor_faults();
-    rtk_engine.faults_before_steps = 0;
+    rtk_engine.faults_before_sum = rtk_engine.faults_before_steps = 0;  /* the figures are the plan in use's */
     rtk_profile_begin(step, rtk_fastpath.min_size);
 }
 
@@ -165,6 +166,7 @@ static void finish_profiling(uint32_t step, const char *reason)
     }
     rtk_engine.state = RTK_STATE_PLANNED;
     rtk_engine.reserve_due = 1;
+    rtk_engine.drift_armed = 0;
     rtk_engine.plan_source = "profiled";
     rtk_engine.plan_step = step;
     rtk_engine.after_from = step;
@@ -177,6 +179,27 @@ static void finish_profiling(uint32_t step, const char *reason)
     rtk_engine.faults_after_start = rtk_os_minor_faults();
 }
 
+/* Retire the plan in use (its free blocks go back to the large heap now, its live ones as the job frees them) and
+ * profile the job afresh from this mark. */
+static void replace_plan(const rtk_totals_t *t, uint32_t steps)
+{
+    rtk_engine.retired_released += rtk_arenas_retire();
+    rtk_engine.plan_hits0 = t->arena_hits;
+    rtk_engine.plan_large0 = t->arena_hits + t->fallbacks;
+    rtk_engine.plan_source = "none";
+    rtk_engine.plan.nclasses = 0;
+    rtk_engine.drift_armed = 0;
+    rtk_engine.profile_done = 0;  /* the profile window in the stats is the one under way */
+    rtk_engine.faults_after_sum = rtk_engine.faults_after_steps = 0;  /* the retired plan's steps are no plan's figures */
+    rtk_step_start_profiling(steps);
+}
+
+/* The criterion a plan is judged by, from the census totals: step allocations >= min_size that had a planned class
+ * (served, or their class exhausted), and all those the plan could have classed (sizes above malloc_class_max are
+ * left to the large heap by rule, and counted by neither). */
+static uint64_t planned_fit(const rtk_totals_t *t) { return t->arena_hits + t->arena_exhausted; }
+static uint64_t planned_large(const rtk_totals_t *t) { return t->arena_hits + t->arena_exhausted + t->arena_misses; }
+
 /* A loaded plan must earn its place, judged on what it can know: the sizes the job's steps ask for. Over the
  * check window, at least half of the step allocations at or above min_size must have a planned class (served
  * or not: blocks the job took before its first step and still holds are not the plan's fault; the large heap
@@ -185,14 +208,14 @@ static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
 {
     uint32_t begin = (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_START), end = begin + (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_PROFILE_STABLE);
     if (steps == begin || !rtk_engine.val_large0) {
-        rtk_engine.val_hits0 = t->arena_hits + t->arena_exhausted;
-        rtk_engine.val_large0 = t->arena_hits + t->arena_exhausted + t->arena_misses + 1;  /* +1: marks "taken" */
+        rtk_engine.val_hits0 = planned_fit(t);
+        rtk_engine.val_large0 = planned_large(t) + 1;  /* +1: marks "taken" */
     }
     if (steps < end)
         return;
     rtk_engine.validating = 0;
-    uint64_t fit = t->arena_hits + t->arena_exhausted - rtk_engine.val_hits0;
-    uint64_t large = t->arena_hits + t->arena_exhausted + t->arena_misses + 1 - rtk_engine.val_large0;
+    uint64_t fit = planned_fit(t) - rtk_engine.val_hits0;
+    uint64_t large = planned_large(t) + 1 - rtk_engine.val_large0;
     const char *what = NULL;
     if (large == 0)
         what = "sizes absent";
@@ -203,13 +226,49 @@ static void validate_loaded(const rtk_totals_t *t, uint32_t steps)
     snprintf(rtk_engine.rejected_reason, sizeof rtk_engine.rejected_reason,
              "loaded plan does not match the job (%s): %llu of %llu allocations >= min_size in steps %u..%u had a planned class",
              what, (unsigned long long)fit, (unsigned long long)large, begin, end - 1);
-    rtk_engine.retired_released += rtk_arenas_retire();
-    rtk_engine.plan_hits0 = t->arena_hits;
-    rtk_engine.plan_large0 = t->arena_hits + t->fallbacks;
-    rtk_engine.plan_source = "none";
-    rtk_engine.plan.nclasses = 0;
-    rtk_engine.faults_after_sum = rtk_engine.faults_after_steps = 0;  /* the rejected plan's steps are no plan's figures */
-    rtk_step_start_profiling(steps);
+    replace_plan(t, steps);
+}
+
+/* A plan in use goes stale when the job changes under it (a second fit of another model, a new batch size, a
+ * fine-tuning phase): its classes idle, the new sizes fall back. Over each window of malloc_drift_steps steps after
+ * the plan, the loaded plan's rule applies: fewer than half of the window's allocations that the plan could class
+ * had a class, and the plan is retired and the job profiled afresh. A window with no such allocation says nothing
+ * (a plan idle in a phase without large blocks harms nothing). Against a job that alternates phases, the window
+ * doubles after each re-plan and MAX_REPLANS bounds them: each costs a profile, and an arena slot
+ * (RTK_MAX_ARENAS). The retired arena's live blocks stay the job's until freed (rtk_arenas_retire). */
+static void drift_arm(const rtk_totals_t *t, uint32_t steps)
+{
+    if (!rtk_setting_num(RTK_OPT_MALLOC_DRIFT_STEPS))
+        return;
+    rtk_engine.drift_armed = 1;
+    rtk_engine.drift_start = steps;
+    rtk_engine.drift_fit0 = planned_fit(t);
+    rtk_engine.drift_large0 = planned_large(t);
+    if (!rtk_engine.drift_window)
+        rtk_engine.drift_window = (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_DRIFT_STEPS);
+}
+
+static int check_drift(const rtk_totals_t *t, uint32_t steps)
+{
+    if (!rtk_engine.drift_armed || steps - rtk_engine.drift_start < rtk_engine.drift_window)
+        return 0;
+    uint64_t fit = planned_fit(t) - rtk_engine.drift_fit0, large = planned_large(t) - rtk_engine.drift_large0;
+    uint32_t from = rtk_engine.drift_start;
+    if (large == 0 || fit * 2 >= large || rtk_engine.replans >= MAX_REPLANS) {
+        rtk_engine.replans_held += large && fit * 2 < large;
+        drift_arm(t, steps);  /* the next window starts at this mark */
+        return 0;
+    }
+    rtk_engine.replans++;
+    rtk_engine.replan_step = steps;
+    rtk_engine.replan_from = from;
+    rtk_engine.replan_fit = fit;
+    rtk_engine.replan_large = large;
+    /* doubled from the window that found the drift, so repeated re-plans grow further and further apart */
+    rtk_engine.drift_window = rtk_engine.drift_window > UINT32_MAX / 2 ? UINT32_MAX : rtk_engine.drift_window * 2;
+    rtk_engine.plan_trimmed = 0;
+    replace_plan(t, steps);
+    return 1;
 }
 
 /* Idle headroom for the sizes no class serves, faulted in at the mark before the first step counted after the plan:
@@ -298,13 +357,18 @@ void rtk_step_mark(void)
     } else if (rtk_engine.state == RTK_STATE_PLANNED && rtk_engine.validating) {
         validate_loaded(&t, steps);
         force = 1;
+    } else if (rtk_engine.state == RTK_STATE_PLANNED && check_drift(&t, steps)) {
+        force = 1;
     } else if (rtk_engine.state == RTK_STATE_PLANNED) {
-        /* re-check: a class idle for the decay window is dropped, its free pages go back (sizes that drifted
-         * since the plan are the large heap's) */
+        /* re-check: a class idle for the decay window is dropped, its free pages go back (until the drift check
+         * re-plans, sizes that drifted since the plan are the large heap's) */
         int dropped = rtk_arenas_step((uint32_t)rtk_setting_num(RTK_OPT_MALLOC_DECAY_STEPS));
         rtk_engine.classes_dropped += (uint32_t)dropped;
         force |= dropped > 0;
     }
+    /* a plan took over at this mark (profiled, or a loaded one past its check): its first drift window starts */
+    if (rtk_engine.state == RTK_STATE_PLANNED && !rtk_engine.validating && !rtk_engine.drift_armed)
+        drift_arm(&t, steps);
     rtk_large_step(steps, (uint32_t)rtk_setting_num(RTK_OPT_MALLOC_DECAY_STEPS));
     reserve_headroom(steps);
     rtk_engine.faults_mark = rtk_os_minor_faults();  /* after any arena pre-faulting done by this mark */
