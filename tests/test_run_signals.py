@@ -15,11 +15,19 @@ PY = sys.executable
 pytestmark = pytest.mark.timeout(300)
 
 
+def _default_stop_signals():
+    """In a child about to exec rtkit: the stop signals a test sends at their default action, however pytest was
+    started (a background job of a shell ignores SIGINT and SIGQUIT, and rtkit and its command keep an ignore)."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start(args, block=()):
     """`rtkit ARGS` with `block` signals blocked from its first instruction: a signal sent at once then waits,
     pending, for rtkit's own handlers, whatever the machine's load (the child still gets the caller's mask)."""
     def preexec():
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # SIGQUIT's default action: no core file
+        _default_stop_signals()
         if block:
             signal.pthread_sigmask(signal.SIG_BLOCK, set(block))
     return subprocess.Popen([RTKIT, *args], env=unpreloaded_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -378,3 +386,45 @@ def test_two_threads_first_steps_at_once_make_one_recorder(tmp_path):
     """Two threads' first steps at once: one step recorder takes both threads' steps (none lost to a second one)."""
     _stdout_of_a_run_that_ended_well(tmp_path, TWO_FIRST_STEPS)
     assert load_report(tmp_path / "r")["steps"]["count"] == 7
+
+
+# `rtkit run` (its real main, in a process of its own) with an at-fork hook that stands for a sender who signals the
+# command's process between its fork and its exec: the hook runs in the child of the fork that starts the command
+# (subprocess's, which runs at-fork hooks since rtkit passes a preexec_fn), first thing after the fork.
+SIGNAL_BEFORE_EXEC = r"""
+import os, sys, traceback
+from rtkit import cli
+sig, run_dir = int(sys.argv[1]), sys.argv[2]
+def in_the_window():
+    if any(frame.name == "_execute_child" for frame in traceback.extract_stack()):   # not the tree guard's fork
+        os.kill(os.getpid(), sig)
+os.register_at_fork(after_in_child=in_the_window)
+sys.exit(cli.main(["run", "--run-dir", run_dir, "--", sys.executable, "-c", "print('the command ran')"]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_between_the_commands_fork_and_exec_is_not_lost(tmp_path, sig):
+    """Until its exec the command's process has rtkit's handlers: a signal taken there was swallowed (the command
+    ran on as if never signalled, exit 0). Now it waits, blocked, for the command's own dispositions (those rtkit
+    was started with), and ends it as it would have ended a command that had not yet run a line: 128+N."""
+    proc = subprocess.run([PY, "-c", SIGNAL_BEFORE_EXEC, str(int(sig)), str(tmp_path / "r")], env=unpreloaded_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240,
+                          preexec_fn=_default_stop_signals)
+    assert "the command ran" not in proc.stdout
+    assert proc.returncode == 128 + sig, proc.stderr
+    run = load_report(tmp_path / "r")["run"]
+    assert (run["exit_code"], run["signal"]) == (128 + sig, signal.Signals(sig).name)
+
+
+def test_a_signal_the_caller_ignored_stays_ignored_for_the_command(tmp_path):
+    """`nohup rtkit run -- CMD`: SIGHUP stays ignored for the command, as it would be without rtkit (rtkit's own
+    handler, set over the ignore, used to make exec give the command the default action: a hangup then ended it)."""
+    def preexec():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    script = "import signal; print(int(signal.getsignal(signal.SIGHUP)), int(signal.getsignal(signal.SIGTERM)))"
+    proc = subprocess.run([RTKIT, "run", "--run-dir", str(tmp_path / "r"), "--quiet", "--", PY, "-c", script],
+                          env=unpreloaded_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          preexec_fn=preexec, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{int(signal.SIG_IGN)} {int(signal.SIG_DFL)}\n"
