@@ -428,3 +428,64 @@ def test_a_signal_the_caller_ignored_stays_ignored_for_the_command(tmp_path):
                           preexec_fn=preexec, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{int(signal.SIG_IGN)} {int(signal.SIG_DFL)}\n"
+
+
+# A daemon's way (a fork, then every inherited descriptor closed: by os.closerange, or one by one) in the child of a
+# stepping script, whose SIGUSR1 handler then takes signals. rtkit's wake-up pipe for the forked child was among the
+# closed descriptors.
+DAEMON = r"""
+import os, signal, sys, threading, rtkit
+rtkit.step()
+pid = os.fork()
+if pid == 0:
+    if sys.argv[1] == "closerange":
+        os.closerange(3, 1 << 16)
+    else:
+        for fd in range(3, 1024):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        # rtkit's watcher thread, which reads the pipe, has seen it closed; a call gives the main thread its turn
+        for t in threading.enumerate():
+            if t.name == "rtkit-signal-flush":
+                t.join()
+        (lambda: None)()
+        files = [os.open(os.path.join(sys.argv[2], f"f{i}"), os.O_RDWR | os.O_CREAT) for i in range(64)]
+    got = []
+    signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+    for _ in range(5):
+        os.kill(os.getpid(), signal.SIGUSR1)   # its handler has run when kill returns
+    if sys.argv[1] == "reopen":
+        for fd in files:
+            os.write(fd, b"mine")
+            os.close(fd)
+    print("daemon took", len(got), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("daemon exit", os.waitstatus_to_exitcode(status))
+rtkit.step()
+"""
+
+
+def test_a_daemon_that_closed_rtkits_wakeup_pipe_gets_no_noise(tmp_path):
+    """Each signal the daemon then handled printed "Exception ignored when trying to write to the signal wakeup fd ...
+    Bad file descriptor" on the job's stderr: rtkit's broken plumbing, in the user's output. Now none."""
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--quiet", "--", PY, "-c", DAEMON, "closerange"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "daemon took 5\ndaemon exit 0\n"
+    assert "wakeup" not in proc.stderr and "Bad file descriptor" not in proc.stderr, proc.stderr
+    assert load_report(tmp_path / "r")["steps"]["count"] == 2
+
+
+def test_a_daemon_that_reused_rtkits_wakeup_pipe_number_gets_no_signal_bytes(tmp_path):
+    """The daemon closed its descriptors one by one, then its own files took the closed pipe's number: each signal it
+    handled wrote a byte into one of them."""
+    files = tmp_path / "files"
+    files.mkdir()
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--quiet", "--", PY, "-c", DAEMON, "reopen",
+                      str(files)])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "daemon took 5\ndaemon exit 0\n"
+    assert {f.read_bytes() for f in files.iterdir()} == {b"mine"}
+    assert proc.stderr == ""
