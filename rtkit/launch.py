@@ -41,6 +41,7 @@ def build_child_env(resolved: cfg.Resolved, run_dir: str, base_env: Dict[str, st
     env.update(resolved.child_env())
     env["RTKIT_RUN_DIR"] = run_dir
     env["RTKIT_ACTIVE"] = "1"
+    env["RTKIT_RUN_PID"] = str(os.getpid())   # the command's parent: tells the command's own process (bootstrap)
     if resolved.profile:
         env["RTKIT_PROFILE"] = resolved.profile
     if resolved["malloc"]:

@@ -489,3 +489,21 @@ def test_a_daemon_that_reused_rtkits_wakeup_pipe_number_gets_no_signal_bytes(tmp
     assert proc.stdout == "daemon took 5\ndaemon exit 0\n"
     assert {f.read_bytes() for f in files.iterdir()} == {b"mine"}
     assert proc.stderr == ""
+
+
+def test_steps_a_user_thread_made_while_the_main_thread_waits_are_flushed_at_sigterm(tmp_path):
+    """The main thread starts the training thread and waits for it, never calling into rtkit: the recorder is made on
+    the training thread, where no signal handler can be set. SIGTERM still writes its steps."""
+    marker = tmp_path / "stepped"
+    script = ("import threading, time, rtkit\n"
+              "def work():\n    for _ in range(5):\n        rtkit.step()\n"
+              f"    open({str(marker)!r}, 'w').close()\n"
+              "    time.sleep(600)\n"
+              "t = threading.Thread(target=work)\nt.start()\nt.join()\n")
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, "5 steps", proc),
+                                             proc.send_signal(signal.SIGTERM)))
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    report = load_report(tmp_path / "r")
+    assert report["run"]["signal"] == "SIGTERM"
+    assert report["steps"]["count"] == 5, (report["steps"]["hook"], err)
