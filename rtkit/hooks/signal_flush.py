@@ -1,10 +1,10 @@
 # signal_flush.py -- the child writes its step records when SIGTERM, SIGHUP or SIGQUIT ends it, then dies by that signal.
-"""Installed by the main thread once a process records steps (at its own first step when another thread made the
-process's first), only for signals still at their default action (a handler or an ignore the program set, in Python
-or in C such as faulthandler.register's, is left alone; a handler it sets later replaces this one, and its own exit
-then flushes through atexit). The handler flushes, puts the default action
-back and sends the signal again, so the process ends exactly as it would without rtkit (killed by the signal:
-exit status 128+N).
+"""Installed by the main thread: in the command's own process at its start (the bootstrap), in any other once it
+records steps (at its own first step when another thread made the process's first); only for signals still at
+their default action (a handler or an ignore the program set, in Python or in C such as faulthandler.register's,
+is left alone; a handler it sets later replaces this one, and its own exit then flushes through atexit). The
+handler flushes, puts the default action back and sends the signal again, so the process ends exactly as it would
+without rtkit (killed by the signal: exit status 128+N).
 
 A Python handler runs only when the main thread is back in the interpreter; TensorFlow blocks it in C for
 minutes (`server.join()`, a long `Session.run`). So the signal's wake-up byte also reaches a small watcher
@@ -142,9 +142,21 @@ def _watch(read_fd: int) -> None:
         _ask_main_thread_to_drop()
 
 
+def _above_standard_streams(fd: int) -> int:
+    """fd itself, or a copy numbered 3 or more: a standard stream the process was started with closed (`2>&-`)
+    stays closed, never rtkit's pipe in its place (rtkit/std_streams.py)."""
+    if fd > 2:
+        return fd
+    import fcntl
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
+
+
 def _start_watcher() -> None:
     global _wakeup
-    read_fd, write_fd = os.pipe()
+    read_fd, write_fd = (_above_standard_streams(fd) for fd in os.pipe())
     os.set_blocking(write_fd, False)
     try:
         old = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
