@@ -355,13 +355,18 @@ def test_steps_a_user_thread_made_first_are_flushed_at_sigterm(tmp_path, where):
               "for _ in range(3):\n    rtkit.step()\n"
               f"open({str(marker)!r}, 'w').close()\n"
               "time.sleep(600)\n")
-    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", *_as(where, script)])
-    out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, "8 steps", proc),
+    _assert_steps_kept_at_sigterm(tmp_path, _as(where, script), marker, 8)
+
+
+def _assert_steps_kept_at_sigterm(tmp_path, command, marker, steps):
+    """rtkit run of `command`, sent SIGTERM once the script made `marker`: it died by it and kept its `steps`."""
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", *command])
+    out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, f"{steps} steps", proc),
                                              proc.send_signal(signal.SIGTERM)))
     assert proc.returncode == 128 + signal.SIGTERM, err
     report = load_report(tmp_path / "r")
     assert report["run"]["signal"] == "SIGTERM"
-    assert report["steps"]["count"] == 8, (report["steps"]["hook"], err)
+    assert report["steps"]["count"] == steps, (report["steps"]["hook"], err)
 
 
 # Thread a is held inside the making of the step recorder until thread b has asked for it too (b's call returned, or
@@ -514,10 +519,4 @@ def test_steps_a_user_thread_made_while_the_main_thread_waits_are_flushed_at_sig
               f"    open({str(marker)!r}, 'w').close()\n"
               "    time.sleep(600)\n"
               "t = threading.Thread(target=work)\nt.start()\nt.join()\n")
-    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
-    out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, "5 steps", proc),
-                                             proc.send_signal(signal.SIGTERM)))
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    report = load_report(tmp_path / "r")
-    assert report["run"]["signal"] == "SIGTERM"
-    assert report["steps"]["count"] == 5, (report["steps"]["hook"], err)
+    _assert_steps_kept_at_sigterm(tmp_path, [PY, "-c", script], marker, 5)
