@@ -89,11 +89,6 @@ def _drop_wakeup_fd(closing: bool = False) -> None:
     _wakeup = None
 
 
-# run by the main thread at its next bytecode (Py_AddPendingCall): set_wakeup_fd is for the main thread alone
-_PENDING_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-
-
-@_PENDING_CALL
 def _drop_in_main_thread(_arg) -> int:
     try:
         _drop_wakeup_fd()
@@ -102,12 +97,21 @@ def _drop_in_main_thread(_arg) -> int:
     return 0
 
 
+_pending_call = None   # the C callback of _drop_in_main_thread, made when first needed and kept while it may run
+
+
 def _ask_main_thread_to_drop() -> None:
+    """_drop_wakeup_fd run by the main thread at its next bytecode (Py_AddPendingCall): set_wakeup_fd is for the main
+    thread alone, and this thread cannot wait for a call into rtkit that may never come."""
+    global _pending_call
     try:
+        kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+        if _pending_call is None:
+            _pending_call = kind(_drop_in_main_thread)
         api = ctypes.PyDLL(None)
-        api.Py_AddPendingCall.argtypes = [_PENDING_CALL, ctypes.c_void_p]
-        api.Py_AddPendingCall(_drop_in_main_thread, None)
-    except Exception:   # an interpreter without the symbol: Python writes on to the closed descriptor, as before
+        api.Py_AddPendingCall.argtypes = [kind, ctypes.c_void_p]
+        api.Py_AddPendingCall(_pending_call, None)
+    except Exception:   # no callback or no symbol here: Python writes on to the closed descriptor, as before
         pass
 
 
@@ -193,7 +197,7 @@ def _unblock_after_fork() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock
+    global _lock, _wakeup
     try:
         _lock = threading.RLock()  # the parent's watcher may have held it at the fork
         # the pipe is the parent's: a signal of this child must never wake the parent's watcher
@@ -201,7 +205,6 @@ def _after_fork_in_child() -> None:
             signal.set_wakeup_fd(-1)
         except ValueError:
             return
-        global _wakeup
         _wakeup = None
         if any(signal.getsignal(s) is _handler for s in SIGNALS):
             _start_watcher()
