@@ -310,7 +310,7 @@ BY_ALIAS: Dict[str, Setting] = {s.alias: s for s in SETTINGS if s.alias}
 BY_ALIAS_ENV: Dict[str, Setting] = {s.alias_env: s for s in SETTINGS if s.alias}
 
 # RTKIT_* variables that are not settings: set by rtkit itself for the child.
-INTERNAL_ENV = {"RTKIT_RUN_DIR", "RTKIT_LAUNCH_SERVING", "RTKIT_LAUNCH_CLOCK", "RTKIT_PROFILE_PATH", "RTKIT_ACTIVE", "RTKIT_LIB_DIR", "RTKIT_PROFILE"}
+INTERNAL_ENV = {"RTKIT_RUN_DIR", "RTKIT_LAUNCH_SERVING", "RTKIT_LAUNCH_CLOCK", "RTKIT_LAUNCHER_PID", "RTKIT_RUN_PID", "RTKIT_PROFILE_PATH", "RTKIT_ACTIVE", "RTKIT_LIB_DIR", "RTKIT_PROFILE"}
 
 
 def _normal_key(key: str) -> str:

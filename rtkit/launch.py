@@ -41,6 +41,7 @@ def build_child_env(resolved: cfg.Resolved, run_dir: str, base_env: Dict[str, st
     env.update(resolved.child_env())
     env["RTKIT_RUN_DIR"] = run_dir
     env["RTKIT_ACTIVE"] = "1"
+    env["RTKIT_RUN_PID"] = str(os.getpid())   # the command's parent: tells the command's own process (bootstrap)
     if resolved.profile:
         env["RTKIT_PROFILE"] = resolved.profile
     if resolved["malloc"]:
@@ -260,6 +261,8 @@ class _Forwarder:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for s in self.SIGNALS + self.PASSED_ON:
+                if signal.getsignal(s) is signal.SIG_IGN:
+                    continue   # ignored by whoever started rtkit (nohup): by rtkit and by the command alike
                 self.previous[s] = signal.signal(s, self.handler)
         return self
 
@@ -290,20 +293,32 @@ def run_child(command: List[str], env: Dict[str, str], interval_s: float, on_sta
             return ChildResult(128 + fwd.received, name, "interrupted",
                                f"interrupted by {name} before the command started", None, [], start, time.time())
         guard.start(own_group)
+        # Safety rule (docs/safety.md): until its exec the command's process has rtkit's handlers, and a signal sent
+        # to it there (Ctrl-C to the terminal's group, a kill of the pid or group) would run one and be lost. The
+        # fork happens with these signals blocked; the child puts back the default action where rtkit set a handler
+        # (as exec would; an ignored one stays ignored) before it unblocks them: a signal that came meanwhile then
+        # acts on it as on a command that has not run a line yet (128+N).
+        own_mask = signal.pthread_sigmask(signal.SIG_BLOCK, fwd.SIGNALS + fwd.PASSED_ON)
         mask = early_signals.child_mask()
+        handled = list(fwd.previous)
 
         def in_child():
             if own_group and sys.version_info < (3, 11):
                 os.setpgrp()
-            if mask is not None:  # the command starts with the signal mask rtkit was given
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            for s in handled:
+                signal.signal(s, signal.SIG_DFL)
             guard.in_child()
+            # the command starts with the signal mask rtkit was given
+            signal.pthread_sigmask(signal.SIG_SETMASK, own_mask if mask is None else mask)
 
         try:
             group: Dict[str, object] = {"preexec_fn": in_child}
             if own_group and sys.version_info >= (3, 11):
                 group["process_group"] = 0
-            proc = subprocess.Popen(command, env=env, **group)
+            try:
+                proc = subprocess.Popen(command, env=env, **group)
+            finally:   # a signal for rtkit that came meanwhile runs its handler now (forwarded once the child is known)
+                signal.pthread_sigmask(signal.SIG_SETMASK, own_mask)
         except FileNotFoundError:
             guard.finish()
             return ChildResult(127, None, "not_started", f"command not found: {command[0]}", None, [], start,

@@ -97,7 +97,7 @@ def execute(command: List[str], resolved: cfg.Resolved, run_dir: Optional[str] =
         notes.append(dir_note.replace("rtkit: ", "", 1))
     base_env = dict(os.environ)
     for var in list(base_env):  # a parent run's leftovers must not leak into this one
-        if var in ("RTKIT_RUN_DIR", "RTKIT_ACTIVE"):
+        if var in ("RTKIT_RUN_DIR", "RTKIT_ACTIVE", "RTKIT_LAUNCHER_PID", "RTKIT_RUN_PID"):
             del base_env[var]
     child_env = launch.build_child_env(resolved, run_dir, base_env, notes)
     interval = resolved["sample_interval_ms"] / 1000.0

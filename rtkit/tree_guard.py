@@ -83,6 +83,26 @@ def _guard(read_fd: int, group: bool) -> None:
     _kill_tree(root, group)
 
 
+LAUNCHER_ENV = "RTKIT_LAUNCHER_PID"   # set by `rtkit launch` for each task's `rtkit run`: the launcher's pid
+
+
+def die_with_launcher(env=os.environ) -> None:
+    """A task of `rtkit launch`: its `rtkit run` dies with the launcher (kill -9 included), and this process's tree guard
+    then ends the command's tree, as when this `rtkit run` itself is killed. Safety rule (docs/safety.md)."""
+    try:
+        launcher = int(env.get(LAUNCHER_ENV, ""))
+    except ValueError:
+        return
+    import ctypes
+
+    # PR_SET_PDEATHSIG (1): sent when the thread that forked this process ends; the launcher forks its tasks from the
+    # thread that waits for them all. A command rtkit starts never inherits it (a fork clears it).
+    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) != 0:
+        return
+    if os.getppid() != launcher:   # the launcher died before the prctl: no signal will come, and no command runs yet
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class TreeGuard:
     def __init__(self) -> None:
         self.pid: Optional[int] = None

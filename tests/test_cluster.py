@@ -256,6 +256,14 @@ def test_launch_restarts_a_killed_worker(tmp_path):
     assert "restart 1" in text and "failure: worker-1 (worker-1) killed, killed by SIGKILL" in text
 
 
+def _no_core_and_default_stops():
+    """In the child about to exec rtkit launch: SIGQUIT leaves no core; the stop signals are at their default action
+    however pytest was started (a shell's background job ignores SIGINT and SIGQUIT, and the launcher keeps that)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _launch_signalled(tmp_path, sig, mode):
     """rtkit launch (1 PS, 2 workers in `mode`) sent `sig` once every task said hello: its exit code, output, folder."""
     script = tmp_path / "task.py"
@@ -263,7 +271,7 @@ def _launch_signalled(tmp_path, sig, mode):
     folder = tmp_path / "c"
     proc = subprocess.Popen([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(folder), "--",
                              PY, str(script), mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+                            preexec_fn=_no_core_and_default_stops)
     try:
         seen, lines = set(), []
         deadline = time.time() + 120
@@ -532,3 +540,51 @@ def test_merge_tasks_the_launcher_stopped_are_not_failures(tmp_path):
     assert {r["task"]: r["status"] for r in m["tasks"]} == {"worker-0": "failed", "worker-1": "stopped",
                                                            "ps-0": "stopped"}
     assert [f["task"] for f in m["failures"]] == ["worker-0"]
+
+
+# A task that names itself and its pid, then runs until stopped (a PS's server.join(), a hung worker).
+PID_TASK = r"""
+import json, os, time
+c = json.loads(os.environ["TF_CONFIG"])
+print(f"pid {c['task']['type']}-{c['task']['index']} {os.getpid()}", flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.slow   # a local cluster of `rtkit run` processes
+@pytest.mark.timeout(300)   # a safety net only: each task's end is waited for by its pidfd, with no bound of our own
+def test_kill_9_of_rtkit_launch_ends_its_tasks(tmp_path):
+    """kill -9 of rtkit launch: each task's `rtkit run` dies with it, and its tree guard ends the command (they ran on,
+    orphaned, serving forever)."""
+    import select
+
+    script = tmp_path / "task.py"
+    script.write_text(PID_TASK)
+    proc = subprocess.Popen([RTKIT, "launch", "--ps", "1", "--workers", "2", "--cluster-dir", str(tmp_path / "c"), "--",
+                             PY, str(script)], env=unpreloaded_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    pidfds = {}
+    try:
+        for line in proc.stdout:   # each task's line, as the launcher streams it: the task runs and has said its pid
+            if "] pid " in line:
+                name, pid = line.split()[-2:]
+                pidfds[name] = os.pidfd_open(int(pid))   # while it surely runs: never another process's pid
+            if len(pidfds) == 3:
+                break
+        assert len(pidfds) == 3, "the launcher ended before every task said its pid"
+        proc.kill()
+        proc.wait()
+        for name, fd in pidfds.items():
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)   # readable once the process has ended
+            assert poller.poll(), name
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for fd in pidfds.values():
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)   # a task the launcher's death left running
+            except ProcessLookupError:
+                pass
+            os.close(fd)

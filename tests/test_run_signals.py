@@ -15,11 +15,19 @@ PY = sys.executable
 pytestmark = pytest.mark.timeout(300)
 
 
+def _default_stop_signals():
+    """In a child about to exec rtkit: the stop signals a test sends at their default action, however pytest was
+    started (a background job of a shell ignores SIGINT and SIGQUIT, and rtkit and its command keep an ignore)."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start(args, block=()):
     """`rtkit ARGS` with `block` signals blocked from its first instruction: a signal sent at once then waits,
     pending, for rtkit's own handlers, whatever the machine's load (the child still gets the caller's mask)."""
     def preexec():
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # SIGQUIT's default action: no core file
+        _default_stop_signals()
         if block:
             signal.pthread_sigmask(signal.SIG_BLOCK, set(block))
     return subprocess.Popen([RTKIT, *args], env=unpreloaded_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -188,9 +196,20 @@ def test_a_forked_childs_signal_never_ends_its_parent(tmp_path):
         _wait_for(marker.exists, "the fork", proc), os.kill(int(marker.read_text()), signal.SIGTERM)))
 
 
-def test_a_signal_in_the_childs_first_instants_after_fork_never_ends_its_parent(tmp_path):
+# The command's own process sets rtkit's signal flush (and its at-fork hooks) at its start; a Python process the
+# command starts sets it at its first step, after the script's own at-fork hooks, which then run first in a child.
+AS_DESCENDANT = "import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', sys.argv[1]]))"
+
+
+def _as(where, script):
+    return [PY, "-c", script] if where == "command" else [PY, "-c", AS_DESCENDANT, script]
+
+
+@pytest.mark.parametrize("where", ["command", "descendant"])
+def test_a_signal_in_the_childs_first_instants_after_fork_never_ends_its_parent(tmp_path, where):
     """The child takes SIGTERM in an at-fork hook registered before rtkit's (the first thing it runs after the
-    fork): rtkit's handler is the parent's there, and its wake-up byte must not reach the parent's watcher."""
+    fork, in a descendant): rtkit's handler is the parent's there, and its wake-up byte must not reach the parent's
+    watcher."""
     script = ("import os, signal, time, rtkit\n"
               "os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
               "for _ in range(3):\n    rtkit.step()\n"
@@ -202,12 +221,12 @@ def test_a_signal_in_the_childs_first_instants_after_fork_never_ends_its_parent(
               "time.sleep(0.5)\n"
               "print('child signal', os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)\n"
               "rtkit.step()\n")
-    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", *_as(where, script)])
     _assert_the_parent_outlived_its_killed_child(proc, tmp_path, lambda: None)
 
 
-def _stdout_of_a_run_that_ended_well(tmp_path, script):
-    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
+def _stdout_of_a_run_that_ended_well(tmp_path, script, where="command"):
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--", *_as(where, script)])
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -229,9 +248,10 @@ def test_a_signal_the_script_blocked_stays_pending_for_it(tmp_path):
     assert load_report(tmp_path / "r")["steps"]["count"] == 4
 
 
-def test_a_signal_mask_that_a_fork_hook_set_in_the_child_stays(tmp_path):
-    """The script's own at-fork hook blocks SIGUSR1 in the child: rtkit's fork hooks, which run after it, give back
-    only the signals they blocked themselves."""
+@pytest.mark.parametrize("where", ["command", "descendant"])
+def test_a_signal_mask_that_a_fork_hook_set_in_the_child_stays(tmp_path, where):
+    """The script's own at-fork hook blocks SIGUSR1 in the child: rtkit's fork hooks, which run after it in a
+    descendant, give back only the signals they blocked themselves."""
     script = ("import os, signal, rtkit\n"
               "os.register_at_fork(after_in_child=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1}))\n"
               "rtkit.step()\n"
@@ -240,7 +260,7 @@ def test_a_signal_mask_that_a_fork_hook_set_in_the_child_stays(tmp_path):
               "    print('child blocks SIGUSR1:', signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
               "    os._exit(0)\n"
               "os.waitpid(pid, 0)\n")
-    assert _stdout_of_a_run_that_ended_well(tmp_path, script) == "child blocks SIGUSR1: True\n"
+    assert _stdout_of_a_run_that_ended_well(tmp_path, script, where) == "child blocks SIGUSR1: True\n"
 
 
 def test_a_handler_the_script_set_in_c_keeps_its_signal(tmp_path):
@@ -324,8 +344,10 @@ def test_leftover_descendants_are_noted(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
-def test_steps_a_user_thread_made_first_are_flushed_at_sigterm(tmp_path):
-    """A worker thread's first steps (where no signal handler can be set), the main thread's next: SIGTERM keeps all."""
+@pytest.mark.parametrize("where", ["command", "descendant"])
+def test_steps_a_user_thread_made_first_are_flushed_at_sigterm(tmp_path, where):
+    """A worker thread's first steps (where no signal handler can be set), the main thread's next: SIGTERM keeps all
+    (in a descendant, the handler is set at the main thread's first step)."""
     marker = tmp_path / "stepped"
     script = ("import threading, time, rtkit\n"
               "def work():\n    for _ in range(5):\n        rtkit.step()\n"
@@ -333,13 +355,18 @@ def test_steps_a_user_thread_made_first_are_flushed_at_sigterm(tmp_path):
               "for _ in range(3):\n    rtkit.step()\n"
               f"open({str(marker)!r}, 'w').close()\n"
               "time.sleep(600)\n")
-    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", PY, "-c", script])
-    out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, "8 steps", proc),
+    _assert_steps_kept_at_sigterm(tmp_path, _as(where, script), marker, 8)
+
+
+def _assert_steps_kept_at_sigterm(tmp_path, command, marker, steps):
+    """rtkit run of `command`, sent SIGTERM once the script made `marker`: it died by it and kept its `steps`."""
+    proc = _start(["run", "--run-dir", str(tmp_path / "r"), "--", *command])
+    out, err = _outcome_after(proc, lambda: (_wait_for(marker.exists, f"{steps} steps", proc),
                                              proc.send_signal(signal.SIGTERM)))
     assert proc.returncode == 128 + signal.SIGTERM, err
     report = load_report(tmp_path / "r")
     assert report["run"]["signal"] == "SIGTERM"
-    assert report["steps"]["count"] == 8, (report["steps"]["hook"], err)
+    assert report["steps"]["count"] == steps, (report["steps"]["hook"], err)
 
 
 # Thread a is held inside the making of the step recorder until thread b has asked for it too (b's call returned, or
@@ -378,3 +405,118 @@ def test_two_threads_first_steps_at_once_make_one_recorder(tmp_path):
     """Two threads' first steps at once: one step recorder takes both threads' steps (none lost to a second one)."""
     _stdout_of_a_run_that_ended_well(tmp_path, TWO_FIRST_STEPS)
     assert load_report(tmp_path / "r")["steps"]["count"] == 7
+
+
+# `rtkit run` (its real main, in a process of its own) with an at-fork hook that stands for a sender who signals the
+# command's process between its fork and its exec: the hook runs in the child of the fork that starts the command
+# (subprocess's, which runs at-fork hooks since rtkit passes a preexec_fn), first thing after the fork.
+SIGNAL_BEFORE_EXEC = r"""
+import os, sys, traceback
+from rtkit import cli
+sig, run_dir = int(sys.argv[1]), sys.argv[2]
+def in_the_window():
+    if any(frame.name == "_execute_child" for frame in traceback.extract_stack()):   # not the tree guard's fork
+        os.kill(os.getpid(), sig)
+os.register_at_fork(after_in_child=in_the_window)
+sys.exit(cli.main(["run", "--run-dir", run_dir, "--", sys.executable, "-c", "print('the command ran')"]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_between_the_commands_fork_and_exec_is_not_lost(tmp_path, sig):
+    """Until its exec the command's process has rtkit's handlers: a signal taken there was swallowed (the command
+    ran on as if never signalled, exit 0). Now it waits, blocked, for the command's own dispositions (those rtkit
+    was started with), and ends it as it would have ended a command that had not yet run a line: 128+N."""
+    proc = subprocess.run([PY, "-c", SIGNAL_BEFORE_EXEC, str(int(sig)), str(tmp_path / "r")], env=unpreloaded_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240,
+                          preexec_fn=_default_stop_signals)
+    assert "the command ran" not in proc.stdout
+    assert proc.returncode == 128 + sig, proc.stderr
+    run = load_report(tmp_path / "r")["run"]
+    assert (run["exit_code"], run["signal"]) == (128 + sig, signal.Signals(sig).name)
+
+
+def test_a_signal_the_caller_ignored_stays_ignored_for_the_command(tmp_path):
+    """`nohup rtkit run -- CMD`: SIGHUP stays ignored for the command, as it would be without rtkit (rtkit's own
+    handler, set over the ignore, used to make exec give the command the default action: a hangup then ended it)."""
+    def preexec():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    script = "import signal; print(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)"
+    proc = subprocess.run([RTKIT, "run", "--run-dir", str(tmp_path / "r"), "--quiet", "--", PY, "-c", script],
+                          env=unpreloaded_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          preexec_fn=preexec, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "True\n"
+
+
+# A daemon's way (a fork, then every inherited descriptor closed: by os.closerange, or one by one) in the child of a
+# stepping script, whose SIGUSR1 handler then takes signals. rtkit's wake-up pipe for the forked child was among the
+# closed descriptors.
+DAEMON = r"""
+import os, signal, sys, threading, rtkit
+rtkit.step()
+pid = os.fork()
+if pid == 0:
+    if sys.argv[1] == "closerange":
+        os.closerange(3, 1 << 16)
+    else:
+        for fd in range(3, 1024):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        # rtkit's watcher thread, which reads the pipe, has seen it closed; a call gives the main thread its turn
+        for t in threading.enumerate():
+            if t.name == "rtkit-signal-flush":
+                t.join()
+        (lambda: None)()
+        files = [os.open(os.path.join(sys.argv[2], f"f{i}"), os.O_RDWR | os.O_CREAT) for i in range(64)]
+    got = []
+    signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+    for _ in range(5):
+        os.kill(os.getpid(), signal.SIGUSR1)   # its handler has run when kill returns
+    if sys.argv[1] == "reopen":
+        for fd in files:
+            os.write(fd, b"mine")
+            os.close(fd)
+    print("daemon took", len(got), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("daemon exit", os.waitstatus_to_exitcode(status))
+rtkit.step()
+"""
+
+
+def test_a_daemon_that_closed_rtkits_wakeup_pipe_gets_no_noise(tmp_path):
+    """Each signal the daemon then handled printed "Exception ignored when trying to write to the signal wakeup fd ...
+    Bad file descriptor" on the job's stderr: rtkit's broken plumbing, in the user's output. Now none."""
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--quiet", "--", PY, "-c", DAEMON, "closerange"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "daemon took 5\ndaemon exit 0\n"
+    assert "wakeup" not in proc.stderr and "Bad file descriptor" not in proc.stderr, proc.stderr
+    assert load_report(tmp_path / "r")["steps"]["count"] == 2
+
+
+def test_a_daemon_that_reused_rtkits_wakeup_pipe_number_gets_no_signal_bytes(tmp_path):
+    """The daemon closed its descriptors one by one, then its own files took the closed pipe's number: each signal it
+    handled wrote a byte into one of them."""
+    files = tmp_path / "files"
+    files.mkdir()
+    proc = run_rtkit(["run", "--run-dir", str(tmp_path / "r"), "--quiet", "--", PY, "-c", DAEMON, "reopen",
+                      str(files)])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "daemon took 5\ndaemon exit 0\n"
+    assert {f.read_bytes() for f in files.iterdir()} == {b"mine"}
+    assert proc.stderr == ""
+
+
+def test_steps_a_user_thread_made_while_the_main_thread_waits_are_flushed_at_sigterm(tmp_path):
+    """The main thread starts the training thread and waits for it, never calling into rtkit: the recorder is made on
+    the training thread, where no signal handler can be set. SIGTERM still writes its steps."""
+    marker = tmp_path / "stepped"
+    script = ("import threading, time, rtkit\n"
+              "def work():\n    for _ in range(5):\n        rtkit.step()\n"
+              f"    open({str(marker)!r}, 'w').close()\n"
+              "    time.sleep(600)\n"
+              "t = threading.Thread(target=work)\nt.start()\nt.join()\n")
+    _assert_steps_kept_at_sigterm(tmp_path, [PY, "-c", script], marker, 5)

@@ -103,6 +103,12 @@ def _install():
         install.on_keras(module)
 
     sys.meta_path.insert(0, _AfterImport({"tensorflow": on_tf, "keras": on_keras, "tf_keras": on_keras}))
+    if os.environ.get("RTKIT_RUN_PID") == str(os.getppid()):
+        # the command's own process, in its main thread: the one place a signal handler can be set whatever thread
+        # steps first (its descendants set it at their first step, from the main thread)
+        from rtkit.hooks import steps
+
+        steps.install_signal_flush_at_start()
 
 
 try:

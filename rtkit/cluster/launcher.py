@@ -34,6 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from rtkit import std_streams
 from rtkit.cluster.spec import ClusterError, Task
 from rtkit.launch import PASSED_ON_SIGNALS, STOP_SIGNALS
+from rtkit.tree_guard import LAUNCHER_ENV
 
 CLUSTER_FILE = "cluster.json"
 SERVING_DIR = ".serving"      # one empty file per task attempt that entered Server.join()
@@ -231,6 +232,7 @@ class Launch:
         env["TF_CONFIG"] = task.tf_config()
         env["RTKIT_LAUNCH_SERVING"] = self._serving_file(task, attempt)
         env["RTKIT_LAUNCH_CLOCK"] = self._clock_file()
+        env[LAUNCHER_ENV] = str(os.getpid())   # the task's `rtkit run` dies with this process, even by kill -9
         for var in ("RTKIT_RUN_DIR", "RTKIT_ACTIVE"):
             env.pop(var, None)
         role_args = []
@@ -305,6 +307,8 @@ class Launch:
         previous = {}
         if threading.current_thread() is threading.main_thread():
             for s in STOP_SIGNALS + PASSED_ON_SIGNALS:
+                if signal.getsignal(s) is signal.SIG_IGN:
+                    continue   # ignored by whoever started the launcher (nohup): by every task too, as by `rtkit run`
                 previous[s] = signal.signal(s, forward)
         self._prepare_signals()
         self._event("launch", None, tasks=[t.name for t in tasks])

@@ -31,7 +31,9 @@ def register(subparsers) -> None:
 
 
 def main(args) -> int:
-    from rtkit import runner
+    from rtkit import runner, tree_guard
+
+    tree_guard.die_with_launcher()
 
     command: List[str] = list(args.command)
     if command and command[0] == "--":

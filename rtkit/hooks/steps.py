@@ -373,6 +373,21 @@ def _install_signal_flush() -> None:
     signal_flush.install(_recorder.flush)
 
 
+def _flush_if_made() -> None:
+    if _recorder is not None:
+        _recorder.flush()
+
+
+def install_signal_flush_at_start() -> None:
+    """The bootstrap, in the main thread of the command's own process: SIGTERM/HUP/QUIT flush the steps from the start,
+    whichever thread makes the recorder later (that thread can set no handler, and the main thread may never call into
+    rtkit again: it waits in join() for the training thread). This module's at-fork hook is registered by now, before
+    signal_flush's, as install() asks."""
+    from rtkit.hooks import signal_flush
+
+    signal_flush.install(_flush_if_made)
+
+
 def recorder() -> StepRecorder:
     rec = _recorder if _recorder is not None else _create()
     if _flush_waits_for_main and threading.current_thread() is threading.main_thread():
