@@ -10,6 +10,8 @@ import re
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
+from rtkit.report import alloc_steps
+
 SCHEMA_VERSION = 3
 REPORT_FILE = "report.json"
 COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler", "rows")
@@ -25,9 +27,12 @@ def read_child_files(run_dir: str, prefix: str) -> List[Tuple[int, Dict[str, Any
             continue
         try:
             with open(path) as fh:
-                out.append((int(m.group(1)), json.load(fh)))
+                data = json.load(fh)
         except (OSError, ValueError):
             continue
+        if prefix == "allocator":   # its per-step records are appended to files of their own
+            data = alloc_steps.attach(run_dir, int(m.group(1)), data)
+        out.append((int(m.group(1)), data))
     return out
 
 

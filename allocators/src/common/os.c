@@ -136,6 +136,11 @@ void rtk_os_files_written_forget(void)
     __atomic_store_n(&g_files_written, 0, __ATOMIC_RELAXED);
 }
 
+void rtk_os_files_written_add(uint64_t len)
+{
+    __atomic_add_fetch(&g_files_written, len, __ATOMIC_RELAXED);
+}
+
 int rtk_os_write_file_atomic(const char *path, const void *buf, size_t len)
 {
     static unsigned counter;
