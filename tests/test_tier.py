@@ -602,7 +602,8 @@ def test_disk_writes_say_how_much_were_rtkits_own_run_files(prm, tmp_path):
     written, own = process.get("disk_written_bytes"), process.get("run_files_written_bytes")
     if not written:
         pytest.skip("this file system counts no disk writes for the run directory (tmpfs?)")
-    assert own is not None and own > 1 << 20, process   # many rewrites of files of tens of KiB
+    # the summaries rewritten (a few KiB each) and every step's records appended once: tens of KiB and more
+    assert own is not None and own > 64 << 10, process
     # the kernel counts whole pages per file written, the count its bytes: a page per rewrite at most between them
     assert 0.8 * written <= own <= written, (own, written)
 

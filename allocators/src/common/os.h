@@ -44,7 +44,8 @@ RTK_HIDDEN int rtk_os_write_file_atomic(const char *path, const void *buf, size_
  * disk writes the kernel counts from zero too. */
 RTK_HIDDEN uint64_t rtk_os_files_written_bytes(void);
 RTK_HIDDEN void rtk_os_files_written_forget(void);
-/* Count bytes a run file got written other than through rtk_os_write_file_atomic (an appended record). */
+/* Count bytes a run file got written other than through rtk_os_write_file_atomic (an appended record: the pages it
+ * began). Both counts are in whole pages, as the kernel's (/proc/PID/io write_bytes counts the pages dirtied). */
 RTK_HIDDEN void rtk_os_files_written_add(uint64_t len);
 /* Read a whole small regular file into buf (NUL-terminated), never blocking. Returns bytes read or -errno:
  * -EFBIG when it does not fit, -EISDIR, -RTK_READ_ENOTREG (FIFO, device...), -RTK_READ_ELINK (a symbolic link

@@ -60,9 +60,15 @@ static int append(const char *path, long long chunk, const char *buf, size_t len
         fd = -1;
         if (make_chunk(path, chunk) == 0)
             fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != g_w.dev || st.st_ino != g_w.ino)) {
+            close(fd);  /* replaced again at once: give up until the next write */
+            fd = -1;
+        }
     }
     if (fd < 0)
         return -1;
+    uint64_t was = (uint64_t)st.st_size;  /* the pages this append begins are what the kernel counts (the last
+                                             * page, partly written, is most likely dirty still) */
     size_t off = 0;
     while (off < len) {
         ssize_t w = write(fd, buf + off, len - off);
@@ -73,7 +79,7 @@ static int append(const char *path, long long chunk, const char *buf, size_t len
         off += (size_t)w;
     }
     close(fd);
-    rtk_os_files_written_add(off);
+    rtk_os_files_written_add((was + off + 4095) / 4096 * 4096 - (was + 4095) / 4096 * 4096);
     return off == len ? 0 : -1;
 }
 
