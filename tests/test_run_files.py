@@ -108,3 +108,32 @@ print(pid)
 def model_read(run_dir):
     from rtkit.report import model
     return model.read_child_files(str(run_dir), "allocator")
+
+
+def test_steps_file_flushes_grow_with_steps_not_with_rewrites(tmp_path, monkeypatch):
+    """The steps recorder rewrote steps-<pid>.json whole at every flush with all of its per-step records (95 bytes a
+    step; every 5 s or more: a 100,000-step job rewrote ~9.5 MB each time). The records are now appended once each to
+    steps-<pid>.records.jsonl; a flush rewrites the small summary. With a flush after every step (the most there can
+    be), the bytes written are a summary per flush and a record per step; the report reads the records back."""
+    from rtkit import atomic
+    from rtkit.hooks import steps as steps_mod
+    from rtkit.report import model
+
+    monkeypatch.setenv("RTKIT_RUN_DIR", str(tmp_path))
+    rec = steps_mod.StepRecorder()
+    rec.step_mark = None
+    rec.hook = {"status": "ok", "detail": None, "tensorflow_version": None}
+    n = 600
+    before = atomic.written_bytes
+    for i in range(n):
+        rec.record("manual", "rtkit.step()", 1.7e9 + i, 12.5, 3, "rtkit.step()")
+        rec.flush()
+    written = atomic.written_bytes - before
+    with open(tmp_path / f"steps-{os.getpid()}.json") as fh:   # the file less any per-step list (old rtkit's)
+        summary = len(json.dumps({k: v for k, v in json.load(fh).items() if k != "per_step"}))
+    pages = -(-summary // 4096) * 4096 + 4096   # a summary in whole pages, and one for any growth on the way
+    assert written <= n * pages + n * 128, (written, summary)
+    ((pid, data),) = model.read_child_files(str(tmp_path), "steps")
+    assert pid == os.getpid() and data["count"] == n and len(data["per_step"]) == n
+    assert data["per_step"][-1] == {"t_unix": 1.7e9 + n - 1, "step_ms": 12.5, "minor_faults": 3,
+                                    "rss_bytes": data["per_step"][-1]["rss_bytes"]}
