@@ -22,8 +22,8 @@ BUDGET = 0.02           # a snapshot may take at most this share of the time bet
 # live.json keeps each per-step list's latest records only (the whole-run figures are computed before the cut, the
 # exporters get the whole lists): rewritten whole with every record, it grew with the run (712 KB at 3,000 steps of
 # wdl, every 2 s: 115-140 KiB/s of disk writes)
-LIVE_RECORDS = WINDOW_STEPS
-LIVE_WRITE_BUDGET = 16 << 10   # and its rewrites average at most this many bytes a second (a ~45 KB file: every 2.8 s)
+LIVE_RECORDS = 50
+LIVE_WRITE_BUDGET = 16 << 10   # and its rewrites average at most this many bytes a second (a ~32 KB file: every 2 s)
 PER_STEP_KEYS = ("per_step", "samples", "timeline", "census", "per_step_census", "events")
 
 
