@@ -23,7 +23,9 @@ BUDGET = 0.02           # a snapshot may take at most this share of the time bet
 # exporters get the whole lists): rewritten whole with every record, it grew with the run (712 KB at 3,000 steps of
 # wdl, every 2 s: 115-140 KiB/s of disk writes)
 LIVE_RECORDS = 50
-LIVE_WRITE_BUDGET = 16 << 10   # and its rewrites average at most this many bytes a second (a ~32 KB file: every 2 s)
+# and it is rewritten at a snapshot only when its rewrites average at most this many bytes a second (DCN's 32 KB file:
+# every 4 s; the exporters get every snapshot)
+LIVE_WRITE_BUDGET = 8 << 10
 PER_STEP_KEYS = ("per_step", "samples", "timeline", "census", "per_step_census", "events")
 
 
@@ -91,7 +93,8 @@ class Live:
     cpu_costs_ms: List[float] = field(default_factory=list)   # CPU time of the thread for each (a loaded
     # machine stretches the wall time; the CPU time is what a snapshot takes from the job)
     waits_s: List[float] = field(default_factory=list)        # the time actually left between snapshots (grows with their cost)
-    file_bytes: int = 0                                       # live.json's size at the last snapshot
+    file_bytes: int = 0                                       # live.json's size when last written
+    file_written: float = 0.0                                 # and when (time.monotonic())
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: Optional[threading.Thread] = None
     _sampler: Any = None
@@ -128,11 +131,12 @@ class Live:
     def snapshot_once(self) -> Dict[str, Any]:
         t0, c0 = time.perf_counter(), time.thread_time()
         report = self.build()
-        if self.interval_s > 0:
+        # live.json when its rewrites stay within their budget (the exporters get every snapshot)
+        if self.interval_s > 0 and time.monotonic() - self.file_written >= self.file_bytes / LIVE_WRITE_BUDGET:
             try:
                 path = os.path.join(self.run_dir, LIVE_FILE)
                 atomic.write_json(path, for_file(report), indent=None)
-                self.file_bytes = os.path.getsize(path)
+                self.file_bytes, self.file_written = os.path.getsize(path), time.monotonic()
             except OSError:
                 pass   # the run directory was reported unwritable already; report.json says the rest
         for exp in list(self.exporters):
@@ -157,9 +161,7 @@ class Live:
                 continue
             # long jobs have long step lists: space snapshots so that they stay a small share of the CPU time
             # (the CPU time: on a loaded machine the wall time also counts the waits for a core)
-            # and its rewrites a small rate of disk writes
-            wait = max(self.interval_s or 2.0, self.cpu_costs_ms[-1] / 1000.0 / BUDGET,
-                       self.file_bytes / LIVE_WRITE_BUDGET)
+            wait = max(self.interval_s or 2.0, self.cpu_costs_ms[-1] / 1000.0 / BUDGET)
             self.waits_s.append(wait)
 
     def cost(self) -> Dict[str, Any]:

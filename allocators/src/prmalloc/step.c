@@ -18,8 +18,9 @@
 
 #define STATS_PERIOD_NS 500000000ull  /* stats.json is rewritten at most this often between forced writes */
 /* ... and, as its rewrites cost their size (pages dirtied, a rename's flush), at most this many bytes a second of them
- * on average: a 4 KiB file with the tier's beside it about every 1.5 s, fresher than the live view's 2 s snapshots */
-#define STATS_REWRITE_BUDGET 8192ull
+ * on average: a 4 KiB file every 2 s (with the tier's beside it, 3 s), as often as the live view's snapshots and more
+ * often than the steps' file they show beside it (5 s) */
+#define STATS_REWRITE_BUDGET 4096ull
 
 static rtk_spin_t g_step_lock = RTK_SPIN_INIT;
 static void finish_profiling(uint32_t step, const char *reason);
