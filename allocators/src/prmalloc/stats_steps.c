@@ -1,11 +1,8 @@
 /* stats_steps.c -- allocator-<pid>.steps.<0|1>.jsonl: each step's record appended once, so the stats file rewritten
  * every period stays small (the 2,000-step ring rewritten whole with it cost ~320 KB a write, 0.3+ MiB/s). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/os.h"
 #include "prmalloc/stats.h"
@@ -19,8 +16,7 @@ static struct {
     long pid;             /* the process these belong to: a forked child starts its own files */
     uint32_t next;        /* the first step index not written yet */
     long long chunk;      /* the chunk whose file this process made, -1 none */
-    dev_t dev;
-    ino_t ino;
+    uint64_t dev, ino;
 } g_w = {0, 0, -1, 0, 0};
 static char *g_sbuf;
 
@@ -36,51 +32,29 @@ static int make_chunk(const char *path, long long chunk)
     char head[256];
     int n = snprintf(head, sizeof head, "{\"chunk\": %lld, \"fields\": [\"step\", \"allocs\", \"frees\", \"bytes_allocated\", "
                      "\"live_bytes\", \"arena_hits\", \"fallbacks\", \"minor_faults\"]}\n", chunk);
-    if (rtk_os_write_file_atomic(path, head, (size_t)n) != 0)
+    if (rtk_os_write_file_atomic(path, head, (size_t)n) != 0 || rtk_os_file_id(path, &g_w.dev, &g_w.ino) != 0) {
+        g_w.chunk = -1;
         return -1;
-    struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
-        return -1;
+    }
     g_w.chunk = chunk;
-    g_w.dev = st.st_dev;
-    g_w.ino = st.st_ino;
     return 0;
 }
 
-/* Append to the chunk's file only if it is still the file this process made (O_NOFOLLOW, same inode): a file put
- * in its place is never appended to; the chunk is then made afresh. */
+/* Append to the chunk's file only if it is still the file this process made (rtk_os_append_file): a file put in its
+ * place is never appended to; the chunk is then made afresh (its earlier records are lost, the file is not). */
 static int append(const char *path, long long chunk, const char *buf, size_t len)
 {
     if (g_w.chunk != chunk && make_chunk(path, chunk) != 0)
         return -1;
-    int fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != g_w.dev || st.st_ino != g_w.ino)) {
-        close(fd);
-        fd = -1;
-        if (make_chunk(path, chunk) == 0)
-            fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-        if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != g_w.dev || st.st_ino != g_w.ino)) {
-            close(fd);  /* replaced again at once: give up until the next write */
-            fd = -1;
-        }
-    }
-    if (fd < 0)
+    uint64_t was = 0;
+    long w = rtk_os_append_file(path, g_w.dev, g_w.ino, buf, len, &was);
+    if (w < 0 && make_chunk(path, chunk) == 0)
+        w = rtk_os_append_file(path, g_w.dev, g_w.ino, buf, len, &was);
+    if (w < 0)
         return -1;
-    uint64_t was = (uint64_t)st.st_size;  /* the pages this append begins are what the kernel counts (the last
-                                             * page, partly written, is most likely dirty still) */
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, buf + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        off += (size_t)w;
-    }
-    close(fd);
-    rtk_os_files_written_add((was + off + 4095) / 4096 * 4096 - (was + 4095) / 4096 * 4096);
-    return off == len ? 0 : -1;
+    /* the pages this append begins are what the kernel counts (the last page, partly written, is most likely dirty) */
+    rtk_os_files_written_add((was + (uint64_t)w + 4095) / 4096 * 4096 - (was + 4095) / 4096 * 4096);
+    return (size_t)w == len ? 0 : -1;
 }
 
 uint32_t rtk_stats_steps_written(void)
