@@ -18,8 +18,8 @@
 
 #define STATS_PERIOD_NS 500000000ull  /* stats.json is rewritten at most this often between forced writes */
 /* ... and, as its rewrites cost their size (pages dirtied, a rename's flush), at most this many bytes a second of them
- * on average: a 4 KiB file every 2 s (with the tier's beside it, 3 s), as often as the live view's snapshots and more
- * often than the steps' file they show beside it (5 s) */
+ * on average (their pages, and a page each for the files' metadata): a 4 KiB file every 2 s, as often as the live
+ * view's snapshots and more often than the steps' file they show beside it (5 s); with a 9.5 KB pmem file, 5 s */
 #define STATS_REWRITE_BUDGET 4096ull
 
 static rtk_spin_t g_step_lock = RTK_SPIN_INIT;
@@ -235,7 +235,7 @@ static int stats_due(uint64_t now)
 {
     if (!rtk_engine.cfg.run_dir[0])
         return 0;
-    uint64_t pages = (rtk_stats_rewrite_bytes() + 2 * 4095) / 4096 * 4096;  /* two files, each rounded up */
+    uint64_t pages = (rtk_stats_rewrite_bytes() + 2 * 4095) / 4096 * 4096;  /* in pages already: + the metadata's */
     uint64_t period = pages * 1000000000ull / STATS_REWRITE_BUDGET;
     return now - rtk_engine.last_write_ns >= (period > STATS_PERIOD_NS ? period : STATS_PERIOD_NS);
 }
