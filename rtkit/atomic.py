@@ -49,12 +49,24 @@ def replacing(path: str, binary: bool = False, fsync: bool = False) -> Iterator[
             fh.flush()
             size = os.fstat(fh.fileno()).st_size
         global written_bytes
-        written_bytes += size
+        written_bytes += pages(size)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def pages(size: int) -> int:
+    """`size` bytes in whole 4 KiB pages: the kernel counts a fresh file's writes so (/proc/PID/io write_bytes)."""
+    return -(-size // 4096) * 4096
+
+
+def count_appended(old_size: int, new_size: int) -> None:
+    """A file grew from old_size to new_size by an append: the pages it began (the last page, partly written before,
+    is most likely dirty still and not counted again)."""
+    global written_bytes
+    written_bytes += pages(new_size) - pages(old_size)
 
 
 def write_text(path: str, text: str) -> None:

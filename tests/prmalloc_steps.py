@@ -5,6 +5,7 @@ import os
 import subprocess
 
 from conftest import preload_env as _env
+from rtkit.report import alloc_steps
 
 
 def run_steps(native, run_dir, extra=None, args=("4", "1M"), timeout=30, umask=None):
@@ -14,4 +15,4 @@ def run_steps(native, run_dir, extra=None, args=("4", "1M"), timeout=30, umask=N
 
 
 def alloc_docs(run_dir):
-    return [json.load(open(f)) for f in glob.glob(os.path.join(str(run_dir), "allocator-*.json"))]
+    return [alloc_steps.load_file(f) for f in glob.glob(os.path.join(str(run_dir), "allocator-*.json"))]

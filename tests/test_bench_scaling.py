@@ -50,7 +50,7 @@ def test_one_command_gives_every_row_sane_figures_and_rtkit_plans(tmp_path):
         assert len(r["result"]["step_ms"]) == 2 and r["result"]["threads"] == r["threads"]
         if r["peer"] == "rtkit":
             # the allocator's own stats file in the run's directory says it planned from the step marks
-            stats = [f for f in os.listdir(r["run_dir"]) if f.startswith("allocator-")]
+            stats = [f for f in os.listdir(r["run_dir"]) if f.startswith("allocator-") and f.endswith(".json")]
             assert stats and json.load(open(os.path.join(r["run_dir"], stats[0])))["state"] == "planned"
         else:
             assert r["result"]["rtkit_state"] == -1  # no step mark reached an allocator there

@@ -6,6 +6,7 @@ import textwrap
 import pytest
 
 from conftest import WDL_STEPS, load_report, requires_tf, run_rtkit
+from rtkit.report import model
 
 pytestmark = requires_tf
 
@@ -235,8 +236,9 @@ def test_a_session_step_starts_before_its_feeds_are_converted(tmp_path):
     steps = report["steps"]
     assert steps["count"] == 23 and "GradientDescent" in steps["signature"], steps["other_signatures"][:3]
     converted = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("converted ")]
-    (child,) = (tmp_path / "r").glob("steps-*.json")   # the child's own records: starts in unix seconds, to 1 us
-    per_step = json.loads(child.read_text())["per_step"]
+    # the child's own records: starts in unix seconds, to 1 us
+    ((_, child),) = model.read_child_files(str(tmp_path / "r"), "steps")
+    per_step = child["per_step"]
     assert len(converted) == 23 == len(per_step)
     us = 1e-6
     for at, rec in zip(converted, per_step):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO, preload_env as _env, requires_tf
-from rtkit.report import glossary
+from rtkit.report import alloc_steps, glossary
 
 BUILD = os.path.join(REPO, "allocators", "build.py")
 pytestmark = pytest.mark.timeout(300)
@@ -27,7 +27,7 @@ def run_c(native, name, args=(), extra=None, preload=True, timeout=120):
 def stats(run_dir):
     files = sorted(glob.glob(os.path.join(run_dir, "allocator-*.json")))
     assert files, f"no allocator-*.json in {run_dir}: {os.listdir(run_dir)}"
-    docs = [json.load(open(f)) for f in files]
+    docs = [alloc_steps.load_file(f) for f in files]
     return max(docs, key=lambda d: d["steps"])
 
 

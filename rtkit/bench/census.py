@@ -23,6 +23,8 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from rtkit.report import alloc_steps
+
 BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wdl_census.json")
 RECORD_STEPS = (6, 30)  # the longer run passes profile_start + profile_max (22): it always has a plan
 RECORD_WORKLOAD = ["wdl", "--batch", "2048", "--rows", "40000", "--no-progress"]
@@ -57,7 +59,7 @@ def record(work_dir: str, rtkit_cmd: Sequence[str], python: str = sys.executable
         if rc != 0 or not files:
             raise CensusError(f"the census run of {steps} steps failed (exit {rc}): see {run_dir}")
         # the workload's own process is the one that ran the steps
-        stats = max((json.load(open(f)) for f in files), key=lambda s: s.get("steps") or 0)
+        stats = max((alloc_steps.load_file(f) for f in files), key=lambda s: s.get("steps") or 0)
         runs.append(_excerpt(stats))
     return {"schema_version": 1, "workload": ["python", "-m", "rtkit.workloads", *RECORD_WORKLOAD],
             "steps": list(RECORD_STEPS), "runs": runs}

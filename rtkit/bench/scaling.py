@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from rtkit import atomic
 from rtkit import config as _config
 from rtkit.bench import census, output, peers, runner, stats
+from rtkit.report import alloc_steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPLAY_SOURCE = os.path.join(REPO, "allocators", "bench", "scaling_replay.c")
@@ -115,8 +116,7 @@ def _allocator_stats(run_dir: str) -> Dict[str, Any]:
     for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
         if name.startswith("allocator-") and name.endswith(".json"):
             try:
-                with open(os.path.join(run_dir, name)) as fh:
-                    return json.load(fh)
+                return alloc_steps.load_file(os.path.join(run_dir, name))
             except (OSError, ValueError):
                 return {}
     return {}

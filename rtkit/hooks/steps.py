@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional
 
-from rtkit import atomic
+from rtkit import atomic, step_records
 from rtkit.report.contract import Steps as _ST
 
 FLUSH_INTERVAL_S = 5.0
@@ -160,6 +160,7 @@ class StepRecorder:
         self.run_dir = os.environ.get("RTKIT_RUN_DIR") or None
         self.last_flush = time.monotonic()
         self.flush_interval = FLUSH_INTERVAL_S
+        self._records = step_records.Appender()   # the training step's records, each written once
         self.last_manual = (time.time(), time.perf_counter(), minor_faults())
         # Keras fit: one record per epoch (wall seconds, train batches, whether validation ran)
         self.keras_epochs: List[tuple] = []
@@ -278,14 +279,15 @@ class StepRecorder:
                     "in its first batch, or its input was empty")
         return f"{_ST.NOTHING_RECURRED} (an eager loop of ops has none); {NO_STEP_HINT}"
 
-    def snapshot(self) -> dict:
+    def snapshot(self, records: bool = True) -> dict:
+        """The steps file's content; records=False leaves the per-step list out (the records file has it)."""
         with self.lock:
             source, sig = self._chosen_locked()
             others = [dict({"signature": s.name, "count": s.count, "total_ms": round(s.total_ms, 3), "source": src},
                            **({"traces": s.traces} if s.traces else {}))
                       for src, table in self.sources.items() for s in table.values() if s is not sig]
             others.sort(key=lambda o: -o["count"])
-            records = list(sig.records) if sig else []
+            kept = len(sig.records) if sig else 0
             hook = dict(self.hook)
             if sig is not None and sig.api:   # the hooks that are installed matter less than the one that counted
                 hook["detail"] = f"steps counted from {sig.api}" + (f"; {hook['detail']}" if hook.get("detail") else "")
@@ -298,9 +300,9 @@ class StepRecorder:
                 "source": source,
                 "signature": sig.name if sig else None,
                 "count": sig.count if sig else 0,
-                "truncated_steps": (sig.count - len(records)) if sig else 0,
-                "per_step": [{"t_unix": round(r[0], 6), "step_ms": round(r[1], 4), "minor_faults": r[2], "rss_bytes": r[3]}
-                             for r in records],
+                "truncated_steps": (sig.count - kept) if sig else 0,
+                **({"per_step": [{"t_unix": round(r[0], 6), "step_ms": round(r[1], 4), "minor_faults": r[2],
+                                  "rss_bytes": r[3]} for r in list(sig.records)] if sig else []} if records else {}),
                 "other_signatures": others[:20],
                 "hook": hook,
                 "allocator_step_mark": self.step_mark is not None,
@@ -322,17 +324,23 @@ class StepRecorder:
             self.flush_interval = max(FLUSH_INTERVAL_S, (time.monotonic() - started) / FLUSH_BUDGET)
 
     def _write(self) -> None:
-        data = self.snapshot()
-        if data["count"] == 0 and self.hook["status"] == "no_tensorflow":
+        with self.lock:
+            source, sig = self._chosen_locked()
+            count = sig.count if sig else 0
+        if count == 0 and self.hook["status"] == "no_tensorflow":
             return  # a helper process that never touched TensorFlow: leave no file
-        path = os.path.join(self.run_dir, f"steps-{os.getpid()}.json")
         try:
-            atomic.write_json(path, data, indent=None)
+            # the records first: the steps file's count of bytes written includes them
+            written = self._records.write(self.run_dir, sig.name, sig.records) if sig else 0
+            data = self.snapshot(records=False)
+            data.update({"per_step_file": step_records.file_name(os.getpid()), "per_step_written": written})
+            atomic.write_json(os.path.join(self.run_dir, f"steps-{os.getpid()}.json"), data, indent=None)
         except OSError:
             pass  # an unwritable run dir was reported by the parent already
 
     def reset_after_fork(self) -> None:
         _reopen_statm_after_fork()
+        self._records = step_records.Appender()   # the child's records go to files of its own pid
         self.lock = threading.RLock()  # RLock: a signal handler may flush while this thread records
         for table in self.sources.values():
             table.clear()

@@ -427,7 +427,7 @@ _F: List[Figure] = [
            "share of large allocations served from the planned arenas from the start up to the allocator's latest "
            "file (profiling included)", _running(_num(_sec("allocator", A.HIT_RATE)))),
     Figure("tier_bytes_now", "tier bytes held (latest file)", "bytes", None,
-           "bytes tier mode held in the pool file when it last wrote its file (at step marks, at most every 0.5 s)",
+           "bytes tier mode held in the pool file when it last wrote its file (at step marks, every 2-5 s)",
            _running(_tier(PM.TIER_BYTES))),
     Figure("pool_resident_now_bytes", "pool resident (latest sample)", "bytes", None,
            "tier mode: pool pages in DRAM (mincore) at the tier's latest timeline sample", _running(_tier_last)),

@@ -10,6 +10,9 @@ import re
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
+from rtkit import step_records
+from rtkit.report import alloc_steps
+
 SCHEMA_VERSION = 3
 REPORT_FILE = "report.json"
 COMPONENT_SECTIONS = ("allocator", "pmem", "scheduler", "rows")
@@ -25,9 +28,14 @@ def read_child_files(run_dir: str, prefix: str) -> List[Tuple[int, Dict[str, Any
             continue
         try:
             with open(path) as fh:
-                out.append((int(m.group(1)), json.load(fh)))
+                data = json.load(fh)
         except (OSError, ValueError):
             continue
+        if prefix == "allocator":   # its per-step records are appended to files of their own
+            data = alloc_steps.attach(run_dir, int(m.group(1)), data)
+        elif prefix == "steps":
+            data = step_records.attach(run_dir, int(m.group(1)), data)
+        out.append((int(m.group(1)), data))
     return out
 
 
@@ -145,8 +153,8 @@ def run_files_written(run_dir: str) -> Optional[int]:
             told = True
             total += before
             for name in last_too:   # the files written after the count was taken: the last of each, on disk now
-                try:
-                    total += os.path.getsize(os.path.join(run_dir, f"{name}-{pid}.json"))
+                try:   # in whole pages, as the counts
+                    total += -(-os.path.getsize(os.path.join(run_dir, f"{name}-{pid}.json")) // 4096) * 4096
                 except OSError:
                     pass
     return total if told else None

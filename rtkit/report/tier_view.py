@@ -229,6 +229,25 @@ def _whole_writes_words(p: Dict[str, Any]) -> Optional[str]:
                            budget < w["written"] else "") + " or run without tier_pool_path")
 
 
+LATE_MIN_BYTES = 1 << 20   # less than this made after the first step and kept in DRAM is not worth a line
+
+
+def _late_words(p: Dict[str, Any]) -> Optional[str]:
+    """Requests of tier_min_size or more made after the first step mark that the placement rule left in DRAM and that
+    lived on (tier_stats.c's dram_after_first_step: the most at one stats write), or None."""
+    d = p.get("dram_after_first_step")
+    if not isinstance(d, dict) or not fmt.is_num(d.get("peak_bytes")) or d["peak_bytes"] < LATE_MIN_BYTES:
+        return None
+    n = d.get("peak_allocs")
+    return (f"warning: {fmt.num(n)} allocation{'' if n == 1 else 's'} ({fmt.nbytes(d['peak_bytes'])}) made after the "
+            "first step "
+            f"stayed in DRAM, live {fmt.num(d.get('live_marks_min'))} step marks or more after they were made (most at "
+            f"once, at step mark {fmt.num(d.get('peak_at_mark'))}): tier mode places what exists before the first step "
+            "and, after it, only sizes its profile saw outlive steps; models built or first trained after the first "
+            "step (a second model's variables and optimizer slots) are not placed: build every model, and its "
+            "optimizer's slots, before the first training step to have them placed")
+
+
 def warning_words(report: Dict[str, Any]) -> List[str]:
     """What tier mode cost without saving, for the summary: requests the pool had no room for (no_room_words), the
     pool held more in DRAM than lived in it at the highest RSS sampled (raised_rss), the tables left the pool in the first steps (left_pool), the steps write the
@@ -239,7 +258,8 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
     if p is None or p.get(PM.STATE) != "on" or p.get("step_marks") is None:
         return []
     pre = p.get("placed_before_first_step") or {}
-    out = [w for w in (_no_room_words(p), _raised_words(report, p), _left_words(p), _whole_writes_words(p)) if w]
+    out = [w for w in (_no_room_words(p), _raised_words(report, p), _left_words(p), _whole_writes_words(p),
+                       _late_words(p)) if w]
     if p.get("step_marks") == 0:
         out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "

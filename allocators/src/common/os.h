@@ -44,6 +44,16 @@ RTK_HIDDEN int rtk_os_write_file_atomic(const char *path, const void *buf, size_
  * disk writes the kernel counts from zero too. */
 RTK_HIDDEN uint64_t rtk_os_files_written_bytes(void);
 RTK_HIDDEN void rtk_os_files_written_forget(void);
+/* Count bytes a run file got written other than through rtk_os_write_file_atomic (an appended record: the pages it
+ * began). Both counts are in whole pages, as the kernel's (/proc/PID/io write_bytes counts the pages dirtied). */
+RTK_HIDDEN void rtk_os_files_written_add(uint64_t len);
+/* The device and inode of the regular file at path (not followed if a link): 0, or -1 when it is none. */
+RTK_HIDDEN int rtk_os_file_id(const char *path, uint64_t *dev, uint64_t *ino);
+/* Append len bytes to path only if it is still the regular file (dev, ino) names (O_APPEND|O_NOFOLLOW: a file or link
+ * put in its place is never written): the bytes written (short on a write error), -1 when it is not that file or
+ * cannot be opened. *size_before: the file's size before (the pages an append begins are what the kernel counts). */
+RTK_HIDDEN long rtk_os_append_file(const char *path, uint64_t dev, uint64_t ino, const void *buf, size_t len,
+                                   uint64_t *size_before);
 /* Read a whole small regular file into buf (NUL-terminated), never blocking. Returns bytes read or -errno:
  * -EFBIG when it does not fit, -EISDIR, -RTK_READ_ENOTREG (FIFO, device...), -RTK_READ_ELINK (a symbolic link
  * with RTK_READ_NOFOLLOW). rtk_os_read_error() words any of them. */

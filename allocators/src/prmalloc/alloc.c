@@ -109,6 +109,8 @@ void *rtk_alloc(size_t n, size_t align, int zero)
         void *p = rtk_large_alloc(n, align, &u);
         if (p) {
             s->large_hits++;
+            if (__builtin_expect(n >= rtk_tier_min, 0) && !rtk_tier_pre)  /* tier mode left it in DRAM: watched */
+                rtk_large_watch(p, __atomic_load_n(&rtk_engine.steps, __ATOMIC_RELAXED));
             s->live += (int64_t)u;
             if (__builtin_expect(rtk_setting_on(RTK_OPT_MALLOC_DEBUG), 0))
                 debug_check(p, u);

@@ -173,6 +173,7 @@ void *rtk_large_take(size_t n, size_t align, size_t *usable, int resident_only)
         insert_free(a + np, tail, rel, step);
     rtk_large.meta[a].tag = TAG(T_ALLOC, np, 0);
     rtk_large.meta[a].prev = 0;  /* no owner: a stale free-list link never carries the owner mark, but keep it clean */
+    rtk_large.meta[a].next = 0;  /* not watched (rtk_large_watch) */
     rtk_large.in_use += np;
     if (rtk_large.in_use > rtk_large.peak)
         rtk_large.peak = rtk_large.in_use;
@@ -343,6 +344,33 @@ void rtk_large_count_live(const uint32_t *pages, int n, uint32_t *counts)
         }
         if (lo < n && pages[lo] == len)
             counts[lo]++;
+    }
+    rtk_spin_unlock(&rtk_large.lock);
+}
+
+void rtk_large_watch(void *p, uint32_t step)
+{
+    uint32_t x = (uint32_t)(((uintptr_t)p - (uintptr_t)rtk_large.base) >> PAGE_SHIFT);
+    __atomic_store_n(&rtk_large.meta[x].next, step + 1, __ATOMIC_RELAXED);
+}
+
+void rtk_large_count_watched(uint32_t made_by, uint64_t *blocks, uint64_t *bytes)
+{
+    *blocks = *bytes = 0;
+    if (!rtk_large.meta)
+        return;
+    rtk_spin_lock(&rtk_large.lock);
+    for (uint32_t x = 0, len; x < rtk_large.top; x += len) {
+        uint32_t t = rtk_large.meta[x].tag;
+        len = T_PAGES(t);
+        if (!len)
+            break;  /* no extent starts here: the map is not what this walk expects, so count no further */
+        uint32_t w = __atomic_load_n(&rtk_large.meta[x].next, __ATOMIC_RELAXED);
+        if (T_STATE(t) != T_ALLOC || (rtk_large.meta[x].prev & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED || !w ||
+            w - 1 > made_by)
+            continue;
+        (*blocks)++;
+        *bytes += (uint64_t)len << PAGE_SHIFT;
     }
     rtk_spin_unlock(&rtk_large.lock);
 }

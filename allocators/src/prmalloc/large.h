@@ -60,6 +60,11 @@ RTK_HIDDEN uint32_t rtk_large_swap_owner(void *p, uint32_t expect, uint32_t w);
 RTK_HIDDEN int rtk_large_adopt(void *p, uint32_t w);
 /* counts[i] = live blocks no class holds whose page count is pages[i] (pages ascending, n entries). */
 RTK_HIDDEN void rtk_large_count_live(const uint32_t *pages, int n, uint32_t *counts);
+/* Tier mode's watch on what it left in DRAM: the live block at p (just allocated, the caller's) was made at `step`;
+ * count_watched: the live blocks no class holds that were watched and made at step `made_by` or before, and their
+ * bytes (one walk of the extents, under the heap's lock: at stats writes only). */
+RTK_HIDDEN void rtk_large_watch(void *p, uint32_t step);
+RTK_HIDDEN void rtk_large_count_watched(uint32_t made_by, uint64_t *blocks, uint64_t *bytes);
 /* What the page map says of p (lock-free): RTK_BLOCK_LIVE when p starts a live block (*bytes its size, *owner its
  * owner word when it carries the mark, else 0), RTK_BLOCK_FREE when p starts a free extent (a second free),
  * RTK_BLOCK_NONE when no block starts at p (an interior or foreign pointer); *bytes and *owner are 0 then. */

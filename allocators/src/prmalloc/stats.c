@@ -17,6 +17,9 @@
 #define STATS_CAP ((size_t)1 << 20)
 
 static char *g_buf;
+static uint64_t g_rewrite_bytes;  /* what the last write rewrote (this file and the tier's), appended records not counted */
+
+uint64_t rtk_stats_rewrite_bytes(void) { return g_rewrite_bytes; }
 
 static const char *state_name(int s)
 {
@@ -184,17 +187,11 @@ long rtk_stats_format(char *buf, size_t cap)
                 (unsigned long long)rtk_engine.faults_after_sum, (unsigned long long)rtk_engine.faults_after_steps);
     /* the run files this process wrote before this one (the parent adds the last allocator and pmem files' sizes) */
     rtk_out_put(&o, ",\n  \"run_files_written_bytes\": %llu", (unsigned long long)rtk_os_files_written_bytes());
-    rtk_out_put(&o, ",\n  \"per_step\": [");
-    uint32_t n = rtk_engine.steps < RTK_RING_STEPS ? rtk_engine.steps : RTK_RING_STEPS;
-    for (uint32_t i = 0; i < n; i++) {
-        const rtk_step_t *e = &rtk_engine.ring[(rtk_engine.steps - n + i) % RTK_RING_STEPS];
-        rtk_out_put(&o, "%s\n    {\"step\": %llu, \"allocs\": %llu, \"frees\": %llu, \"bytes_allocated\": %llu, "
-                "\"live_bytes\": %lld, \"arena_hits\": %llu, \"fallbacks\": %llu, \"minor_faults\": %llu}",
-            i ? "," : "", (unsigned long long)e->step, (unsigned long long)e->allocs, (unsigned long long)e->frees,
-            (unsigned long long)e->bytes, (long long)e->live, (unsigned long long)e->arena_hits,
-            (unsigned long long)e->fallbacks, (unsigned long long)e->minor_faults);
-    }
-    rtk_out_put(&o, "],\n  \"size_classes\": [");
+    /* the per-step records are in their own files, each appended once (stats_steps.c): this file stays small */
+    rtk_out_put(&o, ",\n  \"per_step_files\": [\"allocator-%ld.steps.0.jsonl\", \"allocator-%ld.steps.1.jsonl\"], "
+                "\"per_step_written\": %u, \"per_step_kept\": %d", (long)rtk_engine.pid, (long)rtk_engine.pid,
+                rtk_stats_steps_written(), RTK_RING_STEPS);
+    rtk_out_put(&o, ",\n  \"size_classes\": [");
     int first = 1;
     for (int b = 0; b < RTK_BUCKETS; b++) {
         if (!t->count[b])
@@ -216,13 +213,16 @@ int rtk_stats_write_locked(uint64_t now_ns)
         return -1;
     if (rtk_engine.last.live > rtk_engine.peak_live)
         rtk_engine.peak_live = rtk_engine.last.live;
+    rtk_stats_steps_append();  /* first: the file below counts the bytes appended */
     long n = rtk_stats_format(g_buf, STATS_CAP);
     if (n < 0)
         return -1;
     char path[sizeof rtk_engine.cfg.run_dir + 64];
     snprintf(path, sizeof path, "%s/allocator-%ld.json", rtk_engine.cfg.run_dir, (long)rtk_engine.pid);
     rtk_engine.last_write_ns = now_ns;
+    uint64_t before = rtk_os_files_written_bytes();
     int r = rtk_os_write_file_atomic(path, g_buf, (size_t)n);
     rtk_tier_write_file(rtk_engine.cfg.run_dir, (long)rtk_engine.pid);
+    g_rewrite_bytes = rtk_os_files_written_bytes() - before;
     return r;
 }

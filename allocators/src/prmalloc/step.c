@@ -17,6 +17,10 @@
 #include "prmalloc/tier.h"
 
 #define STATS_PERIOD_NS 500000000ull  /* stats.json is rewritten at most this often between forced writes */
+/* ... and, as its rewrites cost their size (pages dirtied, a rename's flush), at most this many bytes a second of them
+ * on average (their pages, and a page each for the files' metadata): a 4 KiB file every 2 s, as often as the live
+ * view's snapshots and more often than the steps' file they show beside it (5 s); with a 9.5 KB pmem file, 5 s */
+#define STATS_REWRITE_BUDGET 4096ull
 #define MAX_REPLANS 8  /* re-plans for drift a process may make (rtkit/config.py's malloc_drift_steps says so) */
 
 static rtk_spin_t g_step_lock = RTK_SPIN_INIT;
@@ -290,7 +294,9 @@ static int stats_due(uint64_t now)
 {
     if (!rtk_engine.cfg.run_dir[0])
         return 0;
-    return now - rtk_engine.last_write_ns >= STATS_PERIOD_NS;
+    uint64_t pages = (rtk_stats_rewrite_bytes() + 2 * 4095) / 4096 * 4096;  /* in pages already: + the metadata's */
+    uint64_t period = pages * 1000000000ull / STATS_REWRITE_BUDGET;
+    return now - rtk_engine.last_write_ns >= (period > STATS_PERIOD_NS ? period : STATS_PERIOD_NS);
 }
 
 void rtk_step_mark(void)
@@ -373,8 +379,9 @@ void rtk_step_mark(void)
     reserve_headroom(steps);
     rtk_engine.faults_mark = rtk_os_minor_faults();  /* after any arena pre-faulting done by this mark */
     uint64_t now = rtk_os_now_ns();
-    /* also at steps 1, 2, 4, 8, ...: a short run's files (and the tier's residency samples) see its training */
-    if (force || stats_due(now) || !(steps & (steps - 1)))
+    /* also at steps 1, 2, 4, 8, ...: a short run's files (and the tier's residency samples) see its training; and
+     * before the ring wraps over records not yet appended to the step files (a loop of thousands of steps a second) */
+    if (force || stats_due(now) || !(steps & (steps - 1)) || steps - rtk_stats_steps_written() >= RTK_RING_STEPS)
         rtk_stats_write_locked(now);
     rtk_spin_unlock(&g_step_lock);
 }

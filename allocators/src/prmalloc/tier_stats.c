@@ -7,7 +7,12 @@
 #include "common/jsonbuf.h"
 #include "common/options.h"
 #include "common/say.h"
+#include "prmalloc/large.h"
 #include "prmalloc/tier_internal.h"
+
+/* an allocation live this many step marks after it was made is long-lived: more than an input pipeline's prefetch
+ * keeps in flight, far less than a model built between fits lives */
+#define DRAM_LIVE_MARKS 16
 
 #define U(x) ((unsigned long long)(x))
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
@@ -81,6 +86,27 @@ static long tier_format(char *buf, size_t cap)
         nl, U(LD(t->pre_allocs)), U(LD(t->pre_bytes)), U(LD(t->pre_freed_bytes)), LD(t->pre_stopped) ? "true" : "false",
         U(TIER_TABLE_BYTES),
         nl, U(LD(t->ll_allocs)), U(LD(t->ll_bytes)), t->ll_sizes, LD(t->plan_ready) ? "true" : "false");
+    /* requests of tier_min_size or more made after the first step mark that the placement rule left in DRAM (the
+     * large heap's blocks, watched there) and still live DRAM_LIVE_MARKS marks or more after they were made: models
+     * built between fits, their variables and slots (the rule takes only what exists before the first step and sizes
+     * the profile saw outlive steps). The most seen at one write: at exit the job may have freed them already. */
+    static uint64_t peak_n, peak_b, peak_step;
+    uint64_t dram_n = 0, dram_b = 0;
+    uint32_t marks = __atomic_load_n(&rtk_engine.steps, __ATOMIC_RELAXED);
+    int watched = rtk_engine.large_min != SIZE_MAX && rtk_tier_min != SIZE_MAX;
+    if (watched && marks >= DRAM_LIVE_MARKS)
+        rtk_large_count_watched(marks - DRAM_LIVE_MARKS, &dram_n, &dram_b);
+    if (dram_b > peak_b) {
+        peak_n = dram_n;
+        peak_b = dram_b;
+        peak_step = marks;
+    }
+    /* the heap serves requests from large_min up: below it (malloc_min_size above tier_min_size) glibc's, unwatched */
+    size_t from = rtk_engine.large_min > rtk_tier_min ? rtk_engine.large_min : rtk_tier_min;
+    rtk_out_put(&o, "%s\"dram_after_first_step\": {\"allocs\": %llu, \"bytes\": %llu, \"peak_allocs\": %llu, "
+            "\"peak_bytes\": %llu, \"peak_at_mark\": %llu, \"live_marks_min\": %d, \"watched_min_bytes\": ", nl,
+        U(dram_n), U(dram_b), U(peak_n), U(peak_b), U(peak_step), DRAM_LIVE_MARKS);
+    rtk_out_put(&o, watched ? "%llu}," : "null},", U(from));
     rtk_out_put(&o, "%s\"page_release\": {\"disabled\": %s, \"errors\": %llu, \"deferred_frees\": %llu, "
             "\"deferred_bytes\": %llu, \"deferred_max_bytes\": %llu, "
             "\"first_step_punches\": %llu, \"first_step_punched_bytes\": %llu, \"first_step_cold_hint_bytes\": %llu},", nl,
