@@ -180,8 +180,9 @@ SETTINGS: List[Setting] = [
     _s("hooks", "bool", True, "", "instrument TensorFlow (sessions, tf.function, Keras fit) inside the child to find and time steps"),
     _s("warmup_steps", "int", 3, "steps", "first steps left out of the step-time summary", minimum=0),
     _s("log", "choice", "info", "", "how much rtkit itself prints on stderr", choices=("quiet", "info", "debug")),
-    _s("live_interval_ms", "int", 2000, "ms", "how often `rtkit run` rewrites RUN_DIR/live.json (the report so far, "
-       "for `rtkit report` and `rtkit top` while the job runs); 0: no live snapshot", minimum=0, maximum=600000),
+    _s("live_interval_ms", "int", 2000, "ms", "how often `rtkit run` takes a live snapshot (the report so far, for "
+       "the TensorBoard and Prometheus exporters) and rewrites RUN_DIR/live.json from it (for `rtkit report` and "
+       "`rtkit top`; a larger file less often: at most 8 KiB of rewrites a second); 0: no live snapshot", minimum=0, maximum=600000),
     _s("tensorboard_dir", "path", "", "", "write the per-step figures as TensorBoard scalars into this folder "
        "(rtkit run --tensorboard)"),
     _s("metrics_port", "int", 0, "", "serve the live figures as OpenMetrics (Prometheus) on this TCP port while "
