@@ -59,6 +59,24 @@ def test_plan_rule_names_the_runs_plan_and_the_rerun_serves_it_from_the_start(pr
 
 
 @requires_tf
+@requires_tf
+def test_plan_rule_is_not_given_after_a_re_plan(profiled, tmp_path):
+    """A re-planned run's plan file holds its last phase's sizes only: a rerun loading it would serve none of the
+    earlier phases' blocks, so no rerun with it is recommended (the same run, its report saying one re-plan)."""
+    import shutil
+
+    copy = str(tmp_path / "replanned")
+    shutil.copytree(profiled, copy)
+    path = os.path.join(copy, "report.json")
+    with open(path) as f:
+        report = json.load(f)
+    report["allocator"]["replans"] = dict(report["allocator"]["replans"], count=1)
+    with open(path, "w") as f:
+        json.dump(report, f)
+    assert "plan" in _recommend(profiled, "--mem-available", "100G")
+    assert "plan" not in _recommend(copy, "--mem-available", "100G")
+
+
 def test_capacity_rule_sizes_the_pool_from_the_peak_rss(profiled):
     report = load_report(profiled)
     peak = report["process"]["peak_rss_bytes"]

@@ -96,6 +96,8 @@ def _plan_rule(report: Dict[str, Any], run_dir: str) -> Optional[Recommendation]
     a = report.get("allocator")
     if not isinstance(a, dict) or get(a, A.PLAN_SOURCE) != "profiled":
         return None
+    if fmt.is_num(get(a, A.REPLANS)) and get(a, A.REPLANS) > 0:
+        return None   # the plan on file is the last phase's: a rerun's earlier phases would have none of its sizes
     before, after = G.value(report, "faults_before_plan"), G.value(report, "faults_after_plan")
     at = get(a, A.PLAN_MADE_AT_STEP)
     plan = os.path.join(run_dir, PLAN_FILE)
