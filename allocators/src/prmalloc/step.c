@@ -383,6 +383,8 @@ void rtk_step_mark(void)
      * before the ring wraps over records not yet appended to the step files (a loop of thousands of steps a second) */
     if (force || stats_due(now) || !(steps & (steps - 1)) || steps - rtk_stats_steps_written() >= RTK_RING_STEPS)
         rtk_stats_write_locked(now);
+    else if (rtk_engine.cfg.run_dir[0] && now - rtk_engine.last_write_ns >= STATS_PERIOD_NS)
+        rtk_tier_step_sample();  /* the files are spaced by their size; the tier's samples and budget are not */
     rtk_spin_unlock(&g_step_lock);
 }
 

@@ -35,6 +35,9 @@ RTK_HIDDEN void rtk_tier_plan_ready(void);
 RTK_HIDDEN void rtk_tier_step_mark(void);
 /* Write $RTKIT_RUN_DIR/pmem-<pid>.json when tier mode is configured. */
 RTK_HIDDEN void rtk_tier_write_file(const char *run_dir, long pid);
+/* At a step mark whose stats write is not due: the residency sample (and, without heat, the resident budget's check)
+ * keeps its own pace (once a second, at doubled step counts), not the files' (every 2-5 s). */
+RTK_HIDDEN void rtk_tier_step_sample(void);
 /* The live records of at least min_bytes: up to max (payload address, requested bytes) pairs into out; their count */
 RTK_HIDDEN size_t rtk_tier_records(uint64_t (*out)[2], size_t max, uint64_t min_bytes);
 RTK_HIDDEN void rtk_tier_fork_prepare(void);  /* last of the prepare handlers: it takes the live-record lock */

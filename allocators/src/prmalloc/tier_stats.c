@@ -239,6 +239,12 @@ static long tier_format(char *buf, size_t cap)
 
 static char g_tbuf[262144];
 
+void rtk_tier_step_sample(void)
+{
+    if (rtk_tier.state != T_OFF)
+        rtk_tier_sample(rtk_tier.exiting);
+}
+
 void rtk_tier_write_file(const char *run_dir, long pid)
 {
     if (rtk_tier.state == T_OFF || !run_dir || !run_dir[0])
