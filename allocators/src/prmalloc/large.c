@@ -323,40 +323,9 @@ int rtk_large_adopt(void *p, uint32_t w)
     return i < 0 ? (int)i : 0;
 }
 
-void rtk_large_count_live(const uint32_t *pages, int n, uint32_t *counts)
+/* Calls fn for every live extent no arena owns, under the heap lock (so fn must not allocate). */
+static void walk_unowned_live(void (*fn)(uint32_t x, uint32_t len, void *arg), void *arg)
 {
-    memset(counts, 0, (size_t)n * sizeof *counts);
-    rtk_spin_lock(&rtk_large.lock);
-    for (uint32_t x = 0, len; x < rtk_large.top; x += len) {
-        uint32_t t = rtk_large.meta[x].tag;
-        len = T_PAGES(t);
-        if (!len)
-            break;  /* no extent starts here: the map is not what this walk expects, so count no further */
-        if (T_STATE(t) != T_ALLOC || (rtk_large.meta[x].prev & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED)
-            continue;
-        int lo = 0, hi = n;
-        while (lo < hi) {
-            int mid = (lo + hi) / 2;
-            if (pages[mid] < len)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < n && pages[lo] == len)
-            counts[lo]++;
-    }
-    rtk_spin_unlock(&rtk_large.lock);
-}
-
-void rtk_large_watch(void *p, uint32_t step)
-{
-    uint32_t x = (uint32_t)(((uintptr_t)p - (uintptr_t)rtk_large.base) >> PAGE_SHIFT);
-    __atomic_store_n(&rtk_large.meta[x].next, step + 1, __ATOMIC_RELAXED);
-}
-
-void rtk_large_count_watched(uint32_t made_by, uint64_t *blocks, uint64_t *bytes)
-{
-    *blocks = *bytes = 0;
     if (!rtk_large.meta)
         return;
     rtk_spin_lock(&rtk_large.lock);
@@ -365,14 +334,68 @@ void rtk_large_count_watched(uint32_t made_by, uint64_t *blocks, uint64_t *bytes
         len = T_PAGES(t);
         if (!len)
             break;  /* no extent starts here: the map is not what this walk expects, so count no further */
-        uint32_t w = __atomic_load_n(&rtk_large.meta[x].next, __ATOMIC_RELAXED);
-        if (T_STATE(t) != T_ALLOC || (rtk_large.meta[x].prev & RTK_LARGE_OWNED_MASK) == RTK_LARGE_OWNED || !w ||
-            w - 1 > made_by)
-            continue;
-        (*blocks)++;
-        *bytes += (uint64_t)len << PAGE_SHIFT;
+        if (T_STATE(t) == T_ALLOC && (rtk_large.meta[x].prev & RTK_LARGE_OWNED_MASK) != RTK_LARGE_OWNED)
+            fn(x, len, arg);
     }
     rtk_spin_unlock(&rtk_large.lock);
+}
+
+struct live_by_pages {
+    const uint32_t *pages;
+    int n;
+    uint32_t *counts;
+};
+
+static void count_by_pages(uint32_t x, uint32_t len, void *arg)
+{
+    (void)x;
+    struct live_by_pages *c = arg;
+    int lo = 0, hi = c->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (c->pages[mid] < len)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < c->n && c->pages[lo] == len)
+        c->counts[lo]++;
+}
+
+void rtk_large_count_live(const uint32_t *pages, int n, uint32_t *counts)
+{
+    memset(counts, 0, (size_t)n * sizeof *counts);
+    struct live_by_pages c = {pages, n, counts};
+    walk_unowned_live(count_by_pages, &c);
+}
+
+void rtk_large_watch(void *p, uint32_t step)
+{
+    uint32_t x = (uint32_t)(((uintptr_t)p - (uintptr_t)rtk_large.base) >> PAGE_SHIFT);
+    __atomic_store_n(&rtk_large.meta[x].next, step + 1, __ATOMIC_RELAXED);
+}
+
+struct watched {
+    uint32_t made_by;
+    uint64_t blocks, bytes;
+};
+
+static void count_watched(uint32_t x, uint32_t len, void *arg)
+{
+    struct watched *c = arg;
+    uint32_t w = __atomic_load_n(&rtk_large.meta[x].next, __ATOMIC_RELAXED);
+    if (!w || w - 1 > c->made_by)
+        return;
+    c->blocks++;
+    c->bytes += (uint64_t)len << PAGE_SHIFT;
+}
+
+void rtk_large_count_watched(uint32_t made_by, uint64_t *blocks, uint64_t *bytes)
+{
+    struct watched c = {made_by, 0, 0};
+    walk_unowned_live(count_watched, &c);
+    *blocks = c.blocks;
+    *bytes = c.bytes;
 }
 
 void rtk_large_set_owner(void *p, uint32_t w)
