@@ -83,12 +83,17 @@ def _guard(read_fd: int, group: bool) -> None:
     _kill_tree(root, group)
 
 
-LAUNCHER_ENV = "RTKIT_LAUNCHER_PID"   # set by `rtkit launch` for each task's `rtkit run`: the launcher's pid
+LAUNCHER_ENV = "RTKIT_LAUNCHER_PID"   # set by `rtkit launch` and the benches for each `rtkit run` they start: their pid
+
+
+def env_dying_with_me(env) -> dict:
+    """env for an `rtkit run` this process starts from its main thread: that run dies with this process."""
+    return {**env, LAUNCHER_ENV: str(os.getpid())}
 
 
 def die_with_launcher(env=os.environ) -> None:
-    """A task of `rtkit launch`: its `rtkit run` dies with the launcher (kill -9 included), and this process's tree guard
-    then ends the command's tree, as when this `rtkit run` itself is killed. Safety rule (docs/safety.md)."""
+    """An `rtkit run` started by `rtkit launch` or a bench dies with its starter (kill -9 included), and this process's
+    tree guard then ends the command's tree, as when this `rtkit run` itself is killed. Safety rule (docs/safety.md)."""
     try:
         launcher = int(env.get(LAUNCHER_ENV, ""))
     except ValueError:

@@ -291,6 +291,42 @@ def test_timeout_and_interrupt(tmp_path):
     assert any("interrupted" in n for n in data["notes"])
 
 
+def test_kill_9_of_rtkit_bench_ends_its_current_run(tmp_path):
+    """kill -9 of rtkit bench: the run it was waiting for dies with it (its `rtkit run` by the parent-death signal,
+    the command by that run's tree guard); it used to train on, orphaned, to its end."""
+    import select
+    import signal
+    import subprocess
+    import time
+    from conftest import RTKIT
+    pid_file = tmp_path / "pid"
+    program = f"import os, time; open({str(pid_file)!r} + '.tmp', 'w').write(str(os.getpid())); " \
+              f"os.rename({str(pid_file)!r} + '.tmp', {str(pid_file)!r}); time.sleep(600)"
+    proc = subprocess.Popen([RTKIT, "bench", "--no-progress", "--configs", "glibc", "--rounds", "1", "--out",
+                             str(tmp_path / "b"), "--", PY, "-c", program], env=unpreloaded_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    fd = None
+    try:
+        while not pid_file.exists():   # the command's own pid, written once it runs (pytest's timeout bounds this)
+            assert proc.poll() is None, "the bench ended before its command ran"
+            time.sleep(0.1)
+        fd = os.pidfd_open(int(pid_file.read_text()))   # while it surely runs: never another process's pid
+        proc.kill()
+        proc.wait()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)   # readable once the command has ended
+        assert poller.poll()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if fd is not None:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)   # a command the bench's death left running
+            except ProcessLookupError:
+                pass
+            os.close(fd)
+
+
 def test_out_folder_with_a_bench_is_kept_and_a_free_one_named(tmp_path):
     """`--out` on a folder that already holds a bench: its runs stay untouched, one line names a free folder,
     and that folder works."""

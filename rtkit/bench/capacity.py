@@ -44,7 +44,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from rtkit import atomic, pool_room
+from rtkit import atomic, pool_room, tree_guard
 from rtkit.bench import capacity_sweep
 
 GIB = 1 << 30
@@ -284,7 +284,8 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
         cmd += ["--set", s]
     cmd += ["--", sys.executable, "-m", "rtkit.workloads", "wdl"] + workload_args(args, table_gb, compact)
     log = open(os.path.join(os.path.dirname(run_dir), f"{os.path.basename(run_dir)}.log"), "w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
+                            env=tree_guard.env_dying_with_me(os.environ))
     losses: List[float] = []
 
     def read_losses():  # a thread: the loop below must keep watching memory while the child is silent

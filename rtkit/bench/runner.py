@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
-from rtkit import atomic, rundir
+from rtkit import atomic, rundir, tree_guard
 from rtkit.bench import output, stats
 from rtkit.bench.peers import Peer
 
@@ -155,7 +155,7 @@ def run_one(spec: BenchSpec, peer: Peer, round_no: int, position: int, progress:
     log_path = os.path.join(spec.out, "logs", tag + ".log")
     argv = [*spec.rtkit, "run", "--run-dir", run_dir, "--name", tag, *peer.run_args(), "--", *spec.command,
             *peer.args]
-    env = peer.child_env(base_env, spec.libraries.get(peer.name))
+    env = tree_guard.env_dying_with_me(peer.child_env(base_env, spec.libraries.get(peer.name)))
     record: Dict[str, Any] = {
         "config": peer.name, "round": round_no, "position": position, "run_dir": run_dir, "log": log_path,
         "argv": argv, "env": {k: env[k] for k in sorted(peer.env) if k in env},
