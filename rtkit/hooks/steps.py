@@ -33,6 +33,7 @@ from typing import Callable, Dict, List, Optional
 
 from rtkit import atomic, step_records
 from rtkit.report.contract import Steps as _ST
+from rtkit.report.keras_epochs import keras_summary
 
 FLUSH_INTERVAL_S = 5.0
 FLUSH_BUDGET = 0.02  # a periodic flush may take at most this share of the time between flushes
@@ -293,8 +294,8 @@ class StepRecorder:
                 hook["detail"] = f"steps counted from {sig.api}" + (f"; {hook['detail']}" if hook.get("detail") else "")
             return {
                 "api": sig.api if sig else None,
-                "keras_epochs": [{"epoch_s": e[0], "train_batches": e[1], "validation": e[2]}
-                                 for e in self.keras_epochs] if source == "keras" else [],
+                "keras_summary": keras_summary([{"epoch_s": e[0], "train_batches": e[1], "validation": e[2]}
+                                                for e in self.keras_epochs]) if source == "keras" else None,
                 "keras_fit_calls": self.keras_fit_calls,
                 "pid": os.getpid(),
                 "source": source,

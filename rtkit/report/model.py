@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from rtkit import step_records
 from rtkit.report import alloc_steps
+from rtkit.report.keras_epochs import keras_summary
 
 SCHEMA_VERSION = 3
 REPORT_FILE = "report.json"
@@ -105,27 +106,13 @@ def steps_section(run_dir: str, start: float, warmup: int, child_pid: Optional[i
         "no_step_reason": data.get("no_step_reason"),
         "first_told_step": data.get("first_told_step"),
     }
-    keras = keras_summary(data.get("keras_epochs") or [])
+    keras = data.get("keras_summary")   # written by the process over all its epochs; older files have the list
+    keras = dict(keras) if isinstance(keras, dict) and keras.get("epochs") else keras_summary(data.get("keras_epochs") or [])
     if keras:
         if isinstance(data.get("keras_fit_calls"), int):   # several fits (several models) share one step median
             keras["fit_calls"] = data["keras_fit_calls"]
         out["keras"] = keras
     return out, notes + list(data.get("notes", []))
-
-
-def keras_summary(epochs: List[dict]) -> Optional[Dict[str, Any]]:
-    """Keras fit's epochs: wall time each (validation and callbacks included) and per train batch."""
-    epochs = [e for e in epochs if isinstance(e, dict) and isinstance(e.get("epoch_s"), (int, float))]
-    if not epochs:
-        return None
-    secs = [e["epoch_s"] for e in epochs]
-    batches = sum(int(e.get("train_batches") or 0) for e in epochs)
-    # per epoch, as Keras' progress bar prints it: the epoch's time over its train batches
-    per_batch = [e["epoch_s"] * 1000.0 / e["train_batches"] for e in epochs if e.get("train_batches")]
-    return {"epochs": len(epochs), "epoch_s": secs, "epoch_s_median": round(statistics.median(secs), 4),
-            "train_batches": batches,
-            "epoch_step_ms_median": round(statistics.median(per_batch), 3) if per_batch else None,
-            "validation": any(bool(e.get("validation")) for e in epochs)}
 
 
 def component_section(run_dir: str, prefix: str, preferred_pid: Optional[int]) -> Optional[Dict[str, Any]]:
