@@ -37,8 +37,6 @@ PY_TEST_CALLERS = {
                       "background pass on demand",
     "Pool.release_thread_cache": "rtkit.allocators.pmem: the Python API of rtkit_pmem_thread_release (rtkit/pmem.h), "
                                  "a thread's cache given back on demand",
-    "_ranks_np": "rtkit.workloads.zipf: the numpy twin of the input graph's rank formula, the oracle its tests check "
-                 "the graph and expected_distinct against",
     "glossary_lines": "rtkit.report.glossary: makes docs/report.md's glossary table from the glossary (the test says "
                       "when the doc is out of date)",
 }
