@@ -188,8 +188,30 @@ static void test_arena(void)
     /* class 64K exhausted: borrow 100K (<= 2x) */
     void *z = rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs);
     CHECK(z && bs == 100 * KiB);
-    void *w = rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs);
-    CHECK(!w && why == RTK_ARENA_EXHAUSTED);
+    /* every class that fits is exhausted: the 64K class grows, a block at a time, to twice its planned 2, by taking
+     * the exhausted requests' own fallback blocks at their frees (nothing faulted in, no idle extent of the heap's) */
+    size_t u;
+    void *fb[3];
+    for (int i = 0; i < 3; i++) {
+        CHECK(!rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs) && why == RTK_ARENA_EXHAUSTED);
+        fb[i] = rtk_large_alloc(64 * KiB, 4096, &u);   /* the request's fallback, as malloc makes it */
+        CHECK(fb[i] != NULL);
+    }
+    CHECK(a->cls[0].blocks == 2 && a->cls[0].wanted == 2);   /* two wanted: the cap is 4 */
+    CHECK(rtk_arena_adopt(a, fb[0], 64 * KiB) == 1 && rtk_arena_adopt(a, fb[1], 64 * KiB) == 1);
+    CHECK(rtk_arena_adopt(a, fb[2], 64 * KiB) == 0 && rtk_large_free(fb[2], &bs) == 0);   /* at its cap */
+    CHECK(a->cls[0].blocks == 4 && a->cls[0].grown == 2 && a->cls[0].wanted == 0 && a->cls[0].adopted == 0);
+    void *g0 = rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs), *g1 = rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs);
+    CHECK(g1 == fb[0] && g0 == fb[1] && why == RTK_ARENA_OK && bs == 64 * KiB);   /* LIFO */
+    uint32_t gw;
+    CHECK(rtk_large_block(g0, &bs, &gw) == RTK_BLOCK_LIVE && gw == (RTK_OWNER_WORD(0, 0) | RTK_OWNER_INUSE));
+    CHECK(!rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs) && why == RTK_ARENA_EXHAUSTED && a->cls[0].wanted == 0);
+    CHECK(!rtk_arena_alloc(a, 60 * KiB, 64, &why, &bs) && a->cls[0].wanted == 0);   /* exact spacing: 60K's own
+                                                                                        class is not 64K's */
+    CHECK(rtk_arena_free(a, 0, g0) == 0 && rtk_arena_free(a, 0, g1) == 0);
+    void *again = rtk_arena_alloc(a, 64 * KiB, 64, &why, &bs);   /* a grown block is the class's: back on its stack */
+    CHECK(again == g1 && a->cls[0].blocks == 4);
+    CHECK(rtk_arena_free(a, 0, again) == 0);
     CHECK(!rtk_arena_alloc(a, 3 * MiB, 64, &why, &bs) && why == RTK_ARENA_MISS);
     CHECK(!rtk_arena_alloc(a, 10 * KiB, 64, &why, &bs) && why == RTK_ARENA_MISS);  /* 64K > 2 x 10K */
     CHECK(!rtk_arena_alloc(a, MiB, 8192, &why, &bs));                             /* stricter than 4096 */
@@ -247,7 +269,7 @@ static void test_arena_adopts_live_blocks(void)
     for (int i = 0; i < 4; i++)
         got[i] = rtk_arena_alloc(a, sz, 64, &why, &bs);
     CHECK(got[0] && got[1] && got[2] && got[3] && why == RTK_ARENA_OK);
-    CHECK(!rtk_arena_alloc(a, sz, 64, &why, &bs) && why == RTK_ARENA_EXHAUSTED);
+    CHECK(!rtk_arena_alloc(a, sz, 64, &why, &bs) && why == RTK_ARENA_EXHAUSTED && a->cls[0].wanted == 1);
     for (int i = 0; i < 4; i++)
         CHECK(rtk_arena_free(a, 0, got[i]) == 0);
     a->retired = 1;

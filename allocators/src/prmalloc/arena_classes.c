@@ -13,6 +13,13 @@
 #include "prmalloc/large.h"
 #include "prmalloc/owner.h"
 
+/* A class may grow to this many times its planned blocks: a profile of a few steps can see fewer blocks of a size
+ * live at once than later steps keep (TensorFlow Recommenders' DCN: 23,462 requests found their class exhausted),
+ * and each such request would go to the large heap at every step. Growth is one block at a time, on demand. */
+#define GROW_FACTOR 2u
+/* a retired class used within this many steps keeps its blocks' pages for the profile that follows */
+#define WARM_STEPS 4u
+
 static size_t page_round(size_t v)
 {
     size_t page = rtk_os_page_size();
@@ -41,7 +48,7 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
     }
     size_t nblocks = 0, planned = 0;
     for (int i = 0; i < p->nclasses; i++) {
-        nblocks += p->cls[i].blocks;
+        nblocks += (size_t)p->cls[i].blocks * GROW_FACTOR;
         planned += page_round(p->cls[i].size) * p->cls[i].blocks;
     }
     /* a plan its blocks could never fill is refused now, with a reason, rather than missing on every request */
@@ -64,6 +71,7 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
         return NULL;
     }
     a->slot = slot;
+    a->spacing = p->spacing >= 0 && p->spacing < RTK_SPACINGS ? p->spacing : 0;
     a->span = planned;
     a->n = p->nclasses;
     a->debug = debug;
@@ -73,9 +81,10 @@ rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug,
         rtk_aclass_t *c = &a->cls[i];
         c->size = p->cls[i].size;
         c->blocks = p->cls[i].blocks;
+        c->cap = p->cls[i].blocks * GROW_FACTOR;
         c->align = p->cls[i].align;
         c->stack = stacks;
-        stacks += c->blocks;
+        stacks += c->cap;
     }
     /* The heap's idle resident pages become the classes' blocks first, the largest classes first (they need the
      * longest extents): they cost no fault and no RSS. Only the blocks no resident extent can hold take other
@@ -121,13 +130,17 @@ void rtk_arena_destroy(rtk_arena_t *a)
         a->span = 0;  /* its blocks went back to the large heap one by one; lookups no longer name it */
 }
 
-/* a block leaves its class for the large heap, pages and all (caller holds the class lock) */
-static void give_back(rtk_aclass_t *c, void *p)
+/* a block leaves its class for the large heap, its pages released or kept resident there (caller holds the class
+ * lock) */
+static void give_back(rtk_aclass_t *c, void *p, int keep_pages)
 {
     size_t bytes;
     rtk_large_set_owner(p, 0);
     c->made--;
-    rtk_large_free_release(p, &bytes);
+    if (keep_pages)
+        rtk_large_free(p, &bytes);
+    else
+        rtk_large_free_release(p, &bytes);
 }
 
 static void *pop(rtk_arena_t *a, rtk_aclass_t *c, int k, size_t *bytes)
@@ -166,8 +179,25 @@ static void *pop(rtk_arena_t *a, rtk_aclass_t *c, int k, size_t *bytes)
     return p;
 }
 
+/* Every class that could serve the request is exhausted: the smallest that fits will take one more block, while it
+ * is under its cap, if it is the class the plan made for this size (a size that only borrows a larger class,
+ * another phase's after a change of model, grows nothing: that is the drift check's to see, step.c). The block is
+ * this request's own fallback, taken when the job frees it (rtk_arena_adopt): growing faults no page in and takes
+ * none from the large heap's idle headroom, which the sizes no class serves fall back on. */
+static void want_more(rtk_arena_t *a, int k, size_t size, size_t align)
+{
+    rtk_aclass_t *c = &a->cls[k];
+    if (c->size < size || page_round(c->size) > page_round(rtk_class_round(size, a->spacing)) || align > c->align ||
+        c->dropped || a->retired)
+        return;
+    rtk_spin_lock(&c->lock);
+    if (!c->dropped && c->blocks + c->wanted < c->cap)
+        c->wanted++;
+    rtk_spin_unlock(&c->lock);
+}
+
 /* The smallest class that fits; when it is empty, borrow from larger classes up to twice the request (sizes
- * that vary with the batch land one class up now and then). */
+ * that vary with the batch land one class up now and then); past that, the smallest will grow (want_more). */
 void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why, size_t *bytes)
 {
     int lo = 0, hi = a->n;
@@ -193,6 +223,8 @@ void *rtk_arena_alloc(rtk_arena_t *a, size_t size, size_t align, int *why, size_
             return p;
         }
     }
+    if (seen && lo < a->n)
+        want_more(a, lo, size, align);
     *why = seen ? RTK_ARENA_EXHAUSTED : RTK_ARENA_MISS;
     return NULL;
 }
@@ -217,7 +249,12 @@ int rtk_arena_free(rtk_arena_t *a, int k, void *p)
     } else {
         size_t bytes;
         c->made--;
-        rtk_large_free_release(p, &bytes);
+        /* a retired plan's block is what the profile after it allocates again: its pages stay resident in the
+         * large heap, whose decay gives them back if nothing does; a dropped class's go */
+        if (a->retired && c->keep_pages)
+            rtk_large_free(p, &bytes);
+        else
+            rtk_large_free_release(p, &bytes);
     }
     rtk_spin_unlock(&c->lock);
     __atomic_sub_fetch(&a->live_blocks, 1, __ATOMIC_RELAXED);
@@ -242,10 +279,15 @@ int rtk_arena_adopt(rtk_arena_t *a, void *p, size_t bytes)
     for (int k = lo; k < a->n && page_round(a->cls[k].size) == bytes; k++) {
         rtk_aclass_t *c = &a->cls[k];
         if (c->dropped || (c->align > 4096 && ((uintptr_t)p & (c->align - 1))) ||
-            __atomic_load_n(&c->made, __ATOMIC_RELAXED) >= c->blocks)
+            (__atomic_load_n(&c->made, __ATOMIC_RELAXED) >= c->blocks && !__atomic_load_n(&c->wanted, __ATOMIC_RELAXED)))
             continue;
         rtk_spin_lock(&c->lock);
-        int room = !c->dropped && c->made < c->blocks;
+        int room = !c->dropped && c->made < c->blocks, growing = 0;
+        if (!room && !c->dropped && c->wanted && c->blocks < c->cap) {
+            c->wanted--;  /* a block the class grows by (want_more): this one, freed by the job */
+            c->blocks++;
+            room = growing = 1;
+        }
         if (room)
             c->made++;  /* counted first, as pop does: a racing pop cannot overshoot `blocks` */
         rtk_spin_unlock(&c->lock);
@@ -255,11 +297,18 @@ int rtk_arena_adopt(rtk_arena_t *a, void *p, size_t bytes)
         rtk_spin_lock(&c->lock);
         if (r == 0) {
             c->stack[c->top++] = p;  /* top < made <= blocks */
-            c->adopted++;
-            if (c->awaited)
+            if (growing)
+                c->grown++;
+            else
+                c->adopted++;
+            if (c->awaited && !growing)
                 c->awaited--;
         } else {
             c->made--;
+            if (growing) {
+                c->blocks--;
+                c->wanted++;
+            }
         }
         rtk_spin_unlock(&c->lock);
         return r == 0;
@@ -268,17 +317,17 @@ int rtk_arena_adopt(rtk_arena_t *a, void *p, size_t bytes)
 }
 
 /* every block on the class's free stack back to the large heap (caller holds the class lock); returns bytes */
-static size_t drain(rtk_aclass_t *c)
+static size_t drain(rtk_aclass_t *c, int keep_pages)
 {
     size_t bytes = 0;
     while (c->top) {
-        give_back(c, c->stack[--c->top]);
+        give_back(c, c->stack[--c->top], keep_pages);
         bytes += c->size;
     }
     return bytes;
 }
 
-size_t rtk_arena_release_free(rtk_arena_t *a, int all)
+size_t rtk_arena_release_free(rtk_arena_t *a, int all, int keep_pages)
 {
     size_t bytes = 0;
     for (int i = 0; a && a->span && i < a->n; i++) {
@@ -286,7 +335,10 @@ size_t rtk_arena_release_free(rtk_arena_t *a, int all)
         if (!all && !c->dropped)
             continue;
         rtk_spin_lock(&c->lock);
-        bytes += drain(c);
+        /* only a class the last steps used: its size is likely the next profile's; an idle one's pages (a rejected
+         * plan's sizes the job never asks for) would sit in the heap until its decay */
+        c->keep_pages = keep_pages && !c->dropped && c->pops && c->idle_steps < WARM_STEPS;
+        bytes += drain(c, c->keep_pages);
         rtk_spin_unlock(&c->lock);
     }
     return bytes;
@@ -310,7 +362,7 @@ int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps)
         dropped++;
         rtk_spin_lock(&c->lock);
         c->dropped = 1;
-        drain(c);
+        drain(c, 0);
         rtk_spin_unlock(&c->lock);
     }
     return dropped;

@@ -29,7 +29,7 @@ RTK_HIDDEN int rtk_arenas_retired(void);
 /* Bytes in live arena blocks, in free ones, and held from the large heap (page-rounded). */
 RTK_HIDDEN void rtk_arenas_usage(size_t *live, size_t *free_bytes, size_t *held);
 /* Freed large-heap blocks the classes took in so far, and blocks they still wait to take (live at the plan's install). */
-RTK_HIDDEN void rtk_arenas_adoption(uint64_t *adopted, uint64_t *awaited);
+RTK_HIDDEN void rtk_arenas_adoption(uint64_t *adopted, uint64_t *awaited, uint64_t *grown, uint64_t *grown_bytes);
 RTK_HIDDEN void rtk_arenas_fork_prepare(void);
 RTK_HIDDEN void rtk_arenas_fork_parent(void);
 RTK_HIDDEN void rtk_arenas_fork_child(void);

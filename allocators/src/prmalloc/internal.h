@@ -152,7 +152,11 @@ RTK_HIDDEN size_t rtk_plan_reserved(const rtk_plan_t *p, size_t page);
 /* ---- arenas */
 typedef struct rtk_aclass {
     size_t size;
-    uint32_t blocks, align;
+    uint32_t blocks, align;     /* blocks: planned, plus those grown since */
+    uint32_t cap;               /* the stack's room: the most `blocks` may grow to (GROW_FACTOR x the plan's) */
+    uint32_t grown;             /* blocks added because a request found the class exhausted */
+    uint32_t wanted;            /* blocks to add still, from the job's frees of blocks of its size (want_more, adopt) */
+    int keep_pages;             /* retired while in use: its blocks' pages stay resident in the large heap */
     void **stack;               /* free blocks (large-heap blocks this class holds) */
     rtk_spin_t lock;
     uint32_t top;
@@ -170,6 +174,7 @@ typedef struct rtk_arena {
     size_t span;                /* bytes the plan allows it (page-rounded blocks); 0 once given back */
     int n;
     int retired;                /* a rejected plan: frees still land here (blocks go back), nothing new is served */
+    int spacing;                /* its plan's (rtk_class_round): a class grows only for the sizes it was made for */
     int debug;
     size_t meta_size;
     uint64_t live_blocks;
@@ -184,8 +189,9 @@ enum { RTK_ARENA_OK = 0, RTK_ARENA_MISS = 1, RTK_ARENA_EXHAUSTED = 2 };
 RTK_HIDDEN rtk_arena_t *rtk_arena_create(const rtk_plan_t *p, int slot, int thp, int debug, const char **why);
 /* No block is live or held any more: lookups stop naming it. The metadata stays: a late reader may hold it. */
 RTK_HIDDEN void rtk_arena_destroy(rtk_arena_t *a);
-/* Give the free blocks back to the large heap, pages released; dropped classes only, or all when all is set. */
-RTK_HIDDEN size_t rtk_arena_release_free(rtk_arena_t *a, int all);
+/* Give the free blocks back to the large heap, pages released (or, keep_pages, left resident there for the heap's
+ * next blocks); dropped classes only, or all when all is set. */
+RTK_HIDDEN size_t rtk_arena_release_free(rtk_arena_t *a, int all, int keep_pages);
 /* Step re-check: a class that handed out no block for `steps` steps is dropped and its free blocks given back. */
 RTK_HIDDEN int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps);
 /* A block of the smallest class that fits (*bytes: the class's size), or NULL with RTK_ARENA_MISS or _EXHAUSTED. */

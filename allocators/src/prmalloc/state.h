@@ -73,7 +73,8 @@ typedef struct rtk_engine {
     size_t large_min;                  /* smallest request the large-object heap serves (SIZE_MAX: heap off) */
     uint32_t after_from;               /* first step index counted in the figures after the plan */
     uint32_t classes_dropped;          /* planned classes the re-check dropped (pages released) */
-    size_t retired_released;           /* bytes of retired arenas' free blocks given back at retirement */
+    size_t retired_released;           /* bytes of retired arenas' free blocks returned to the large heap at
+                                        * retirement (resident there: the next profile reuses them) */
     /* the drift check of a plan in use (step.c check_drift): the window under way and the last re-plan it caused */
     int drift_armed;                   /* a window is under way from drift_start (its totals in drift_*0) */
     uint32_t drift_start, drift_window;

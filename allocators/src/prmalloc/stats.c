@@ -145,13 +145,14 @@ long rtk_stats_format(char *buf, size_t cap)
             "\"prefaulted_bytes\": %zu},\n",
         li.reserved, li.used, li.in_use, li.idle, li.released, (unsigned long long)li.decayed_bytes,
         (unsigned long long)li.blocks, (unsigned long long)li.trims, li.prefaulted);
-    uint64_t adopted, awaited;
-    rtk_arenas_adoption(&adopted, &awaited);
+    uint64_t adopted, awaited, grown, grown_bytes;
+    rtk_arenas_adoption(&adopted, &awaited, &grown, &grown_bytes);
     rtk_out_put(&o, "  \"arenas\": {\"reserved_bytes\": %zu, \"retired_bytes\": %zu, \"live_bytes\": %zu, "
-            "\"free_bytes\": %zu, \"retired\": %d, \"classes_dropped\": %u, \"released_at_retirement_bytes\": %zu, "
-            "\"adopted_blocks\": %llu, \"awaited_blocks\": %llu},\n",
+            "\"free_bytes\": %zu, \"retired\": %d, \"classes_dropped\": %u, \"returned_at_retirement_bytes\": %zu, "
+            "\"adopted_blocks\": %llu, \"awaited_blocks\": %llu, \"grown_blocks\": %llu, \"grown_bytes\": %llu},\n",
         ar_res, ar_ret, ar_live, ar_free, rtk_arenas_retired(), rtk_engine.classes_dropped, rtk_engine.retired_released,
-        (unsigned long long)adopted, (unsigned long long)awaited);
+        (unsigned long long)adopted, (unsigned long long)awaited, (unsigned long long)grown,
+        (unsigned long long)grown_bytes);
     const rtk_footprint_t *fp = &rtk_engine.peak_footprint;
     rtk_out_put(&o, "  \"peak_footprint\": {\"step\": ");
     if (fp->have)
