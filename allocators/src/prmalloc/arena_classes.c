@@ -347,9 +347,18 @@ size_t rtk_arena_release_free(rtk_arena_t *a, int all, int keep_pages)
 int rtk_arena_recheck(rtk_arena_t *a, uint32_t steps)
 {
     int dropped = 0;
-    for (int i = 0; a && steps && i < a->n; i++) {
+    for (int i = 0; a && i < a->n; i++) {
         rtk_aclass_t *c = &a->cls[i];
         uint64_t pops = __atomic_load_n(&c->pops, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&c->wanted, __ATOMIC_RELAXED)) {
+            /* growth takes the step's own fallback blocks, freed within it: a block of the size freed later may be
+             * another of the job's, whose pages the large heap would have given to a larger request */
+            rtk_spin_lock(&c->lock);
+            c->wanted = 0;
+            rtk_spin_unlock(&c->lock);
+        }
+        if (!steps)
+            continue;   /* no decay: classes are never dropped */
         if (c->dropped)
             continue;
         if (pops != c->pops_seen) {
