@@ -87,7 +87,8 @@ LAUNCHER_ENV = "RTKIT_LAUNCHER_PID"   # set by `rtkit launch` and the benches fo
 
 
 def env_dying_with_me(env) -> dict:
-    """env for an `rtkit run` this process starts from its main thread: that run dies with this process."""
+    """env for an `rtkit run` this process starts: that run dies with this process. Start it from a thread that
+    outlives it (the main thread, or the launcher's waiting one): the parent-death signal follows the forking thread."""
     return {**env, LAUNCHER_ENV: str(os.getpid())}
 
 

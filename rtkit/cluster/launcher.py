@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from rtkit import std_streams
+from rtkit import std_streams, tree_guard
 from rtkit.cluster.spec import ClusterError, Task
 from rtkit.launch import PASSED_ON_SIGNALS, STOP_SIGNALS
-from rtkit.tree_guard import LAUNCHER_ENV
 
 CLUSTER_FILE = "cluster.json"
 SERVING_DIR = ".serving"      # one empty file per task attempt that entered Server.join()
@@ -228,11 +227,10 @@ class Launch:
         return os.path.exists(self._serving_file(proc.task, proc.attempt))
 
     def _start(self, task: Task, attempt: int) -> _Proc:
-        env = dict(os.environ)
+        env = tree_guard.env_dying_with_me(os.environ)   # the task's `rtkit run` dies with this process, even by kill -9
         env["TF_CONFIG"] = task.tf_config()
         env["RTKIT_LAUNCH_SERVING"] = self._serving_file(task, attempt)
         env["RTKIT_LAUNCH_CLOCK"] = self._clock_file()
-        env[LAUNCHER_ENV] = str(os.getpid())   # the task's `rtkit run` dies with this process, even by kill -9
         for var in ("RTKIT_RUN_DIR", "RTKIT_ACTIVE"):
             env.pop(var, None)
         role_args = []
