@@ -164,7 +164,7 @@ class StepRecorder:
         self._records = step_records.Appender()   # the training step's records, each written once
         self.last_manual = (time.time(), time.perf_counter(), minor_faults())
         # Keras fit: one record per epoch (wall seconds, train batches, whether validation ran)
-        self.keras_epochs: List[tuple] = []
+        self.keras_epochs: List[dict] = []
         # Keras fit calls begun: with no train batch ended, why no step came is not a missing hook (no_step_reason)
         self.keras_fit_calls = 0
 
@@ -172,7 +172,7 @@ class StepRecorder:
 
     def record_epoch(self, seconds: float, batches: int, validation: bool) -> None:
         with self.lock:
-            self.keras_epochs.append((round(seconds, 4), batches, validation))
+            self.keras_epochs.append({"epoch_s": round(seconds, 4), "train_batches": batches, "validation": validation})
 
     def subscribe(self, callback: Callable[[str, float], None]) -> None:
         """callback(signature, ms) after each training step (see the module's doc); once per callback."""
@@ -294,8 +294,7 @@ class StepRecorder:
                 hook["detail"] = f"steps counted from {sig.api}" + (f"; {hook['detail']}" if hook.get("detail") else "")
             return {
                 "api": sig.api if sig else None,
-                "keras_summary": keras_summary([{"epoch_s": e[0], "train_batches": e[1], "validation": e[2]}
-                                                for e in self.keras_epochs]) if source == "keras" else None,
+                "keras_summary": keras_summary(self.keras_epochs) if source == "keras" else None,
                 "keras_fit_calls": self.keras_fit_calls,
                 "pid": os.getpid(),
                 "source": source,
