@@ -227,7 +227,7 @@ class Launch:
         return os.path.exists(self._serving_file(proc.task, proc.attempt))
 
     def _start(self, task: Task, attempt: int) -> _Proc:
-        env = tree_guard.env_dying_with_me(os.environ)   # the task's `rtkit run` dies with this process, even by kill -9
+        env = tree_guard.env_dying_with_me(os.environ)   # its `rtkit run` dies with this process, even by kill -9
         env["TF_CONFIG"] = task.tf_config()
         env["RTKIT_LAUNCH_SERVING"] = self._serving_file(task, attempt)
         env["RTKIT_LAUNCH_CLOCK"] = self._clock_file()
