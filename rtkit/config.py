@@ -262,6 +262,25 @@ SETTINGS: List[Setting] = [
        "alone it arms the heat watch, whose write faults cost the full-scale bench 1.4x its step time. 0: all "
        "leading shares (no chunk promoted); 100: all by heat, up to that",
        minimum=0, maximum=100, c="tier"),
+    _s("tier_pager", "bool", False, "", "tier mode: at the first step mark, every pooled record of 1 MiB or more "
+       "becomes the process's anonymous memory paged by rtkit itself (userfaultfd, Linux >= 6.8) instead of the "
+       "kernel's page cache over the pool file: a page is read from the pool at its first touch (a hole: zeroed pages, "
+       "that one and the next ones), written to it only when evicted, and evicted once the process's anonymous memory "
+       "nears MemAvailable less tier_pager_reserve: pages written in the fewest heat scans first, the least recently "
+       "written first among them. Replaces tier_dram_head; where the kernel refuses, the DRAM heads run instead and "
+       "the report says why", c="tier"),
+    _s("tier_pager_reserve", "size", 3 << 30, "bytes", "tier mode with tier_pager: DRAM the pager leaves free for "
+       "the rest of the machine (the page cache of the job's own files, other processes, TensorFlow's growth): it "
+       "evicts once the process's anonymous memory reaches its value at the first step mark plus MemAvailable then "
+       "less this", minimum=64 << 20, c="tier"),
+    _s("tier_pager_max", "size", 0, "bytes", "tier mode with tier_pager: at most this much more anonymous memory than "
+       "the process held at the first step mark before the pager evicts (acts out a smaller DRAM, as "
+       "tier_resident_max does for the page cache); 0: what MemAvailable less tier_pager_reserve allows",
+       minimum=0, c="tier"),
+    _s("tier_pager_heat_every", "int", 32, "steps", "tier mode with tier_pager: every this many step marks, learn "
+       "which paged pages the steps wrote (asynchronous write-protect, one cheap fault at the next write to each "
+       "page): the eviction order. Fewer scans cost fewer faults and see heat coarser", minimum=1,
+       maximum=1 << 20, c="tier"),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
        maximum=1 << 40, c="pmem"),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static int g_failures;
 
@@ -104,6 +106,20 @@ __attribute__((unused)) static int t_racer_ok(const unsigned char *racer, int i)
         if (racer[k] != (unsigned char)(i + k / 512))
             return 0;
     return 1;
+}
+
+/* The number after `key` in this process's pmem-<pid>.json in RTKIT_RUN_DIR (as last written), or -1 */
+__attribute__((unused)) static long long t_pmem_figure(const char *key)
+{
+    char path[4096], buf[1 << 16];
+    snprintf(path, sizeof path, "%s/pmem-%ld.json", getenv("RTKIT_RUN_DIR"), (long)getpid());
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = 0;
+    const char *at = strstr(buf, key);
+    return at ? strtoll(at + strlen(key), NULL, 10) : -1;
 }
 
 __attribute__((unused)) static int test_done(const char *name)

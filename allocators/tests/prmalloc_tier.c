@@ -40,19 +40,7 @@ static int pool_mapping(const void *p)
 
 static int in_pool_file(const void *p) { return pool_mapping(p) == 's'; }
 
-/* The number after `key` in this process's pmem-<pid>.json in RTKIT_RUN_DIR (as last written), or -1 */
-static long long stats_figure(const char *key)
-{
-    char path[4096], buf[1 << 16];
-    snprintf(path, sizeof path, "%s/pmem-%ld.json", getenv("RTKIT_RUN_DIR"), (long)getpid());
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f)
-        fclose(f);
-    buf[n] = 0;
-    const char *at = strstr(buf, key);
-    return at ? strtoll(at + strlen(key), NULL, 10) : -1;
-}
+static long long stats_figure(const char *key) { return t_pmem_figure(key); }
 
 static void fill(unsigned char *p, size_t n, unsigned seed)
 {

@@ -81,8 +81,11 @@ def cost_words(report: Dict[str, Any]) -> List[str]:
         if vs is not None:
             words += f", median {fmt.nbytes(vs['median'])}, budget (tier_resident_max) {fmt.nbytes(vs['budget'])}"
         out.append(words)
+    paged = pager_words(p)
     head = get(p, "dram_head.bytes")
-    if head:   # every pooled allocation of 1 MiB or more gets a head: rtkit cannot tell a table from other memory
+    if paged:
+        out.append(paged)
+    elif head:   # every pooled allocation of 1 MiB or more gets a head: rtkit cannot tell a table from other memory
         n = get(p, "dram_head.records")
         what = f"{fmt.num(n)} pooled allocation{'' if n == 1 else 's'}" if fmt.is_num(n) else "pooled allocations"
         out.append(f"heads in anonymous DRAM {fmt.nbytes(head)} ({what} of 1 MiB or more: tables or other "
@@ -259,7 +262,7 @@ def warning_words(report: Dict[str, Any]) -> List[str]:
         return []
     pre = p.get("placed_before_first_step") or {}
     out = [w for w in (_no_room_words(p), _raised_words(report, p), _left_words(p), _whole_writes_words(p),
-                       _late_words(p)) if w]
+                       _late_words(p), _pager_off_words(p)) if w]
     if p.get("step_marks") == 0:
         out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
@@ -338,6 +341,30 @@ def _where(p) -> str:
         return " in the step marks"
     return f" beside the steps (the marks: {fmt.seconds(get(p, 'heat.mark_seconds'))})"
 
+def pager_words(p: Dict[str, Any]) -> str:
+    """What tier mode's own pager (tier_pager) did: the records it paged, its limit, what it evicted and wrote, what
+    it read back; "" where it did not run."""
+    pg = p.get("pager") or {}
+    if not pg.get("on"):
+        return ""
+    n = pg.get("regions")
+    words = (f"paged by rtkit (tier_pager): {fmt.nbytes(pg.get('adopted_bytes'))} in {fmt.num(n)} pooled "
+             f"allocation{'' if n == 1 else 's'} of 1 MiB or more, anonymous memory held under "
+             f"{fmt.nbytes(pg.get('limit_bytes'))}; {fmt.num(pg.get('evicted_pages'))} pages evicted by write heat "
+             f"({fmt.nbytes(pg.get('evicted_bytes'))} written to the pool), {fmt.num(pg.get('filled_from_file'))} read "
+             "back")
+    errors = sum(pg.get(k) or 0 for k in ("read_errors", "write_errors", "move_errors", "scan_errors", "adopt_errors"))
+    if errors:
+        words += f"; {fmt.num(errors)} errors (read {fmt.num(pg.get('read_errors'))}: pages that read as zeros)"
+    return words
+
+
+def _pager_off_words(p: Dict[str, Any]) -> str:
+    """tier_pager asked for but not running: its note says why (the heads ran instead)."""
+    pg = p.get("pager") or {}
+    return f"warning: {pg['note']}" if pg.get("setting") and not pg.get("on") and pg.get("note") else ""
+
+
 def _head_written(written: Any) -> str:
     """The most of the heads the steps had written at a stats write: the process's own copies, in anonymous DRAM
     (the rest of a head is the pool file's page cache, which the kernel may reclaim)."""
@@ -374,7 +401,13 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     if isinstance(at, dict) and at.get("rss_bytes"):
         rows.append(("at the highest RSS sampled", f"RSS {fmt.nbytes(at.get('rss_bytes'))}, pool pages in DRAM "
                      f"{fmt.nbytes(at.get('pool_dram_bytes'))}, bytes live in the pool {fmt.nbytes(at.get('tier_bytes'))}"))
-    if get(p, "dram_head.setting_bytes"):
+    paged = pager_words(p)
+    if paged:
+        pg = p["pager"]
+        rows.append(("pager (tier_pager)", paged[0].upper() + paged[1:] + f"; {fmt.num(pg.get('scans'))} heat scans "
+                     f"in {fmt.seconds(pg.get('scan_seconds'))}, evictions {fmt.seconds(pg.get('evict_seconds'))}, "
+                     f"page reads {fmt.seconds(pg.get('fill_seconds'))} (on the pager's threads)"))
+    elif get(p, "dram_head.setting_bytes"):
         rows.append(("heads in DRAM (tier_dram_head)",
                      f"{fmt.nbytes(get(p, 'dram_head.bytes'))} of a {fmt.nbytes(get(p, 'dram_head.budget_bytes'))} "
                      f"budget, {fmt.num(get(p, 'dram_head.records'))} "

@@ -2,6 +2,7 @@
  * markers, the pool files' open, lock, size and sync, and the few process-wide calls (CPUs, membarrier, yield). */
 #define _GNU_SOURCE
 #include "common/os.h"
+#include "common/uffd_abi.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -122,27 +123,6 @@ int rtk_os_on_ram_fs(const char *path)
     errno = saved;
     return ram;
 }
-
-/* The userfaultfd and PAGEMAP_SCAN interface (linux/userfaultfd.h, linux/fs.h), spelled out: older headers lack
- * the parts this needs, and the kernel is asked at run time anyway. */
-#define UFFD_USER_MODE_ONLY_ 1
-#define UFFD_API_ 0xAAull
-#define UFFD_FEATURE_WP_ASYNC_ (1ull << 15)
-#define UFFDIO_REGISTER_MODE_WP_ (1ull << 1)
-struct uffdio_api_ { uint64_t api, features, ioctls; };
-struct uffdio_register_ { uint64_t start, len, mode, ioctls; };
-#define UFFDIO_API_ _IOWR(0xAA, 0x3F, struct uffdio_api_)
-#define UFFDIO_REGISTER_ _IOWR(0xAA, 0x00, struct uffdio_register_)
-struct pm_scan_arg_ {
-    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted, category_mask,
-        category_anyof_mask, return_mask;
-};
-#define PAGEMAP_SCAN_ _IOWR('f', 16, struct pm_scan_arg_)
-#define PAGE_IS_WRITTEN_ (1ull << 1)
-#define PAGE_IS_FILE_ (1ull << 2)
-#define PAGE_IS_PRESENT_ (1ull << 3)
-#define PM_SCAN_WP_MATCHING_ (1ull << 0)
-#define PM_SCAN_CHECK_WPASYNC_ (1ull << 1)
 
 int rtk_os_watch_open(rtk_os_watch_t *w)
 {

@@ -178,6 +178,7 @@ EXPORT int rtkit_malloc_write_stats(void)
 __attribute__((destructor)) static void rtk_dtor(void)
 {
     rtk_tier_worker_stop();  /* its last pass ends before the stats are written and the pool's file goes */
+    rtk_tier_pager_stop();
     if (rtk_fastpath.mode != RTK_MODE_READY || rtk_engine.state == RTK_STATE_OFF || !rtk_engine.cfg.run_dir[0])
         goto out;
     if (rtk_engine.steps == 0 && (rtk_engine.forked || !rtk_engine.is_root))
@@ -201,6 +202,7 @@ static int g_fork_io_locked;
 static void fork_prepare(void)
 {
     rtk_tier_worker_pause();  /* first: the worker's pass may still take any lock below */
+    rtk_tier_pager_fork_prepare();
     g_fork_io_locked = _IO_list_lock && _IO_list_unlock && _IO_list_resetlock &&
                        !(&__libc_single_threaded && __libc_single_threaded);
     if (g_fork_io_locked)
@@ -227,12 +229,14 @@ static void fork_parent(void)
     rtk_step_fork_parent();
     if (g_fork_io_locked)
         _IO_list_unlock();
+    rtk_tier_pager_fork_parent();
     rtk_tier_worker_resume();
 }
 
 static void fork_child(void)
 {
     rtk_tier_worker_forget();
+    rtk_tier_pager_fork_child();
     rtk_publish_fork_child();
     rtk_large_reset_lock();
     rtk_arenas_fork_child();

@@ -50,5 +50,10 @@ RTK_HIDDEN void rtk_tier_worker_pause(void);
 RTK_HIDDEN void rtk_tier_worker_resume(void);
 RTK_HIDDEN void rtk_tier_worker_forget(void);
 RTK_HIDDEN void rtk_tier_worker_stop(void);
+/* The pager's evictor (tier_pager.c) across fork and at exit, as the worker's. */
+RTK_HIDDEN void rtk_tier_pager_fork_prepare(void);
+RTK_HIDDEN void rtk_tier_pager_fork_parent(void);
+RTK_HIDDEN void rtk_tier_pager_fork_child(void);
+RTK_HIDDEN void rtk_tier_pager_stop(void);
 
 #endif

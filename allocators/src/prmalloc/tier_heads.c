@@ -36,12 +36,53 @@ int rtk_tier_restore_head(live_t *r)
     if (!r->head)
         return rc;
     char *lo = rtk_tier_head_lo(r->payload);
+    rtk_tier_pager_forget(lo, r->head);  /* a paged record: no eviction touches it once the file is back */
     if (rtk_os_map_file_at(lo, r->head, rtk_tier.fd, (uint64_t)(lo - rtk_tier.base), 1) != 0)
         return -1;
     give_back(lo, r->head);
     rtk_tier.head_restored += r->head;
     r->head = 0;
     return rc;
+}
+
+/* tier_pager: every record of HEAD_MIN or more, its whole pages, becomes the pager's at the first step mark: its
+ * "head" is all of it (fork keeps it, a free gives it back to the file as a head's). The pager's DRAM is the
+ * process's anonymous memory, bounded by its own eviction, not by a head budget. */
+/* The next live record from *i on that may get a head (HEAD_MIN or more, none yet, under HEAD_CAP heads), with its
+ * whole pages [*lo, *end); NULL when there is none. Under the live lock. */
+static live_t *next_head_candidate(uint32_t *i, char **lo, char **end)
+{
+    for (; *i < rtk_tier.nlive && rtk_tier.head_records < HEAD_CAP; ++*i) {
+        live_t *r = &rtk_tier.live[*i];
+        if (r->n < HEAD_MIN || r->head)
+            continue;
+        *lo = rtk_tier_head_lo(r->payload);
+        *end = (char *)(((uintptr_t)r->payload + r->n) & ~(uintptr_t)(TIER_PAGE - 1));
+        ++*i;
+        return r;
+    }
+    return NULL;
+}
+
+static void page_records(void)
+{
+    double t0 = rtk_tier_now_s();
+    rtk_spin_lock(&rtk_tier.live_lock);
+    char *lo, *end;
+    for (uint32_t i = 0; ;) {
+        live_t *r = next_head_candidate(&i, &lo, &end);
+        if (!r)
+            break;
+        if (end <= lo)
+            continue;
+        r->head = rtk_tier_pager_adopt(lo, (uint64_t)(end - lo));
+        if (r->head) {
+            rtk_tier.head_bytes += r->head;
+            rtk_tier.head_records++;
+        }
+    }
+    rtk_spin_unlock(&rtk_tier.live_lock);
+    rtk_tier.head_s = rtk_tier_now_s() - t0;
 }
 
 /* At the first step mark, under the live lock (no record is placed or freed meanwhile): every record of HEAD_MIN
@@ -51,7 +92,13 @@ int rtk_tier_restore_head(live_t *r)
  * layouts, or tables of unequal use, the heat finds them. */
 static void make_heads(void)
 {
-    if (!rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD) || rtk_tier.state != T_ON || !rtk_tier.live || rtk_tier.fd < 0)
+    if (rtk_tier.state != T_ON || !rtk_tier.live || rtk_tier.fd < 0)
+        return;
+    if (rtk_tier_pager_wanted() && rtk_tier_pager_start() == 0) {
+        page_records();
+        return;
+    }
+    if (!rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD))
         return;
     double t0 = rtk_tier_now_s();
     uint64_t budget = rtk_setting_bytes(RTK_OPT_TIER_DRAM_HEAD), avail = rtk_os_mem_available();
@@ -74,12 +121,11 @@ static void make_heads(void)
         if (rtk_tier.live[i].n >= HEAD_MIN && !rtk_tier.live[i].head)
             total += rtk_tier.live[i].n, k++;
     double share = total <= budget ? 1.0 : (double)budget / (double)total;
-    for (uint32_t i = 0; i < rtk_tier.nlive && rtk_tier.head_records < HEAD_CAP; i++) {
-        live_t *r = &rtk_tier.live[i];
-        if (r->n < HEAD_MIN || r->head)
-            continue;
-        char *lo = rtk_tier_head_lo(r->payload);
-        char *end = (char *)(((uintptr_t)r->payload + r->n) & ~(uintptr_t)(TIER_PAGE - 1));
+    char *lo, *end;
+    for (uint32_t i = 0; ;) {
+        live_t *r = next_head_candidate(&i, &lo, &end);
+        if (!r)
+            break;
         uint64_t want = (uint64_t)((double)(end - lo) * share) & ~(uint64_t)4095;
         if (end <= lo || want < HEAD_MIN / 4 || rtk_tier.head_bytes + want > budget)
             continue;
@@ -220,6 +266,7 @@ void rtk_tier_step_mark(void)
     if (first)
         make_heads();      /* after the cold hint: heads are hot by design */
     rtk_tier.heads_at_mark = rtk_tier_private_held();
+    rtk_tier_pager_mark();
 }
 
 /* fork waits for the live lock (a mark making heads holds it): the child then sees every head recorded */

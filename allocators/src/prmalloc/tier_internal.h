@@ -220,4 +220,24 @@ RTK_HIDDEN void rtk_tier_want_arm(uint64_t *words, uint64_t nchunks);
 RTK_HIDDEN void rtk_tier_want_off(void);
 RTK_HIDDEN uint32_t rtk_tier_wanted(uint64_t chunk, uint64_t step);
 
+/* tier_pager.c: tier mode's own pager (tier_pager). wanted: the setting on and a pool file; start: at the first step
+ * mark, before adopt (0, or -errno with the note saying why: the heads run instead); adopt: [lo, lo + len) becomes
+ * the pager's (its length, or 0); forget: a freed record's range leaves it (under the live lock, before the file is
+ * mapped back); mark: each step mark (a pass on the evictor thread); fork and exit as the worker's. */
+typedef struct {
+    uint64_t regions, adopted_bytes, data_at_adopt, adopt_errors, forgotten_bytes, limit, anon_peak;
+    uint64_t filled_from_file, filled_zero, fill_ns, busy_waits, read_errors;
+    uint64_t scans, scan_errors, resident_at_scan, passes, evictions, evicted_pages, evicted_holes, written_bytes;
+    uint64_t move_errors, move_errno, move_shared, write_errors;
+    double adopt_s, scan_s, evict_s;
+} rtk_tier_pager_stats_t;
+RTK_HIDDEN extern rtk_tier_pager_stats_t rtk_tier_pager_stats;
+RTK_HIDDEN int rtk_tier_pager_wanted(void);
+RTK_HIDDEN int rtk_tier_pager_on(void);
+RTK_HIDDEN const char *rtk_tier_pager_note(void);
+RTK_HIDDEN int rtk_tier_pager_start(void);
+RTK_HIDDEN uint64_t rtk_tier_pager_adopt(char *lo, uint64_t len);
+RTK_HIDDEN void rtk_tier_pager_forget(char *lo, uint64_t len);
+RTK_HIDDEN void rtk_tier_pager_mark(void);
+
 #endif

@@ -121,6 +121,22 @@ static long tier_format(char *buf, size_t cap)
         written < 0 ? -1LL : written, written_peak < 0 ? -1LL : written_peak, U(t->head_restored), t->head_s,
         U(LD(t->head_kept_errors)), U(t->head_promoted), U(t->head_promoted_chunks), U(t->head_promoted_restored),
         U(rtk_tier_promoted_runs()), U(t->head_runs_refused));
+    const rtk_tier_pager_stats_t *pg = &rtk_tier_pager_stats;
+    rtk_out_put(&o, "%s\"pager\": {\"setting\": %s, \"on\": %s, \"note\": ", nl,
+        rtk_setting_on(RTK_OPT_TIER_PAGER) ? "true" : "false", rtk_tier_pager_on() ? "true" : "false");
+    rtk_out_str(&o, rtk_tier_pager_note());
+    rtk_out_put(&o, ", \"limit_bytes\": %llu, \"anon_peak_bytes\": %llu, \"regions\": %llu, \"adopted_bytes\": %llu, "
+            "\"data_at_adopt_bytes\": %llu, \"adopt_errors\": %llu, \"adopt_seconds\": %.3f, "
+            "\"forgotten_bytes\": %llu, \"filled_from_file\": %llu, \"filled_zero\": %llu, \"fill_seconds\": %.3f, "
+            "\"busy_waits\": %llu, \"read_errors\": %llu, \"scans\": %llu, \"scan_errors\": %llu, \"scan_seconds\": %.3f, "
+            "\"resident_at_scan_bytes\": %llu, \"passes\": %llu, \"evictions\": %llu, \"evicted_pages\": %llu, "
+            "\"evicted_holes\": %llu, \"evicted_bytes\": %llu, \"evict_seconds\": %.3f, \"move_errors\": %llu, \"move_last_errno\": %llu, \"move_shared\": %llu, "
+            "\"write_errors\": %llu},",
+        U(pg->limit), U(pg->anon_peak), U(pg->regions), U(pg->adopted_bytes), U(pg->data_at_adopt),
+        U(pg->adopt_errors), pg->adopt_s, U(pg->forgotten_bytes), U(LD(pg->filled_from_file)), U(LD(pg->filled_zero)),
+        (double)LD(pg->fill_ns) * 1e-9, U(LD(pg->busy_waits)), U(LD(pg->read_errors)), U(pg->scans), U(LD(pg->scan_errors)),
+        pg->scan_s, U(pg->resident_at_scan), U(pg->passes), U(pg->evictions), U(pg->evicted_pages), U(pg->evicted_holes), U(pg->written_bytes),
+        pg->evict_s, U(LD(pg->move_errors)), U(pg->move_errno), U(LD(pg->move_shared)), U(LD(pg->write_errors)));
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(t->bad_frees)),
         nl, U(LD(t->child_frees)), nl, U(LD(t->errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now, less the

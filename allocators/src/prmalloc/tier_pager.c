@@ -1,0 +1,765 @@
+/* tier_pager.c -- tier mode's own pager (tier_pager): pooled records as anonymous memory under userfaultfd, read
+ * from the pool file on first touch, written to it only when evicted, evicted coldest first by measured write heat. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/uffd_abi.h"
+#include "prmalloc/tier_internal.h"
+
+/* Why: through the page cache a pool page a step writes is written back on the flusher's 30 s clock while still in
+ * use (and an IPI shoots down the other core's TLB for each), and reclaim chooses by recency, blind to which rows
+ * recur: the full-scale bench wrote 10.4M pages for ~3.7M pages of rows past the DRAM heads and read 1.2-1.5M back
+ * (docs/results.md, "Where (b)'s time goes"). Here a record's pages are the process's anonymous memory at the same
+ * addresses (a registered mapping moved over it, so no access ever sees it half made):
+ * - a missing page is served by a handler thread: read from the pool file where the pager wrote it or the job had
+ *   (through the page cache: a page evicted a moment ago comes back from memory, and the kernel writes evicted
+ *   pages out in its own time, unmapped, so with no TLB shoot-down; direct I/O made each eviction wait for the
+ *   disk, 134 us a page at full scale), zeroed pages where the file holds a hole (that one and the holes after
+ *   it to a 256 KiB boundary: new rows are handed out in order, one trip to the handler serves many);
+ * - every tier_pager_heat_every marks, one PAGEMAP_SCAN re-arms asynchronous write-protection and says which pages
+ *   were written since the last scan: a page's age is the number of scans since a step last wrote it;
+ * - once the process's anonymous memory nears its limit, the oldest pages are moved out (UFFDIO_MOVE: atomic, an
+ *   access after it faults to the handler, which waits for the chunk's eviction to end), written to the file and
+ *   freed. Nothing is written while a page is in use, and pages no step rewrites go first.
+ * The handler threads and the evictor block every signal, allocate nothing and never stop (a fault may come until
+ * the process ends); the evictor pauses at fork and stops at exit. A forked child's mappings lose the handler:
+ * its missing pages raise SIGBUS (UFFD_FEATURE_SIGBUS) instead of reading as zeros. */
+
+#define HANDLERS 4                        /* faults of several compute threads read the disk at once */
+#define REGIONS HEAD_CAP
+#define CHUNK_PAGES 16                    /* eviction works on 64 KiB chunks: one busy word each */
+#define SLACK_HI ((uint64_t)64 << 20)     /* evict once within this of the limit (or an eighth of the room) ... */
+#define SLACK_LO ((uint64_t)256 << 20)    /* ... down to this far under it (or a quarter of the room) */
+#define SCAN_VEC 4096
+#define FILL_RUN 64                       /* a hole's fault fills the holes after it up to a 256 KiB boundary */
+#define AGE_MAX 255
+#define HITS_MAX 15
+#define RANKS ((HITS_MAX + 1) * (AGE_MAX + 1))
+/* The eviction order: pages written in the fewest scans first (rows that never recur: under a power law most of the
+ * pages of new rows; docs/results.md's hindsight floor keeps the most-touched pages), the least recently written
+ * first among them. A lower rank goes first. */
+static inline unsigned rank_of(unsigned hits, unsigned age) { return hits * (AGE_MAX + 1) + (AGE_MAX - age); }
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#define ADD(x, v) __atomic_add_fetch(&(x), (v), __ATOMIC_RELAXED)
+
+typedef struct { char *lo; uint64_t len; } region_t;
+
+static struct {
+    int on;                               /* 1: running in this process; -1: could not start */
+    int uffd, dfd, pagemap;              /* dfd: the pool file's descriptor */
+    uint64_t npages;                      /* of the pool */
+    uint64_t *on_file;                    /* a bit per pool page: its data is in the file, read it from there */
+    uint8_t *age;                         /* per pool page: 0 not resident (or the zero page), 1 written since the
+                                           * last scan, k: unwritten for k - 1 scans */
+    uint32_t *busy;                       /* per chunk: a lock (futex word): 1 the evictor's, 2 a handler's */
+    char *stage;                          /* CHUNK_PAGES registered pages the evictor moves a chunk's pages into */
+    char *zeros;                          /* FILL_RUN pages never written: what a hole is filled from */
+    region_t reg[REGIONS];
+    uint32_t nreg;
+    rtk_spin_t lock;                      /* the regions and the evictor's batches: fork and frees wait for it */
+    uint64_t limit, slack_hi, slack_lo;   /* anonymous RSS the evictor keeps the process under, and its margins */
+    uint8_t *hits;                        /* per pool page: the scans that found it written (and its read-backs) */
+    uint64_t last_scan_step, hist[RANKS], resident_pages;
+    int scanned;
+    uint32_t asked, pause, stop;          /* futex words: marks ask for passes; fork pauses; exit stops */
+    uint64_t step;
+    unsigned long evictor, handler[HANDLERS];
+    int evictor_started;
+    char note[256];
+} g = {.uffd = -1, .dfd = -1, .pagemap = -1, .lock = RTK_SPIN_INIT};
+
+rtk_tier_pager_stats_t rtk_tier_pager_stats;
+#define S rtk_tier_pager_stats
+
+static inline int on_file(uint64_t i) { return (int)((LD(g.on_file[i >> 6]) >> (i & 63)) & 1); }
+static inline void set_on_file(uint64_t i, int v)
+{
+    if (v)
+        __atomic_or_fetch(&g.on_file[i >> 6], 1ull << (i & 63), __ATOMIC_RELEASE);
+    else
+        __atomic_and_fetch(&g.on_file[i >> 6], ~(1ull << (i & 63)), __ATOMIC_RELEASE);
+}
+static inline uint64_t page_of(const char *p) { return (uint64_t)(p - rtk_tier.base) / TIER_PAGE; }
+static inline char *addr_of(uint64_t i) { return rtk_tier.base + i * TIER_PAGE; }
+
+static int ioctl_rc(int fd, unsigned long req, void *arg)
+{
+    return ioctl(fd, req, arg) == 0 ? 0 : -errno;
+}
+
+static void wake_page(char *p)
+{
+    struct uffdio_range_ r = {(uint64_t)(uintptr_t)p, TIER_PAGE};
+    ioctl(g.uffd, UFFDIO_WAKE_, &r);
+}
+
+/* ---------------------------------------------------------------- chunk locks
+ * A chunk's pages change hands under its lock: the evictor's while it moves them out and writes them (a fault there
+ * waits, then reads what was written), a handler's while it fills them (no eviction of a page beside them may leave
+ * it a hole the handler would fill with zeros before the file has it). A handler holds its fault's chunk and, by
+ * try-lock only, the next ones its fill runs into: no handler waits while it holds one. */
+static void chunk_lock(uint64_t c, uint32_t who)
+{
+    for (uint32_t seen = 0; !__atomic_compare_exchange_n(&g.busy[c], &seen, who, 0, __ATOMIC_ACQUIRE,
+                                                         __ATOMIC_RELAXED);
+         seen = 0) {
+        ADD(S.busy_waits, 1);
+        rtk_os_futex_wait(&g.busy[c], seen);
+    }
+}
+
+static int chunk_trylock(uint64_t c, uint32_t who)
+{
+    uint32_t seen = 0;
+    return __atomic_compare_exchange_n(&g.busy[c], &seen, who, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+static void chunk_unlock(uint64_t c)
+{
+    ST(g.busy[c], 0);
+    rtk_os_futex_wake(&g.busy[c]);
+}
+
+/* ---------------------------------------------------------------- missing pages */
+static void serve(char *p, char *buf)
+{
+    uint64_t i = page_of(p);
+    if (p < rtk_tier.base || i >= g.npages) {
+        wake_page(p);
+        return;
+    }
+    uint64_t c0 = i / CHUNK_PAGES, c1 = c0;  /* the chunks locked: [c0, c1] */
+    chunk_lock(c0, 2);
+    double t0 = rtk_tier_now_s();
+    int rc;
+    if (on_file(i)) {
+        ssize_t got = -1;
+        for (int tries = 0; tries < 3 && got != TIER_PAGE; tries++)
+            got = pread(g.dfd, buf, TIER_PAGE, (off_t)(i * TIER_PAGE));
+        if (got != TIER_PAGE) {
+            /* the disk failed this page: the page cache's fault would raise SIGBUS; a handler cannot, so the
+             * page reads as zeros and the count says so (the report shows it) */
+            memset(buf, 0, TIER_PAGE);
+            ADD(S.read_errors, 1);
+        }
+        struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)buf, TIER_PAGE, 0, 0};
+        while ((rc = ioctl_rc(g.uffd, UFFDIO_COPY_, &c)) == -EAGAIN)
+            c.copy = 0;
+        if (rc == 0) {
+            ADD(S.filled_from_file, 1);
+            __atomic_store_n(&g.age[i], 1, __ATOMIC_RELAXED);
+            if (g.hits[i] < HITS_MAX)
+                g.hits[i]++;  /* used again after its eviction: it recurs */
+        }
+    } else {
+        /* a hole: zeroed pages for it and the holes after it, up to the end of its FILL_RUN window (rows are
+         * handed out in order, so the next rows land there). Real pages, not the zero page: replacing the zero
+         * page at the first write costs a TLB shoot-down on every other core the job runs on (8% of the CPU at
+         * full scale), a page that was never mapped costs none. */
+        uint64_t end = (i / FILL_RUN + 1) * FILL_RUN, e = i + 1;
+        while (e < end && e < g.npages && !on_file(e)) {
+            if (e % CHUNK_PAGES == 0 && !chunk_trylock(e / CHUNK_PAGES, 2))
+                break;  /* being evicted or filled: the run stops short of it */
+            c1 = e / CHUNK_PAGES;
+            e++;
+        }
+        struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)g.zeros, (e - i) * TIER_PAGE, 0, 0};
+        while ((rc = ioctl_rc(g.uffd, UFFDIO_COPY_, &c)) != 0 && c.copy <= 0 && rc != -EEXIST && c.len > TIER_PAGE) {
+            c.len = rc == -EAGAIN ? c.len : TIER_PAGE;  /* past the record's end (not registered): this page only */
+            c.copy = 0;
+        }
+        if (c.copy > 0) {
+            ADD(S.filled_zero, (uint64_t)c.copy / TIER_PAGE);
+            rc = 0;  /* the faulting page is the first: it is in; a later one that was there stopped the copy */
+        }
+    }
+    for (uint64_t c = c0; c <= c1; c++)
+        chunk_unlock(c);
+    if (rc != 0)
+        wake_page(p);  /* another thread filled it, or the range left the pager (a free): the access retries */
+    double dt = rtk_tier_now_s() - t0;
+    __atomic_fetch_add(&S.fill_ns, (uint64_t)(dt * 1e9), __ATOMIC_RELAXED);
+}
+
+static void *handler_main(void *arg)
+{
+    char *buf = arg;
+    for (;;) {
+        struct pollfd pf = {g.uffd, POLLIN, 0};
+        if (poll(&pf, 1, -1) < 0)
+            continue;
+        struct uffd_msg_ m;
+        if (read(g.uffd, &m, sizeof m) != (ssize_t)sizeof m)
+            continue;  /* another handler took it */
+        if (m.event == UFFD_EVENT_PAGEFAULT_)
+            serve((char *)(uintptr_t)(m.address & ~(uint64_t)(TIER_PAGE - 1)), buf);
+        /* other events (the move of a registered mapping at adoption) need only to be read */
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- heat */
+/* One scan of a region: re-arm write-protection on every present page and age the pages by what was written.
+ * Pages the scan does not return are not present (evicted, never touched): age 0. */
+static void scan_region(const region_t *r, rtk_os_region_t *vec)
+{
+    uint64_t start = (uint64_t)(uintptr_t)r->lo, end = start + r->len, next = start;
+    while (start < end) {
+        struct pm_scan_arg_ a = {sizeof a, PM_SCAN_WP_MATCHING_ | PM_SCAN_CHECK_WPASYNC_, start, end, 0,
+                                 (uint64_t)(uintptr_t)vec, SCAN_VEC, 0, 0, PAGE_IS_PRESENT_, 0,
+                                 PAGE_IS_WRITTEN_ | PAGE_IS_PFNZERO_};
+        long n = ioctl(g.pagemap, PAGEMAP_SCAN_, &a);
+        if (n < 0) {
+            ADD(S.scan_errors, 1);
+            return;
+        }
+        for (long k = 0; k <= n; k++) {
+            uint64_t lo = k < n ? vec[k].start : a.walk_end, hi = k < n ? vec[k].end : a.walk_end;
+            for (uint64_t i = page_of((char *)(uintptr_t)next); i < page_of((char *)(uintptr_t)lo); i++)
+                g.age[i] = 0;
+            if (k == n)
+                break;
+            for (uint64_t i = page_of((char *)(uintptr_t)lo); i < page_of((char *)(uintptr_t)hi); i++) {
+                uint8_t a8 = vec[k].flags & PAGE_IS_PFNZERO_ ? 0
+                             : vec[k].flags & PAGE_IS_WRITTEN_ ? 1
+                             : g.age[i] && g.age[i] < AGE_MAX ? (uint8_t)(g.age[i] + 1)
+                             : g.age[i] ? AGE_MAX : 2;
+                g.age[i] = a8;
+                if (a8 == 1 && (vec[k].flags & PAGE_IS_WRITTEN_) && g.hits[i] < HITS_MAX)
+                    g.hits[i]++;
+                if (a8) {
+                    g.hist[rank_of(g.hits[i], a8)]++;
+                    g.resident_pages++;
+                }
+            }
+            next = hi;
+        }
+        if (a.walk_end <= start)
+            break;
+        start = next = a.walk_end;
+    }
+}
+
+static void scan(void)
+{
+    static rtk_os_region_t vec[SCAN_VEC];
+    double t0 = rtk_tier_now_s();
+    memset(g.hist, 0, sizeof g.hist);
+    g.resident_pages = 0;
+    for (uint32_t k = 0;; k++) {
+        rtk_spin_lock(&g.lock);
+        if (k >= g.nreg) {
+            rtk_spin_unlock(&g.lock);
+            break;
+        }
+        region_t r = g.reg[k];
+        scan_region(&r, vec);
+        rtk_spin_unlock(&g.lock);
+        if (LD(g.stop))
+            break;
+    }
+    g.scanned = 1;
+    S.scans++;
+    S.resident_at_scan = g.resident_pages * TIER_PAGE;
+    S.scan_s += rtk_tier_now_s() - t0;
+}
+
+/* ---------------------------------------------------------------- eviction */
+static int page_is_zero(const char *p)
+{
+    const uint64_t *w = (const uint64_t *)(const void *)p;
+    uint64_t any = 0;
+    for (unsigned k = 0; k < TIER_PAGE / 8; k++)
+        any |= w[k];
+    return any == 0;
+}
+
+/* Pages [i0, i0 + len) moved into the stage at `from`: to the file (pages still zero that never were the file's
+ * go without a write: still holes), or, where the write fails, back where they were (nothing may be lost). The pages
+ * that left DRAM. */
+static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
+{
+    int holes = 1;
+    for (uint64_t k = 0; holes && k < len / TIER_PAGE; k++)
+        holes = !on_file(i0 + k) && page_is_zero(from + k * TIER_PAGE);
+    ssize_t w = holes ? (ssize_t)len : pwrite(g.dfd, from, len, (off_t)(i0 * TIER_PAGE));
+    if (w != (ssize_t)len) {
+        struct uffdio_move_ back = {(uint64_t)(uintptr_t)addr_of(i0), (uint64_t)(uintptr_t)from, len, 0, 0};
+        if (ioctl_rc(g.uffd, UFFDIO_MOVE_, &back) != 0)
+            ADD(S.move_errors, 1);
+        ADD(S.write_errors, 1);
+        return 0;
+    }
+    for (uint64_t k = 0; k < len / TIER_PAGE; k++) {
+        set_on_file(i0 + k, !holes);
+        g.age[i0 + k] = 0;
+    }
+    if (holes)
+        S.evicted_holes += len / TIER_PAGE;
+    else
+        S.written_bytes += len;
+    return len / TIER_PAGE;
+}
+
+/* Move the pages of chunk c in `mask` out, write them to the file, free them. Under g.lock. Returns pages evicted. */
+static uint64_t evict_chunk(uint64_t c, uint32_t mask)
+{
+    uint64_t done = 0;
+    chunk_lock(c, 1);
+    for (uint32_t j = 0; j < CHUNK_PAGES;) {
+        if (!(mask >> j & 1)) {
+            j++;
+            continue;
+        }
+        uint32_t e = j;
+        while (e < CHUNK_PAGES && mask >> e & 1)
+            e++;
+        uint64_t i0 = c * CHUNK_PAGES + j, len = (uint64_t)(e - j) * TIER_PAGE;
+        struct uffdio_move_ mv = {(uint64_t)(uintptr_t)g.stage, (uint64_t)(uintptr_t)addr_of(i0), len, 0, 0};
+        int rc = ioctl_rc(g.uffd, UFFDIO_MOVE_, &mv);
+        if (rc != 0 && rc != -EAGAIN && rc != -EBUSY) {
+            ADD(S.move_errors, 1);
+            S.move_errno = (uint64_t)-rc;
+        }
+        if (rc == -EBUSY)
+            ADD(S.move_shared, 1);  /* a page a forked child still shares: it stays */
+        /* Which pages moved is what the stage holds, not what the call's count says: trusting the count, a loaded
+         * machine (Linux 6.18) left pages in the stage that it had not reported (the next moves into it failed
+         * with EEXIST) and the table read those rows back stale from the file (prmalloc_pager race, ~1 run in 30) */
+        unsigned char in_stage[CHUNK_PAGES];
+        if (mincore(g.stage, len, in_stage) != 0) {
+            ADD(S.move_errors, 1);
+            memset(in_stage, mv.move > 0 ? 1 : 0, sizeof in_stage);
+        }
+        int any = 0;
+        for (uint32_t k = 0; k < e - j;) {
+            if (!(in_stage[k] & 1)) {
+                k++;
+                continue;
+            }
+            uint32_t k2 = k;
+            while (k2 < e - j && in_stage[k2] & 1)
+                k2++;
+            any = 1;
+            done += write_out(i0 + k, g.stage + (uint64_t)k * TIER_PAGE, (uint64_t)(k2 - k) * TIER_PAGE);
+            k = k2;
+        }
+        if (any)
+            madvise(g.stage, CHUNK_PAGES * TIER_PAGE, MADV_DONTNEED);
+        j = e;
+    }
+    chunk_unlock(c);
+    return done;
+}
+
+/* Evict `need` pages: every page older than the threshold age, then pages at it, walking the regions in order from
+ * where the last eviction stopped. The lock is taken a chunk at a time (fork and frees wait at most one). */
+static void evict(uint64_t need, int floor_age)
+{
+    double t0 = rtk_tier_now_s();
+    /* the cut: every page of a lower rank goes, and pages of rank `cut` while `at_cut` lasts */
+    uint64_t below = 0;
+    unsigned cut = 0;
+    for (; cut < RANKS - 1; cut++) {
+        if (AGE_MAX - cut % (AGE_MAX + 1) < (unsigned)floor_age)
+            continue;  /* written too recently to go */
+        if (below + g.hist[cut] >= need)
+            break;
+        below += g.hist[cut];
+    }
+    uint64_t at_cut = need > below ? need - below : 0, got = 0;
+    static uint32_t cursor_reg;
+    static uint64_t cursor_page;
+    for (uint32_t pass = 0; pass < 2 && got < need && !LD(g.stop) && !LD(g.pause); pass++) {
+        for (uint32_t k = 0; got < need && !LD(g.stop) && !LD(g.pause); k++) {
+            rtk_spin_lock(&g.lock);
+            if (k >= g.nreg) {
+                rtk_spin_unlock(&g.lock);
+                break;
+            }
+            uint32_t rk = (cursor_reg + k) % g.nreg;
+            uint64_t lo = page_of(g.reg[rk].lo), hi = lo + g.reg[rk].len / TIER_PAGE;
+            rtk_spin_unlock(&g.lock);
+            uint64_t from = rk == cursor_reg && cursor_page > lo && cursor_page < hi && pass == 0 ? cursor_page : lo;
+            for (uint64_t c = from / CHUNK_PAGES; c * CHUNK_PAGES < hi && got < need; c++) {
+                uint32_t mask = 0;
+                for (uint32_t j = 0; j < CHUNK_PAGES; j++) {
+                    uint64_t i = c * CHUNK_PAGES + j;
+                    if (i < lo || i >= hi)
+                        continue;
+                    uint8_t a8 = g.age[i];
+                    if (a8 < floor_age)
+                        continue;
+                    unsigned r = rank_of(g.hits[i], a8);
+                    if (r < cut || (r == cut && at_cut)) {
+                        mask |= 1u << j;
+                        if (r == cut)
+                            at_cut--;
+                    }
+                }
+                if (!mask)
+                    continue;
+                rtk_spin_lock(&g.lock);
+                /* the region may have left (a free) while the lock was free */
+                int still = rk < g.nreg && page_of(g.reg[rk].lo) == lo;
+                if (still)
+                    got += evict_chunk(c, mask);
+                rtk_spin_unlock(&g.lock);
+                if (!still || LD(g.stop) || LD(g.pause))
+                    break;
+                cursor_reg = rk;
+                cursor_page = (c + 1) * CHUNK_PAGES;
+            }
+        }
+    }
+    S.evicted_pages += got;
+    S.evictions++;
+    S.evict_s += rtk_tier_now_s() - t0;
+}
+
+/* The process's anonymous resident bytes (statm: resident less file-backed and shared) */
+static uint64_t anon_rss(void)
+{
+    char buf[128];
+    long n = rtk_os_read_file("/proc/self/statm", buf, sizeof buf - 1);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    unsigned long long size = 0, res = 0, shared = 0;
+    if (sscanf(buf, "%llu %llu %llu", &size, &res, &shared) != 3 || shared > res)
+        return 0;
+    return (uint64_t)(res - shared) * TIER_PAGE;
+}
+
+static void pass(uint64_t step)
+{
+    long every = rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_EVERY);
+    uint64_t anon = anon_rss();
+    int over = anon + g.slack_hi > g.limit;
+    if (!g.scanned || step >= g.last_scan_step + (uint64_t)(every > 0 ? every : 1)) {
+        scan();
+        g.last_scan_step = step;
+    }
+    if (over && !LD(g.stop)) {
+        uint64_t need = (anon + g.slack_lo - g.limit) / TIER_PAGE;
+        /* pages a step wrote since the last scan go only past the limit itself: hot, but memory is not optional */
+        int floor_age = anon > g.limit ? 1 : 2;
+        evict(need, floor_age);
+        /* the histogram now counts pages gone: take them off the lowest ranks, as they went */
+        for (unsigned r = 0; r < RANKS && need; r++) {
+            uint64_t t = g.hist[r] < need ? g.hist[r] : need;
+            g.hist[r] -= t;
+            need -= t;
+        }
+    }
+    S.passes++;
+    if (anon > S.anon_peak)
+        S.anon_peak = anon;
+}
+
+static void *evictor_main(void *arg)
+{
+    (void)arg;
+    uint32_t served = 0;
+    while (!LD(g.stop)) {
+        uint32_t asked = LD(g.asked);
+        if (LD(g.pause) || asked == served) {
+            rtk_os_futex_wait(LD(g.pause) ? &g.pause : &g.asked, LD(g.pause) ? 1 : asked);
+            continue;
+        }
+        served = asked;
+        pass(LD(g.step));
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- start, adopt, forget */
+int rtk_tier_pager_wanted(void) { return rtk_setting_on(RTK_OPT_TIER_PAGER) && rtk_tier.fd >= 0; }
+int rtk_tier_pager_on(void) { return g.on == 1; }
+const char *rtk_tier_pager_note(void) { return g.note; }
+
+static int fail(const char *what, int rc)
+{
+    if (rc == -EXDEV)  /* not the kernel's refusal: the why is all in `what` */
+        snprintf(g.note, sizeof g.note, "tier_pager off: %s; the DRAM heads run instead", what);
+    else
+        snprintf(g.note, sizeof g.note, "tier_pager off: %s (%s); the DRAM heads run instead", what, strerror(-rc));
+    g.on = -1;
+    return rc;
+}
+
+/* At the first step mark, before any record is adopted: the userfaultfd, the file for direct I/O, the maps, the
+ * threads. 0, or -errno with the note set. */
+int rtk_tier_pager_start(void)
+{
+    if (g.on)
+        return g.on == 1 ? 0 : -EINVAL;
+    if (rtk_os_fd_on_ram_fs(rtk_tier.fd) == 1)
+        return fail("the pool file is in DRAM already (a RAM file system): nothing to page", -EXDEV);
+#ifndef SYS_userfaultfd
+    return fail("no userfaultfd on this system", -ENOSYS);
+#else
+    g.uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY_);
+    if (g.uffd < 0)
+        return fail("userfaultfd", -errno);
+    uint64_t want = UFFD_FEATURE_EVENT_REMAP_ | UFFD_FEATURE_WP_ASYNC_ | UFFD_FEATURE_MOVE_;
+    struct uffdio_api_ api = {UFFD_API_, want, 0};
+    int rc = ioctl_rc(g.uffd, UFFDIO_API_, &api);
+    if (rc == 0 && (api.features & want) != want)
+        rc = -EOPNOTSUPP;
+    if (rc != 0)
+        return fail("userfaultfd with move and asynchronous write-protect (Linux >= 6.8)", rc);
+    g.dfd = rtk_tier.fd;
+    g.pagemap = rtk_os_pagemap_open();
+    if (g.pagemap < 0)
+        return fail("/proc/self/pagemap", g.pagemap);
+    g.npages = (rtk_tier.size + TIER_PAGE - 1) / TIER_PAGE;
+    g.on_file = rtk_os_reserve((g.npages + 63) / 64 * 8, 0);
+    g.age = rtk_os_reserve(g.npages, 0);
+    g.hits = rtk_os_reserve(g.npages, 0);
+    g.busy = rtk_os_reserve((g.npages / CHUNK_PAGES + 1) * 4, 0);
+    g.stage = rtk_os_reserve(CHUNK_PAGES * TIER_PAGE, 0);
+    g.zeros = rtk_os_reserve(FILL_RUN * TIER_PAGE, 0);
+    char *bufs = rtk_os_map(HANDLERS * TIER_PAGE, 0);
+    if (!g.on_file || !g.age || !g.hits || !g.busy || !g.stage || !g.zeros || !bufs)
+        return fail("the pager's maps", -ENOMEM);
+    madvise(g.stage, CHUNK_PAGES * TIER_PAGE, MADV_NOHUGEPAGE);
+    struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, CHUNK_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
+                                   0};
+    if ((rc = ioctl_rc(g.uffd, UFFDIO_REGISTER_, &reg)) != 0)
+        return fail("userfaultfd registration", rc);
+    int handlers = 0;
+    for (int h = 0; h < HANDLERS; h++)
+        if ((rc = rtk_os_thread_start(handler_main, bufs + h * TIER_PAGE, 64 << 10, &g.handler[h])) == 0)
+            handlers++;
+    if (!handlers)
+        return fail("the fault handler thread", rc);  /* one is enough to serve faults, none is not */
+    if ((rc = rtk_os_thread_start(evictor_main, NULL, 256 << 10, &g.evictor)) != 0) {
+        /* handlers run: records may still be adopted, nothing is evicted; say so */
+        snprintf(g.note, sizeof g.note, "tier_pager: the evictor thread did not start (%s): nothing is evicted",
+                 strerror(-rc));
+    } else {
+        g.evictor_started = 1;
+    }
+    uint64_t avail = rtk_os_mem_available(), reserve = rtk_setting_bytes(RTK_OPT_TIER_PAGER_RESERVE);
+    uint64_t room = avail != SIZE_MAX && avail > reserve ? avail - reserve : 0, max = rtk_setting_bytes(RTK_OPT_TIER_PAGER_MAX);
+    if (max && max < room)
+        room = max;
+    g.limit = anon_rss() + room;
+    g.slack_hi = room / 8 < SLACK_HI ? room / 8 : SLACK_HI;
+    g.slack_lo = room / 4 < SLACK_LO ? room / 4 : SLACK_LO;
+    S.limit = g.limit;
+    g.on = 1;
+    return 0;
+#endif
+}
+
+/* Make [lo, lo + len) (whole pages of the pool, a live record's) the pager's: its length, or 0 where it stays the
+ * file's shared pages. Under the live lock at the first step mark. */
+uint64_t rtk_tier_pager_adopt(char *lo, uint64_t len)
+{
+    if (g.on != 1 || g.nreg >= REGIONS || !len)
+        return 0;
+    double t0 = rtk_tier_now_s();
+    uint64_t off = (uint64_t)(lo - rtk_tier.base), end = off + len, i0 = off / TIER_PAGE;
+    /* which pages hold data: before the move, so no fault after it finds a page not yet marked */
+    uint64_t data_pages = 0;
+    for (uint64_t x = off; x < end;) {
+        off_t d = lseek(rtk_tier.fd, (off_t)x, SEEK_DATA);
+        if (d < 0 || (uint64_t)d >= end)
+            break;
+        off_t h = lseek(rtk_tier.fd, d, SEEK_HOLE);
+        uint64_t he = h < 0 || (uint64_t)h > end ? end : (uint64_t)h;
+        for (uint64_t i = (uint64_t)d / TIER_PAGE; i < (he + TIER_PAGE - 1) / TIER_PAGE; i++)
+            set_on_file(i, 1), data_pages++;
+        x = (he + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1);
+    }
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    int rc = m == MAP_FAILED ? -errno : 0;
+    if (rc == 0) {
+        madvise(m, len, MADV_NOHUGEPAGE);  /* eviction and heat work on 4 KiB pages */
+        struct uffdio_register_ reg = {(uint64_t)(uintptr_t)m, len,
+                                       UFFDIO_REGISTER_MODE_MISSING_ | UFFDIO_REGISTER_MODE_WP_, 0};
+        rc = ioctl_rc(g.uffd, UFFDIO_REGISTER_, &reg);
+        if (rc == 0 && mremap(m, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, lo) != lo)
+            rc = -errno;
+        if (rc != 0)
+            munmap(m, len);
+    }
+    if (rc != 0) {
+        for (uint64_t i = i0; i < i0 + len / TIER_PAGE; i++)
+            set_on_file(i, 0);
+        ADD(S.adopt_errors, 1);
+        snprintf(g.note, sizeof g.note, "tier_pager: a record stays in the page cache (%s)", strerror(-rc));
+        return 0;
+    }
+    rtk_spin_lock(&g.lock);
+    g.reg[g.nreg++] = (region_t){lo, len};
+    rtk_spin_unlock(&g.lock);
+    S.regions++;
+    S.adopted_bytes += len;
+    S.data_at_adopt += data_pages * TIER_PAGE;
+    S.adopt_s += rtk_tier_now_s() - t0;
+    return len;
+}
+
+/* A freed record's range leaves the pager (under the live lock, before the file is mapped back over it): no
+ * eviction touches it after this returns. */
+void rtk_tier_pager_forget(char *lo, uint64_t len)
+{
+    if (g.on != 1)
+        return;
+    rtk_spin_lock(&g.lock);
+    for (uint32_t k = 0; k < g.nreg; k++)
+        if (g.reg[k].lo == lo) {
+            g.reg[k] = g.reg[--g.nreg];
+            break;
+        }
+    rtk_spin_unlock(&g.lock);
+    for (uint64_t i = page_of(lo); i < page_of(lo + len); i++) {
+        set_on_file(i, 0);
+        g.age[i] = g.hits[i] = 0;
+    }
+    S.forgotten_bytes += len;
+}
+
+/* ---------------------------------------------------------------- marks, fork, exit */
+void rtk_tier_pager_mark(void)
+{
+    if (g.on != 1 || !g.evictor_started)
+        return;
+    ST(g.step, rtk_tier.steps);
+    __atomic_add_fetch(&g.asked, 1, __ATOMIC_ACQ_REL);
+    rtk_os_futex_wake(&g.asked);
+}
+
+void rtk_tier_pager_fork_prepare(void)
+{
+    if (g.on != 1)
+        return;
+    ST(g.pause, 1);
+    rtk_spin_fork_prepare(&g.lock);
+}
+
+void rtk_tier_pager_fork_parent(void)
+{
+    if (g.on != 1)
+        return;
+    rtk_spin_fork_parent(&g.lock);
+    ST(g.pause, 0);
+    rtk_os_futex_wake(&g.pause);
+    __atomic_add_fetch(&g.asked, 1, __ATOMIC_ACQ_REL);  /* a pass the pause cut short runs again */
+    rtk_os_futex_wake(&g.asked);
+}
+
+/* A child sees what the parent had in DRAM at the fork (its own copy), but its mappings lose the handler: a page not
+ * present would read as zeros, though the parent's row may be in the file. Each run of absent pages that holds any
+ * of the file's data gets a private view of the file (a hole of the file reads as zeros, as it should), up to
+ * CHILD_MAPS of them (each is a mapping: the kernel's limit is 65,530 a process); past that, the rest of the regions
+ * raise SIGBUS for an absent page (a userfaultfd of the child's own, UFFD_FEATURE_SIGBUS): a child that reads such a
+ * row fails loudly, never silently wrong. Neither view is a snapshot (as for the rest of the pool): a page the parent
+ * evicts later is read as the parent wrote it. */
+#define CHILD_MAPS 8192
+
+/* The runs of r's absent pages that hold file data: counted into *maps, and mapped when `map` (0, or -1 where the
+ * scan or a mapping failed) */
+static int child_view_region(const region_t *r, int pagemap, long *maps, int map)
+{
+    static rtk_os_region_t vec[SCAN_VEC];
+    uint64_t start = (uint64_t)(uintptr_t)r->lo, end = start + r->len, gap = start;
+    while (gap < end) {
+        struct pm_scan_arg_ a = {sizeof a, 0, start, end, 0, (uint64_t)(uintptr_t)vec, SCAN_VEC, 0, 0,
+                                 PAGE_IS_PRESENT_, 0, 0};
+        long n = pagemap >= 0 && start < end ? ioctl(pagemap, PAGEMAP_SCAN_, &a) : 0;
+        if (n < 0)
+            return -1;
+        for (long k = 0; k <= n; k++) {
+            uint64_t lo = k < n ? vec[k].start : (n < SCAN_VEC ? end : a.walk_end);
+            if (lo > gap) {
+                uint64_t i0 = page_of((char *)(uintptr_t)gap), i1 = page_of((char *)(uintptr_t)lo), i = i0;
+                while (i < i1 && !on_file(i))
+                    i++;
+                if (i < i1) {
+                    uint64_t off = gap - (uint64_t)(uintptr_t)rtk_tier.base;
+                    if (map && rtk_os_map_file_at((char *)(uintptr_t)gap, lo - gap, rtk_tier.fd, off, 0) != 0)
+                        return -1;
+                    ++*maps;
+                }
+            }
+            if (k < n)
+                gap = vec[k].end;
+            else
+                gap = lo > gap ? lo : gap;
+        }
+        if (n < SCAN_VEC || a.walk_end <= start)
+            break;
+        start = a.walk_end;
+    }
+    return 0;
+}
+
+void rtk_tier_pager_fork_child(void)
+{
+    if (g.on != 1)
+        return;
+    rtk_spin_fork_child(&g.lock);
+    g.on = 0;
+    g.evictor_started = 0;
+    g.pause = g.stop = g.asked = 0;
+    int pagemap = rtk_os_pagemap_open();  /* the parent's descriptor reads the parent's pages */
+    long maps = 0;
+    int ok = pagemap >= 0;
+    for (uint32_t k = 0; ok && k < g.nreg; k++)
+        ok = child_view_region(&g.reg[k], pagemap, &maps, 0) == 0 && maps <= CHILD_MAPS;
+    for (uint32_t k = 0; ok && k < g.nreg; k++)
+        ok = child_view_region(&g.reg[k], pagemap, &maps, 1) == 0;
+    if (pagemap >= 0)
+        rtk_os_close(pagemap);
+    if (ok)
+        return;
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY_);
+    struct uffdio_api_ api = {UFFD_API_, UFFD_FEATURE_SIGBUS_, 0};
+    if (fd >= 0 && ioctl(fd, UFFDIO_API_, &api) == 0)
+        for (uint32_t k = 0; k < g.nreg; k++) {
+            /* a region a failed mapping left part-mapped refuses (file views take no missing mode): the others hold */
+            struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.reg[k].lo, g.reg[k].len,
+                                           UFFDIO_REGISTER_MODE_MISSING_, 0};
+            ioctl(fd, UFFDIO_REGISTER_, &reg);
+        }
+    /* the descriptor stays open: closing it would drop the registrations */
+}
+
+void rtk_tier_pager_stop(void)
+{
+    if (g.on != 1 || !g.evictor_started)
+        return;
+    ST(g.stop, 1);
+    __atomic_add_fetch(&g.asked, 1, __ATOMIC_ACQ_REL);
+    rtk_os_futex_wake(&g.asked);
+    rtk_os_futex_wake(&g.pause);
+    rtk_os_thread_join(g.evictor);
+    g.evictor_started = 0;
+}
+
+/* for tests: wait until the evictor served every pass asked so far (-1: no evictor) */
+long rtkit_tier_pager_wait(void) __attribute__((visibility("default")));
+long rtkit_tier_pager_wait(void)
+{
+    if (g.on != 1 || !g.evictor_started)
+        return -1;
+    uint64_t before = LD(S.passes);
+    __atomic_add_fetch(&g.asked, 1, __ATOMIC_ACQ_REL);
+    rtk_os_futex_wake(&g.asked);
+    while (LD(S.passes) == before && !LD(g.stop))
+        rtk_os_yield();
+    return (long)LD(S.passes);
+}

@@ -1,0 +1,245 @@
+/* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
+ * refill, writes racing evictions, a forked child, frees. Usage: prmalloc_pager basic|race|fork (RTKIT_TIER_POOL_PATH,
+ * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "prmalloc_test.h"
+
+#define PG 4096u
+
+typedef int (*in_pmem_fn)(const void *);
+typedef int (*write_fn)(void);
+static in_pmem_fn t_in_pmem;
+static write_fn t_write;
+static long (*t_pager_wait)(void);
+
+/* 1 when p lies in a mapping of the pool file (its path in /proc/self/maps), 0 when anonymous */
+static int in_file_mapping(const void *p)
+{
+    const char *path = getenv("RTKIT_TIER_POOL_PATH");
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int found = 0;
+    while (f && path && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo && (uintptr_t)p < hi && strstr(line, path))
+            found = 1;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* the figure as the stats say it now */
+static long long stats_figure(const char *key)
+{
+    t_write();
+    return t_pmem_figure(key);
+}
+
+/* a mark and the evictor's pass for it done */
+static void mark(void)
+{
+    t_mark();
+    t_pager_wait();
+}
+
+static uint32_t value(size_t page, uint32_t round) { return (uint32_t)(page * 2654435761u) ^ round; }
+
+static void write_pages(unsigned char *p, size_t n, uint32_t round)
+{
+    for (size_t i = 0; i < n / PG; i++)
+        memcpy(p + i * PG + 8, &(uint32_t){value(i, round)}, 4);
+}
+
+static size_t bad_pages_from(const unsigned char *p, size_t first, size_t n, uint32_t round)
+{
+    size_t bad = 0;
+    for (size_t i = first; i < first + n / PG; i++) {
+        uint32_t v;
+        memcpy(&v, p + i * PG + 8, 4);
+        if (v != value(i, round) && bad++ < 3) {
+            uint32_t r = 0;
+            while (r < round && value(i, r) != v)
+                r++;
+            fprintf(stderr, "page %zu: round %u's value expected, read %s %u\n", i, round,
+                    r < round ? "round" : "a value of no round:", r < round ? r : v);
+        }
+    }
+    return bad;
+}
+
+static size_t bad_pages(const unsigned char *p, size_t n, uint32_t round) { return bad_pages_from(p, 0, n, round); }
+
+/* a page-aligned record of n bytes in the pool (a payload follows its header: the record's first page is shared) */
+static unsigned char *pooled(size_t n)
+{
+    unsigned char *p = aligned_alloc(PG, n);
+    CHECK(p && t_in_pmem(p));
+    return p;
+}
+
+static size_t resident_pages(void *p, size_t n)
+{
+    unsigned char vec[(64u << 20) / PG];
+    if (n > sizeof vec * PG || mincore(p, n, vec) != 0)
+        return (size_t)-1;
+    size_t k = 0;
+    for (size_t i = 0; i < n / PG; i++)
+        k += vec[i] & 1;
+    return k;
+}
+
+/* A 32 MiB record with a few rows written before the first step and an 8 MiB one written whole; an 8 MiB limit */
+static int basic(void)
+{
+    size_t n = 32u << 20, m = 8u << 20;
+    unsigned char *a = pooled(n), *b = pooled(m);
+    CHECK(in_file_mapping(a + PG));
+    memset(a + (3u << 20), 5, 64u << 10);
+    memset(b, 7, m);
+    mark();  /* adopted: anonymous now, the data as it was */
+    CHECK(!in_file_mapping(a + PG) && !in_file_mapping(b + (m / 2)));
+    CHECK(stats_figure("\"regions\": ") == 2 && stats_figure("\"adopt_errors\": ") == 0);
+    CHECK(a[(3u << 20) + 100] == 5 && a[(3u << 20) + (64u << 10) - 1] == 5 && a[(3u << 20) + (64u << 10)] == 0);
+    CHECK(a[100] == 0 && b[0] == 7 && b[m - 1] == 7);
+    write_pages(a, n, 1);
+    mark();  /* written since the last scan: age 1, nothing old enough to go */
+    mark();  /* unwritten for a scan: evicted down to the limit */
+    mark();
+    long long evicted = stats_figure("\"evicted_pages\": "), written = stats_figure("\"evicted_bytes\": ");
+    CHECK(evicted > 0 && written >= evicted * (long long)PG);
+    size_t res = resident_pages(a, n);
+    CHECK(res != (size_t)-1 && res < n / PG);
+    CHECK(bad_pages(a, n, 1) == 0);  /* every evicted page read back from the file */
+    CHECK(stats_figure("\"filled_from_file\": ") >= evicted);
+    for (size_t i = 0; i < m; i += PG)
+        CHECK(b[i] == 7 && b[i + PG - 1] == 7);
+    CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"write_errors\": ") == 0 &&
+          stats_figure("\"move_errors\": ") == 0);
+    uintptr_t a_page = (uintptr_t)a + PG;
+    free(a);
+    CHECK(in_file_mapping((void *)a_page));  /* the pool file's again, for the next record placed there */
+    free(b);
+    CHECK(stats_figure("\"forgotten_bytes\": ") >= (long long)(n + m - 4 * PG));
+    return test_done("prmalloc_pager basic");
+}
+
+/* Threads rewrite their own pages round after round, in a scattered order, each checking the last round's value
+ * first (zero at the first: the record starts as holes), while the main thread marks steps and the evictor moves
+ * pages out under them: a write lost to an eviction, a page read back stale, or a hole's fill run zeroing a page
+ * the evictor has just taken out (before the file has it), is a wrong value. */
+typedef struct { unsigned char *p; size_t first, count; uint32_t rounds; size_t bad; } stripe_t;
+static volatile int g_go;
+static int g_done;
+
+static void *writer(void *arg)
+{
+    stripe_t *s = arg;
+    while (!g_go)
+        ;
+    for (uint32_t r = 1; r <= s->rounds; r++)
+        for (size_t k = 0; k < s->count; k++) {
+            size_t i = s->first + (k * 7919) % s->count;  /* 7919 is prime: a permutation of the stripe */
+            uint32_t v;
+            memcpy(&v, s->p + i * PG + 8, 4);
+            s->bad += v != (r == 1 ? 0 : value(i, r - 1));
+            memcpy(s->p + i * PG + 8, &(uint32_t){value(i, r)}, 4);
+        }
+    __atomic_add_fetch(&g_done, 1, __ATOMIC_ACQ_REL);
+    return NULL;
+}
+
+static int race(void)
+{
+    size_t n = 24u << 20, pages = n / PG;
+    unsigned char *a = pooled(n);
+    mark();
+    enum { T = 3 };
+    pthread_t th[T];
+    stripe_t st[T];
+    for (int t = 0; t < T; t++) {
+        st[t] = (stripe_t){a, pages * (size_t)t / T, pages / T, 40, 0};
+        CHECK(pthread_create(&th[t], NULL, writer, &st[t]) == 0);
+    }
+    g_go = 1;
+    for (int k = 0; k < 20000 && __atomic_load_n(&g_done, __ATOMIC_ACQUIRE) < T; k++) {
+        mark();
+        usleep(1000);
+    }
+    for (int t = 0; t < T; t++) {
+        pthread_join(th[t], NULL);
+        CHECK(st[t].bad == 0);
+    }
+    for (int t = 0; t < T; t++)
+        CHECK(bad_pages_from(a, st[t].first, st[t].count * PG, 40) == 0);
+    CHECK(stats_figure("\"evicted_pages\": ") > 0 && stats_figure("\"filled_zero\": ") > 0);
+    CHECK(stats_figure("\"write_errors\": ") == 0 && stats_figure("\"move_errors\": ") == 0);
+    free(a);
+    return test_done("prmalloc_pager race");
+}
+
+/* After evictions: a forked child reads the parent's rows, those in DRAM at the fork (its own copy) and those
+ * evicted to the file (a private view of it), and zeros where no row was ever written; its writes stay its own; the
+ * parent's pager goes on. */
+static int forked(void)
+{
+    size_t n = 32u << 20, m = 4u << 20;
+    unsigned char *a = pooled(n), *c = pooled(m);
+    mark();
+    write_pages(a, n, 3);
+    mark();
+    mark();
+    mark();
+    unsigned char vec[(32u << 20) / PG];
+    CHECK(mincore(a, n, vec) == 0);
+    size_t gone = n, kept = n;
+    for (size_t i = 0; i < n / PG; i++) {
+        if (!(vec[i] & 1) && gone == n)
+            gone = i;
+        if ((vec[i] & 1) && kept == n)
+            kept = i;
+    }
+    CHECK(gone < n && kept < n);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int ok = bad_pages(a, n, 3) == 0 && c[0] == 0 && c[m - 1] == 0;
+        write_pages(a, n, 9);  /* its own copy */
+        _exit(ok && bad_pages(a, n, 9) == 0 ? 0 : 1);
+    }
+    int st = -1;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(bad_pages(a, n, 3) == 0);
+    write_pages(a, n, 4);
+    mark();
+    mark();
+    mark();
+    CHECK(bad_pages(a, n, 4) == 0 && c[5] == 0);
+    free(a);
+    free(c);
+    return test_done("prmalloc_pager fork");
+}
+
+int main(int argc, char **argv)
+{
+    test_bind();
+    t_in_pmem = (in_pmem_fn)dlsym(RTLD_DEFAULT, "rtkit_malloc_in_pmem");
+    t_write = (write_fn)dlsym(RTLD_DEFAULT, "rtkit_malloc_write_stats");
+    t_pager_wait = (long (*)(void))dlsym(RTLD_DEFAULT, "rtkit_tier_pager_wait");
+    if (!t_in_pmem || !t_write || !t_pager_wait) {
+        fprintf(stderr, "FAIL: librtkit_malloc.so without the tier pager\n");
+        return 2;
+    }
+    const char *mode = argc > 1 ? argv[1] : "basic";
+    if (!strcmp(mode, "race"))
+        return race();
+    if (!strcmp(mode, "fork"))
+        return forked();
+    return basic();
+}

@@ -1,0 +1,113 @@
+# test_pager.py -- tier mode's own pager (tier_pager): pooled records paged by rtkit under userfaultfd.
+import glob
+import json
+import os
+import subprocess
+
+import pytest
+
+from rtkit.report.tier_view import cost_words, tier_view, warning_words
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def run_pager(native, mode, run_dir, pool, extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
+    env.pop("_RTKIT_MALLOC_ROOT", None)
+    env.update({"LD_PRELOAD": os.path.join(native, "librtkit_malloc.so"), "RTKIT_RUN_DIR": str(run_dir),
+                "RTKIT_TIER_POOL_PATH": str(pool), "RTKIT_TIER_PAGER": "1", "RTKIT_TIER_PAGER_MAX": str(8 << 20),
+                "RTKIT_TIER_PAGER_HEAT_EVERY": "1"})
+    env.update(extra or {})
+    return subprocess.run([os.path.join(native, "tests", "prmalloc_pager"), mode], env=env, capture_output=True,
+                          text=True, timeout=240)
+
+
+def pager_doc(run_dir):
+    files = glob.glob(os.path.join(run_dir, "pmem-*.json"))
+    assert len(files) == 1, os.listdir(run_dir)
+    with open(files[0]) as fh:
+        return json.load(fh)
+
+
+def skip_where_the_kernel_refuses(doc):
+    pg = doc["pager"]
+    if not pg["on"] and "Linux >= 6.8" in pg["note"]:
+        pytest.skip(pg["note"])
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    return run_dir, tmp_path / "pool"
+
+
+def test_paged_records_keep_their_data_through_eviction_refill_and_free(prm, dirs):
+    # a 32 MiB record with a few rows written before the first step and an 8 MiB one written whole, 8 MiB of room:
+    # the C program checks the data after adoption, after evictions (read back from the pool) and the file's
+    # mapping back after free; here: what the pager says it did
+    run_dir, pool = dirs
+    proc = run_pager(prm, "basic", run_dir, pool)
+    doc = pager_doc(run_dir)
+    skip_where_the_kernel_refuses(doc)
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager basic: ok\n" and proc.stderr == "", proc.stderr
+    pg = doc["pager"]
+    assert pg["on"] and pg["note"] == "" and pg["regions"] == 2
+    # the rows written before the first step are the file's data (and pages earlier records left there: the pool
+    # keeps a freed record's pages until the first mark); the holes are filled with zeros at their first touch
+    assert (8 << 20) + (64 << 10) <= pg["data_at_adopt_bytes"] < pg["adopted_bytes"]
+    assert pg["filled_zero"] > 0
+    # every page of a was written: no eviction found one still zero to drop unwritten
+    assert pg["evicted_pages"] > 0 and pg["evicted_holes"] == 0 and pg["evicted_bytes"] == pg["evicted_pages"] * 4096
+    assert pg["filled_from_file"] >= pg["evicted_pages"]
+    assert pg["forgotten_bytes"] == pg["adopted_bytes"]   # both freed: back to the pool file
+    for k in ("read_errors", "write_errors", "move_errors", "scan_errors", "adopt_errors"):
+        assert pg[k] == 0, k
+    assert not pool.exists()
+    # the report says it, in the summary's tier line and the tier section
+    report = {"pmem": doc}
+    words = cost_words(report)
+    assert any(w.startswith("paged by rtkit (tier_pager): ") and f"{pg['evicted_pages']:,} pages evicted" in w
+               for w in words), words
+    assert not any(w.startswith("heads in anonymous DRAM") for w in words)
+    assert any(name == "pager (tier_pager)" for name, _ in tier_view(report)["rows"])
+
+
+def test_writes_racing_evictions_are_never_lost(prm, dirs):
+    # three threads rewrite their pages round after round, checking the last round's value first, while the main
+    # thread marks steps and the evictor moves pages out under them (24 MiB through 8 MiB of room)
+    run_dir, pool = dirs
+    proc = run_pager(prm, "race", run_dir, pool)
+    doc = pager_doc(run_dir)
+    skip_where_the_kernel_refuses(doc)
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager race: ok\n", proc.stdout + proc.stderr
+    pg = doc["pager"]
+    assert pg["evicted_pages"] > 0 and pg["filled_from_file"] > 0
+
+
+def test_a_forked_child_reads_the_parents_rows_resident_or_evicted(prm, dirs):
+    # the child's mappings lose the parent's handler: the runs of pages absent at the fork get a private view of
+    # the pool file (evicted rows read as the parent wrote them, never-written ones as zeros), its writes stay its own
+    run_dir, pool = dirs
+    proc = run_pager(prm, "fork", run_dir, pool)
+    doc = pager_doc(run_dir)
+    skip_where_the_kernel_refuses(doc)
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager fork: ok\n", proc.stdout + proc.stderr
+    assert doc["pager"]["evicted_pages"] > 0 and doc["pager"]["regions"] == 2
+
+
+def test_a_pager_that_cannot_start_says_why_and_the_heads_run(prm, dirs):
+    # a pool on a RAM file system is DRAM already: the pager refuses it with one line, tier mode runs on
+    run_dir, _ = dirs
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    pool = f"/dev/shm/rtkit-pager-test-{os.getpid()}"
+    proc = run_pager(prm, "basic", run_dir, pool)
+    doc = pager_doc(run_dir)
+    pg = doc["pager"]
+    assert doc["state"] == "on" and pg["setting"] and not pg["on"], pg
+    assert pg["note"] == ("tier_pager off: the pool file is in DRAM already (a RAM file system): nothing to page; "
+                          "the DRAM heads run instead")
+    assert proc.returncode == 1 and "prmalloc_pager basic: " in proc.stderr  # its checks expect paging; it ran on
+    assert "warning: " + pg["note"] in warning_words({"pmem": doc})
+    assert not os.path.exists(pool)
