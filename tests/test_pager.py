@@ -111,3 +111,13 @@ def test_a_pager_that_cannot_start_says_why_and_the_heads_run(prm, dirs):
     assert proc.returncode == 1 and "prmalloc_pager basic: " in proc.stderr  # its checks expect paging; it ran on
     assert "warning: " + pg["note"] in warning_words({"pmem": doc})
     assert not os.path.exists(pool)
+
+
+def test_the_pager_refuses_a_resident_budget_beside_it(prm, dirs):
+    # tier_resident_max is the page cache's budget over the same pages: the pager says so and the heads run
+    run_dir, pool = dirs
+    proc = run_pager(prm, "basic", run_dir, pool, {"RTKIT_TIER_RESIDENT_MAX": str(4 << 20)})
+    pg = pager_doc(run_dir)["pager"]
+    assert not pg["on"] and pg["note"] == ("tier_pager off: tier_resident_max is set (the page cache's budget): unset "
+                                           "it, or bound the pager with tier_pager_max; the DRAM heads run instead")
+    assert proc.returncode == 1  # its checks expect paging; the program ran on

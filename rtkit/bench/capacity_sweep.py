@@ -98,7 +98,7 @@ def run(args, run_one, touched: float, pool_path: str, pool_size: int) -> Dict[s
             k += 1
             budget = int(share * touched)
             tier = [f"tier_pool_path={pool_path}", f"tier_pool_size={pool_size}", f"tier_resident_max={budget}",
-                    f"tier_dram_head={args.dram_head}"] + args.sets
+                    f"tier_dram_head={args.dram_head}", "tier_pager=0"] + args.sets
             name = f"{layout}-{share:g}"
             order = [("dram", [], None), ("tier", tier, "capacity")]
             if i % 2:

@@ -503,6 +503,9 @@ int rtk_tier_pager_start(void)
 {
     if (g.on)
         return g.on == 1 ? 0 : -EINVAL;
+    if (rtk_setting_bytes(RTK_OPT_TIER_RESIDENT_MAX))  /* two budgets over the same pages would fight */
+        return fail("tier_resident_max is set (the page cache's budget): unset it, or bound the pager with "
+                    "tier_pager_max", -EXDEV);
     if (rtk_os_fd_on_ram_fs(rtk_tier.fd) == 1)
         return fail("the pool file is in DRAM already (a RAM file system): nothing to page", -EXDEV);
 #ifndef SYS_userfaultfd
