@@ -535,7 +535,8 @@ def main(argv=None) -> int:
            f"{touched / row_bytes(args) / NUM_CAT / b_rows:.0%} of (b)'s rows" if touched else "")
         + (f"; (b) compacts every {args.compact_steps} steps, {hot_rows(args)} hot rows per feature"
            if args.compact_steps else "")
-        + (f"; (b) keeps {args.dram_head / GIB:.1f}G of table heads in DRAM" if args.dram_head else "")
+        + (f"; (b) keeps {args.dram_head / GIB:.1f}G of table heads in DRAM" if args.dram_head and not pager_on(tier)
+           else "")
         + ("; (b) paged by rtkit (tier_pager, the capacity profile's), its anonymous RSS under MemAvailable less "
            "tier_pager_reserve\n" if pager_on(tier) else
            f"; (b)'s anonymous RSS held under {(args.max_anon_gb * GIB + args.dram_head) / GIB:.1f}G\n"))
