@@ -26,12 +26,13 @@
  *   it to a 256 KiB boundary: new rows are handed out in order, one trip to the handler serves many);
  * - every tier_pager_heat_every marks, one PAGEMAP_SCAN re-arms asynchronous write-protection and says which pages
  *   were written since the last scan: a page's age is the number of scans since a step last wrote it;
- * - once the process's anonymous memory nears its limit, the oldest pages are moved out (UFFDIO_MOVE: atomic, an
- *   access after it faults to the handler, which waits for the chunk's eviction to end), written to the file and
- *   freed. Nothing is written while a page is in use, and pages no step rewrites go first.
+ * - once the process's anonymous memory nears its limit, pages are moved out (UFFDIO_MOVE: atomic, an access after
+ *   it faults to a handler, which waits for that chunk's eviction to end), written to the file and freed: pages
+ *   written in the fewest scans first, the least recently written first among them. Nothing is written while a
+ *   page is in use.
  * The handler threads and the evictor block every signal, allocate nothing and never stop (a fault may come until
- * the process ends); the evictor pauses at fork and stops at exit. A forked child's mappings lose the handler:
- * its missing pages raise SIGBUS (UFFD_FEATURE_SIGBUS) instead of reading as zeros. */
+ * the process ends); the evictor pauses at fork and stops at exit. A forked child's mappings lose the handler: it
+ * gets private views of the file over its absent pages (rtk_tier_pager_fork_child), never zeros for a row. */
 
 #define HANDLERS 4                        /* faults of several compute threads read the disk at once */
 #define REGIONS HEAD_CAP
