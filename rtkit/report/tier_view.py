@@ -341,6 +341,7 @@ def _where(p) -> str:
         return " in the step marks"
     return f" beside the steps (the marks: {fmt.seconds(get(p, 'heat.mark_seconds'))})"
 
+
 def pager_words(p: Dict[str, Any]) -> str:
     """What tier mode's own pager (tier_pager) did: the records it paged, its limit, what it evicted and wrote, what
     it read back; "" where it did not run."""
