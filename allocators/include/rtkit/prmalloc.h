@@ -56,6 +56,11 @@ long rtkit_tier_heat_wait(void);
  * -1 when no worker runs. */
 int rtkit_tier_heat_hold(int on);
 
+/* tier_pager's evictor runs on a thread of the library, beside the steps; a step mark only asks for a pass. Ask for
+ * one more and wait until it ran (for tests and tools that read an eviction's effect right after a mark): returns
+ * the passes run so far, or -1 where the pager does not run (off, refused, a forked child, after exit began). */
+long rtkit_tier_pager_wait(void);
+
 /* Schema version of allocator-<pid>.json and of the plan file format. */
 #define RTKIT_MALLOC_STATS_SCHEMA 2
 #define RTKIT_MALLOC_PLAN_VERSION 1

@@ -13,6 +13,7 @@
 
 #include "common/uffd_abi.h"
 #include "prmalloc/tier_internal.h"
+#include "rtkit/prmalloc.h"
 
 /* Why: through the page cache a pool page a step writes is written back on the flusher's 30 s clock while still in
  * use (and an IPI shoots down the other core's TLB for each), and reclaim chooses by recency, blind to which rows
@@ -754,9 +755,8 @@ void rtk_tier_pager_stop(void)
     g.evictor_started = 0;
 }
 
-/* for tests: wait until the evictor served every pass asked so far (-1: no evictor) */
-long rtkit_tier_pager_wait(void) __attribute__((visibility("default")));
-long rtkit_tier_pager_wait(void)
+/* rtkit/prmalloc.h */
+__attribute__((visibility("default"))) long rtkit_tier_pager_wait(void)
 {
     if (g.on != 1 || !g.evictor_started)
         return -1;
