@@ -73,6 +73,7 @@ enum {
     RTK_ADVISE_REMOVE,      /* free the backing store (a hole in a file mapping; the range reads as zero) */
     RTK_ADVISE_PAGEOUT,     /* write out and reclaim now */
     RTK_ADVISE_COLD,        /* reclaim these first under pressure */
+    RTK_ADVISE_NOHUGEPAGE,  /* 4 KiB pages only (a pager moves and ages pages one by one) */
 };
 RTK_HIDDEN int rtk_os_advise(void *p, size_t size, int advice);
 /* Map fd's [off, off + size) at exactly `at` (over what is there, in one step; on failure what was there stays):
@@ -116,6 +117,20 @@ RTK_HIDDEN long rtk_os_watch_scan(const rtk_os_watch_t *w, void *lo, void *hi, r
 RTK_HIDDEN void rtk_os_watch_close(rtk_os_watch_t *w);
 /* /proc/self/pagemap, read-only (close with rtk_os_close): the fd or -errno. */
 RTK_HIDDEN int rtk_os_pagemap_open(void);
+/* tier_pager's kernel interface (userfaultfd, common/uffd_abi.h). uffd_open: a userfaultfd of user-mode faults with
+ * every feature in `features` (-EOPNOTSUPP where one is missing), nonblocking or not: its descriptor or -errno;
+ * uffd_call: an ioctl on it (UFFDIO_*): 0 or -errno; uffd_wait_read: block
+ * until the descriptor is readable, then read one message of `len` bytes (1, or 0 when another reader took it);
+ * map_registered_over: an anonymous 4 KiB-page mapping of len bytes registered with `uffd` in `mode`, moved over
+ * [at, at + len) in one step (0, or -errno with nothing changed there); write_at: pwrite; seek_data: the next data
+ * (hole = 0) or hole (hole = 1) of fd at or after off, or -errno (-ENXIO: no more data). */
+RTK_HIDDEN int rtk_os_uffd_open(uint64_t features, int nonblock);
+RTK_HIDDEN int rtk_os_uffd_call(int fd, unsigned long request, void *arg);
+RTK_HIDDEN long rtk_os_pagemap_scan(int pagemap, void *arg);  /* PAGEMAP_SCAN: the regions filled, or -errno */
+RTK_HIDDEN int rtk_os_uffd_wait_read(int fd, void *msg, size_t len);
+RTK_HIDDEN int rtk_os_map_registered_over(void *at, size_t len, int uffd, uint64_t mode);
+RTK_HIDDEN long rtk_os_write_at(int fd, const void *buf, size_t len, uint64_t off);
+RTK_HIDDEN long long rtk_os_seek_data(int fd, uint64_t off, int hole);
 /* The bytes of [p, p + size) held in the process's own anonymous pages (a private file mapping's pages once
  * written: copies on write), by PAGEMAP_SCAN (Linux >= 6.7) on `pagemap`; -errno where the kernel cannot tell. */
 RTK_HIDDEN long long rtk_os_private_bytes(int pagemap, void *p, size_t size);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
@@ -30,7 +31,7 @@ long rtk_os_pid(void) { return (long)getpid(); }
 
 int rtk_os_advise(void *p, size_t size, int advice)
 {
-    static const int native[] = {0, MADV_RANDOM, MADV_REMOVE, MADV_PAGEOUT, MADV_COLD};
+    static const int native[] = {0, MADV_RANDOM, MADV_REMOVE, MADV_PAGEOUT, MADV_COLD, MADV_NOHUGEPAGE};
     if (advice <= 0 || advice >= (int)(sizeof native / sizeof native[0]))
         return -EINVAL;
     int saved = errno;
@@ -308,6 +309,83 @@ int rtk_os_fd_on_ram_fs(int fd)
     int ram = fstatfs(fd, &sf) == 0 && (sf.f_type == TMPFS_MAGIC_ || sf.f_type == RAMFS_MAGIC_);
     errno = saved;
     return ram;
+}
+
+long rtk_os_write_at(int fd, const void *buf, size_t len, uint64_t off)
+{
+    int saved = errno;
+    ssize_t n = pwrite(fd, buf, len, (off_t)off);
+    return n >= 0 ? (errno = saved, (long)n) : result(-1, saved);
+}
+
+long long rtk_os_seek_data(int fd, uint64_t off, int hole)
+{
+    int saved = errno;
+    off_t at = lseek(fd, (off_t)off, hole ? SEEK_HOLE : SEEK_DATA);
+    return at >= 0 ? (errno = saved, (long long)at) : result(-1, saved);
+}
+
+int rtk_os_uffd_open(uint64_t features, int nonblock)
+{
+#ifdef SYS_userfaultfd
+    int saved = errno;
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | (nonblock ? O_NONBLOCK : 0) | UFFD_USER_MODE_ONLY_);
+    if (fd < 0)
+        return result(-1, saved);
+    struct uffdio_api_ api = {UFFD_API_, features, 0};
+    int rc = ioctl(fd, UFFDIO_API_, &api) == 0 ? 0 : -errno;
+    if (rc == 0 && (api.features & features) != features)
+        rc = -EOPNOTSUPP;
+    if (rc != 0)
+        close(fd);
+    errno = saved;
+    return rc != 0 ? rc : fd;
+#else
+    (void)features, (void)nonblock;
+    return -ENOSYS;
+#endif
+}
+
+int rtk_os_uffd_call(int fd, unsigned long request, void *arg)
+{
+    int saved = errno;
+    return result(ioctl(fd, request, arg), saved);
+}
+
+long rtk_os_pagemap_scan(int pagemap, void *arg)
+{
+    int saved = errno;
+    long n = ioctl(pagemap, PAGEMAP_SCAN_, arg);
+    if (n < 0)
+        n = -errno;
+    errno = saved;
+    return n;
+}
+
+int rtk_os_uffd_wait_read(int fd, void *msg, size_t len)
+{
+    int saved = errno;
+    struct pollfd pf = {fd, POLLIN, 0};
+    int got = poll(&pf, 1, -1) > 0 && read(fd, msg, len) == (ssize_t)len;
+    errno = saved;
+    return got;
+}
+
+int rtk_os_map_registered_over(void *at, size_t len, int uffd, uint64_t mode)
+{
+    int saved = errno;
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return result(-1, saved);
+    madvise(m, len, MADV_NOHUGEPAGE);
+    struct uffdio_register_ reg = {(uint64_t)(uintptr_t)m, len, mode, 0};
+    int rc = ioctl(uffd, UFFDIO_REGISTER_, &reg) == 0 ? 0 : -errno;
+    if (rc == 0 && mremap(m, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) != at)
+        rc = -errno;
+    if (rc != 0)
+        munmap(m, len);
+    errno = saved;
+    return rc;
 }
 
 long rtk_os_read_at(int fd, void *buf, size_t len, uint64_t off)

@@ -2,14 +2,8 @@
  * from the pool file on first touch, written to it only when evicted, evicted coldest first by measured write heat. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "common/uffd_abi.h"
 #include "prmalloc/tier_internal.h"
@@ -93,15 +87,12 @@ static inline void set_on_file(uint64_t i, int v)
 static inline uint64_t page_of(const char *p) { return (uint64_t)(p - rtk_tier.base) / TIER_PAGE; }
 static inline char *addr_of(uint64_t i) { return rtk_tier.base + i * TIER_PAGE; }
 
-static int ioctl_rc(int fd, unsigned long req, void *arg)
-{
-    return ioctl(fd, req, arg) == 0 ? 0 : -errno;
-}
+#define ioctl_rc rtk_os_uffd_call
 
 static void wake_page(char *p)
 {
     struct uffdio_range_ r = {(uint64_t)(uintptr_t)p, TIER_PAGE};
-    ioctl(g.uffd, UFFDIO_WAKE_, &r);
+    rtk_os_uffd_call(g.uffd, UFFDIO_WAKE_, &r);
 }
 
 /* ---------------------------------------------------------------- chunk locks
@@ -144,9 +135,9 @@ static void serve(char *p, char *buf)
     double t0 = rtk_tier_now_s();
     int rc;
     if (on_file(i)) {
-        ssize_t got = -1;
+        long got = -1;
         for (int tries = 0; tries < 3 && got != TIER_PAGE; tries++)
-            got = pread(g.dfd, buf, TIER_PAGE, (off_t)(i * TIER_PAGE));
+            got = rtk_os_read_at(g.dfd, buf, TIER_PAGE, i * TIER_PAGE);
         if (got != TIER_PAGE) {
             /* the disk failed this page: the page cache's fault would raise SIGBUS; a handler cannot, so the
              * page reads as zeros and the count says so (the report shows it) */
@@ -196,11 +187,8 @@ static void *handler_main(void *arg)
 {
     char *buf = arg;
     for (;;) {
-        struct pollfd pf = {g.uffd, POLLIN, 0};
-        if (poll(&pf, 1, -1) < 0)
-            continue;
         struct uffd_msg_ m;
-        if (read(g.uffd, &m, sizeof m) != (ssize_t)sizeof m)
+        if (!rtk_os_uffd_wait_read(g.uffd, &m, sizeof m))
             continue;  /* another handler took it */
         if (m.event == UFFD_EVENT_PAGEFAULT_)
             serve((char *)(uintptr_t)(m.address & ~(uint64_t)(TIER_PAGE - 1)), buf);
@@ -219,7 +207,7 @@ static void scan_region(const region_t *r, rtk_os_region_t *vec)
         struct pm_scan_arg_ a = {sizeof a, PM_SCAN_WP_MATCHING_ | PM_SCAN_CHECK_WPASYNC_, start, end, 0,
                                  (uint64_t)(uintptr_t)vec, SCAN_VEC, 0, 0, PAGE_IS_PRESENT_, 0,
                                  PAGE_IS_WRITTEN_ | PAGE_IS_PFNZERO_};
-        long n = ioctl(g.pagemap, PAGEMAP_SCAN_, &a);
+        long n = rtk_os_pagemap_scan(g.pagemap, &a);
         if (n < 0) {
             ADD(S.scan_errors, 1);
             return;
@@ -293,8 +281,8 @@ static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
     int holes = 1;
     for (uint64_t k = 0; holes && k < len / TIER_PAGE; k++)
         holes = !on_file(i0 + k) && page_is_zero(from + k * TIER_PAGE);
-    ssize_t w = holes ? (ssize_t)len : pwrite(g.dfd, from, len, (off_t)(i0 * TIER_PAGE));
-    if (w != (ssize_t)len) {
+    long w = holes ? (long)len : rtk_os_write_at(g.dfd, from, len, i0 * TIER_PAGE);
+    if (w != (long)len) {
         struct uffdio_move_ back = {(uint64_t)(uintptr_t)addr_of(i0), (uint64_t)(uintptr_t)from, len, 0, 0};
         if (ioctl_rc(g.uffd, UFFDIO_MOVE_, &back) != 0)
             ADD(S.move_errors, 1);
@@ -338,7 +326,7 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
          * machine (Linux 6.18) left pages in the stage that it had not reported (the next moves into it failed
          * with EEXIST) and the table read those rows back stale from the file (prmalloc_pager race, ~1 run in 30) */
         unsigned char in_stage[CHUNK_PAGES];
-        if (mincore(g.stage, len, in_stage) != 0) {
+        if (rtk_os_resident(g.stage, len, in_stage) != 0) {
             ADD(S.move_errors, 1);
             memset(in_stage, mv.move > 0 ? 1 : 0, sizeof in_stage);
         }
@@ -356,7 +344,7 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
             k = k2;
         }
         if (any)
-            madvise(g.stage, CHUNK_PAGES * TIER_PAGE, MADV_DONTNEED);
+            rtk_os_release(g.stage, CHUNK_PAGES * TIER_PAGE);
         j = e;
     }
     chunk_unlock(c);
@@ -510,17 +498,8 @@ int rtk_tier_pager_start(void)
                     "tier_pager_max", -EXDEV);
     if (rtk_os_fd_on_ram_fs(rtk_tier.fd) == 1)
         return fail("the pool file is in DRAM already (a RAM file system): nothing to page", -EXDEV);
-#ifndef SYS_userfaultfd
-    return fail("no userfaultfd on this system", -ENOSYS);
-#else
-    g.uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY_);
-    if (g.uffd < 0)
-        return fail("userfaultfd", -errno);
-    uint64_t want = UFFD_FEATURE_EVENT_REMAP_ | UFFD_FEATURE_WP_ASYNC_ | UFFD_FEATURE_MOVE_;
-    struct uffdio_api_ api = {UFFD_API_, want, 0};
-    int rc = ioctl_rc(g.uffd, UFFDIO_API_, &api);
-    if (rc == 0 && (api.features & want) != want)
-        rc = -EOPNOTSUPP;
+    g.uffd = rtk_os_uffd_open(UFFD_FEATURE_EVENT_REMAP_ | UFFD_FEATURE_WP_ASYNC_ | UFFD_FEATURE_MOVE_, 1);
+    int rc = g.uffd < 0 ? g.uffd : 0;
     if (rc != 0)
         return fail("userfaultfd with move and asynchronous write-protect (Linux >= 6.8)", rc);
     g.dfd = rtk_tier.fd;
@@ -537,7 +516,7 @@ int rtk_tier_pager_start(void)
     char *bufs = rtk_os_map(HANDLERS * TIER_PAGE, 0);
     if (!g.on_file || !g.age || !g.hits || !g.busy || !g.stage || !g.zeros || !bufs)
         return fail("the pager's maps", -ENOMEM);
-    madvise(g.stage, CHUNK_PAGES * TIER_PAGE, MADV_NOHUGEPAGE);
+    rtk_os_advise(g.stage, CHUNK_PAGES * TIER_PAGE, RTK_ADVISE_NOHUGEPAGE);
     struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, CHUNK_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
                                    0};
     if ((rc = ioctl_rc(g.uffd, UFFDIO_REGISTER_, &reg)) != 0)
@@ -565,7 +544,6 @@ int rtk_tier_pager_start(void)
     S.limit = g.limit;
     g.on = 1;
     return 0;
-#endif
 }
 
 /* Make [lo, lo + len) (whole pages of the pool, a live record's) the pager's: its length, or 0 where it stays the
@@ -579,27 +557,17 @@ uint64_t rtk_tier_pager_adopt(char *lo, uint64_t len)
     /* which pages hold data: before the move, so no fault after it finds a page not yet marked */
     uint64_t data_pages = 0;
     for (uint64_t x = off; x < end;) {
-        off_t d = lseek(rtk_tier.fd, (off_t)x, SEEK_DATA);
+        long long d = rtk_os_seek_data(rtk_tier.fd, x, 0);
         if (d < 0 || (uint64_t)d >= end)
             break;
-        off_t h = lseek(rtk_tier.fd, d, SEEK_HOLE);
+        long long h = rtk_os_seek_data(rtk_tier.fd, (uint64_t)d, 1);
         uint64_t he = h < 0 || (uint64_t)h > end ? end : (uint64_t)h;
         for (uint64_t i = (uint64_t)d / TIER_PAGE; i < (he + TIER_PAGE - 1) / TIER_PAGE; i++)
             set_on_file(i, 1), data_pages++;
         x = (he + TIER_PAGE - 1) & ~(uint64_t)(TIER_PAGE - 1);
     }
-    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    int rc = m == MAP_FAILED ? -errno : 0;
-    if (rc == 0) {
-        madvise(m, len, MADV_NOHUGEPAGE);  /* eviction and heat work on 4 KiB pages */
-        struct uffdio_register_ reg = {(uint64_t)(uintptr_t)m, len,
-                                       UFFDIO_REGISTER_MODE_MISSING_ | UFFDIO_REGISTER_MODE_WP_, 0};
-        rc = ioctl_rc(g.uffd, UFFDIO_REGISTER_, &reg);
-        if (rc == 0 && mremap(m, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, lo) != lo)
-            rc = -errno;
-        if (rc != 0)
-            munmap(m, len);
-    }
+    /* eviction and heat work on 4 KiB pages: the mapping takes no huge page */
+    int rc = rtk_os_map_registered_over(lo, len, g.uffd, UFFDIO_REGISTER_MODE_MISSING_ | UFFDIO_REGISTER_MODE_WP_);
     if (rc != 0) {
         for (uint64_t i = i0; i < i0 + len / TIER_PAGE; i++)
             set_on_file(i, 0);
@@ -684,7 +652,7 @@ static int child_view_region(const region_t *r, int pagemap, long *maps, int map
     while (gap < end) {
         struct pm_scan_arg_ a = {sizeof a, 0, start, end, 0, (uint64_t)(uintptr_t)vec, SCAN_VEC, 0, 0,
                                  PAGE_IS_PRESENT_, 0, 0};
-        long n = pagemap >= 0 && start < end ? ioctl(pagemap, PAGEMAP_SCAN_, &a) : 0;
+        long n = pagemap >= 0 && start < end ? rtk_os_pagemap_scan(pagemap, &a) : 0;
         if (n < 0)
             return -1;
         for (long k = 0; k <= n; k++) {
@@ -731,14 +699,13 @@ void rtk_tier_pager_fork_child(void)
         rtk_os_close(pagemap);
     if (ok)
         return;
-    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY_);
-    struct uffdio_api_ api = {UFFD_API_, UFFD_FEATURE_SIGBUS_, 0};
-    if (fd >= 0 && ioctl(fd, UFFDIO_API_, &api) == 0)
+    int fd = rtk_os_uffd_open(UFFD_FEATURE_SIGBUS_, 0);
+    if (fd >= 0)
         for (uint32_t k = 0; k < g.nreg; k++) {
             /* a region a failed mapping left part-mapped refuses (file views take no missing mode): the others hold */
             struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.reg[k].lo, g.reg[k].len,
                                            UFFDIO_REGISTER_MODE_MISSING_, 0};
-            ioctl(fd, UFFDIO_REGISTER_, &reg);
+            rtk_os_uffd_call(fd, UFFDIO_REGISTER_, &reg);
         }
     /* the descriptor stays open: closing it would drop the registrations */
 }
