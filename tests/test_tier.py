@@ -469,9 +469,11 @@ def test_heads_of_allocations_that_are_no_table_are_not_called_table_heads(prm, 
     script = tmp_path / "fit.py"
     script.write_text(NO_TABLE_FIT)
     run_dir = tmp_path / "r"
+    # the heads themselves: the capacity profile's pager (tier_pager) stands aside (test_pager.py has its words)
     proc = run_rtkit(["run", "--run-dir", str(run_dir), "--profile", "capacity",
-                      "--set", f"tier_pool_path={tmp_path / 'pool'}", "--set", "tier_pool_size=1G", "--",
-                      sys.executable, str(script)], timeout=300, env={"RTKIT_LIB_DIR": prm})
+                      "--set", f"tier_pool_path={tmp_path / 'pool'}", "--set", "tier_pool_size=1G",
+                      "--set", "tier_pager=0", "--", sys.executable, str(script)], timeout=300,
+                     env={"RTKIT_LIB_DIR": prm})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "fit-done 524287" in proc.stdout
     report = load_report(run_dir)
