@@ -1,32 +1,18 @@
 # test_pager.py -- tier mode's own pager (tier_pager): pooled records paged by rtkit under userfaultfd.
-import glob
-import json
 import os
-import subprocess
 
 import pytest
 
+from test_tier import pmem_doc, run_tier
 from rtkit.report.tier_view import cost_words, tier_view, warning_words
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def run_pager(native, mode, run_dir, pool, extra=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
-    env.pop("_RTKIT_MALLOC_ROOT", None)
-    env.update({"LD_PRELOAD": os.path.join(native, "librtkit_malloc.so"), "RTKIT_RUN_DIR": str(run_dir),
-                "RTKIT_TIER_POOL_PATH": str(pool), "RTKIT_TIER_PAGER": "1", "RTKIT_TIER_PAGER_MAX": str(8 << 20),
-                "RTKIT_TIER_PAGER_HEAT_EVERY": "1"})
-    env.update(extra or {})
-    return subprocess.run([os.path.join(native, "tests", "prmalloc_pager"), mode], env=env, capture_output=True,
-                          text=True, timeout=240)
-
-
-def pager_doc(run_dir):
-    files = glob.glob(os.path.join(run_dir, "pmem-*.json"))
-    assert len(files) == 1, os.listdir(run_dir)
-    with open(files[0]) as fh:
-        return json.load(fh)
+    env = {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(pool), "RTKIT_TIER_PAGER": "1",
+           "RTKIT_TIER_PAGER_MAX": str(8 << 20), "RTKIT_TIER_PAGER_HEAT_EVERY": "1", **(extra or {})}
+    return run_tier(native, mode, env, program="prmalloc_pager", timeout=240)
 
 
 def skip_where_the_kernel_refuses(doc):
@@ -50,7 +36,7 @@ def test_paged_records_keep_their_data_through_eviction_refill_and_free(prm, dir
     # mapping back after free; here: what the pager says it did
     run_dir, pool = dirs
     proc = run_pager(prm, "basic", run_dir, pool)
-    doc = pager_doc(run_dir)
+    doc = pmem_doc(run_dir)
     skip_where_the_kernel_refuses(doc)
     assert proc.returncode == 0 and proc.stdout == "prmalloc_pager basic: ok\n" and proc.stderr == "", proc.stderr
     pg = doc["pager"]
@@ -80,7 +66,7 @@ def test_writes_racing_evictions_are_never_lost(prm, dirs):
     # thread marks steps and the evictor moves pages out under them (24 MiB through 8 MiB of room)
     run_dir, pool = dirs
     proc = run_pager(prm, "race", run_dir, pool)
-    doc = pager_doc(run_dir)
+    doc = pmem_doc(run_dir)
     skip_where_the_kernel_refuses(doc)
     assert proc.returncode == 0 and proc.stdout == "prmalloc_pager race: ok\n", proc.stdout + proc.stderr
     pg = doc["pager"]
@@ -92,7 +78,7 @@ def test_a_forked_child_reads_the_parents_rows_resident_or_evicted(prm, dirs):
     # the pool file (evicted rows read as the parent wrote them, never-written ones as zeros), its writes stay its own
     run_dir, pool = dirs
     proc = run_pager(prm, "fork", run_dir, pool)
-    doc = pager_doc(run_dir)
+    doc = pmem_doc(run_dir)
     skip_where_the_kernel_refuses(doc)
     assert proc.returncode == 0 and proc.stdout == "prmalloc_pager fork: ok\n", proc.stdout + proc.stderr
     assert doc["pager"]["evicted_pages"] > 0 and doc["pager"]["regions"] == 2
@@ -105,7 +91,7 @@ def test_a_pager_that_cannot_start_says_why_and_the_heads_run(prm, dirs):
         pytest.skip("no /dev/shm")
     pool = f"/dev/shm/rtkit-pager-test-{os.getpid()}"
     proc = run_pager(prm, "basic", run_dir, pool)
-    doc = pager_doc(run_dir)
+    doc = pmem_doc(run_dir)
     pg = doc["pager"]
     assert doc["state"] == "on" and pg["setting"] and not pg["on"], pg
     assert pg["note"] == ("tier_pager off: the pool file is in DRAM already (a RAM file system): nothing to page; "
@@ -119,7 +105,7 @@ def test_the_pager_refuses_a_resident_budget_beside_it(prm, dirs):
     # tier_resident_max is the page cache's budget over the same pages: the pager says so and the heads run
     run_dir, pool = dirs
     proc = run_pager(prm, "basic", run_dir, pool, {"RTKIT_TIER_RESIDENT_MAX": str(4 << 20)})
-    pg = pager_doc(run_dir)["pager"]
+    pg = pmem_doc(run_dir)["pager"]
     assert not pg["on"] and pg["note"] == ("tier_pager off: tier_resident_max is set (the page cache's budget): unset "
                                            "it, or bound the pager with tier_pager_max; the DRAM heads run instead")
     assert proc.returncode == 1  # its checks expect paging; the program ran on

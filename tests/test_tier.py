@@ -21,13 +21,14 @@ PMEM_FIELDS = ("tier_pool_path", "tier_pool_size", "tier_min_size", "tier_reside
                "state", "notes", "pool", "placed_before_first_step", "placed_long_lived", "process_rss_anon_bytes")
 
 
-def run_tier(native, mode, extra):
+def run_tier(native, mode, extra, program="prmalloc_tier", timeout=120):
+    """A tier-mode C test program (tests/<program>) under the preloaded library, with only `extra`'s RTKIT_* set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
     env.pop("_RTKIT_MALLOC_ROOT", None)
     env["LD_PRELOAD"] = os.path.join(native, "librtkit_malloc.so")
     env.update(extra)
-    return subprocess.run([os.path.join(native, "tests", "prmalloc_tier"), mode], env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run([os.path.join(native, "tests", program), mode], env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def pmem_doc(run_dir):

@@ -51,7 +51,7 @@ typedef struct { char *lo; uint64_t len; } region_t;
 
 static struct {
     int on;                               /* 1: running in this process; -1: could not start */
-    int uffd, dfd, pagemap;              /* dfd: the pool file's descriptor */
+    int uffd, pagemap;
     uint64_t npages;                      /* of the pool */
     uint64_t *on_file;                    /* a bit per pool page: its data is in the file, read it from there */
     uint8_t *age;                         /* per pool page: 0 not resident (or the zero page), 1 written since the
@@ -71,7 +71,7 @@ static struct {
     unsigned long evictor, handler[HANDLERS];
     int evictor_started;
     char note[256];
-} g = {.uffd = -1, .dfd = -1, .pagemap = -1, .lock = RTK_SPIN_INIT};
+} g = {.uffd = -1, .pagemap = -1, .lock = RTK_SPIN_INIT};
 
 rtk_tier_pager_stats_t rtk_tier_pager_stats;
 #define S rtk_tier_pager_stats
@@ -86,8 +86,6 @@ static inline void set_on_file(uint64_t i, int v)
 }
 static inline uint64_t page_of(const char *p) { return (uint64_t)(p - rtk_tier.base) / TIER_PAGE; }
 static inline char *addr_of(uint64_t i) { return rtk_tier.base + i * TIER_PAGE; }
-
-#define ioctl_rc rtk_os_uffd_call
 
 static void wake_page(char *p)
 {
@@ -137,7 +135,7 @@ static void serve(char *p, char *buf)
     if (on_file(i)) {
         long got = -1;
         for (int tries = 0; tries < 3 && got != TIER_PAGE; tries++)
-            got = rtk_os_read_at(g.dfd, buf, TIER_PAGE, i * TIER_PAGE);
+            got = rtk_os_read_at(rtk_tier.fd, buf, TIER_PAGE, i * TIER_PAGE);
         if (got != TIER_PAGE) {
             /* the disk failed this page: the page cache's fault would raise SIGBUS; a handler cannot, so the
              * page reads as zeros and the count says so (the report shows it) */
@@ -145,7 +143,7 @@ static void serve(char *p, char *buf)
             ADD(S.read_errors, 1);
         }
         struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)buf, TIER_PAGE, 0, 0};
-        while ((rc = ioctl_rc(g.uffd, UFFDIO_COPY_, &c)) == -EAGAIN)
+        while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) == -EAGAIN)
             c.copy = 0;
         if (rc == 0) {
             ADD(S.filled_from_file, 1);
@@ -166,7 +164,7 @@ static void serve(char *p, char *buf)
             e++;
         }
         struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)g.zeros, (e - i) * TIER_PAGE, 0, 0};
-        while ((rc = ioctl_rc(g.uffd, UFFDIO_COPY_, &c)) != 0 && c.copy <= 0 && rc != -EEXIST && c.len > TIER_PAGE) {
+        while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) != 0 && c.copy <= 0 && rc != -EEXIST && c.len > TIER_PAGE) {
             c.len = rc == -EAGAIN ? c.len : TIER_PAGE;  /* past the record's end (not registered): this page only */
             c.copy = 0;
         }
@@ -281,10 +279,10 @@ static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
     int holes = 1;
     for (uint64_t k = 0; holes && k < len / TIER_PAGE; k++)
         holes = !on_file(i0 + k) && page_is_zero(from + k * TIER_PAGE);
-    long w = holes ? (long)len : rtk_os_write_at(g.dfd, from, len, i0 * TIER_PAGE);
+    long w = holes ? (long)len : rtk_os_write_at(rtk_tier.fd, from, len, i0 * TIER_PAGE);
     if (w != (long)len) {
         struct uffdio_move_ back = {(uint64_t)(uintptr_t)addr_of(i0), (uint64_t)(uintptr_t)from, len, 0, 0};
-        if (ioctl_rc(g.uffd, UFFDIO_MOVE_, &back) != 0)
+        if (rtk_os_uffd_call(g.uffd, UFFDIO_MOVE_, &back) != 0)
             ADD(S.move_errors, 1);
         ADD(S.write_errors, 1);
         return 0;
@@ -315,7 +313,7 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
             e++;
         uint64_t i0 = c * CHUNK_PAGES + j, len = (uint64_t)(e - j) * TIER_PAGE;
         struct uffdio_move_ mv = {(uint64_t)(uintptr_t)g.stage, (uint64_t)(uintptr_t)addr_of(i0), len, 0, 0};
-        int rc = ioctl_rc(g.uffd, UFFDIO_MOVE_, &mv);
+        int rc = rtk_os_uffd_call(g.uffd, UFFDIO_MOVE_, &mv);
         if (rc != 0 && rc != -EAGAIN && rc != -EBUSY) {
             ADD(S.move_errors, 1);
             S.move_errno = (uint64_t)-rc;
@@ -502,7 +500,6 @@ int rtk_tier_pager_start(void)
     int rc = g.uffd < 0 ? g.uffd : 0;
     if (rc != 0)
         return fail("userfaultfd with move and asynchronous write-protect (Linux >= 6.8)", rc);
-    g.dfd = rtk_tier.fd;
     g.pagemap = rtk_os_pagemap_open();
     if (g.pagemap < 0)
         return fail("/proc/self/pagemap", g.pagemap);
@@ -519,7 +516,7 @@ int rtk_tier_pager_start(void)
     rtk_os_advise(g.stage, CHUNK_PAGES * TIER_PAGE, RTK_ADVISE_NOHUGEPAGE);
     struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, CHUNK_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
                                    0};
-    if ((rc = ioctl_rc(g.uffd, UFFDIO_REGISTER_, &reg)) != 0)
+    if ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_REGISTER_, &reg)) != 0)
         return fail("userfaultfd registration", rc);
     int handlers = 0;
     for (int h = 0; h < HANDLERS; h++)
