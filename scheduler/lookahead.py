@@ -253,16 +253,21 @@ class Lookahead:
     def _read_ahead(self, checked) -> int:
         """checked: ("table#region", page numbers, resident now) of the found regions. Every page is told to the tier
         budget first (a step mark between the two keeps what comes in); only those not resident are asked for at once
-        (MADV_WILLNEED) and counted as read ahead. MADV_WILLNEED reads a range of the pool file whatever the process
-        maps there: on a table's DRAM head (a private mapping of the file, tier_dram_head) it would fill the page cache
+        (MADV_WILLNEED, or the pager's fetch where tier_pager runs) and counted as read ahead. MADV_WILLNEED reads a
+        range of the pool file whatever the process maps there: on a table's DRAM head (a private mapping of the file, tier_dram_head) it would fill the page cache
         with the file's own pages, which no one reads, and push out pool pages the steps need; a page in DRAM (a
         head's included) needs no read. The pages told, or -1 when the budget could not hear."""
         told = pages.tell_budget(np.concatenate([pg for _, pg, _ in checked])) if checked else 0
         reads = [pg[~res] for _, pg, res in checked]
-        for pg in reads:
-            pages.will_need(pg)
+        # tier mode's own pager holds the tables as anonymous memory, which MADV_WILLNEED cannot bring back: it reads
+        # them itself (the pages it filled are counted; others, of records it does not page, are left to the step)
+        filled = pages.fetch(np.concatenate(reads)) if reads else 0
+        if filled < 0:
+            for pg in reads:
+                pages.will_need(pg)
+            filled = int(sum(r.size for r in reads))
         with self.cond:
-            self.counts["pages_read_ahead"] += int(sum(r.size for r in reads))
+            self.counts["pages_read_ahead"] += filled
         return told
 
     def _count_requested(self, b: _Batch, told: int, regions: Optional[set] = None) -> None:

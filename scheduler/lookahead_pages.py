@@ -3,7 +3,9 @@
 its contents (a few rows' bytes, read from the session, searched in the pool's resident pages only: the search reads
 no page from disk), and the pages of a batch's rows are then checked with mincore, which reads nothing either.
 The pages read ahead are told to the tier's resident budget first (rtkit_tier_want of the preloaded allocator): to
-its page heat they are unwritten, so cold, and its next step mark would drop them before their step ran."""
+its page heat they are unwritten, so cold, and its next step mark would drop them before their step ran. Where tier
+mode's own pager holds the tables (tier_pager), the pages are anonymous memory, which MADV_WILLNEED cannot bring
+back: the pager reads them from the pool and puts them in place itself (rtkit_tier_pager_fetch)."""
 from __future__ import annotations
 
 import collections
@@ -33,6 +35,9 @@ def _preloaded(name: str, restype, argtypes):
 
 _want = _preloaded("rtkit_tier_want", ctypes.c_long, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t])
 _want_counts = _preloaded("rtkit_tier_want_counts", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int])
+_resident = _preloaded("rtkit_tier_resident", ctypes.c_long,
+                       [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p])
+_fetch = _preloaded("rtkit_tier_pager_fetch", ctypes.c_long, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t])
 _records = _preloaded("rtkit_malloc_pool_records", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64])
 MAX_HITS = 64
 GAP_PAGES = 64                # resident(): pages this far apart are checked by separate mincore calls
@@ -82,10 +87,17 @@ def resident(pages: np.ndarray) -> np.ndarray:
     """Residency of each page number in `pages` (sorted, distinct): one mincore per cluster of pages less than
     GAP_PAGES apart, so scattered rows of a large table cost their own pages, not the table's span. The calls share
     one vector and go straight to libc: a step's few dozen scattered pages are checked before every step, and a
-    vector and conversions per call cost more than the calls (0.6 ms a step on word2vec's 30 pages)."""
+    vector and conversions per call cost more than the calls (0.6 ms a step on word2vec's 30 pages). The preloaded
+    allocator's rtkit_tier_resident does the same in one call (~20 ms a batch in Python for the capacity bench's 100
+    regions, about 1 in C)."""
     out = np.zeros(pages.size, dtype=bool)
     if pages.size == 0:
         return out
+    if _resident is not None:
+        a = np.ascontiguousarray(pages, dtype=np.uint64)
+        vec = np.zeros(a.size, dtype=np.uint8)
+        if _resident(a.ctypes.data, a.size, PAGE, vec.ctypes.data) >= 0:
+            return vec.astype(bool)
     cuts = np.flatnonzero(np.diff(pages) >= GAP_PAGES) + 1
     starts = np.concatenate([[0], cuts])
     ends = np.concatenate([cuts, [pages.size]])
@@ -111,6 +123,16 @@ def will_need(pages: np.ndarray) -> int:
     for s, e in zip(starts.tolist(), ends.tolist()):
         _libc.madvise(ctypes.c_void_p(s * PAGE), ctypes.c_size_t((e - s) * PAGE), MADV_WILLNEED)
     return int(starts.size)
+
+
+def fetch(pages: np.ndarray) -> int:
+    """Have tier mode's pager read these pages (page numbers) from the pool into DRAM now, all runs' reads in flight
+    together: the 4 KiB pages it filled (those it had evicted or not brought in yet), or -1 where the pager does not
+    run (off, refused, the allocator not preloaded, before the first step mark, a forked child)."""
+    if _fetch is None:
+        return -1
+    a = np.ascontiguousarray(pages, dtype=np.uint64)
+    return int(_fetch(a.ctypes.data, a.size, PAGE)) if a.size else 0
 
 
 def tell_budget(pages: np.ndarray) -> int:

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -292,26 +293,37 @@ def test_a_table_is_told_from_its_slot_among_records_of_its_size():
         b.close()
 
 
-def test_resident_pages_are_told_from_absent_ones_alone_and_in_clusters():
+_RESIDENT_CHECK = """
+import ctypes, mmap, sys
+import numpy as np
+from rtkit.scheduler import lookahead_pages as pages
+n = 4 * pages.GAP_PAGES * 8
+m = mmap.mmap(-1, n * pages.PAGE)
+first = ctypes.addressof(ctypes.c_char.from_buffer(m)) // pages.PAGE
+for i in range(0, n, 3):
+    m[i * pages.PAGE] = 1
+rng = np.random.default_rng(0)
+scattered = np.arange(0, n, pages.GAP_PAGES + 1)        # each page its own mincore call
+clustered = np.unique(rng.integers(0, n, 200))          # runs of pages a call shares
+unsorted = rng.permutation(np.arange(0, 300))           # any order: the allocator's call takes it (Python's: sorted)
+for picked in (scattered, clustered, np.array([n - 1]), np.array([0, 1, 2, 3])) + \
+        ((unsorted,) if pages._resident is not None else ()):
+    got = pages.resident(picked + first)
+    assert (got == (picked % 3 == 0)).all(), (picked, got)
+assert pages.resident(np.zeros(0, dtype=np.int64)).size == 0
+assert not pages.resident(np.array([0])).any()          # page 0: never mapped
+print("in C" if pages._resident is not None else "in Python")
+"""
+
+
+@pytest.mark.parametrize("preloaded", [False, True], ids=["python", "allocator"])
+def test_resident_pages_are_told_from_absent_ones_alone_and_in_clusters(prm, preloaded):
     """resident() on real memory (an anonymous mapping with every third page touched): isolated pages, pages in
-    clusters (less than GAP_PAGES apart) and a page at the mapping's end each read as mincore says."""
-    import ctypes
-    import mmap
-
-    import numpy as np
-
-    from rtkit.scheduler import lookahead_pages as pages
-
-    n = 4 * pages.GAP_PAGES * 8
-    m = mmap.mmap(-1, n * pages.PAGE)
-    first = ctypes.addressof(ctypes.c_char.from_buffer(m)) // pages.PAGE
-    for i in range(0, n, 3):
-        m[i * pages.PAGE] = 1
-    rng = np.random.default_rng(0)
-    scattered = np.arange(0, n, pages.GAP_PAGES + 1)        # each page its own mincore call
-    clustered = np.unique(rng.integers(0, n, 200))          # runs of pages a call shares
-    for picked in (scattered, clustered, np.array([n - 1]), np.array([0, 1, 2, 3])):
-        got = pages.resident(picked + first)
-        assert (got == (picked % 3 == 0)).all(), (picked, got)
-    assert pages.resident(np.zeros(0, dtype=np.int64)).size == 0
-    m.close()
+    clusters (less than GAP_PAGES apart), pages in any order (the allocator's), a page at the mapping's end and an unmapped page each
+    read as mincore says, in Python and through the preloaded allocator's rtkit_tier_resident."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("RTKIT_")}
+    if preloaded:
+        env["LD_PRELOAD"] = os.path.join(prm, "librtkit_malloc.so")
+    proc = subprocess.run([sys.executable, "-c", _RESIDENT_CHECK], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout == ("in C\n" if preloaded else "in Python\n"), proc.stderr

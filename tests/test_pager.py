@@ -71,6 +71,23 @@ def test_writes_racing_evictions_are_never_lost(prm, dirs):
     assert proc.returncode == 0 and proc.stdout == "prmalloc_pager race: ok\n", proc.stdout + proc.stderr
     pg = doc["pager"]
     assert pg["evicted_pages"] > 0 and pg["filled_from_file"] > 0
+    # a fourth thread fetched the pages ahead all along (the writers' checks cover its fills)
+    assert pg["fetch_calls"] > 0 and pg["fetch_filled"] > 0, pg
+
+
+def test_a_fetch_ahead_brings_evicted_pages_back_before_any_access(prm, dirs):
+    # the lookahead's call (rtkit_tier_pager_fetch): after evictions, one fetch of the record's pages (any order) puts
+    # every evicted page back, so that reading them all faults none in; pages in DRAM, outside the pool, of 8 KiB, and
+    # of a freed record are handled as the C program checks
+    run_dir, pool = dirs
+    proc = run_pager(prm, "fetch", run_dir, pool)
+    doc = pmem_doc(run_dir)
+    skip_where_the_kernel_refuses(doc)
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager fetch: ok\n", proc.stdout + proc.stderr
+    pg = doc["pager"]
+    assert pg["fetch_calls"] == 5 and pg["fetch_filled"] > 0 and pg["fetch_busy"] == 0, pg
+    assert pg["fetch_asked"] == pg["fetch_filled"] and pg["fetch_seconds"] > 0, pg
+    assert pg["read_errors"] == 0 and pg["write_errors"] == 0 and pg["move_errors"] == 0
 
 
 def test_a_forked_child_reads_the_parents_rows_resident_or_evicted(prm, dirs):

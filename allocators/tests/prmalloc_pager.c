@@ -1,5 +1,6 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
- * refill, writes racing evictions, a forked child, frees. Usage: prmalloc_pager basic|race|fork (RTKIT_TIER_POOL_PATH,
+ * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
+ * basic|race|fork|fetch (RTKIT_TIER_POOL_PATH,
  * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -18,6 +19,7 @@ typedef int (*write_fn)(void);
 static in_pmem_fn t_in_pmem;
 static write_fn t_write;
 static long (*t_pager_wait)(void);
+static long (*t_fetch)(const uint64_t *, size_t, size_t);
 
 /* 1 when p lies in a mapping of the pool file (its path in /proc/self/maps), 0 when anonymous */
 static int in_file_mapping(const void *p)
@@ -156,18 +158,40 @@ static void *writer(void *arg)
     return NULL;
 }
 
+/* While the writers run: read every page of the record ahead, over and over, in a scattered order (what a lookahead
+ * does for the next step's rows), so that fetches race the writers' faults and the evictor's moves */
+typedef struct { unsigned char *p; size_t pages; long filled; } fetcher_t;
+
+static void *fetcher(void *arg)
+{
+    fetcher_t *f = arg;
+    static uint64_t list[(24u << 20) / PG];
+    size_t n = f->pages < sizeof list / sizeof list[0] ? f->pages : sizeof list / sizeof list[0];
+    while (!g_go)
+        ;
+    for (uint32_t round = 0; __atomic_load_n(&g_done, __ATOMIC_ACQUIRE) < 3; round++) {
+        for (size_t k = 0; k < n; k++)
+            list[k] = (uintptr_t)f->p / PG + (k * 4099 + round) % n;
+        long got = t_fetch(list, n, PG);
+        f->filled += got > 0 ? got : 0;
+    }
+    return NULL;
+}
+
 static int race(void)
 {
     size_t n = 24u << 20, pages = n / PG;
     unsigned char *a = pooled(n);
     mark();
     enum { T = 3 };
-    pthread_t th[T];
+    pthread_t th[T], fth;
     stripe_t st[T];
+    fetcher_t fe = {a, pages, 0};
     for (int t = 0; t < T; t++) {
         st[t] = (stripe_t){a, pages * (size_t)t / T, pages / T, 40, 0};
         CHECK(pthread_create(&th[t], NULL, writer, &st[t]) == 0);
     }
+    CHECK(pthread_create(&fth, NULL, fetcher, &fe) == 0);
     g_go = 1;
     for (int k = 0; k < 20000 && __atomic_load_n(&g_done, __ATOMIC_ACQUIRE) < T; k++) {
         mark();
@@ -177,8 +201,10 @@ static int race(void)
         pthread_join(th[t], NULL);
         CHECK(st[t].bad == 0);
     }
+    pthread_join(fth, NULL);
     for (int t = 0; t < T; t++)
         CHECK(bad_pages_from(a, st[t].first, st[t].count * PG, 40) == 0);
+    CHECK(stats_figure("\"fetch_filled\": ") == fe.filled);
     CHECK(stats_figure("\"evicted_pages\": ") > 0 && stats_figure("\"filled_zero\": ") > 0);
     CHECK(stats_figure("\"write_errors\": ") == 0 && stats_figure("\"move_errors\": ") == 0);
     free(a);
@@ -226,13 +252,58 @@ static int forked(void)
     return test_done("prmalloc_pager fork");
 }
 
+/* After evictions: a fetch of the record's pages brings every evicted one back before any access, so reading them
+ * faults none in; pages in DRAM, pages of another size and pages outside the pool are left alone. */
+static int fetch(void)
+{
+    size_t n = 32u << 20, pages = n / PG;
+    unsigned char *a = pooled(n);
+    mark();
+    write_pages(a, n, 5);
+    mark();
+    mark();
+    mark();
+    size_t before = resident_pages(a, n);
+    CHECK(before != (size_t)-1 && before < pages);
+    static uint64_t list[(32u << 20) / PG];
+    for (size_t k = 0; k < pages; k++)
+        list[k] = (uintptr_t)a / PG + (k * 4099) % pages;  /* any order */
+    uint64_t outside = (uintptr_t)&before / PG;
+    CHECK(t_fetch(&outside, 1, PG) == 0);
+    CHECK(t_fetch(list, 1, 1000) == -1);  /* not a multiple of 4 KiB */
+    long long from_file = stats_figure("\"filled_from_file\": ");
+    long got = t_fetch(list, pages, PG);
+    /* the evictor runs only at marks: nothing left between the two looks, so every absent page came back */
+    CHECK(got == (long)(pages - before) && resident_pages(a, n) == pages);
+    CHECK(t_fetch(list, pages, PG) == 0);  /* all in DRAM now */
+    CHECK(bad_pages(a, n, 5) == 0);
+    CHECK(stats_figure("\"filled_from_file\": ") == from_file);  /* no fault read any of them */
+    CHECK(stats_figure("\"fetch_filled\": ") == got && stats_figure("\"fetch_asked\": ") == got);
+    /* pages of 8 KiB: both 4 KiB halves of each */
+    write_pages(a, n, 6);
+    mark();
+    mark();
+    mark();
+    before = resident_pages(a, n);
+    CHECK(before < pages);
+    size_t first = (uintptr_t)a / (2 * PG), count = ((uintptr_t)a + n - 1) / (2 * PG) + 1 - first;
+    for (size_t k = 0; k < count; k++)
+        list[k] = first + k;  /* the first may begin a page before the record: that page is no record's to fetch */
+    CHECK(t_fetch(list, count, 2 * PG) == (long)(pages - before) && resident_pages(a, n) == pages);
+    CHECK(bad_pages(a, n, 6) == 0);
+    free(a);
+    CHECK(t_fetch(list, count, 2 * PG) == 0);  /* freed: the pool file's again, nothing to fetch */
+    return test_done("prmalloc_pager fetch");
+}
+
 int main(int argc, char **argv)
 {
     test_bind();
     t_in_pmem = (in_pmem_fn)dlsym(RTLD_DEFAULT, "rtkit_malloc_in_pmem");
     t_write = (write_fn)dlsym(RTLD_DEFAULT, "rtkit_malloc_write_stats");
     t_pager_wait = (long (*)(void))dlsym(RTLD_DEFAULT, "rtkit_tier_pager_wait");
-    if (!t_in_pmem || !t_write || !t_pager_wait) {
+    t_fetch = (long (*)(const uint64_t *, size_t, size_t))dlsym(RTLD_DEFAULT, "rtkit_tier_pager_fetch");
+    if (!t_in_pmem || !t_write || !t_pager_wait || !t_fetch) {
         fprintf(stderr, "FAIL: librtkit_malloc.so without the tier pager\n");
         return 2;
     }
@@ -241,5 +312,7 @@ int main(int argc, char **argv)
         return race();
     if (!strcmp(mode, "fork"))
         return forked();
+    if (!strcmp(mode, "fetch"))
+        return fetch();
     return basic();
 }

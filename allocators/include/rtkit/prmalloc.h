@@ -45,6 +45,11 @@ long rtkit_tier_want(const uint64_t *pages, size_t n, size_t page_bytes);
  * (at most 3), or -1 as rtkit_tier_want. */
 int rtkit_tier_want_counts(uint64_t *out, int n);
 
+/* Which of `pages` (page numbers, address / page_bytes, page_bytes a multiple of 4096; sorted ascending is cheapest)
+ * are in DRAM: out[k] = 1 or 0, one mincore per cluster of nearby pages (the lookahead's check of a step's rows,
+ * any memory of the process). Returns how many are, or -1 on bad arguments; an unmapped page counts as out. */
+long rtkit_tier_resident(const uint64_t *pages, size_t n, size_t page_bytes, uint8_t *out);
+
 /* The heat budget's passes run on a worker thread of the library, beside the steps; a step mark only asks for one.
  * Wait until the passes asked for so far are done (for tests and tools that read a pass's effect right after a
  * mark): returns the passes run so far (a heat sample each), or -1 when no worker runs (heat off or unavailable,
@@ -60,6 +65,13 @@ int rtkit_tier_heat_hold(int on);
  * one more and wait until it ran (for tests and tools that read an eviction's effect right after a mark): returns
  * the passes run so far, or -1 where the pager does not run (off, refused, a forked child, after exit began). */
 long rtkit_tier_pager_wait(void);
+/* Read ahead, into DRAM, the pages of the pool the pager evicted (or never brought in) among `pages` (page numbers:
+ * address / page_bytes, page_bytes a multiple of 4 KiB), before a step touches them: the runs are read from the pool
+ * file together and put in place, so the step finds them instead of faulting them in one after another. Pages in
+ * DRAM, holes, and chunks the evictor is moving are left alone. Blocks while it reads (callers: a lookahead thread,
+ * not a step). Returns the 4 KiB pages filled, or -1 where the pager does not run (off, refused, a forked child,
+ * before the first step mark, after exit began). */
+long rtkit_tier_pager_fetch(const uint64_t *pages, size_t n, size_t page_bytes);
 
 /* Schema version of allocator-<pid>.json and of the plan file format. */
 #define RTKIT_MALLOC_STATS_SCHEMA 2

@@ -98,6 +98,9 @@ RTK_HIDDEN int rtk_os_write_back(int fd, uint64_t off, uint64_t size);
 /* Drop fd's clean cached pages in [off, off + size) that no process maps (POSIX_FADV_DONTNEED): the pages of a
  * shared mapping that this process no longer maps (MADV_PAGEOUT cannot see them) but another one read in. */
 RTK_HIDDEN int rtk_os_drop_cached(int fd, uint64_t off, uint64_t size);
+/* Start reading fd's [off, off + size) into the page cache and return at once (POSIX_FADV_WILLNEED): many runs are
+ * then read together, where one pread after another would wait for each. */
+RTK_HIDDEN int rtk_os_read_soon(int fd, uint64_t off, uint64_t size);
 /* Which pages were written, range by range, without a write-protect fault anywhere else in the process: a
  * userfaultfd in asynchronous write-protect mode (the kernel resolves each first write itself, no thread waits)
  * over the watched ranges, read and re-armed with the PAGEMAP_SCAN ioctl of /proc/self/pagemap (Linux >= 6.7).

@@ -232,6 +232,11 @@ int rtk_os_drop_cached(int fd, uint64_t off, uint64_t size)
     return -posix_fadvise(fd, (off_t)off, (off_t)size, POSIX_FADV_DONTNEED);  /* errno untouched: it returns it */
 }
 
+int rtk_os_read_soon(int fd, uint64_t off, uint64_t size)
+{
+    return -posix_fadvise(fd, (off_t)off, (off_t)size, POSIX_FADV_WILLNEED);
+}
+
 long rtk_os_cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);

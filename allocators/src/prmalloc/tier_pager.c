@@ -59,6 +59,8 @@ static struct {
     uint32_t *busy;                       /* per chunk: a lock (futex word): 1 the evictor's, 2 a handler's */
     char *stage;                          /* CHUNK_PAGES registered pages the evictor moves a chunk's pages into */
     char *zeros;                          /* FILL_RUN pages never written: what a hole is filled from */
+    char *fetch_buf;                      /* CHUNK_PAGES pages: what rtkit_tier_pager_fetch reads a run into */
+    uint32_t fetching;                    /* futex word: one fetch at a time (it owns fetch_buf) */
     region_t reg[REGIONS];
     uint32_t nreg;
     rtk_spin_t lock;                      /* the regions and the evictor's batches: fork and frees wait for it */
@@ -511,7 +513,8 @@ int rtk_tier_pager_start(void)
     g.stage = rtk_os_reserve(CHUNK_PAGES * TIER_PAGE, 0);
     g.zeros = rtk_os_reserve(FILL_RUN * TIER_PAGE, 0);
     char *bufs = rtk_os_map(HANDLERS * TIER_PAGE, 0);
-    if (!g.on_file || !g.age || !g.hits || !g.busy || !g.stage || !g.zeros || !bufs)
+    g.fetch_buf = rtk_os_map(CHUNK_PAGES * TIER_PAGE, 0);
+    if (!g.on_file || !g.age || !g.hits || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
         return fail("the pager's maps", -ENOMEM);
     rtk_os_advise(g.stage, CHUNK_PAGES * TIER_PAGE, RTK_ADVISE_NOHUGEPAGE);
     struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, CHUNK_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
@@ -730,4 +733,93 @@ __attribute__((visibility("default"))) long rtkit_tier_pager_wait(void)
     while (LD(S.passes) == before && !LD(g.stop))
         rtk_os_yield();
     return (long)LD(S.passes);
+}
+
+/* ---------------------------------------------------------------- fetch ahead (the lookahead's) */
+/* A page worth reading ahead: in the pool, its data in the file, not in DRAM (evicted, or never touched since the
+ * record was adopted). A page filled since is aged 1 (by its fill) or by the scans: it is skipped. */
+static inline int fetch_wanted(uint64_t i)
+{
+    return i < g.npages && on_file(i) && __atomic_load_n(&g.age[i], __ATOMIC_RELAXED) == 0;
+}
+
+/* Pages [i, i + n) of one chunk: read from the file in one call, then put in place one by one under the chunk's
+ * lock (the evictor cannot write a newer copy meanwhile; a page a fault or another fill brought in refuses the copy,
+ * EEXIST). A chunk the evictor or a handler holds is skipped: the step's own fault reads what is still missing.
+ * Returns the pages filled. */
+static uint64_t fetch_run(uint64_t i, uint64_t n)
+{
+    uint64_t c = i / CHUNK_PAGES, got = 0;
+    if (!chunk_trylock(c, 2)) {
+        ADD(S.fetch_busy, n);
+        return 0;
+    }
+    if (rtk_os_read_at(rtk_tier.fd, g.fetch_buf, n * TIER_PAGE, i * TIER_PAGE) == (long)(n * TIER_PAGE)) {
+        for (uint64_t k = 0; k < n; k++) {
+            if (!fetch_wanted(i + k))
+                continue;
+            struct uffdio_copy_ cp = {(uint64_t)(uintptr_t)addr_of(i + k),
+                                      (uint64_t)(uintptr_t)(g.fetch_buf + k * TIER_PAGE), TIER_PAGE, 0, 0};
+            int rc;
+            while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &cp)) == -EAGAIN)
+                cp.copy = 0;
+            if (rc == 0) {
+                got++;
+                __atomic_store_n(&g.age[i + k], 1, __ATOMIC_RELAXED);
+                if (g.hits[i + k] < HITS_MAX)
+                    g.hits[i + k]++;  /* the next step uses it: it recurs */
+            }
+        }
+    }  /* a failed read fills nothing here: the step's fault reads it again and counts an error if it fails */
+    chunk_unlock(c);
+    return got;
+}
+
+/* Pass 0 starts the reads of every wanted run at once (the kernel reads them together) and returns the pages it asked
+ * for; pass 1 fills them, a chunk at a time, counts those it tried into *asked and returns those it filled. */
+static uint64_t fetch_pass(int fill, const uint64_t *pages, size_t n, uint64_t per, uint64_t *asked)
+{
+    uint64_t lo = (uint64_t)(uintptr_t)rtk_tier.base, hi = lo + g.npages * TIER_PAGE, run = 0, len = 0, got = 0;
+    for (size_t k = 0; k <= n; k++) {
+        uint64_t a = k < n ? pages[k] * per * TIER_PAGE : 0;
+        int in = k < n && a >= lo && a < hi;
+        for (uint64_t j = 0; j < (in ? per : 1); j++) {
+            uint64_t i = in ? (a - lo) / TIER_PAGE + j : UINT64_MAX;
+            int want = in && fetch_wanted(i);
+            if (want && len && i == run + len && (!fill || i % CHUNK_PAGES) && len < (fill ? CHUNK_PAGES : 256)) {
+                len++;
+                continue;
+            }
+            if (len) {
+                if (fill)
+                    got += fetch_run(run, len), *asked += len;
+                else
+                    rtk_os_read_soon(rtk_tier.fd, run * TIER_PAGE, len * TIER_PAGE), got += len;
+            }
+            run = i, len = want ? 1 : 0;
+        }
+    }
+    return got;
+}
+
+/* rtkit/prmalloc.h */
+__attribute__((visibility("default"))) long rtkit_tier_pager_fetch(const uint64_t *pages, size_t n, size_t page_bytes)
+{
+    if (LD(g.on) != 1 || !g.evictor_started || LD(g.stop) || !pages || page_bytes < TIER_PAGE ||
+        page_bytes % TIER_PAGE)
+        return -1;
+    for (uint32_t seen = 0; !__atomic_compare_exchange_n(&g.fetching, &seen, 1, 0, __ATOMIC_ACQUIRE,
+                                                         __ATOMIC_RELAXED); seen = 0)
+        rtk_os_futex_wait(&g.fetching, seen);
+    double t0 = rtk_tier_now_s();
+    /* pages wanted in the first pass may be gone by the second (a fault brought them in) or new (evicted between) */
+    uint64_t per = page_bytes / TIER_PAGE, asked = 0, got = fetch_pass(0, pages, n, per, &asked) ?
+        fetch_pass(1, pages, n, per, &asked) : 0;
+    ADD(S.fetch_calls, 1);
+    ADD(S.fetch_asked, asked);
+    ADD(S.fetch_filled, got);
+    ADD(S.fetch_ns, (uint64_t)((rtk_tier_now_s() - t0) * 1e9));
+    ST(g.fetching, 0);
+    rtk_os_futex_wake(&g.fetching);
+    return (long)got;
 }

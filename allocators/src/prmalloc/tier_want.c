@@ -1,4 +1,4 @@
-/* tier_want.c -- pool pages the scheduler's lookahead read ahead for the next step, which the heat budget drops last. */
+/* tier_want.c -- the scheduler's lookahead's side of tier mode: pages wanted by the next step (the heat budget drops them last), and which of them are in DRAM. */
 #define _GNU_SOURCE
 #include <stddef.h>
 #include <stdint.h>
@@ -100,4 +100,39 @@ EXPORT int rtkit_tier_want_counts(uint64_t *out, int n)
     for (int i = 0; i < k; i++)
         out[i] = v[i];
     return k;
+}
+
+#define GAP_PAGES 64                      /* pages this far apart are looked at by separate calls */
+#define RESIDENT_VEC 4096
+
+/* Which of `pages` (page numbers: address / page_bytes; sorted ascending is cheapest) are in DRAM: out[k] 1 or 0 (a page of
+ * several 4 KiB pages counts when all are). One mincore per cluster of pages less than GAP_PAGES apart: a step's
+ * rows scattered over a large table cost their own pages, not the table's span, and no call per page. Returns how
+ * many are in DRAM, or -1 on bad arguments. A page whose call fails (not mapped) counts as out. */
+EXPORT long rtkit_tier_resident(const uint64_t *pages, size_t n, size_t page_bytes, uint8_t *out)
+{
+    if (!pages || !out || page_bytes < TIER_PAGE || page_bytes % TIER_PAGE || page_bytes / TIER_PAGE > RESIDENT_VEC)
+        return -1;
+    uint64_t per = page_bytes / TIER_PAGE;
+    unsigned char vec[RESIDENT_VEC];
+    long in = 0;
+    for (size_t a = 0; a < n;) {
+        /* [a, b): a cluster whose 4 KiB pages all fit one vector */
+        uint64_t lo = pages[a] * per;
+        size_t b = a + 1;
+        while (b < n && pages[b] >= pages[b - 1] && (pages[b] - pages[b - 1]) * per < GAP_PAGES &&
+               (pages[b] + 1) * per - lo <= RESIDENT_VEC)
+            b++;
+        uint64_t span = (pages[b - 1] + 1) * per - lo;
+        int ok = rtk_os_resident((void *)(uintptr_t)(lo * TIER_PAGE), span * TIER_PAGE, vec) == 0;
+        for (size_t k = a; k < b; k++) {
+            uint8_t all = ok;
+            for (uint64_t j = 0; all && j < per; j++)
+                all = vec[pages[k] * per - lo + j] & 1;
+            out[k] = all;
+            in += all;
+        }
+        a = b;
+    }
+    return in;
 }
