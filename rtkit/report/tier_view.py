@@ -353,7 +353,9 @@ def pager_words(p: Dict[str, Any]) -> str:
              f"allocation{'' if n == 1 else 's'} of 1 MiB or more, anonymous memory held under "
              f"{fmt.nbytes(pg.get('limit_bytes'))}; {fmt.num(pg.get('evicted_pages'))} pages evicted by write heat "
              f"({fmt.nbytes(pg.get('evicted_bytes'))} written to the pool), {fmt.num(pg.get('filled_from_file'))} read "
-             "back")
+             "back at a fault")
+    if pg.get("fetch_filled"):
+        words += f" and {fmt.num(pg.get('fetch_filled'))} read ahead of their step (the lookahead)"
     errors = sum(pg.get(k) or 0 for k in ("read_errors", "write_errors", "move_errors", "scan_errors", "adopt_errors"))
     if errors:
         words += f"; {fmt.num(errors)} errors (read {fmt.num(pg.get('read_errors'))}: pages that read as zeros)"
