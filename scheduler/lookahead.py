@@ -29,6 +29,49 @@ FIND_PER_BATCH = 256      # tables (each with its slots) looked for in the pool 
 FIND_TRIES = 2            # steps before which the pool is searched, at most
 
 
+# Backing off when the steps' pages are in DRAM already: the lookahead costs its own time on every batch (its rows'
+# page numbers, residency checks: ~15-20 ms of CPU a batch at the capacity bench's 100 regions, and 0.5-1 ms of a
+# step on word2vec_basic.py) and saves about a page read per page it reads ahead. Over the last QUIET_STEPS batches
+# looked at, fewer than QUIET_PAGES pages a batch read ahead: only every second batch is looked at, then every
+# fourth ... up to every MAX_EVERY-th; twice QUIET_PAGES a batch over the window looks twice as often again, and one
+# batch looked at that reads RESUME_PAGES or more (rows of pages evicted or not used before) brings it back to every
+# batch. So a table that fits in DRAM (the first half of a run past DRAM, before anything is evicted) costs ~1/64th.
+QUIET_STEPS = 16
+QUIET_PAGES = 4
+MAX_EVERY = 64
+RESUME_PAGES = 4 * QUIET_PAGES
+
+
+class BackOff:
+    """Which batches the lookahead looks at (see QUIET_PAGES), from the pages it read ahead for those it did."""
+
+    def __init__(self):
+        self.every = 1
+        self._seen = 0
+        self._reads: "collections.deque" = collections.deque(maxlen=QUIET_STEPS)
+
+    def looks(self) -> bool:
+        """Whether the next batch is looked at (each call is a batch)."""
+        self._seen += 1
+        return self._seen % self.every == 0
+
+    def read(self, pages_read: int) -> None:
+        """A batch looked at read this many pages ahead."""
+        if pages_read >= RESUME_PAGES:
+            self.every = 1
+            self._reads.clear()
+            return
+        self._reads.append(pages_read)
+        if len(self._reads) < QUIET_STEPS:
+            return
+        if sum(self._reads) < QUIET_PAGES * QUIET_STEPS:
+            self.every = min(MAX_EVERY, self.every * 2)
+            self._reads.clear()
+        elif sum(self._reads) >= 2 * QUIET_PAGES * QUIET_STEPS:   # reading ahead pays again: twice as often
+            self.every = max(1, self.every // 2)
+            self._reads.clear()
+
+
 def _timed_wait(cond: threading.Condition, done: Callable[[], bool], limit_s: float) -> float:
     """Wait on `cond` (held) until done() or limit_s; the seconds waited."""
     t0 = time.perf_counter()
@@ -37,11 +80,23 @@ def _timed_wait(cond: threading.Condition, done: Callable[[], bool], limit_s: fl
 
 
 class _Batch:
-    def __init__(self, rows: Dict[str, np.ndarray]):
-        self.rows = rows
+    def __init__(self, rows: Optional[Dict[str, np.ndarray]] = None,
+                 make_rows: Optional[Callable[[], Dict[str, np.ndarray]]] = None):
+        self._rows = rows
+        self._make_rows = make_rows   # a staged batch's rows are made by the first to need them (the worker)
         self.done = False           # the worker finished it (touched, or measure mode: nothing to touch)
         self.started = False
+        self.skipped = False        # backing off: not looked at, not checked
         self.after: Dict[str, np.ndarray] = {}   # page numbers resident right after the touch, per region
+        # ("table#region", page numbers of its rows) of the regions found in the pool, as the worker computed them:
+        # the step's check reuses them (None: not computed, the step computes them)
+        self.pages: Optional[List] = None
+
+    @property
+    def rows(self) -> Dict[str, np.ndarray]:
+        if self._rows is None:
+            self._rows = self._make_rows()
+        return self._rows
 
 
 class Lookahead:
@@ -60,6 +115,8 @@ class Lookahead:
         # table -> base of the variable and of each slot in the pool (None: not found); absent: not looked for yet
         self.bases: Dict[str, List[Optional[int]]] = {}
         self._find_tries = 0
+        self._row_bytes_of: Dict = {}
+        self.back_off = BackOff()
         self.current: Dict[str, np.ndarray] = {}
         self._stop = False
         self.counts = {"batches": 0, "batches_touched": 0, "rows_requested": 0, "rows_capped": 0,
@@ -76,7 +133,8 @@ class Lookahead:
     # ---------------------------------------------------------------- the runner's side
     def on_put(self, index_values: List[np.ndarray]) -> None:
         """A put staged its batch; index_values: the copied index tensors' values, in plan order."""
-        b = _Batch(self._rows_of(index_values))
+        # the rows (unique per table) are made off the staging thread, by the worker, and only for batches looked at
+        b = _Batch(make_rows=lambda: self._rows_of(index_values))
         with self.cond:
             self.items.append(b)
             self.cond.notify_all()
@@ -116,6 +174,7 @@ class Lookahead:
         if self.mode == "on":
             c0 = time.thread_time()
             told = self._read_ahead(checked)
+            b.pages = [(key, pg) for key, pg, _ in checked]
             # only the regions found in the pool are asked for: the others the step itself reads
             self._count_requested(b, told, {key for key, _, _ in checked})
             with self.cond:
@@ -146,8 +205,13 @@ class Lookahead:
                 first = self.items[0]
                 self.counts["wait_s"] += _timed_wait(self.cond, lambda: first.done or self._stop, self.wait_s)
             b = self.items.popleft()
-            prev, self.current = self.current, b.rows
             late = self.mode == "on" and not b.done
+            if b.skipped:
+                self.counts["batches"] += 1
+                self.counts["skipped_steps"] += 1
+                self.cond.notify_all()
+                return
+            prev, self.current = self.current, b.rows
             find = self._wants_find()
             if not find:
                 self.cond.notify_all()
@@ -168,13 +232,17 @@ class Lookahead:
         out = []
         if any(x is not None for v in self.bases.values() for x in v):
             checked = found = wasted = 0
-            for key, pg in self._found_pages(b.rows):
+            # this runs on the step's thread, just before it: the pages the worker computed for the batch are reused
+            # (a batch's rows' pages are ~60k numbers at full scale: computing them here cost the step more than
+            # its compute on 2 cores)
+            for key, pg in (b.pages if b.pages is not None else self._found_pages(b.rows)):
                 res = pages.resident(pg)
                 out.append((key, pg, res))
                 checked += pg.size
-                found += int(res.sum())
+                n_in = int(res.sum())
+                found += n_in
                 after = b.after.get(key)
-                if after is not None:
+                if after is not None and n_in < pg.size:
                     wasted += int(np.isin(after, pg[~res], assume_unique=True).sum())
             with self.cond:
                 self.counts["batches_measured"] += 1
@@ -195,10 +263,14 @@ class Lookahead:
                 if base is not None:
                     yield f"{name}#{i}", pages.row_pages(base, self._row_bytes(t, i), r)
 
-    @classmethod
-    def _row_bytes(cls, t, i: int) -> int:
-        """Row bytes of region i of a table: 0 the variable, 1.. its slots."""
-        return t.row_bytes if i == 0 else cls._slot_row_bytes(t, i - 1)
+    def _row_bytes(self, t, i: int) -> int:
+        """Row bytes of region i of a table: 0 the variable, 1.. its slots (a slot's dtype is an op attribute, read
+        once: every batch asks for every region's)."""
+        key = (id(t), i)
+        rb = self._row_bytes_of.get(key)
+        if rb is None:
+            rb = self._row_bytes_of[key] = t.row_bytes if i == 0 else self._slot_row_bytes(t, i - 1)
+        return rb
 
     @staticmethod
     def _slot_row_bytes(t, i: int) -> int:
@@ -223,7 +295,12 @@ class Lookahead:
                 return
             c0 = time.thread_time()
             try:
-                self._work(b)
+                if self.mode == "on" and not self.back_off.looks():
+                    b.skipped = True
+                else:
+                    read = self._work(b)
+                    if read is not None:
+                        self.back_off.read(read)
             except Exception as exc:  # the job goes on without the lookahead's help
                 with self.cond:
                     self.counts["errors"] += 1
@@ -234,21 +311,29 @@ class Lookahead:
                     self.counts["worker_cpu_s"] += time.thread_time() - c0
                     self.cond.notify_all()
 
-    def _work(self, b: _Batch) -> None:
+    def _work(self, b: _Batch) -> Optional[int]:
+        """The batch's lookahead; the pages it read ahead for the tables found in the pool, or None where none is
+        found (what the gathers of the others bring in is not known: no backing off on it)."""
         if self.mode != "on":
-            return
+            # measure mode touches nothing; the pages of the batch's rows are computed here, off the step's thread
+            b.pages = list(self._found_pages(b.rows))
+            return None
         # tables found in the pool: their rows' pages not in DRAM are asked for at once (MADV_WILLNEED, all in flight
         # together); the others are read by a gather of their rows on the session (one page fault at a time)
         gather = {n: r for n, r in b.rows.items() if None in self.bases.get(n, [None])}
         regions = {n: [i for i, x in enumerate(self.bases.get(n, [None] * (1 + len(self.plan.tables[n].slots))))
                        if x is None] for n in gather}
         found = list(self._found_pages(b.rows))
+        b.pages = found
+        read0 = self.counts["pages_read_ahead"]
         told = self._read_ahead([(key, pg, pages.resident(pg)) for key, pg in found])
+        read = self.counts["pages_read_ahead"] - read0
         if gather:
             self._run_touch(gather, False, regions)
         self._count_requested(b, told)
         for key, pg in found:
             b.after[key] = pg[pages.resident(pg)]
+        return read if found else None
 
     def _read_ahead(self, checked) -> int:
         """checked: ("table#region", page numbers, resident now) of the found regions. Every page is told to the tier
@@ -273,25 +358,33 @@ class Lookahead:
     def _count_requested(self, b: _Batch, told: int, regions: Optional[set] = None) -> None:
         """Rows, pages and bytes of the batch requested ahead (of the "table#region" keys in `regions` only, when
         given), and the pages told to the budget."""
+        known = {key: pg.size for key, pg in (b.pages or ())}   # the found regions' pages, computed already
+        rows = pages_n = bytes_n = 0
+        for name, r in b.rows.items():
+            t = self.plan.tables[name]
+            keys = [i for i in range(1 + len(t.slots)) if regions is None or f"{name}#{i}" in regions]
+            if keys:
+                rows += int(r.size)
+            bases = self.bases.get(name) or []
+            for i in keys:
+                rb = self._row_bytes(t, i)
+                n = known.get(f"{name}#{i}")
+                if n is None:
+                    # at the region's address when it was found (rows straddle pages there as they do in memory),
+                    # else as if it began on a page
+                    base = (bases[i] if i < len(bases) else None) or 0
+                    n = pages.row_pages(base, rb, r).size
+                pages_n += int(n)
+                bytes_n += int(r.size * rb)
         with self.cond:
             self.counts["batches_touched"] += 1
             if told >= 0:
                 self.counts["budget_pages_told"] += told
             else:
                 self.counts["budget_batches_untold"] += 1
-            for name, r in b.rows.items():
-                t = self.plan.tables[name]
-                keys = [i for i in range(1 + len(t.slots)) if regions is None or f"{name}#{i}" in regions]
-                if keys:
-                    self.counts["rows_requested"] += int(r.size)
-                bases = self.bases.get(name) or []
-                for i in keys:
-                    rb = self._row_bytes(t, i)
-                    # at the region's address when it was found (rows straddle pages there as they do in memory),
-                    # else as if it began on a page
-                    base = (bases[i] if i < len(bases) else None) or 0
-                    self.counts["pages_requested"] += int(pages.row_pages(base, rb, r).size)
-                    self.counts["bytes_requested"] += int(r.size * rb)
+            self.counts["rows_requested"] += rows
+            self.counts["pages_requested"] += pages_n
+            self.counts["bytes_requested"] += bytes_n
 
     def _wants_find(self) -> bool:
         """Whether the pool is to be searched before this step: a table or slot not found yet, tries left."""

@@ -6,22 +6,16 @@ run, Lookahead.on_feed asks for the pages of those rows at once (all reads in fl
 waits for reads already under way instead of faulting its rows in one page at a time."""
 from __future__ import annotations
 
-import collections
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy as np
 
-# Backing off when the steps' pages are in DRAM already: the lookahead costs a step its own time (0.5-1 ms on
-# word2vec_basic.py, where 95% of the pages were resident) and saves about a page read per page it reads ahead
-# (0.1-0.3 ms on this disk). Over the last QUIET_STEPS looked-at steps, fewer than QUIET_PAGES pages a step read
-# ahead: only every second step is looked at, then every fourth ... up to every MAX_EVERY-th; twice QUIET_PAGES a
-# step over the window looks twice as often again, and one looked-at step that reads RESUME_PAGES or more (rows of
-# pages not used before) brings it back to every step.
-QUIET_STEPS = 16
-QUIET_PAGES = 4
-MAX_EVERY = 64
-RESUME_PAGES = 4 * QUIET_PAGES
+from .lookahead import BackOff
+
+# Backing off when the steps' pages are in DRAM already (lookahead.BackOff): the lookahead costs a step its own time
+# (0.5-1 ms on word2vec_basic.py, where 95% of the pages were resident) and saves about a page read per page it reads
+# ahead (0.1-0.3 ms on this disk).
 
 
 def fed_values(graph, feed_dict) -> Dict[str, Any]:
@@ -46,9 +40,7 @@ class FedLookahead:
         self.lookahead = lookahead
         self._run_feed = run_feed                  # (tensors, {name: value}) -> their values: rtkit's own run
         self._applies: Dict[Any, List[int]] = {}   # run shape -> the plan's index tensors it computes
-        self._every = 1                            # look at every n-th step (backing off: see QUIET_PAGES)
-        self._steps = 0
-        self._reads: "collections.deque" = collections.deque(maxlen=QUIET_STEPS)   # pages read ahead per step
+        self._back_off = BackOff()
 
     def applies(self, key, fed: Iterable[str], reach: Callable[[], set]) -> List[int]:
         """The index tensors whose gather the run executes and whose placeholders it feeds (cached per shape)."""
@@ -65,8 +57,7 @@ class FedLookahead:
         """The run's rows, from its feeds (a fed index tensor as it is, a computed one by one run of its copy), to
         the lookahead; index tensors the run does not compute count as no rows. Its wall time is counted: the
         step waits for all of it (before_s). Steps skipped while backing off are counted (skipped_steps)."""
-        self._steps += 1
-        if self._steps % self._every:
+        if not self._back_off.looks():
             self.lookahead.add_skipped()
             return
         t0 = time.perf_counter()
@@ -76,22 +67,7 @@ class FedLookahead:
         finally:
             self.lookahead.add_before(time.perf_counter() - t0)
         if self.lookahead.mode == "on":
-            self._back_off(self.lookahead.counts["pages_read_ahead"] - read0)
-
-    def _back_off(self, read: int) -> None:
-        if read >= RESUME_PAGES:
-            self._every = 1
-            self._reads.clear()
-            return
-        self._reads.append(read)
-        if len(self._reads) < QUIET_STEPS:
-            return
-        if sum(self._reads) < QUIET_PAGES * QUIET_STEPS:
-            self._every = min(MAX_EVERY, self._every * 2)
-            self._reads.clear()
-        elif sum(self._reads) >= 2 * QUIET_PAGES * QUIET_STEPS:   # reading ahead pays again: twice as often
-            self._every = max(1, self._every // 2)
-            self._reads.clear()
+            self._back_off.read(self.lookahead.counts["pages_read_ahead"] - read0)
 
     def _before_step(self, which: List[int], values: Dict[str, Any]) -> None:
         out: List[Optional[np.ndarray]] = [None] * len(self.plan.index_tensors)
