@@ -26,7 +26,13 @@ import numpy as np
 from . import lookahead_pages as pages
 
 FIND_PER_BATCH = 256      # tables (each with its slots) looked for in the pool per try
-FIND_TRIES = 2            # steps before which the pool is searched, at most
+FIND_ROWS = 64            # rows of a table (and of its slots) whose values are looked for, spread over the batch's
+FIND_TRIES = 2            # steps before which the pool is searched in full (its records, then its resident pages)
+# ... then, for what is still not found, its records alone before batches 16, 32, 64, ... (FIND_RETRIES at most): an
+# optimizer slot is a constant at first (Adagrad's 0.1), and its rows tell it from the other slots of its size only
+# once steps have moved them (at full scale 24 of the capacity bench's 26 deep slots were not found in the first two)
+FIND_RETRY_FIRST = 16
+FIND_RETRIES = 10
 
 
 # Backing off when the steps' pages are in DRAM already: the lookahead costs its own time on every batch (its rows'
@@ -205,13 +211,10 @@ class Lookahead:
                 first = self.items[0]
                 self.counts["wait_s"] += _timed_wait(self.cond, lambda: first.done or self._stop, self.wait_s)
             b = self.items.popleft()
-            late = self.mode == "on" and not b.done
-            if b.skipped:
-                self.counts["batches"] += 1
-                self.counts["skipped_steps"] += 1
-                self.cond.notify_all()
-                return
-            prev, self.current = self.current, b.rows
+            late = self.mode == "on" and not b.done and not b.skipped
+            prev = self.current
+            if not b.skipped:
+                self.current = b.rows
             find = self._wants_find()
             if not find:
                 self.cond.notify_all()
@@ -224,6 +227,9 @@ class Lookahead:
             self.counts["batches"] += 1
             if late:
                 self.counts["late_batches"] += 1
+            if b.skipped:   # backing off: not looked at, not checked
+                self.counts["skipped_steps"] += 1
+                return
         self._check(b)
 
     def _check(self, b: _Batch) -> List:
@@ -388,8 +394,10 @@ class Lookahead:
 
     def _wants_find(self) -> bool:
         """Whether the pool is to be searched before this step: a table or slot not found yet, tries left."""
-        return self.pool is not None and self._find_tries < FIND_TRIES and \
-            any(None in self.bases.get(n, [None]) for n in self.plan.tables)
+        if self.pool is None or not any(None in self.bases.get(n, [None]) for n in self.plan.tables):
+            return False
+        retry = self._find_tries - FIND_TRIES
+        return retry < 0 or (retry < FIND_RETRIES and self.counts["batches"] >= FIND_RETRY_FIRST << retry)
 
     def _find_timed(self, prev: Dict[str, np.ndarray]) -> None:
         """Search the pool for the tables by the rows the last step used: between two steps no table is written
@@ -408,7 +416,10 @@ class Lookahead:
         """Look for the tables not found yet in the pool's resident pages, by the values of some of `rows`."""
         self._find_tries += 1
         names = [n for n in rows if None in self.bases.get(n, [None]) and rows[n].size][:FIND_PER_BATCH]
-        pick = {n: rows[n][np.linspace(0, rows[n].size - 1, num=min(16, rows[n].size)).astype(int)] for n in names}
+        # many rows: an optimizer slot's rows stay at its constant until steps move them past a float's rounding
+        # (Adagrad's 0.1 plus squared gradients of ~1e-5), and only a moved row tells one slot from another
+        pick = {n: np.unique(rows[n][np.linspace(0, rows[n].size - 1, num=min(FIND_ROWS, rows[n].size)).astype(int)])
+                for n in names}
         values = self._run_touch(pick, True, None)
         wanted, sizes = {}, {}
         for name in names:
@@ -421,7 +432,7 @@ class Lookahead:
         records = pages.pool_records(min(sizes.values())) if sizes else None
         found = pages.find_in_records(records, wanted, sizes) if records else {}
         rest = {k: v for k, v in wanted.items() if k not in found}
-        if rest:
+        if rest and self._find_tries <= FIND_TRIES:   # a retry looks at the records only (the search reads GiBs)
             found.update(pages.find_bases(self.pool, rest))
         for name in names:
             old = self.bases.get(name, [None] * (1 + len(self.plan.tables[name].slots)))
@@ -443,6 +454,10 @@ class Lookahead:
         c["resident_share"] = (round(c["pages_resident"] / c["pages_checked"], 4) if c["pages_checked"] else None)
         c["tables_measured"] = sum(1 for b in self.bases.values() if b and b[0] is not None)
         c["regions_found"] = sum(1 for b in self.bases.values() for x in b if x is not None)
+        # which were not (a variable "#0", its slots "#1".. in the order of its optimizer's update), the first 32
+        c["regions_not_found"] = [f"{n}#{i}" for n in self.plan.tables
+                                  for i, x in enumerate(self.bases.get(n) or [None] * (1 + len(self.plan.tables[n].slots)))
+                                  if x is None][:32]
         c["regions"] = sum(1 + len(t.slots) for t in self.plan.tables.values())
         c["pool_found"] = self.pool is not None
         if self.error:

@@ -352,8 +352,10 @@ def pager_words(p: Dict[str, Any]) -> str:
     words = (f"paged by rtkit (tier_pager): {fmt.nbytes(pg.get('adopted_bytes'))} in {fmt.num(n)} pooled "
              f"allocation{'' if n == 1 else 's'} of 1 MiB or more, anonymous memory held under "
              f"{fmt.nbytes(pg.get('limit_bytes'))}; {fmt.num(pg.get('evicted_pages'))} pages evicted by write heat "
-             f"({fmt.nbytes(pg.get('evicted_bytes'))} written to the pool), {fmt.num(pg.get('filled_from_file'))} read "
-             "back at a fault")
+             f"({fmt.nbytes(pg.get('evicted_bytes'))} written to the pool"
+             + (f", {fmt.num(pg.get('evicted_same'))} kept as a repeated word (not written)" if pg.get("evicted_same")
+                else "")
+             + f"), {fmt.num(pg.get('filled_from_file'))} read back at a fault")
     if pg.get("fetch_filled"):
         words += f" and {fmt.num(pg.get('fetch_filled'))} read ahead of their step (the lookahead)"
     errors = sum(pg.get(k) or 0 for k in ("read_errors", "write_errors", "move_errors", "scan_errors", "adopt_errors"))

@@ -229,7 +229,7 @@ typedef struct {
     uint64_t filled_from_file, filled_zero, fill_ns, busy_waits, read_errors;
     uint64_t scans, scan_errors, resident_at_scan, passes, evictions, evicted_pages, evicted_holes, written_bytes;
     uint64_t move_errors, move_errno, move_shared, write_errors;
-    uint64_t fetch_calls, fetch_asked, fetch_filled, fetch_busy, fetch_ns;
+    uint64_t fetch_calls, fetch_asked, fetch_filled, fetch_busy, fetch_ns, evicted_same, filled_same;
     double adopt_s, scan_s, evict_s;
 } rtk_tier_pager_stats_t;
 RTK_HIDDEN extern rtk_tier_pager_stats_t rtk_tier_pager_stats;

@@ -39,6 +39,8 @@
 #define AGE_MAX 255
 #define HITS_MAX 15
 #define RANKS ((HITS_MAX + 1) * (AGE_MAX + 1))
+#define WORDS 255                         /* distinct repeated words evicted pages are kept as */
+#define CHILD_FILL_MAX 65536              /* pages kept as a word that a forked child gets copies of, at most */
 /* The eviction order: pages written in the fewest scans first (rows that never recur: under a power law most of the
  * pages of new rows; docs/results.md's hindsight floor keeps the most-touched pages), the least recently written
  * first among them. A lower rank goes first. */
@@ -66,6 +68,10 @@ static struct {
     rtk_spin_t lock;                      /* the regions and the evictor's batches: fork and frees wait for it */
     uint64_t limit, slack_hi, slack_lo;   /* anonymous RSS the evictor keeps the process under, and its margins */
     uint8_t *hits;                        /* per pool page: the scans that found it written (and its read-backs) */
+    uint8_t *word;                        /* per pool page: 0, or 1 + the index in words[] of the word every 8 bytes
+                                           * of it held when evicted (kept as that, not written to the file) */
+    uint64_t words[WORDS];
+    uint32_t nwords;
     uint64_t last_scan_step, hist[RANKS], resident_pages;
     int scanned;
     uint32_t asked, pause, stop;          /* futex words: marks ask for passes; fork pauses; exit stops */
@@ -88,6 +94,15 @@ static inline void set_on_file(uint64_t i, int v)
 }
 static inline uint64_t page_of(const char *p) { return (uint64_t)(p - rtk_tier.base) / TIER_PAGE; }
 static inline char *addr_of(uint64_t i) { return rtk_tier.base + i * TIER_PAGE; }
+static inline unsigned word_at(uint64_t i) { return __atomic_load_n(&g.word[i], __ATOMIC_ACQUIRE); }
+
+/* `pages` pages at dst filled with the word of index id (1-based) */
+static void fill_word(char *dst, unsigned id, uint64_t pages)
+{
+    uint64_t w = g.words[id - 1], *d = (uint64_t *)(void *)dst;
+    for (uint64_t k = 0; k < pages * (TIER_PAGE / 8); k++)
+        d[k] = w;
+}
 
 static void wake_page(char *p)
 {
@@ -134,7 +149,31 @@ static void serve(char *p, char *buf)
     chunk_lock(c0, 2);
     double t0 = rtk_tier_now_s();
     int rc;
-    if (on_file(i)) {
+    unsigned id = word_at(i);
+    if (id) {
+        /* kept as its word: that page and the next ones kept as the same word, up to the FILL_RUN window (a slot's
+         * constant rows lie side by side), rebuilt in the handler's buffer: no disk */
+        uint64_t end = (i / FILL_RUN + 1) * FILL_RUN, e = i + 1;
+        while (e < end && e < g.npages && word_at(e) == id && !on_file(e)) {
+            if (e % CHUNK_PAGES == 0 && !chunk_trylock(e / CHUNK_PAGES, 2))
+                break;
+            c1 = e / CHUNK_PAGES;
+            e++;
+        }
+        fill_word(buf, id, e - i);
+        struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)buf, (e - i) * TIER_PAGE, 0, 0};
+        while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) != 0 && c.copy <= 0 && rc != -EEXIST && c.len > TIER_PAGE) {
+            c.len = rc == -EAGAIN ? c.len : TIER_PAGE;
+            c.copy = 0;
+        }
+        if (c.copy > 0) {
+            ADD(S.filled_same, (uint64_t)c.copy / TIER_PAGE);
+            __atomic_store_n(&g.age[i], 1, __ATOMIC_RELAXED);
+            if (g.hits[i] < HITS_MAX)
+                g.hits[i]++;  /* used again after its eviction: it recurs */
+            rc = 0;
+        }
+    } else if (on_file(i)) {
         long got = -1;
         for (int tries = 0; tries < 3 && got != TIER_PAGE; tries++)
             got = rtk_os_read_at(rtk_tier.fd, buf, TIER_PAGE, i * TIER_PAGE);
@@ -159,7 +198,7 @@ static void serve(char *p, char *buf)
          * page at the first write costs a TLB shoot-down on every other core the job runs on (8% of the CPU at
          * full scale), a page that was never mapped costs none. */
         uint64_t end = (i / FILL_RUN + 1) * FILL_RUN, e = i + 1;
-        while (e < end && e < g.npages && !on_file(e)) {
+        while (e < end && e < g.npages && !on_file(e) && !word_at(e)) {
             if (e % CHUNK_PAGES == 0 && !chunk_trylock(e / CHUNK_PAGES, 2))
                 break;  /* being evicted or filled: the run stops short of it */
             c1 = e / CHUNK_PAGES;
@@ -273,31 +312,72 @@ static int page_is_zero(const char *p)
     return any == 0;
 }
 
+/* A page whose every 8 bytes hold one word (an optimizer slot's constant on rows its steps never moved: Adagrad's
+ * 0.1 plus squared gradients below a float's rounding) is kept as that word instead of written: 1 + its index in
+ * words[], or 0 (not such a page, or words[] full). The evictor's alone (it adds words; handlers read them after the
+ * page's index, stored with release). */
+static unsigned word_of(const char *p)
+{
+    const uint64_t *w = (const uint64_t *)(const void *)p;
+    for (unsigned k = 1; k < TIER_PAGE / 8; k++)
+        if (w[k] != w[0])
+            return 0;
+    for (unsigned k = 0; k < g.nwords; k++)
+        if (g.words[k] == w[0])
+            return k + 1;
+    if (g.nwords == WORDS)
+        return 0;
+    g.words[g.nwords] = w[0];
+    return ++g.nwords;
+}
+
 /* Pages [i0, i0 + len) moved into the stage at `from`: to the file (pages still zero that never were the file's
- * go without a write: still holes), or, where the write fails, back where they were (nothing may be lost). The pages
- * that left DRAM. */
+ * go without a write: still holes; pages of one repeated word are kept as that word), or, where the write fails,
+ * back where they were (nothing may be lost). The pages that left DRAM. */
 static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
 {
+    uint64_t n = len / TIER_PAGE, done = 0;
     int holes = 1;
-    for (uint64_t k = 0; holes && k < len / TIER_PAGE; k++)
+    for (uint64_t k = 0; holes && k < n; k++)
         holes = !on_file(i0 + k) && page_is_zero(from + k * TIER_PAGE);
-    long w = holes ? (long)len : rtk_os_write_at(rtk_tier.fd, from, len, i0 * TIER_PAGE);
-    if (w != (long)len) {
-        struct uffdio_move_ back = {(uint64_t)(uintptr_t)addr_of(i0), (uint64_t)(uintptr_t)from, len, 0, 0};
-        if (rtk_os_uffd_call(g.uffd, UFFDIO_MOVE_, &back) != 0)
-            ADD(S.move_errors, 1);
-        ADD(S.write_errors, 1);
-        return 0;
+    if (holes) {
+        for (uint64_t k = 0; k < n; k++)
+            __atomic_store_n(&g.word[i0 + k], 0, __ATOMIC_RELEASE), g.age[i0 + k] = 0;
+        S.evicted_holes += n;
+        return n;
     }
-    for (uint64_t k = 0; k < len / TIER_PAGE; k++) {
-        set_on_file(i0 + k, !holes);
-        g.age[i0 + k] = 0;
+    for (uint64_t k = 0; k < n;) {
+        unsigned id = word_of(from + k * TIER_PAGE);
+        if (id) {
+            set_on_file(i0 + k, 0);
+            __atomic_store_n(&g.word[i0 + k], (uint8_t)id, __ATOMIC_RELEASE);
+            g.age[i0 + k] = 0;
+            S.evicted_same++;
+            done++, k++;
+            continue;
+        }
+        uint64_t e = k + 1;
+        while (e < n && !word_of(from + e * TIER_PAGE))
+            e++;
+        long w = rtk_os_write_at(rtk_tier.fd, from + k * TIER_PAGE, (e - k) * TIER_PAGE, (i0 + k) * TIER_PAGE);
+        if (w != (long)((e - k) * TIER_PAGE)) {
+            struct uffdio_move_ back = {(uint64_t)(uintptr_t)addr_of(i0 + k), (uint64_t)(uintptr_t)(from + k * TIER_PAGE),
+                                        (e - k) * TIER_PAGE, 0, 0};
+            if (rtk_os_uffd_call(g.uffd, UFFDIO_MOVE_, &back) != 0)
+                ADD(S.move_errors, 1);
+            ADD(S.write_errors, 1);
+        } else {
+            for (uint64_t j = k; j < e; j++) {
+                set_on_file(i0 + j, 1);
+                __atomic_store_n(&g.word[i0 + j], 0, __ATOMIC_RELEASE);
+                g.age[i0 + j] = 0;
+            }
+            S.written_bytes += (e - k) * TIER_PAGE;
+            done += e - k;
+        }
+        k = e;
     }
-    if (holes)
-        S.evicted_holes += len / TIER_PAGE;
-    else
-        S.written_bytes += len;
-    return len / TIER_PAGE;
+    return done;
 }
 
 /* Move the pages of chunk c in `mask` out, write them to the file, free them. Under g.lock. Returns pages evicted. */
@@ -509,12 +589,13 @@ int rtk_tier_pager_start(void)
     g.on_file = rtk_os_reserve((g.npages + 63) / 64 * 8, 0);
     g.age = rtk_os_reserve(g.npages, 0);
     g.hits = rtk_os_reserve(g.npages, 0);
+    g.word = rtk_os_reserve(g.npages, 0);
     g.busy = rtk_os_reserve((g.npages / CHUNK_PAGES + 1) * 4, 0);
     g.stage = rtk_os_reserve(CHUNK_PAGES * TIER_PAGE, 0);
     g.zeros = rtk_os_reserve(FILL_RUN * TIER_PAGE, 0);
-    char *bufs = rtk_os_map(HANDLERS * TIER_PAGE, 0);
+    char *bufs = rtk_os_map(HANDLERS * FILL_RUN * TIER_PAGE, 0);  /* a handler's: a page read, or a run of a word */
     g.fetch_buf = rtk_os_map(CHUNK_PAGES * TIER_PAGE, 0);
-    if (!g.on_file || !g.age || !g.hits || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
+    if (!g.on_file || !g.age || !g.hits || !g.word || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
         return fail("the pager's maps", -ENOMEM);
     rtk_os_advise(g.stage, CHUNK_PAGES * TIER_PAGE, RTK_ADVISE_NOHUGEPAGE);
     struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, CHUNK_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
@@ -523,7 +604,7 @@ int rtk_tier_pager_start(void)
         return fail("userfaultfd registration", rc);
     int handlers = 0;
     for (int h = 0; h < HANDLERS; h++)
-        if ((rc = rtk_os_thread_start(handler_main, bufs + h * TIER_PAGE, 64 << 10, &g.handler[h])) == 0)
+        if ((rc = rtk_os_thread_start(handler_main, bufs + (uint64_t)h * FILL_RUN * TIER_PAGE, 64 << 10, &g.handler[h])) == 0)
             handlers++;
     if (!handlers)
         return fail("the fault handler thread", rc);  /* one is enough to serve faults, none is not */
@@ -601,6 +682,7 @@ void rtk_tier_pager_forget(char *lo, uint64_t len)
     for (uint64_t i = page_of(lo); i < page_of(lo + len); i++) {
         set_on_file(i, 0);
         g.age[i] = g.hits[i] = 0;
+        __atomic_store_n(&g.word[i], 0, __ATOMIC_RELEASE);
     }
     S.forgotten_bytes += len;
 }
@@ -637,15 +719,16 @@ void rtk_tier_pager_fork_parent(void)
 /* A child sees what the parent had in DRAM at the fork (its own copy), but its mappings lose the handler: a page not
  * present would read as zeros, though the parent's row may be in the file. Each run of absent pages that holds any
  * of the file's data gets a private view of the file (a hole of the file reads as zeros, as it should), up to
- * CHILD_MAPS of them (each is a mapping: the kernel's limit is 65,530 a process); past that, the rest of the regions
+ * CHILD_MAPS of them (each is a mapping: the kernel's limit is 65,530 a process), with the pages kept as a word
+ * written into it (the child's own copies, CHILD_FILL_MAX pages at most); past either, the rest of the regions
  * raise SIGBUS for an absent page (a userfaultfd of the child's own, UFFD_FEATURE_SIGBUS): a child that reads such a
  * row fails loudly, never silently wrong. Neither view is a snapshot (as for the rest of the pool): a page the parent
  * evicts later is read as the parent wrote it. */
 #define CHILD_MAPS 8192
 
-/* The runs of r's absent pages that hold file data: counted into *maps, and mapped when `map` (0, or -1 where the
- * scan or a mapping failed) */
-static int child_view_region(const region_t *r, int pagemap, long *maps, int map)
+/* The runs of r's absent pages that hold file data or pages kept as a word: counted into *maps (and those pages into
+ * *words), and mapped when `map` (0, or -1 where the scan or a mapping failed) */
+static int child_view_region(const region_t *r, int pagemap, long *maps, long *words, int map)
 {
     static rtk_os_region_t vec[SCAN_VEC];
     uint64_t start = (uint64_t)(uintptr_t)r->lo, end = start + r->len, gap = start;
@@ -658,14 +741,21 @@ static int child_view_region(const region_t *r, int pagemap, long *maps, int map
         for (long k = 0; k <= n; k++) {
             uint64_t lo = k < n ? vec[k].start : (n < SCAN_VEC ? end : a.walk_end);
             if (lo > gap) {
-                uint64_t i0 = page_of((char *)(uintptr_t)gap), i1 = page_of((char *)(uintptr_t)lo), i = i0;
+                uint64_t i0 = page_of((char *)(uintptr_t)gap), i1 = page_of((char *)(uintptr_t)lo), i = i0, kept = 0;
+                for (uint64_t j = i0; j < i1; j++)
+                    kept += word_at(j) != 0;
                 while (i < i1 && !on_file(i))
                     i++;
-                if (i < i1) {
+                if (i < i1 || kept) {
                     uint64_t off = gap - (uint64_t)(uintptr_t)rtk_tier.base;
                     if (map && rtk_os_map_file_at((char *)(uintptr_t)gap, lo - gap, rtk_tier.fd, off, 0) != 0)
                         return -1;
+                    /* pages kept as a word: written into the child's private view (its own copies) */
+                    for (uint64_t j = i0; map && kept && j < i1; j++)
+                        if (word_at(j))
+                            fill_word(addr_of(j), word_at(j), 1);
                     ++*maps;
+                    *words += (long)kept;
                 }
             }
             if (k < n)
@@ -689,12 +779,13 @@ void rtk_tier_pager_fork_child(void)
     g.evictor_started = 0;
     g.pause = g.stop = g.asked = 0;
     int pagemap = rtk_os_pagemap_open();  /* the parent's descriptor reads the parent's pages */
-    long maps = 0;
+    long maps = 0, words = 0, unused = 0;
     int ok = pagemap >= 0;
     for (uint32_t k = 0; ok && k < g.nreg; k++)
-        ok = child_view_region(&g.reg[k], pagemap, &maps, 0) == 0 && maps <= CHILD_MAPS;
+        ok = child_view_region(&g.reg[k], pagemap, &maps, &words, 0) == 0 && maps <= CHILD_MAPS &&
+             words <= CHILD_FILL_MAX;
     for (uint32_t k = 0; ok && k < g.nreg; k++)
-        ok = child_view_region(&g.reg[k], pagemap, &maps, 1) == 0;
+        ok = child_view_region(&g.reg[k], pagemap, &maps, &unused, 1) == 0;
     if (pagemap >= 0)
         rtk_os_close(pagemap);
     if (ok)
