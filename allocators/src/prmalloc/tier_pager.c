@@ -155,19 +155,15 @@ static void serve(char *p, char *buf)
          * a slot lie far apart, and pages filled beside it unasked would sit in DRAM unaged for a heat scan,
          * pushing out pages the steps use (filling its run of 64 at full scale: 2.5M pages filled and 5.9M evicted
          * against 4.0M) */
-        uint64_t e = i + 1;
-        fill_word(buf, id, e - i);
-        struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)buf, (e - i) * TIER_PAGE, 0, 0};
-        while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) != 0 && c.copy <= 0 && rc != -EEXIST && c.len > TIER_PAGE) {
-            c.len = rc == -EAGAIN ? c.len : TIER_PAGE;
+        fill_word(buf, id, 1);
+        struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)buf, TIER_PAGE, 0, 0};
+        while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) == -EAGAIN)
             c.copy = 0;
-        }
-        if (c.copy > 0) {
-            ADD(S.filled_same, (uint64_t)c.copy / TIER_PAGE);
+        if (rc == 0) {
+            ADD(S.filled_same, 1);
             __atomic_store_n(&g.age[i], 1, __ATOMIC_RELAXED);
             if (g.hits[i] < HITS_MAX)
                 g.hits[i]++;  /* used again after its eviction: it recurs */
-            rc = 0;
         }
     } else if (on_file(i)) {
         long got = -1;
@@ -589,7 +585,7 @@ int rtk_tier_pager_start(void)
     g.busy = rtk_os_reserve((g.npages / CHUNK_PAGES + 1) * 4, 0);
     g.stage = rtk_os_reserve(CHUNK_PAGES * TIER_PAGE, 0);
     g.zeros = rtk_os_reserve(FILL_RUN * TIER_PAGE, 0);
-    char *bufs = rtk_os_map(HANDLERS * FILL_RUN * TIER_PAGE, 0);  /* a handler's: a page read, or a run of a word */
+    char *bufs = rtk_os_map(HANDLERS * TIER_PAGE, 0);
     g.fetch_buf = rtk_os_map(CHUNK_PAGES * TIER_PAGE, 0);
     if (!g.on_file || !g.age || !g.hits || !g.word || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
         return fail("the pager's maps", -ENOMEM);
@@ -600,7 +596,7 @@ int rtk_tier_pager_start(void)
         return fail("userfaultfd registration", rc);
     int handlers = 0;
     for (int h = 0; h < HANDLERS; h++)
-        if ((rc = rtk_os_thread_start(handler_main, bufs + (uint64_t)h * FILL_RUN * TIER_PAGE, 64 << 10, &g.handler[h])) == 0)
+        if ((rc = rtk_os_thread_start(handler_main, bufs + h * TIER_PAGE, 64 << 10, &g.handler[h])) == 0)
             handlers++;
     if (!handlers)
         return fail("the fault handler thread", rc);  /* one is enough to serve faults, none is not */
