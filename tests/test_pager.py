@@ -23,6 +23,16 @@ def skip_where_the_kernel_refuses(doc):
         pytest.skip(pg["note"])
 
 
+def run_paged(native, mode, run_dir, pool):
+    """The C program's `mode`, which must pass (skipped where the kernel refuses the pager): its stats document and
+    its stderr."""
+    proc = run_pager(native, mode, run_dir, pool)
+    doc = pmem_doc(run_dir)
+    skip_where_the_kernel_refuses(doc)
+    assert proc.returncode == 0 and proc.stdout == f"prmalloc_pager {mode}: ok\n", proc.stdout + proc.stderr
+    return doc, proc.stderr
+
+
 @pytest.fixture
 def dirs(tmp_path):
     run_dir = tmp_path / "run"
@@ -35,10 +45,8 @@ def test_paged_records_keep_their_data_through_eviction_refill_and_free(prm, dir
     # the C program checks the data after adoption, after evictions (read back from the pool) and the file's
     # mapping back after free; here: what the pager says it did
     run_dir, pool = dirs
-    proc = run_pager(prm, "basic", run_dir, pool)
-    doc = pmem_doc(run_dir)
-    skip_where_the_kernel_refuses(doc)
-    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager basic: ok\n" and proc.stderr == "", proc.stderr
+    doc, stderr = run_paged(prm, "basic", run_dir, pool)
+    assert stderr == "", stderr
     pg = doc["pager"]
     assert pg["on"] and pg["note"] == "" and pg["regions"] == 2
     # the rows written before the first step are the file's data (and pages earlier records left there: the pool
@@ -67,10 +75,7 @@ def test_writes_racing_evictions_are_never_lost(prm, dirs):
     # three threads rewrite their pages round after round, checking the last round's value first, while the main
     # thread marks steps and the evictor moves pages out under them (24 MiB through 8 MiB of room)
     run_dir, pool = dirs
-    proc = run_pager(prm, "race", run_dir, pool)
-    doc = pmem_doc(run_dir)
-    skip_where_the_kernel_refuses(doc)
-    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager race: ok\n", proc.stdout + proc.stderr
+    doc, _ = run_paged(prm, "race", run_dir, pool)
     pg = doc["pager"]
     assert pg["evicted_pages"] > 0 and pg["filled_from_file"] > 0
     # a fourth thread fetched the pages ahead all along (the writers' checks cover its fills)
@@ -82,10 +87,7 @@ def test_a_fetch_ahead_brings_evicted_pages_back_before_any_access(prm, dirs):
     # every evicted page back, so that reading them all faults none in; pages in DRAM, outside the pool, of 8 KiB, and
     # of a freed record are handled as the C program checks
     run_dir, pool = dirs
-    proc = run_pager(prm, "fetch", run_dir, pool)
-    doc = pmem_doc(run_dir)
-    skip_where_the_kernel_refuses(doc)
-    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager fetch: ok\n", proc.stdout + proc.stderr
+    doc, _ = run_paged(prm, "fetch", run_dir, pool)
     pg = doc["pager"]
     assert pg["fetch_calls"] == 5 and pg["fetch_filled"] > 0 and pg["fetch_busy"] == 0, pg
     assert pg["fetch_asked"] == pg["fetch_filled"] and pg["fetch_seconds"] > 0, pg
@@ -100,10 +102,7 @@ def test_pages_of_one_repeated_word_are_kept_as_the_word_not_written(prm, dirs):
     # written) and read back rebuilt from it, in the parent and in a forked child; a page that differs in one float
     # and pages of data are written as before (the C program checks every value)
     run_dir, pool = dirs
-    proc = run_pager(prm, "same", run_dir, pool)
-    doc = pmem_doc(run_dir)
-    skip_where_the_kernel_refuses(doc)
-    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager same: ok\n", proc.stdout + proc.stderr
+    doc, _ = run_paged(prm, "same", run_dir, pool)
     pg = doc["pager"]
     assert 0 < pg["evicted_same"] < pg["evicted_pages"] and pg["filled_same"] > 0, pg
     assert pg["evicted_bytes"] == (pg["evicted_pages"] - pg["evicted_same"] - pg["evicted_holes"]) * 4096, pg
@@ -115,10 +114,7 @@ def test_a_forked_child_reads_the_parents_rows_resident_or_evicted(prm, dirs):
     # the child's mappings lose the parent's handler: the runs of pages absent at the fork get a private view of
     # the pool file (evicted rows read as the parent wrote them, never-written ones as zeros), its writes stay its own
     run_dir, pool = dirs
-    proc = run_pager(prm, "fork", run_dir, pool)
-    doc = pmem_doc(run_dir)
-    skip_where_the_kernel_refuses(doc)
-    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager fork: ok\n", proc.stdout + proc.stderr
+    doc, _ = run_paged(prm, "fork", run_dir, pool)
     assert doc["pager"]["evicted_pages"] > 0 and doc["pager"]["regions"] == 2
 
 

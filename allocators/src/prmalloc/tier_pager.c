@@ -138,6 +138,23 @@ static void chunk_unlock(uint64_t c)
 }
 
 /* ---------------------------------------------------------------- missing pages */
+/* Put the page at `src` in place of pool page i (missing; its chunk locked by the caller): 0, or -errno (EEXIST: a
+ * fault or another fill brought it in meanwhile). A page brought back is used again after its eviction: it recurs,
+ * and counts as written now. */
+static int put_back(uint64_t i, const char *src)
+{
+    struct uffdio_copy_ c = {(uint64_t)(uintptr_t)addr_of(i), (uint64_t)(uintptr_t)src, TIER_PAGE, 0, 0};
+    int rc;
+    while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) == -EAGAIN)
+        c.copy = 0;
+    if (rc == 0) {
+        __atomic_store_n(&g.age[i], 1, __ATOMIC_RELAXED);
+        if (g.hits[i] < HITS_MAX)
+            g.hits[i]++;
+    }
+    return rc;
+}
+
 static void serve(char *p, char *buf)
 {
     uint64_t i = page_of(p);
@@ -156,15 +173,8 @@ static void serve(char *p, char *buf)
          * pushing out pages the steps use (filling its run of 64 at full scale: 2.5M pages filled and 5.9M evicted
          * against 4.0M) */
         fill_word(buf, id, 1);
-        struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)buf, TIER_PAGE, 0, 0};
-        while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) == -EAGAIN)
-            c.copy = 0;
-        if (rc == 0) {
+        if ((rc = put_back(i, buf)) == 0)
             ADD(S.filled_same, 1);
-            __atomic_store_n(&g.age[i], 1, __ATOMIC_RELAXED);
-            if (g.hits[i] < HITS_MAX)
-                g.hits[i]++;  /* used again after its eviction: it recurs */
-        }
     } else if (on_file(i)) {
         long got = -1;
         for (int tries = 0; tries < 3 && got != TIER_PAGE; tries++)
@@ -175,15 +185,8 @@ static void serve(char *p, char *buf)
             memset(buf, 0, TIER_PAGE);
             ADD(S.read_errors, 1);
         }
-        struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)buf, TIER_PAGE, 0, 0};
-        while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) == -EAGAIN)
-            c.copy = 0;
-        if (rc == 0) {
+        if ((rc = put_back(i, buf)) == 0)
             ADD(S.filled_from_file, 1);
-            __atomic_store_n(&g.age[i], 1, __ATOMIC_RELAXED);
-            if (g.hits[i] < HITS_MAX)
-                g.hits[i]++;  /* used again after its eviction: it recurs */
-        }
     } else {
         /* a hole: zeroed pages for it and the holes after it, up to the end of its FILL_RUN window (rows are
          * handed out in order, so the next rows land there). Real pages, not the zero page: replacing the zero
@@ -838,21 +841,8 @@ static uint64_t fetch_run(uint64_t i, uint64_t n)
         return 0;
     }
     if (rtk_os_read_at(rtk_tier.fd, g.fetch_buf, n * TIER_PAGE, i * TIER_PAGE) == (long)(n * TIER_PAGE)) {
-        for (uint64_t k = 0; k < n; k++) {
-            if (!fetch_wanted(i + k))
-                continue;
-            struct uffdio_copy_ cp = {(uint64_t)(uintptr_t)addr_of(i + k),
-                                      (uint64_t)(uintptr_t)(g.fetch_buf + k * TIER_PAGE), TIER_PAGE, 0, 0};
-            int rc;
-            while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &cp)) == -EAGAIN)
-                cp.copy = 0;
-            if (rc == 0) {
-                got++;
-                __atomic_store_n(&g.age[i + k], 1, __ATOMIC_RELAXED);
-                if (g.hits[i + k] < HITS_MAX)
-                    g.hits[i + k]++;  /* the next step uses it: it recurs */
-            }
-        }
+        for (uint64_t k = 0; k < n; k++)
+            got += fetch_wanted(i + k) && put_back(i + k, g.fetch_buf + k * TIER_PAGE) == 0;
     }  /* a failed read fills nothing here: the step's fault reads it again and counts an error if it fails */
     chunk_unlock(c);
     return got;
