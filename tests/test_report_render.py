@@ -697,6 +697,18 @@ def test_lookahead_words_count_tables_in_the_singular_and_plural():
     assert "(mincore, 1 table)" in words(1) and "(mincore, 2 tables)" in words(2), (words(1), words(2))
 
 
+def test_a_staged_lookahead_that_backed_off_says_how_many_batches_it_did_not_look_at():
+    # the share resident is of the batches looked at: the line must not read as if it covered every batch
+    from rtkit.report import scheduler_outcome
+
+    la = {"state": "on", "mode": "on", "rows_from": "staged batch", "pages_requested": 10, "bytes_requested": 40960,
+          "batches": 2000, "resident_share": 0.99, "tables_measured": 52, "worker_cpu_s": 1.0, "late_batches": 0,
+          "wasted_pages": 0, "skipped_steps": 1231}
+    text = scheduler_outcome.lookahead({"pipeline": {"enabled": True, "lookahead": la}})
+    assert text.endswith(", 1,231 batches not looked at (backing off: the batches looked at before them had almost "
+                         "all their pages in DRAM already)"), text
+
+
 def test_the_lookahead_alone_is_said_as_the_scheduler_off_and_what_it_did():
     """The scheduler off, its lookahead of fed ids alone (tier mode): the summary and the Scheduler section say the
     scheduler was off and what the lookahead did, never that a configuration was applied or steps not pipelined;

@@ -152,8 +152,9 @@ def lookahead(sc: Dict[str, Any]) -> str:
             text += f", steps waited {fmt.seconds(la['wait_s'])} for it"
     if fed and fmt.is_num(la.get("before_s")):   # part of the steps' times: they ran after it
         text += f", the steps waited {fmt.seconds(la['before_s'])} for it in all"
-    if fed and la.get("skipped_steps"):   # backing off: too few of the looked-at steps' pages were out of DRAM
-        text += (f", {fmt.num(la['skipped_steps'])} steps not looked at (backing off: the steps looked at before "
+    if la.get("skipped_steps"):   # backing off: too few of the looked-at steps' pages were out of DRAM
+        unit = "steps" if fed else "batches"
+        text += (f", {fmt.num(la['skipped_steps'])} {unit} not looked at (backing off: the {unit} looked at before "
                  "them had almost all their pages in DRAM already)")
     skipped = la.get("gathers_skipped")
     if isinstance(skipped, list) and skipped:   # their tables' rows are faulted in by the step, as without it
