@@ -129,7 +129,7 @@ class Lookahead:
                        "pages_requested": 0, "bytes_requested": 0, "batches_measured": 0, "pages_checked": 0,
                        "pages_resident": 0, "late_batches": 0, "wasted_pages": 0, "worker_cpu_s": 0.0,
                        "find_s": 0.0, "wait_s": 0.0, "errors": 0, "budget_pages_told": 0, "budget_batches_untold": 0,
-                       "before_s": 0.0, "pages_read_ahead": 0, "skipped_steps": 0}
+                       "before_s": 0.0, "pages_read_ahead": 0, "skipped_steps": 0, "regions_paired": 0}
         self.error: Optional[str] = None
         self._thread = None
         if thread_name is not None:
@@ -437,6 +437,26 @@ class Lookahead:
         for name in names:
             old = self.bases.get(name, [None] * (1 + len(self.plan.tables[name].slots)))
             self.bases[name] = [x if x is not None else found.get(f"{name}#{i}") for i, x in enumerate(old)]
+        if records:
+            self._pair_slots(records)
+
+    def _pair_slots(self, records) -> None:
+        """The slots still unfound of tables found, paired with records of their size by the pages the steps wrote
+        (where tier mode's pager runs: lookahead_pages.pair_by_writes)."""
+        taken = {x for b in self.bases.values() for x in b if x is not None}
+        want = {}
+        for name, b in self.bases.items():
+            t = self.plan.tables[name]
+            for i in range(1, len(b)):
+                # page for page: only a slot whose rows are the table's size lies at the same offsets
+                if b[0] is not None and b[i] is None and self._row_bytes(t, i) == self._row_bytes(t, 0):
+                    want[f"{name}#{i}"] = (b[0], t.rows * self._row_bytes(t, 0))
+        paired = pages.pair_by_writes(want, records, taken) if want else {}
+        for key, base in paired.items():
+            name, i = key.rsplit("#", 1)
+            self.bases[name][int(i)] = base
+        with self.cond:
+            self.counts["regions_paired"] += len(paired)
 
     def stop(self, timeout_s: float = 1.0) -> None:
         with self.cond:

@@ -38,8 +38,15 @@ _want_counts = _preloaded("rtkit_tier_want_counts", ctypes.c_int, [ctypes.c_void
 _resident = _preloaded("rtkit_tier_resident", ctypes.c_long,
                        [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p])
 _fetch = _preloaded("rtkit_tier_pager_fetch", ctypes.c_long, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t])
+_likeness = _preloaded("rtkit_tier_pager_likeness", ctypes.c_long,
+                       [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p])
 _records = _preloaded("rtkit_malloc_pool_records", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64])
 MAX_HITS = 64
+# pair_by_writes: a slot is taken for its table's when their pages' write histories agree this often, this much more
+# often than the next candidate's, over this many pages at least
+TWIN_SCORE = 0.9
+TWIN_MARGIN = 0.2
+TWIN_PAGES = 64
 GAP_PAGES = 64                # resident(): pages this far apart are checked by separate mincore calls
 CHUNK_BYTES = 64 << 20        # the search reads the resident pool this much at a time (memory held: a few times it)
 FIND_MAX_BYTES = 4 << 30      # and this much at most: a table not found in it is gathered instead of measured
@@ -80,7 +87,13 @@ def row_pages(base: int, row_bytes: int, rows: np.ndarray) -> np.ndarray:
         return rows.astype(np.int64)
     first = (base + rows * row_bytes) // PAGE
     last = (base + rows * row_bytes + row_bytes - 1) // PAGE
-    return np.unique(np.concatenate([first, last]))
+    if rows.size > 1 and not (rows[1:] > rows[:-1]).all():
+        return np.unique(np.concatenate([first, last]))
+    # rows ascending and distinct (a batch's, as the lookahead makes them): a row's last page is never past the next
+    # row's first, so first and last pages interleaved are in order and the distinct ones are where they change, with
+    # no sort (the sort was a third of the lookahead worker's time on the capacity bench)
+    both = np.column_stack((first, last)).ravel()
+    return both[np.concatenate(([True], both[1:] != both[:-1]))]
 
 
 def resident(pages: np.ndarray) -> np.ndarray:
@@ -199,6 +212,35 @@ def find_in_records(records: List[Tuple[int, int]], wanted: Dict[str, Tuple[int,
         left = [a for a in cands if a not in others]
         if len(left) == 1:
             out[name] = left[0]
+    return out
+
+
+def pair_by_writes(tables: Dict[str, Tuple[int, int]], records: List[Tuple[int, int]], taken: set) -> Dict[str, int]:
+    """name -> record for each slot of tables[name] = (its table's base, bytes) whose pages the steps wrote as they
+    wrote the table's, page for page (tier_pager's heat: rtkit_tier_pager_likeness), among the records of that size
+    not in `taken`. An Adagrad slot no step has moved off its 0.1 holds no row that tells it from another slot of its
+    shape (find_in_records), but the optimizer writes its rows in the steps that write its table's: the same pages of
+    both are written in the same heat scans, another table's at its own rows. A slot two candidates fit alike, or
+    that TWIN_SCORE is not reached for, stays unfound; each record goes to the slot it fits best."""
+    if _likeness is None:
+        return {}
+    scored = []
+    for name, (table, nbytes) in tables.items():
+        cands = [a for a, n in records if n == nbytes and a not in taken and a != table]
+        if not cands:
+            continue
+        scores = (ctypes.c_double * len(cands))()
+        most = _likeness(table, (ctypes.c_void_p * len(cands))(*cands), len(cands), nbytes, scores)
+        if most < TWIN_PAGES:
+            continue
+        ranked = sorted(zip(scores, cands), reverse=True)
+        best, second = ranked[0][0], ranked[1][0] if len(ranked) > 1 else -1.0
+        if best >= TWIN_SCORE and best - second >= TWIN_MARGIN:
+            scored.append((best, name, ranked[0][1]))
+    out: Dict[str, int] = {}
+    for _, name, a in sorted(scored, reverse=True):
+        if a not in out.values():
+            out[name] = a
     return out
 
 

@@ -327,3 +327,23 @@ def test_resident_pages_are_told_from_absent_ones_alone_and_in_clusters(prm, pre
     proc = subprocess.run([sys.executable, "-c", _RESIDENT_CHECK], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout == ("in C\n" if preloaded else "in Python\n"), proc.stderr
+
+
+def test_row_pages_are_the_distinct_pages_of_each_rows_first_and_last_byte():
+    """row_pages skips the sort for ascending rows (a batch's): the same pages as sorting every row's first and last
+    page, for rows smaller than, equal to and larger than a page, from a base off a page boundary, in any order."""
+    import numpy as np
+
+    from rtkit.scheduler import lookahead_pages as lp
+
+    rng = np.random.default_rng(7)
+    base = 7 * lp.PAGE + 64
+    for row_bytes in (4, 260, lp.PAGE, 5000, 3 * lp.PAGE + 8):
+        for n in (1, 2, 3000):
+            rows = np.unique(rng.integers(0, 1 << 20, n))
+            want = np.unique(np.concatenate([(base + rows * row_bytes) // lp.PAGE,
+                                             (base + rows * row_bytes + row_bytes - 1) // lp.PAGE]))
+            assert np.array_equal(lp.row_pages(base, row_bytes, rows), want)
+            shuffled = rng.permutation(rows)
+            assert np.array_equal(lp.row_pages(base, row_bytes, shuffled), want)
+    assert lp.row_pages(base, 64, np.zeros(0, dtype=np.int64)).size == 0

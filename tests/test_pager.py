@@ -1,5 +1,7 @@
 # test_pager.py -- tier mode's own pager (tier_pager): pooled records paged by rtkit under userfaultfd.
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -68,7 +70,12 @@ def test_paged_records_keep_their_data_through_eviction_refill_and_free(prm, dir
     assert any(w.startswith("paged by rtkit (tier_pager): ") and f"{pg['evicted_pages']:,} pages evicted" in w
                for w in words), words
     assert not any(w.startswith("heads in anonymous DRAM") for w in words)
-    assert any(name == "pager (tier_pager)" for name, _ in tier_view(report)["rows"])
+    # the pager's threads' time, wall and CPU (the evictor's own clock: never more than its wall time)
+    assert pg["evict_moves"] > 0 and 0 < pg["evict_cpu_seconds"] <= pg["evict_seconds"] + 0.01, pg
+    assert 0 < pg["fill_cpu_seconds"] <= pg["fill_seconds"] + 0.01, pg
+    assert 0 <= pg["scan_cpu_seconds"] <= pg["scan_seconds"] + 0.01, pg
+    row = dict(tier_view(report)["rows"])["pager (tier_pager)"]
+    assert "of CPU), faults served in " in row and row.endswith("of CPU) (on the pager's threads)"), row
 
 
 def test_writes_racing_evictions_are_never_lost(prm, dirs):
@@ -108,6 +115,9 @@ def test_pages_of_one_repeated_word_are_kept_as_the_word_not_written(prm, dirs):
     assert pg["evicted_bytes"] == (pg["evicted_pages"] - pg["evicted_same"] - pg["evicted_holes"]) * 4096, pg
     words = cost_words({"pmem": doc})
     assert any(f"{pg['evicted_same']:,} kept as a repeated word (not written)" in w for w in words), words
+    # evicted again, a fetch ahead rebuilt the word pages (no fault did: the C program checks filled_same stood)
+    assert 0 < pg["fetch_same"] <= pg["fetch_filled"], pg
+    assert any(f"{pg['fetch_same']:,} of them rebuilt from their word)" in w for w in words), words
 
 
 def test_a_forked_child_reads_the_parents_rows_resident_or_evicted(prm, dirs):
@@ -143,3 +153,59 @@ def test_the_pager_refuses_a_resident_budget_beside_it(prm, dirs):
     assert not pg["on"] and pg["note"] == ("tier_pager off: tier_resident_max is set (the page cache's budget): unset "
                                            "it, or bound the pager with tier_pager_max; the DRAM heads run instead")
     assert proc.returncode == 1  # its checks expect paging; the program ran on
+
+
+_PAIR_CHECK = """
+import ctypes, sys
+from rtkit.scheduler import lookahead_pages as pages
+lib = ctypes.CDLL(None)
+lib.aligned_alloc.restype = ctypes.c_void_p
+lib.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+lib.rtkit_malloc_in_pmem.argtypes = [ctypes.c_void_p]
+lib.rtkit_tier_pager_wait.restype = ctypes.c_long
+n = 2 << 20
+table, slot, other = (lib.aligned_alloc(pages.PAGE, n) for _ in range(3))
+assert all(lib.rtkit_malloc_in_pmem(a) for a in (table, slot, other))
+
+def mark():
+    lib.rtkit_step_mark()
+    lib.rtkit_tier_pager_wait()
+
+mark()
+for step in range(6):   # the slot is written where and when its table is; the other record at its own rows
+    for i in range(n // pages.PAGE):
+        if (i * 2654435761 >> 7) % 6 == step:
+            ctypes.memset(table + i * pages.PAGE + 8, step, 1)
+            ctypes.memset(slot + i * pages.PAGE + 8, step, 1)
+        if (i * 40503 >> 3) % 6 == step:
+            ctypes.memset(other + i * pages.PAGE + 8, step, 1)
+    mark()
+records = [(other, n), (slot, n), (table, n), (slot, n + 64)]
+assert pages.pair_by_writes({"t#1": (table, n)}, records, set()) == {"t#1": slot}
+assert pages.pair_by_writes({"t#1": (table, n)}, records, {slot}) == {}          # taken: the other is no twin
+both = pages.pair_by_writes({"t#1": (table, n), "u#1": (table, n)}, records, set())
+assert list(both.values()) == [slot], both                                    # a record goes to one slot
+print("paired")
+"""
+
+
+def test_a_slot_is_told_by_its_write_history(prm, dirs):
+    # rtkit_tier_pager_likeness: a record written at the same pages in the same steps as the table scores 1, one
+    # written elsewhere far less, one at another offset in its page and memory outside the pool nothing
+    run_dir, pool = dirs
+    _, err = run_paged(prm, "likeness", run_dir, pool)
+    assert "likeness: " in err
+
+
+def test_a_slot_is_paired_with_its_table_by_the_pages_the_steps_wrote(prm, dirs):
+    # lookahead_pages.pair_by_writes through the preloaded pager: three pooled records, one written at the same pages
+    # in the same steps as the table (its optimizer slot), one elsewhere; the slot is paired, once, and nothing else
+    run_dir, pool = dirs
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
+    env.pop("_RTKIT_MALLOC_ROOT", None)
+    env.update({"LD_PRELOAD": os.path.join(prm, "librtkit_malloc.so"), "RTKIT_RUN_DIR": str(run_dir),
+                "RTKIT_TIER_POOL_PATH": str(pool), "RTKIT_TIER_PAGER": "1", "RTKIT_TIER_PAGER_MAX": str(64 << 20),
+                "RTKIT_TIER_PAGER_HEAT_EVERY": "1"})
+    proc = subprocess.run([sys.executable, "-c", _PAIR_CHECK], env=env, capture_output=True, text=True, timeout=240)
+    skip_where_the_kernel_refuses(pmem_doc(run_dir))
+    assert proc.returncode == 0 and proc.stdout == "paired\n", proc.stdout + proc.stderr

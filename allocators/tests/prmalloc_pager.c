@@ -1,6 +1,6 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same (RTKIT_TIER_POOL_PATH,
+ * basic|race|fork|fetch|same|likeness (RTKIT_TIER_POOL_PATH,
  * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -20,6 +20,7 @@ static in_pmem_fn t_in_pmem;
 static write_fn t_write;
 static long (*t_pager_wait)(void);
 static long (*t_fetch)(const uint64_t *, size_t, size_t);
+static long (*t_likeness)(const void *, const void *const *, size_t, size_t, double *);
 
 /* 1 when p lies in a mapping of the pool file (its path in /proc/self/maps), 0 when anonymous */
 static int in_file_mapping(const void *p)
@@ -330,9 +331,56 @@ static int same_filled(void)
             bad += a[i * per + k] != (i % 3 == 0 ? 0.1f : i % 3 == 1 ? (k == 7 ? 0.2f : 0.1f) : (float)(i * per + k));
     CHECK(bad == 0);
     CHECK(stats_figure("\"filled_same\": ") > 0);
+    /* evicted again, then fetched ahead: the word pages are rebuilt by the fetch, none by a fault */
+    mark();
+    mark();
+    mark();
+    static uint64_t list[(32u << 20) / PG];
+    for (size_t i = 0; i < pages; i++)
+        list[i] = (uintptr_t)a / PG + i;
+    long long filled_same = stats_figure("\"filled_same\": "), from_file = stats_figure("\"filled_from_file\": ");
+    CHECK(t_fetch(list, pages, PG) > 0 && stats_figure("\"fetch_same\": ") > 0);
+    CHECK(resident_pages(a, n) == pages);
+    bad = 0;
+    for (size_t i = 0; i < pages; i++)
+        for (size_t k = 0; k < per; k++)
+            bad += a[i * per + k] != (i % 3 == 0 ? 0.1f : i % 3 == 1 ? (k == 7 ? 0.2f : 0.1f) : (float)(i * per + k));
+    CHECK(bad == 0);
+    CHECK(stats_figure("\"filled_same\": ") == filled_same && stats_figure("\"filled_from_file\": ") == from_file);
     CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"write_errors\": ") == 0);
     free(a);
     return test_done("prmalloc_pager same");
+}
+
+/* A table and its twin (an optimizer slot: written at the same pages in the same steps) score 1 by their write
+ * history; a record written at other pages in other steps scores far less; a candidate at another offset in its page,
+ * or memory outside the pool, scores nothing. */
+static int likeness(void)
+{
+    size_t n = 2u << 20, pages = n / PG;
+    unsigned char *t = pooled(n), *twin = pooled(n), *other = pooled(n);
+    mark();
+    for (uint32_t round = 0; round < 6; round++) {
+        for (size_t i = 0; i < pages; i++) {
+            if ((i * 2654435761u >> 7) % 6 == round)
+                t[i * PG + 8] = twin[i * PG + 8] = (unsigned char)round;
+            if ((i * 40503u >> 3) % 6 == round)
+                other[i * PG + 8] = (unsigned char)round;
+        }
+        mark();
+    }
+    const void *cands[4] = {other, twin, twin + 64, &n};
+    double score[4];
+    long most = t_likeness(t, cands, 4, n, score);
+    fprintf(stderr, "likeness: %ld pages, twin %.3f, other %.3f, off %.1f, outside %.1f\n", most, score[1], score[0],
+            score[2], score[3]);
+    CHECK(most >= 64);  /* pages written in the last step in both, and pages evicted, are not compared */
+    CHECK(score[1] > 0.99 && score[0] >= 0 && score[0] < 0.5 && score[2] == -1 && score[3] == -1);
+    CHECK(t_likeness(&n, cands, 2, n, score) == -1);  /* a table outside the pool */
+    free(t);
+    free(twin);
+    free(other);
+    return test_done("prmalloc_pager likeness");
 }
 
 int main(int argc, char **argv)
@@ -342,7 +390,9 @@ int main(int argc, char **argv)
     t_write = (write_fn)dlsym(RTLD_DEFAULT, "rtkit_malloc_write_stats");
     t_pager_wait = (long (*)(void))dlsym(RTLD_DEFAULT, "rtkit_tier_pager_wait");
     t_fetch = (long (*)(const uint64_t *, size_t, size_t))dlsym(RTLD_DEFAULT, "rtkit_tier_pager_fetch");
-    if (!t_in_pmem || !t_write || !t_pager_wait || !t_fetch) {
+    t_likeness = (long (*)(const void *, const void *const *, size_t, size_t, double *))dlsym(
+        RTLD_DEFAULT, "rtkit_tier_pager_likeness");
+    if (!t_in_pmem || !t_write || !t_pager_wait || !t_fetch || !t_likeness) {
         fprintf(stderr, "FAIL: librtkit_malloc.so without the tier pager\n");
         return 2;
     }
@@ -355,5 +405,7 @@ int main(int argc, char **argv)
         return fetch();
     if (!strcmp(mode, "same"))
         return same_filled();
+    if (!strcmp(mode, "likeness"))
+        return likeness();
     return basic();
 }

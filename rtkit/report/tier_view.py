@@ -342,6 +342,13 @@ def _where(p) -> str:
     return f" beside the steps (the marks: {fmt.seconds(get(p, 'heat.mark_seconds'))})"
 
 
+def _wall_cpu(pg: dict, what: str) -> str:
+    """`what`'s wall time on the pager's threads, and the CPU it took where the library says (a wait for a disk read or
+    for a core shared with the job's own threads is wall time, not CPU)."""
+    wall, cpu = pg.get(f"{what}_seconds"), pg.get(f"{what}_cpu_seconds")
+    return fmt.seconds(wall) + (f" ({fmt.seconds(cpu)} of CPU)" if fmt.is_num(cpu) else "")
+
+
 def pager_words(p: Dict[str, Any]) -> str:
     """What tier mode's own pager (tier_pager) did: the records it paged, its limit, what it evicted and wrote, what
     it read back; "" where it did not run."""
@@ -357,7 +364,9 @@ def pager_words(p: Dict[str, Any]) -> str:
                 else "")
              + f"), {fmt.num(pg.get('filled_from_file'))} read back at a fault")
     if pg.get("fetch_filled"):
-        words += f" and {fmt.num(pg.get('fetch_filled'))} read ahead of their step (the lookahead)"
+        words += (f" and {fmt.num(pg.get('fetch_filled'))} read ahead of their step (the lookahead"
+                  + (f"; {fmt.num(pg.get('fetch_same'))} of them rebuilt from their word" if pg.get("fetch_same")
+                     else "") + ")")
     errors = sum(pg.get(k) or 0 for k in ("read_errors", "write_errors", "move_errors", "scan_errors", "adopt_errors"))
     if errors:
         words += f"; {fmt.num(errors)} errors (read {fmt.num(pg.get('read_errors'))}: pages that read as zeros)"
@@ -410,8 +419,8 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     if paged:
         pg = p["pager"]
         rows.append(("pager (tier_pager)", paged[0].upper() + paged[1:] + f"; {fmt.num(pg.get('scans'))} heat scans "
-                     f"in {fmt.seconds(pg.get('scan_seconds'))}, evictions {fmt.seconds(pg.get('evict_seconds'))}, "
-                     f"page reads {fmt.seconds(pg.get('fill_seconds'))} (on the pager's threads)"))
+                     f"in {_wall_cpu(pg, 'scan')}, evictions {_wall_cpu(pg, 'evict')}, faults served in "
+                     f"{_wall_cpu(pg, 'fill')} (on the pager's threads)"))
     elif get(p, "dram_head.setting_bytes"):
         rows.append(("heads in DRAM (tier_dram_head)",
                      f"{fmt.nbytes(get(p, 'dram_head.bytes'))} of a {fmt.nbytes(get(p, 'dram_head.budget_bytes'))} "

@@ -72,6 +72,13 @@ long rtkit_tier_pager_wait(void);
  * not a step). Returns the 4 KiB pages filled, or -1 where the pager does not run (off, refused, a forked child,
  * before the first step mark, after exit began). */
 long rtkit_tier_pager_fetch(const uint64_t *pages, size_t n, size_t page_bytes);
+/* How alike the write history of `bytes` at `table` is to that at each of cands[0..n) (all in the pool, each at the
+ * same offset in its page as `table`), page for page: scores[k] = the share of the pages resident in both, and not
+ * written since the last heat scan in both, that the same number of scans ago the steps last wrote (-1: no such page,
+ * or a candidate outside the pool or at another offset). An optimizer slot of a table is written at the same rows
+ * in the same steps: its score is near 1, another table's slot's far less. Returns the most pages compared, or -1
+ * where the pager does not run or `table` is not in the pool. */
+long rtkit_tier_pager_likeness(const void *table, const void *const *cands, size_t n, size_t bytes, double *scores);
 
 /* Schema version of allocator-<pid>.json and of the plan file format. */
 #define RTKIT_MALLOC_STATS_SCHEMA 2

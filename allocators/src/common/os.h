@@ -35,6 +35,8 @@ RTK_HIDDEN uint64_t rtk_os_minor_faults(void);
 RTK_HIDDEN uint64_t rtk_os_major_faults(void);
 /* Monotonic clock in nanoseconds. */
 RTK_HIDDEN uint64_t rtk_os_now_ns(void);
+/* CPU time of the calling thread in nanoseconds (what a background thread costs the job, not its waits). */
+RTK_HIDDEN uint64_t rtk_os_thread_cpu_ns(void);
 /* Wall clock: whole seconds since the epoch (a pool header's creation time). */
 RTK_HIDDEN uint64_t rtk_os_unix_s(void);
 /* Write `len` bytes to `path` atomically: a fresh "<path>.tmp.<pid>.<n>" (O_EXCL|O_NOFOLLOW, mode 0666 & ~umask),

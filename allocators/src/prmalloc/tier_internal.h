@@ -230,6 +230,8 @@ typedef struct {
     uint64_t scans, scan_errors, resident_at_scan, passes, evictions, evicted_pages, evicted_holes, written_bytes;
     uint64_t move_errors, move_errno, move_shared, write_errors;
     uint64_t fetch_calls, fetch_asked, fetch_filled, fetch_busy, fetch_ns, evicted_same, filled_same;
+    uint64_t fill_cpu_ns, scan_cpu_ns, evict_cpu_ns, evict_moves;  /* CPU the pager's threads spent (its waits not) */
+    uint64_t fetch_same;                                              /* pages a fetch rebuilt from their word */
     double adopt_s, scan_s, evict_s;
 } rtk_tier_pager_stats_t;
 RTK_HIDDEN extern rtk_tier_pager_stats_t rtk_tier_pager_stats;

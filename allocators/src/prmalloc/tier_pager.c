@@ -32,6 +32,7 @@
 #define HANDLERS 4                        /* faults of several compute threads read the disk at once */
 #define REGIONS HEAD_CAP
 #define CHUNK_PAGES 16                    /* eviction works on 64 KiB chunks: one busy word each */
+#define STAGE_PAGES 512                   /* the stage: freed once full (one TLB shoot-down for many moves) */
 #define SLACK_HI ((uint64_t)64 << 20)     /* evict once within this of the limit (or an eighth of the room) ... */
 #define SLACK_LO ((uint64_t)256 << 20)    /* ... down to this far under it (or a quarter of the room) */
 #define SCAN_VEC 4096
@@ -59,7 +60,8 @@ static struct {
     uint8_t *age;                         /* per pool page: 0 not resident (or the zero page), 1 written since the
                                            * last scan, k: unwritten for k - 1 scans */
     uint32_t *busy;                       /* per chunk: a lock (futex word): 1 the evictor's, 2 a handler's */
-    char *stage;                          /* CHUNK_PAGES registered pages the evictor moves a chunk's pages into */
+    char *stage;                          /* STAGE_PAGES registered pages the evictor moves chunks' pages into */
+    uint64_t staged;                      /* pages of the stage used since it was last freed */
     char *zeros;                          /* FILL_RUN pages never written: what a hole is filled from */
     char *fetch_buf;                      /* CHUNK_PAGES pages: what rtkit_tier_pager_fetch reads a run into */
     uint32_t fetching;                    /* futex word: one fetch at a time (it owns fetch_buf) */
@@ -165,6 +167,7 @@ static void serve(char *p, char *buf)
     uint64_t c0 = i / CHUNK_PAGES, c1 = c0;  /* the chunks locked: [c0, c1] */
     chunk_lock(c0, 2);
     double t0 = rtk_tier_now_s();
+    uint64_t cpu0 = rtk_os_thread_cpu_ns();
     int rc;
     unsigned id = word_at(i);
     if (id) {
@@ -215,6 +218,7 @@ static void serve(char *p, char *buf)
         wake_page(p);  /* another thread filled it, or the range left the pager (a free): the access retries */
     double dt = rtk_tier_now_s() - t0;
     __atomic_fetch_add(&S.fill_ns, (uint64_t)(dt * 1e9), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&S.fill_cpu_ns, rtk_os_thread_cpu_ns() - cpu0, __ATOMIC_RELAXED);
 }
 
 static void *handler_main(void *arg)
@@ -277,6 +281,7 @@ static void scan(void)
 {
     static rtk_os_region_t vec[SCAN_VEC];
     double t0 = rtk_tier_now_s();
+    uint64_t cpu0 = rtk_os_thread_cpu_ns();
     memset(g.hist, 0, sizeof g.hist);
     g.resident_pages = 0;
     for (uint32_t k = 0;; k++) {
@@ -295,6 +300,7 @@ static void scan(void)
     S.scans++;
     S.resident_at_scan = g.resident_pages * TIER_PAGE;
     S.scan_s += rtk_tier_now_s() - t0;
+    S.scan_cpu_ns += rtk_os_thread_cpu_ns() - cpu0;
 }
 
 /* ---------------------------------------------------------------- eviction */
@@ -375,6 +381,17 @@ static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
     return done;
 }
 
+/* Free the stage's pages: every move into it shot the moved pages down from the TLBs already, and freeing many at
+ * once costs one more shoot-down for them all (freeing after each chunk's move doubled the shoot-downs: at the
+ * runs of one or two pages a heat-ranked eviction mostly moves, that was ~40% of a page's eviction cost on this
+ * 2-core VM, allocators/bench figures in docs/pmem.md). */
+static void stage_free(void)
+{
+    if (g.staged)
+        rtk_os_release(g.stage, g.staged * TIER_PAGE);
+    g.staged = 0;
+}
+
 /* Move the pages of chunk c in `mask` out, write them to the file, free them. Under g.lock. Returns pages evicted. */
 static uint64_t evict_chunk(uint64_t c, uint32_t mask)
 {
@@ -389,8 +406,12 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
         while (e < CHUNK_PAGES && mask >> e & 1)
             e++;
         uint64_t i0 = c * CHUNK_PAGES + j, len = (uint64_t)(e - j) * TIER_PAGE;
-        struct uffdio_move_ mv = {(uint64_t)(uintptr_t)g.stage, (uint64_t)(uintptr_t)addr_of(i0), len, 0, 0};
+        if (g.staged + (e - j) > STAGE_PAGES)
+            stage_free();
+        char *st = g.stage + g.staged * TIER_PAGE;
+        struct uffdio_move_ mv = {(uint64_t)(uintptr_t)st, (uint64_t)(uintptr_t)addr_of(i0), len, 0, 0};
         int rc = rtk_os_uffd_call(g.uffd, UFFDIO_MOVE_, &mv);
+        S.evict_moves++;
         if (rc != 0 && rc != -EAGAIN && rc != -EBUSY) {
             ADD(S.move_errors, 1);
             S.move_errno = (uint64_t)-rc;
@@ -401,7 +422,7 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
          * machine (Linux 6.18) left pages in the stage that it had not reported (the next moves into it failed
          * with EEXIST) and the table read those rows back stale from the file (prmalloc_pager race, ~1 run in 30) */
         unsigned char in_stage[CHUNK_PAGES];
-        if (rtk_os_resident(g.stage, len, in_stage) != 0) {
+        if (rtk_os_resident(st, len, in_stage) != 0) {
             ADD(S.move_errors, 1);
             memset(in_stage, mv.move > 0 ? 1 : 0, sizeof in_stage);
         }
@@ -415,11 +436,11 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
             while (k2 < e - j && in_stage[k2] & 1)
                 k2++;
             any = 1;
-            done += write_out(i0 + k, g.stage + (uint64_t)k * TIER_PAGE, (uint64_t)(k2 - k) * TIER_PAGE);
+            done += write_out(i0 + k, st + (uint64_t)k * TIER_PAGE, (uint64_t)(k2 - k) * TIER_PAGE);
             k = k2;
         }
         if (any)
-            rtk_os_release(g.stage, CHUNK_PAGES * TIER_PAGE);
+            g.staged += e - j;  /* its copies stay until the stage is freed: the data is the file's now */
         j = e;
     }
     chunk_unlock(c);
@@ -431,6 +452,7 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
 static void evict(uint64_t need, int floor_age)
 {
     double t0 = rtk_tier_now_s();
+    uint64_t cpu0 = rtk_os_thread_cpu_ns();
     /* the cut: every page of a lower rank goes, and pages of rank `cut` while `at_cut` lasts */
     uint64_t below = 0;
     unsigned cut = 0;
@@ -486,9 +508,11 @@ static void evict(uint64_t need, int floor_age)
             }
         }
     }
+    stage_free();
     S.evicted_pages += got;
     S.evictions++;
     S.evict_s += rtk_tier_now_s() - t0;
+    S.evict_cpu_ns += rtk_os_thread_cpu_ns() - cpu0;
 }
 
 /* The process's anonymous resident bytes (statm: resident less file-backed and shared) */
@@ -586,14 +610,14 @@ int rtk_tier_pager_start(void)
     g.hits = rtk_os_reserve(g.npages, 0);
     g.word = rtk_os_reserve(g.npages, 0);
     g.busy = rtk_os_reserve((g.npages / CHUNK_PAGES + 1) * 4, 0);
-    g.stage = rtk_os_reserve(CHUNK_PAGES * TIER_PAGE, 0);
+    g.stage = rtk_os_reserve(STAGE_PAGES * TIER_PAGE, 0);
     g.zeros = rtk_os_reserve(FILL_RUN * TIER_PAGE, 0);
     char *bufs = rtk_os_map(HANDLERS * TIER_PAGE, 0);
     g.fetch_buf = rtk_os_map(CHUNK_PAGES * TIER_PAGE, 0);
     if (!g.on_file || !g.age || !g.hits || !g.word || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
         return fail("the pager's maps", -ENOMEM);
-    rtk_os_advise(g.stage, CHUNK_PAGES * TIER_PAGE, RTK_ADVISE_NOHUGEPAGE);
-    struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, CHUNK_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
+    rtk_os_advise(g.stage, STAGE_PAGES * TIER_PAGE, RTK_ADVISE_NOHUGEPAGE);
+    struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, STAGE_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
                                    0};
     if ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_REGISTER_, &reg)) != 0)
         return fail("userfaultfd registration", rc);
@@ -822,29 +846,41 @@ __attribute__((visibility("default"))) long rtkit_tier_pager_wait(void)
 }
 
 /* ---------------------------------------------------------------- fetch ahead (the lookahead's) */
-/* A page worth reading ahead: in the pool, its data in the file, not in DRAM (evicted, or never touched since the
- * record was adopted). A page filled since is aged 1 (by its fill) or by the scans: it is skipped. */
+/* A page worth bringing in ahead: in the pool, its data in the file or kept as a word, not in DRAM (evicted, or
+ * never touched since the record was adopted). A page filled since is aged 1 (by its fill) or by the scans: it is
+ * skipped. */
 static inline int fetch_wanted(uint64_t i)
 {
-    return i < g.npages && on_file(i) && __atomic_load_n(&g.age[i], __ATOMIC_RELAXED) == 0;
+    return i < g.npages && (on_file(i) || word_at(i)) && __atomic_load_n(&g.age[i], __ATOMIC_RELAXED) == 0;
 }
 
-/* Pages [i, i + n) of one chunk: read from the file in one call, then put in place one by one under the chunk's
- * lock (the evictor cannot write a newer copy meanwhile; a page a fault or another fill brought in refuses the copy,
- * EEXIST). A chunk the evictor or a handler holds is skipped: the step's own fault reads what is still missing.
- * Returns the pages filled. */
+/* Pages [i, i + n) of one chunk: read from the file in one call (where any is the file's), pages kept as a word
+ * rebuilt over their bytes, then put in place one by one under the chunk's lock (the evictor cannot write a newer
+ * copy meanwhile; a page a fault or another fill brought in refuses the copy, EEXIST). A chunk the evictor or a
+ * handler holds is skipped: the step's own fault brings in what is still missing. Returns the pages filled. */
 static uint64_t fetch_run(uint64_t i, uint64_t n)
 {
-    uint64_t c = i / CHUNK_PAGES, got = 0;
+    uint64_t c = i / CHUNK_PAGES, got = 0, same = 0;
     if (!chunk_trylock(c, 2)) {
         ADD(S.fetch_busy, n);
         return 0;
     }
-    if (rtk_os_read_at(rtk_tier.fd, g.fetch_buf, n * TIER_PAGE, i * TIER_PAGE) == (long)(n * TIER_PAGE)) {
-        for (uint64_t k = 0; k < n; k++)
-            got += fetch_wanted(i + k) && put_back(i + k, g.fetch_buf + k * TIER_PAGE) == 0;
+    int from_file = 0;
+    for (uint64_t k = 0; k < n && !from_file; k++)
+        from_file = !word_at(i + k);
+    if (!from_file || rtk_os_read_at(rtk_tier.fd, g.fetch_buf, n * TIER_PAGE, i * TIER_PAGE) == (long)(n * TIER_PAGE)) {
+        for (uint64_t k = 0; k < n; k++) {
+            unsigned id = word_at(i + k);
+            if (!fetch_wanted(i + k))
+                continue;
+            if (id)
+                fill_word(g.fetch_buf + k * TIER_PAGE, id, 1);
+            if (put_back(i + k, g.fetch_buf + k * TIER_PAGE) == 0)
+                got++, same += id != 0;
+        }
     }  /* a failed read fills nothing here: the step's fault reads it again and counts an error if it fails */
     chunk_unlock(c);
+    ADD(S.fetch_same, same);
     return got;
 }
 
@@ -876,6 +912,34 @@ static uint64_t fetch_pass(int fill, const uint64_t *pages, size_t n, uint64_t p
 }
 
 /* rtkit/prmalloc.h */
+__attribute__((visibility("default"))) long rtkit_tier_pager_likeness(const void *table, const void *const *cands,
+                                                                      size_t n, size_t bytes, double *scores)
+{
+    if (LD(g.on) != 1 || !table || (!cands && n) || (!scores && n) || !bytes)
+        return -1;
+    const char *lo = rtk_tier.base, *hi = rtk_tier.base + g.npages * TIER_PAGE, *t = table;
+    if (t < lo || t + bytes > hi)
+        return -1;
+    uint64_t t0 = page_of(t), pages = ((uint64_t)(t - addr_of(t0)) + bytes + TIER_PAGE - 1) / TIER_PAGE, most = 0;
+    for (size_t k = 0; k < n; k++) {
+        const char *c = cands[k];
+        scores[k] = -1;
+        if (!c || c < lo || c + bytes > hi || (uint64_t)(c - lo) % TIER_PAGE != (uint64_t)(t - lo) % TIER_PAGE)
+            continue;
+        uint64_t c0 = page_of(c), both = 0, same = 0;
+        for (uint64_t j = 0; j < pages; j++) {
+            uint8_t a = __atomic_load_n(&g.age[t0 + j], __ATOMIC_RELAXED),
+                    b = __atomic_load_n(&g.age[c0 + j], __ATOMIC_RELAXED);
+            if (a && b && (a > 1 || b > 1))
+                both++, same += a == b;
+        }
+        scores[k] = both ? (double)same / (double)both : -1;
+        if (both > most)
+            most = both;
+    }
+    return (long)most;
+}
+
 __attribute__((visibility("default"))) long rtkit_tier_pager_fetch(const uint64_t *pages, size_t n, size_t page_bytes)
 {
     if (LD(g.on) != 1 || !g.evictor_started || LD(g.stop) || !pages || page_bytes < TIER_PAGE ||
