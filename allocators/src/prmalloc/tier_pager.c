@@ -884,8 +884,9 @@ static uint64_t fetch_run(uint64_t i, uint64_t n)
     return got;
 }
 
-/* Pass 0 starts the reads of every wanted run at once (the kernel reads them together) and returns the pages it asked
- * for; pass 1 fills them, a chunk at a time, counts those it tried into *asked and returns those it filled. */
+/* Pass 0 starts the reads of every wanted run of file pages at once (the kernel reads them together) and returns the
+ * pages wanted (those kept as a word too); pass 1 fills them, a chunk at a time, counts those it tried into *asked
+ * and returns those it filled. */
 static uint64_t fetch_pass(int fill, const uint64_t *pages, size_t n, uint64_t per, uint64_t *asked)
 {
     uint64_t lo = (uint64_t)(uintptr_t)rtk_tier.base, hi = lo + g.npages * TIER_PAGE, run = 0, len = 0, got = 0;
@@ -895,6 +896,8 @@ static uint64_t fetch_pass(int fill, const uint64_t *pages, size_t n, uint64_t p
         for (uint64_t j = 0; j < (in ? per : 1); j++) {
             uint64_t i = in ? (a - lo) / TIER_PAGE + j : UINT64_MAX;
             int want = in && fetch_wanted(i);
+            if (want && !fill && word_at(i))
+                got++, want = 0;  /* rebuilt from its word in the second pass: nothing to read */
             if (want && len && i == run + len && (!fill || i % CHUNK_PAGES) && len < (fill ? CHUNK_PAGES : 256)) {
                 len++;
                 continue;
