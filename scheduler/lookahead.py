@@ -265,9 +265,20 @@ class Lookahead:
             if r is None:
                 continue
             t = self.plan.tables[name]
+            # a slot laid out as its table (rows of the same bytes, at the same offset in a page) holds the same
+            # rows on the same pages shifted: computed once per layout, not once per region
+            done: Dict[tuple, tuple] = {}
             for i, base in enumerate(bases):
-                if base is not None:
-                    yield f"{name}#{i}", pages.row_pages(base, self._row_bytes(t, i), r)
+                if base is None:
+                    continue
+                rb = self._row_bytes(t, i)
+                first = done.get((rb, base % pages.PAGE))
+                if first is None:
+                    pg = pages.row_pages(base, rb, r)
+                    done[(rb, base % pages.PAGE)] = (base, pg)
+                else:
+                    pg = first[1] + (base - first[0]) // pages.PAGE
+                yield f"{name}#{i}", pg
 
     def _row_bytes(self, t, i: int) -> int:
         """Row bytes of region i of a table: 0 the variable, 1.. its slots (a slot's dtype is an op attribute, read

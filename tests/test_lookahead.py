@@ -347,3 +347,27 @@ def test_row_pages_are_the_distinct_pages_of_each_rows_first_and_last_byte():
             shuffled = rng.permutation(rows)
             assert np.array_equal(lp.row_pages(base, row_bytes, shuffled), want)
     assert lp.row_pages(base, 64, np.zeros(0, dtype=np.int64)).size == 0
+
+
+def test_a_slots_pages_are_its_tables_shifted_only_where_laid_out_alike():
+    """_found_pages computes a layout's pages once and shifts them for a slot of the same row bytes at the same offset
+    in its page: every region's pages equal row_pages at its own base, for slots laid out alike, of other row bytes
+    and at another offset in a page."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from rtkit.scheduler import lookahead_pages as lp
+    from rtkit.scheduler.lookahead import Lookahead
+
+    page = lp.PAGE
+    row_bytes = {0: 260, 1: 260, 2: 130, 3: 260}
+    base = 7 * page + 64
+    bases = [base, base + 900 * page, base + 40 * page, base - 3 * page + 8, None]
+    host = SimpleNamespace(bases={"t": bases}, plan=SimpleNamespace(tables={"t": SimpleNamespace()}),
+                           _row_bytes=lambda t, i: row_bytes[i])
+    rows = {"t": np.unique(np.random.default_rng(5).integers(0, 1 << 20, 4000))}
+    got = dict(Lookahead._found_pages(host, rows))
+    assert sorted(got) == ["t#0", "t#1", "t#2", "t#3"]
+    for i, b in enumerate(bases[:4]):
+        assert np.array_equal(got[f"t#{i}"], lp.row_pages(b, row_bytes[i], rows["t"])), i
