@@ -100,7 +100,7 @@ _SMALL_A = ["--dram-gb", "1", "--a", "0.1", "--steps", "20", "--min-available-gb
 _SMALL_A_NEEDS_GIB = 0.1 + 0.04 + 2 + 0.5 + 0.2   # the bench's own sum for (a), and a margin
 
 
-@pytest.mark.parametrize("case", ["pool", "pool-dir", "a", "maps", "resident", "max-anon"])
+@pytest.mark.parametrize("case", ["pool", "pool-dir", "a", "maps", "resident", "max-anon", "b-dram-steps"])
 def test_capacity_bench_refuses_what_cannot_fit(tmp_path, case):
     """Each refusal is one line, exit 2, nothing written, and each case gets its own line (not an earlier one)."""
     from rtkit import pool_room
@@ -116,8 +116,9 @@ def test_capacity_bench_refuses_what_cannot_fit(tmp_path, case):
         # past what is available now (by 2 GiB: MemAvailable moves on a shared machine), not an absurd number
         "max-anon": (_SMALL_A + ["--pool-dir", str(tmp_path), "--max-anon-gb", f"{avail_gib + 2:.1f}"],
                      "must be positive and fit in"),
+        "b-dram-steps": (_SMALL_A + ["--pool-dir", str(tmp_path), "--b-dram-steps", "21"], "--b-dram-steps must be"),
     }[case]
-    if case in ("maps", "resident", "max-anon") and avail_gib < _SMALL_A_NEEDS_GIB:
+    if case in ("maps", "resident", "max-anon", "b-dram-steps") and avail_gib < _SMALL_A_NEEDS_GIB:
         pytest.skip(f"{avail_gib:.1f} GiB available: the bench refuses (a) before it gets to the {case} check")
     proc = subprocess.run([sys.executable, "-m", "rtkit.bench.capacity", "--out", str(tmp_path / "o"), *args],
                           capture_output=True, text=True, timeout=60)
@@ -279,7 +280,9 @@ def test_capacity_bench_runs_zipf_at_a_tiny_scale(tmp_path):
     """The bench end to end at a tiny scale: (a) and (b) train the Zipf data set, (b) in a pool under a resident
     budget with compaction; the bench's figures are in capacity.json and the table."""
     out = tmp_path / "o"
+    # (a) small enough that its tables fill in the first steps; (b)'s size also in DRAM for its first 12 steps
     proc = subprocess.run([sys.executable, "-m", "rtkit.bench.capacity", "--dram-gb", "0.25", "--resident-gb", "0.02",
+                           "--a", "0.002", "--b-dram-steps", "12",
                            "--steps", "20", "--batch", "256", "--distinct", "2000000", "--emb-dim", "8",
                            "--compact-steps", "5", "--compact-hot-rows", "2000", "--pool-dir", str(tmp_path),
                            # the default 6 GiB cap (+1.5 GiB floor) must fit in MemAvailable: 2 GiB fits a small
@@ -300,6 +303,31 @@ def test_capacity_bench_runs_zipf_at_a_tiny_scale(tmp_path):
     assert b["kernel"]["nr_dirtied"] > 0 and all(v >= 0 for r in (a, b) for v in r["kernel"].values())
     assert "(b) page cache, whole machine over the run: " in proc.stdout
     assert not (tmp_path / "rtkit-capacity.pool").exists()
+    # the same work compared: (b)'s size in DRAM for 12 steps, each run's quarters, where (a)'s tables fill
+    bd = data["results"]["b-dram"]
+    assert len(bd["losses"]) == 12 and len(bd["step_ms_by_step"]) == 12 and len(b["step_ms_by_step"]) == 20
+    assert bd["losses"] == b["losses"][:12]
+    assert "(b) against (b)'s size in DRAM over steps 4-12 (the same work): " in proc.stdout
+    assert "(b) losses vs the same model in DRAM (the first 12 printed): identical" in proc.stdout
+    full = [x for x in proc.stdout.splitlines() if x.startswith("(a)'s tables have every row used by about step ")]
+    assert len(full) == 1 and 1 <= int(full[0].split("about step ")[1].split()[0]) <= 5, proc.stdout
+    assert "(b-dram) step ms by quarter: " in proc.stdout
+
+
+def test_rows_full_step_is_where_the_expected_distinct_ids_reach_the_rows():
+    from rtkit.bench import capacity
+    from rtkit.workloads import zipf
+
+    args = capacity.build_parser().parse_args(["--dram-gb", "4", "--a", "0.05", "--steps", "2000"])
+    args.dram = 4 << 30
+    rows = capacity.capacity_rows(args, 0.05 * 4)
+    step = capacity.rows_full_step(args, 0.05 * 4)
+    assert step is not None and 1 < step < 2000
+    assert zipf.expected_distinct(step * args.batch, args.distinct, args.zipf_exponent) >= rows
+    assert zipf.expected_distinct((step - 1) * args.batch, args.distinct, args.zipf_exponent) < rows
+    assert capacity.rows_full_step(args, 1000.0) is None   # tables no run of 2000 steps fills
+    args.row_assign = "hashed"
+    assert capacity.rows_full_step(args, 0.05 * 4) is None   # hashed rows: no first-seen filling order
 
 
 def test_capacity_bench_kill_tree_kills_children_of_a_root_that_exits_first(monkeypatch):

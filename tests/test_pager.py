@@ -13,7 +13,8 @@ pytestmark = pytest.mark.timeout(300)
 
 def run_pager(native, mode, run_dir, pool, extra=None):
     env = {"RTKIT_RUN_DIR": str(run_dir), "RTKIT_TIER_POOL_PATH": str(pool), "RTKIT_TIER_PAGER": "1",
-           "RTKIT_TIER_PAGER_MAX": str(8 << 20), "RTKIT_TIER_PAGER_HEAT_EVERY": "1", **(extra or {})}
+           "RTKIT_TIER_PAGER_MAX": str(8 << 20), "RTKIT_TIER_PAGER_HEAT_EVERY": "1", "RTKIT_TIER_PAGER_HEAT_FROM": "0",
+           **(extra or {})}
     return run_tier(native, mode, env, program="prmalloc_pager", timeout=240)
 
 
@@ -197,6 +198,30 @@ def test_a_slot_is_told_by_its_write_history(prm, dirs):
     assert "likeness: " in err
 
 
+@pytest.mark.parametrize("heat_from", ["50", "100"])
+def test_heat_scans_wait_until_the_process_has_used_its_share_of_the_room(prm, dirs, heat_from):
+    # each scan costs the steps a fault at their next write to every page: none while the process is far from its
+    # limit; past the limit a scan comes first, so an eviction never runs on ages no scan made
+    run_dir, pool = dirs
+    proc = run_pager(prm, "heat_from", run_dir, pool, {"RTKIT_TIER_PAGER_HEAT_FROM": heat_from,
+                                                       "RTKIT_TIER_PAGER_MAX": str(64 << 20)})
+    doc = pmem_doc(run_dir)
+    skip_where_the_kernel_refuses(doc)
+    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager heat_from: ok\n", proc.stdout + proc.stderr
+    pg = doc["pager"]
+    assert pg["heat_from_bytes"] == pg["limit_bytes"] - (64 << 20) * (100 - int(heat_from)) // 100, pg
+    row = dict(tier_view({"pmem": doc})["rows"])["pager (tier_pager)"]
+    assert f"heat scans (from step {pg['first_scan_step']:,}) in " in row, row
+
+
+def test_the_tier_line_says_why_no_heat_scan_ran():
+    pg = {"on": True, "scans": 0, "first_scan_step": 0, "heat_from_bytes": 3 << 30, "limit_bytes": 5 << 30}
+    from rtkit.report.tier_view import _scans_from
+    assert _scans_from(pg) == ("(none: the process stayed under 3.00 GiB of anonymous memory, where "
+                               "tier_pager_heat_from starts them) ")
+    assert _scans_from({"scans": 4}) == ""   # an older library's stats: nothing said
+
+
 def test_a_slot_is_paired_with_its_table_by_the_pages_the_steps_wrote(prm, dirs):
     # lookahead_pages.pair_by_writes through the preloaded pager: three pooled records, one written at the same pages
     # in the same steps as the table (its optimizer slot), one elsewhere; the slot is paired, once, and nothing else
@@ -205,7 +230,7 @@ def test_a_slot_is_paired_with_its_table_by_the_pages_the_steps_wrote(prm, dirs)
     env.pop("_RTKIT_MALLOC_ROOT", None)
     env.update({"LD_PRELOAD": os.path.join(prm, "librtkit_malloc.so"), "RTKIT_RUN_DIR": str(run_dir),
                 "RTKIT_TIER_POOL_PATH": str(pool), "RTKIT_TIER_PAGER": "1", "RTKIT_TIER_PAGER_MAX": str(64 << 20),
-                "RTKIT_TIER_PAGER_HEAT_EVERY": "1"})
+                "RTKIT_TIER_PAGER_HEAT_EVERY": "1", "RTKIT_TIER_PAGER_HEAT_FROM": "0"})
     proc = subprocess.run([sys.executable, "-c", _PAIR_CHECK], env=env, capture_output=True, text=True, timeout=240)
     skip_where_the_kernel_refuses(pmem_doc(run_dir))
     assert proc.returncode == 0 and proc.stdout == "paired\n", proc.stdout + proc.stderr

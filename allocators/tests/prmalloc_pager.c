@@ -1,6 +1,6 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same|likeness (RTKIT_TIER_POOL_PATH,
+ * basic|race|fork|fetch|same|likeness|heat_from (RTKIT_TIER_POOL_PATH,
  * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -383,6 +383,34 @@ static int likeness(void)
     return test_done("prmalloc_pager likeness");
 }
 
+/* The heat scans wait until the process has used tier_pager_heat_from percent of its room (64 MiB here, set by the
+ * caller): with 50, none while 8 MiB of rows are written over three steps, the first at the step after 40 MiB are;
+ * with 100, the first at the step that passes the limit, before anything is evicted; the data kept through both. */
+static int heat_from(void)
+{
+    size_t n = 96u << 20, mib = 1u << 20;
+    const char *from = getenv("RTKIT_TIER_PAGER_HEAT_FROM");
+    int late = from && !strcmp(from, "100");
+    unsigned char *a = pooled(n);
+    mark();  /* adopted */
+    for (int k = 0; k < 3; k++) {
+        write_pages(a, 8 * mib, 1);
+        mark();
+    }
+    CHECK(stats_figure("\"scans\": ") == 0 && stats_figure("\"evicted_pages\": ") == 0);
+    size_t written = late ? 80 * mib : 40 * mib;
+    write_pages(a, written, 1);
+    long long step = stats_figure("\"step_marks\": ");
+    mark();
+    CHECK(stats_figure("\"scans\": ") == 1 && stats_figure("\"first_scan_step\": ") == step + 1);
+    mark();  /* past the limit (late) every page may go once a scan has aged them; short of it (50) nothing */
+    CHECK(late ? stats_figure("\"evicted_pages\": ") > 0 : stats_figure("\"evicted_pages\": ") == 0);
+    CHECK(bad_pages(a, written, 1) == 0);
+    CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"write_errors\": ") == 0);
+    free(a);
+    return test_done("prmalloc_pager heat_from");
+}
+
 int main(int argc, char **argv)
 {
     test_bind();
@@ -407,5 +435,7 @@ int main(int argc, char **argv)
         return same_filled();
     if (!strcmp(mode, "likeness"))
         return likeness();
+    if (!strcmp(mode, "heat_from"))
+        return heat_from();
     return basic();
 }

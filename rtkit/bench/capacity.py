@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "belong in the pool")
     p.add_argument("--b-in-dram", action="store_true",
                    help="also run (b)'s size all in DRAM (scaled runs: the same model with and without the tier)")
+    p.add_argument("--b-dram-steps", type=int, default=0, metavar="N",
+                   help="also run (b)'s size all in DRAM for its first N steps (full scale: as many as DRAM holds), "
+                        "and compare (b)'s first N steps with them: the same work, where (a)'s smaller tables stop "
+                        "making rows once every row is used")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="an rtkit setting for (b) on top of the pool's (repeatable), e.g. tier_cold_hint=0")
     p.add_argument("--min-available-gb", type=float, default=1.5,
@@ -258,19 +262,43 @@ def map_bytes(args) -> float:
     return _expected_distinct_all(args) * MAP_ENTRY_BYTES
 
 
-def touched_bytes(args) -> Optional[float]:
-    """Expected bytes of the rows a run touches (first-seen rows: packed), or None for the file data set."""
+def touched_bytes(args, steps: Optional[int] = None) -> Optional[float]:
+    """Expected bytes of the rows a run touches (first-seen rows: packed) in its first `steps` steps (default: all),
+    or None for the file data set."""
     if args.ids != "zipf":
         return None
-    return _expected_distinct_all(args) * row_bytes(args)
+    return _expected_distinct_all(args, steps) * row_bytes(args)
 
 
-def _expected_distinct_all(args) -> float:
-    """Expected distinct ids a run meets, all features together (each with its own --feature-distinct-skew share)."""
+def _expected_distinct_all(args, steps: Optional[int] = None) -> float:
+    """Expected distinct ids a run meets in its first `steps` steps (default: all), all features together (each with
+    its own --feature-distinct-skew share)."""
     from rtkit.workloads import zipf
 
-    return zipf.expected_distinct_all(args.steps * args.batch,
+    return zipf.expected_distinct_all((steps or args.steps) * args.batch,
                                       zipf.feature_distinct(args.distinct, args.feature_distinct_skew), args.zipf_exponent)
+
+
+def rows_full_step(args, table_gb: float) -> Optional[int]:
+    """The step by which a run's tables of table_gb have every row used (first-seen rows, expected; the tables of
+    the feature with the most distinct ids, the first to fill), or None when none fills within --steps: later ids
+    wrap onto trained rows, so such a table makes no new rows and touches no new pages from there on."""
+    from rtkit.workloads import zipf
+
+    if args.ids != "zipf" or args.row_assign != "first-seen":
+        return None
+    rows = capacity_rows(args, table_gb)
+    most = max(zipf.per_feature(zipf.feature_distinct(args.distinct, args.feature_distinct_skew)))
+    lo, hi = 1, args.steps
+    if zipf.expected_distinct(hi * args.batch, most, args.zipf_exponent) < rows:
+        return None
+    while lo < hi:   # the expected distinct ids grow with the steps
+        mid = (lo + hi) // 2
+        if zipf.expected_distinct(mid * args.batch, most, args.zipf_exponent) >= rows:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def pager_on(sets: List[str]) -> bool:
@@ -393,6 +421,7 @@ def figures(run_dir: str, losses: List[float], batch: int) -> Dict[str, Any]:
         "pool_resident_max_bytes": max((x["resident_bytes"] for x in timeline if x["step"] > 3 and x["t_s"] <
                                         (timeline[-1]["t_s"] if len(timeline) > 1 else float("inf"))), default=None),
         "losses": losses, "loss_last20_mean": statistics.fmean(losses[-20:]) if losses else None,
+        "step_ms_by_step": [round(x["step_ms"], 1) for x in rep["steps"].get("per_step") or [] if "step_ms" in x],
     }
 
 
@@ -431,6 +460,15 @@ def check(args, dram: int) -> Optional[str]:
     if args.b_in_dram and b_bytes + 2 * GIB + args.min_available_gb * GIB > avail:
         return (f"capacity: --b-in-dram needs {b_bytes / GIB:.1f}G of tables in DRAM, {avail / GIB:.1f}G is available; "
                 "drop --b-in-dram or lower --dram-gb")
+    if args.b_dram_steps:
+        if args.b_in_dram or not 10 <= args.b_dram_steps <= args.steps:
+            return ("capacity: --b-dram-steps must be from 10 to --steps, and not beside --b-in-dram (which runs "
+                    "them all)")
+        used = touched_bytes(args, args.b_dram_steps) or 0.0
+        if used + maps + 2 * GIB + args.min_available_gb * GIB > avail:
+            return (f"capacity: --b-dram-steps {args.b_dram_steps}: (b)'s rows used by then (about {used / GIB:.1f}G, "
+                    f"with {maps / GIB:.1f}G of id -> row maps and 2G for TensorFlow) do not fit in the "
+                    f"{avail / GIB:.1f}G available; fewer steps")
     bad = [x for x in args.sets if "=" not in x or not x.split("=", 1)[0].strip()]
     if bad:
         return f"capacity: --set {bad[0]!r}: expected KEY=VALUE (an rtkit setting, see `rtkit config`)"
@@ -468,6 +506,44 @@ def table(results: Dict[str, Dict[str, Any]]) -> str:
                      f"{_gib(r.get('disk_written_bytes')):>11}{_gib(r.get('peak_anon_rss_bytes')):>10}"
                      f"{r['loss_last20_mean'] or float('nan'):>13.5f}")
     return "\n".join(lines)
+
+
+def _median(xs: List[float]) -> Optional[float]:
+    return statistics.median(xs) if xs else None
+
+
+def quarters(step_ms: List[float]) -> List[Optional[float]]:
+    """Median step time of each quarter of a run's steps."""
+    n = len(step_ms)
+    return [_median(step_ms[i * n // 4:(i + 1) * n // 4]) for i in range(4)] if n >= 4 else []
+
+
+def same_work_lines(args, results: Dict[str, Dict[str, Any]]) -> List[str]:
+    """Each run's quarters; where (a)'s tables fill (its later ids wrap onto trained rows: no new rows, no new
+    pages, a cheaper step than (b)'s, which makes rows to the end); and (b) against the same model in DRAM over the
+    steps both ran (--b-dram-steps), the comparison of the same work."""
+    out = []
+    for name, r in results.items():
+        q = quarters(r.get("step_ms_by_step") or [])
+        if q:
+            out.append(f"({name}) step ms by quarter: " + ", ".join(f"{x:.1f}" for x in q))
+    full = rows_full_step(args, args.scale_a * args.dram / GIB)
+    if full is not None and "a" in results:
+        out.append(f"(a)'s tables have every row used by about step {full} (expected): from there its ids wrap onto "
+                   "trained rows, so it makes no new rows and touches no new pages while (b) does to the end; "
+                   "(b) against (a) after that compares different work"
+                   + ("" if "b-dram" in results else " (--b-dram-steps N compares the same work)"))
+    bd, b = results.get("b-dram"), results.get("b")
+    if bd and b and bd.get("step_ms_by_step") and b.get("step_ms_by_step"):
+        n = min(len(bd["step_ms_by_step"]), len(b["step_ms_by_step"]))
+        warm = 3   # the report's warm-up steps
+        mb, md = _median(b["step_ms_by_step"][warm:n]), _median(bd["step_ms_by_step"][warm:n])
+        if mb and md:
+            qb, qd = quarters(b["step_ms_by_step"][:n]), quarters(bd["step_ms_by_step"][:n])
+            out.append(f"(b) against (b)'s size in DRAM over steps {warm + 1}-{n} (the same work): {mb:.1f} ms against "
+                       f"{md:.1f}, {mb / md:.2f}x; by quarter of those steps "
+                       + ", ".join(f"{x / y:.2f}x" for x, y in zip(qb, qd) if x and y))
+    return out
 
 
 def _terminated(signum, frame):
@@ -513,7 +589,7 @@ def main(argv=None) -> int:
     pool_path = os.path.join(os.path.abspath(args.pool_dir), "rtkit-capacity.pool")
     pool_size = int(args.scale_b * dram * POOL_SLACK + POOL_EXTRA)
     plan = [("a", args.scale_a, [], None)]
-    if args.b_in_dram:
+    if args.b_in_dram or args.b_dram_steps:
         plan.append(("b-dram", args.scale_b, [], None))
     if args.sweep:
         return _sweep(args, pool_path, pool_size)
@@ -545,7 +621,9 @@ def main(argv=None) -> int:
         gb = scale * dram / GIB
         # a paged (b) holds its tables in anonymous memory by design, under its own limit: no guard past it
         guard = None if name != "b" or pager_on(sets) else int(args.max_anon_gb * GIB + args.dram_head)
-        r = _run(f"({name}) {gb:.1f}G", os.path.join(os.path.abspath(args.out), name), gb, args, sets, profile,
+        run_args = argparse.Namespace(**{**vars(args), "steps": args.b_dram_steps}) \
+            if name == "b-dram" and args.b_dram_steps else args
+        r = _run(f"({name}) {gb:.1f}G", os.path.join(os.path.abspath(args.out), name), gb, run_args, sets, profile,
                  max_anon=guard, compact=name == "b")
         r["table_gb"], r["settings"], r["profile"] = gb, sets, profile
         results[name] = r
@@ -560,6 +638,8 @@ def main(argv=None) -> int:
         line = kernel_line(name, r.get("kernel") or {})
         if line:
             print(line)
+    for line in same_work_lines(args, results):
+        print(line)
     tl = b.get("pool_resident_timeline") or []
     if tl:
         picks = [tl[min(len(tl) - 1, i * (len(tl) - 1) // 7)] for i in range(8)]
@@ -567,9 +647,11 @@ def main(argv=None) -> int:
     for line in b.get("compaction") or []:
         print(f"(b) {line}")
     if "b-dram" in results and results["b-dram"]["losses"] and b["losses"]:
-        same = results["b-dram"]["losses"] == b["losses"]
-        diff = max(abs(x - y) for x, y in zip(results["b-dram"]["losses"], b["losses"]))
-        print(f"(b) losses vs the same model in DRAM: {'identical' if same else f'max difference {diff:.3g}'}")
+        n = min(len(results["b-dram"]["losses"]), len(b["losses"]))
+        same = results["b-dram"]["losses"][:n] == b["losses"][:n]
+        diff = max(abs(x - y) for x, y in zip(results["b-dram"]["losses"][:n], b["losses"][:n]))
+        print(f"(b) losses vs the same model in DRAM{'' if n == len(b['losses']) else f' (the first {n} printed)'}: "
+              f"{'identical' if same else f'max difference {diff:.3g}'}")
     return 0
 
 

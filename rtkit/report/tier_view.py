@@ -342,6 +342,17 @@ def _where(p) -> str:
     return f" beside the steps (the marks: {fmt.seconds(get(p, 'heat.mark_seconds'))})"
 
 
+def _scans_from(pg: dict) -> str:
+    """When the heat scans began (tier_pager_heat_from: not before the process has used a share of its room), or
+    why none ran; '' from a pager that does not say (older builds)."""
+    if "first_scan_step" not in pg:
+        return ""
+    if not pg.get("scans"):
+        return (f"(none: the process stayed under {fmt.nbytes(pg.get('heat_from_bytes'))} of anonymous memory, "
+                "where tier_pager_heat_from starts them) ")
+    return f"(from step {fmt.num(pg.get('first_scan_step'))}) "
+
+
 def _wall_cpu(pg: dict, what: str) -> str:
     """`what`'s wall time on the pager's threads, and the CPU it took where the library says (a wait for a disk read or
     for a core shared with the job's own threads is wall time, not CPU)."""
@@ -419,7 +430,7 @@ def tier_view(report: Dict[str, Any]) -> Dict[str, Any]:
     if paged:
         pg = p["pager"]
         rows.append(("pager (tier_pager)", paged[0].upper() + paged[1:] + f"; {fmt.num(pg.get('scans'))} heat scans "
-                     f"in {_wall_cpu(pg, 'scan')}, evictions {_wall_cpu(pg, 'evict')}, faults served in "
+                     f"{_scans_from(pg)}in {_wall_cpu(pg, 'scan')}, evictions {_wall_cpu(pg, 'evict')}, faults served in "
                      f"{_wall_cpu(pg, 'fill')} (on the pager's threads)"))
     elif get(p, "dram_head.setting_bytes"):
         rows.append(("heads in DRAM (tier_dram_head)",

@@ -20,7 +20,10 @@
  *   disk, 134 us a page at full scale), zeroed pages where the file holds a hole (that one and the holes after
  *   it to a 256 KiB boundary: new rows are handed out in order, one trip to the handler serves many);
  * - every tier_pager_heat_every marks, one PAGEMAP_SCAN re-arms asynchronous write-protection and says which pages
- *   were written since the last scan: a page's age is the number of scans since a step last wrote it;
+ *   were written since the last scan: a page's age is the number of scans since a step last wrote it. The scans
+ *   start once the process has used tier_pager_heat_from percent of its room: each costs the steps a fault at the
+ *   next write to every page they write (~0.5 us each, ~25k a step at full scale), which buys nothing while no
+ *   eviction is near;
  * - once the process's anonymous memory nears its limit, pages are moved out (UFFDIO_MOVE: atomic, an access after
  *   it faults to a handler, which waits for that chunk's eviction to end), written to the file and freed: pages
  *   written in the fewest scans first, the least recently written first among them. Nothing is written while a
@@ -69,6 +72,7 @@ static struct {
     uint32_t nreg;
     rtk_spin_t lock;                      /* the regions and the evictor's batches: fork and frees wait for it */
     uint64_t limit, slack_hi, slack_lo;   /* anonymous RSS the evictor keeps the process under, and its margins */
+    uint64_t heat_from;                   /* anonymous RSS from which the heat scans run */
     uint8_t *hits;                        /* per pool page: the scans that found it written (and its read-backs) */
     uint8_t *word;                        /* per pool page: 0, or 1 + the index in words[] of the word every 8 bytes
                                            * of it held when evicted (kept as that, not written to the file) */
@@ -534,7 +538,11 @@ static void pass(uint64_t step)
     long every = rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_EVERY);
     uint64_t anon = anon_rss();
     int over = anon + g.slack_hi > g.limit;
-    if (!g.scanned || step >= g.last_scan_step + (uint64_t)(every > 0 ? every : 1)) {
+    /* an eviction never runs on ages no scan made: past the limit a scan comes first whatever heat_from says */
+    if ((anon >= g.heat_from || over) &&
+        (!g.scanned || step >= g.last_scan_step + (uint64_t)(every > 0 ? every : 1))) {
+        if (!g.scanned)
+            S.first_scan_step = step;
         scan();
         g.last_scan_step = step;
     }
@@ -638,7 +646,10 @@ int rtk_tier_pager_start(void)
     uint64_t room = avail != SIZE_MAX && avail > reserve ? avail - reserve : 0, max = rtk_setting_bytes(RTK_OPT_TIER_PAGER_MAX);
     if (max && max < room)
         room = max;
-    g.limit = anon_rss() + room;
+    uint64_t anon = anon_rss();
+    g.limit = anon + room;
+    g.heat_from = anon + room * (uint64_t)rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_FROM) / 100;  /* room < 2^57 */
+    S.heat_from = g.heat_from;
     g.slack_hi = room / 8 < SLACK_HI ? room / 8 : SLACK_HI;
     g.slack_lo = room / 4 < SLACK_LO ? room / 4 : SLACK_LO;
     S.limit = g.limit;
