@@ -142,6 +142,31 @@ def test_workload_refuses_tables_that_fit_neither_memory_nor_pool(tmp_path):
     assert not (tmp_path / "data").exists()
 
 
+def test_lazy_first_seen_tables_need_only_the_rows_their_steps_use():
+    """A lazily filled table of first-seen power-law ids past memory fits when the rows its steps use (expected) do:
+    what lets the capacity bench run (b)'s size in DRAM for its first steps; filled eagerly, or for steps that use
+    more rows than memory, it does not."""
+    from rtkit import pool_room
+    from rtkit.workloads import __main__ as workloads
+
+    mem_gb = (pool_room.mem_total() or 0) / (1 << 30)
+    if not mem_gb:
+        pytest.skip("no MemTotal here")
+    table_gb = 1.5 * mem_gb
+    parser = workloads.build_parser()
+
+    def problem(*extra):
+        args = parser.parse_args(["wdl", "--table-gb", f"{table_gb:.3f}", "--emb-dim", "64", *extra])
+        args.capacity = workloads._table_rows(table_gb, (64, 1), 26)
+        return workloads._table_room_problem(table_gb, args, (64, 1))
+
+    lazy = ["--table-fill", "lazy", "--ids", "zipf", "--batch", "2048"]
+    assert problem(*lazy, "--steps", "10") is None
+    assert "does not fit" in problem("--steps", "10")                      # eager: every page written
+    assert "does not fit" in problem(*lazy, "--steps", "10", "--row-assign", "hashed")   # may touch every page
+    assert "does not fit" in problem(*lazy, "--steps", "100000000")          # the steps use every row
+
+
 def test_expected_distinct_matches_draws():
     """The bench sizes its runs with zipf.expected_distinct: it must agree with counting real draws of the law
     (numpy, the same inverse CDF as the input graph's), and grow with the draws."""

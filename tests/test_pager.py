@@ -198,6 +198,17 @@ def test_a_slot_is_told_by_its_write_history(prm, dirs):
     assert "likeness: " in err
 
 
+def test_fetches_racing_frees_leave_every_live_record_as_written(prm, dirs):
+    # a thread fetches six records' pages without pause while they are written, evicted, read back and freed one by
+    # one: every live record reads back its last writes (the C program checks every page; a fetch that put stale
+    # file data in place fails it: checked by hand), and the freed ones leave the pager
+    run_dir, pool = dirs
+    doc, stderr = run_paged(prm, "fetch_free", run_dir, pool)
+    pg = doc["pager"]
+    assert pg["regions"] == 6 and pg["forgotten_bytes"] == pg["adopted_bytes"], pg
+    assert pg["fetch_filled"] > 0 and pg["evicted_pages"] > 0, pg
+
+
 @pytest.mark.parametrize("heat_from", ["50", "100"])
 def test_heat_scans_wait_until_the_process_has_used_its_share_of_the_room(prm, dirs, heat_from):
     # each scan costs the steps a fault at their next write to every page: none while the process is far from its

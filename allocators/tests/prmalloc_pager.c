@@ -1,6 +1,6 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same|likeness|heat_from (RTKIT_TIER_POOL_PATH,
+ * basic|race|fork|fetch|same|likeness|heat_from|fetch_free (RTKIT_TIER_POOL_PATH,
  * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -383,6 +383,46 @@ static int likeness(void)
     return test_done("prmalloc_pager likeness");
 }
 
+/* A fetch racing frees: a thread fetches the pages of six records without pause while the main thread writes those
+ * still live, has their pages evicted and read back, checks them and frees one, round after round (records are placed
+ * before the first step only: the frees are what races here). Every live record reads back what was written last;
+ * a fetch of a freed record's pages finds none the pager holds (nothing filled, no error). */
+static int fetch_free(void)
+{
+    enum { R = 6 };
+    size_t m = 4u << 20;
+    unsigned char *rec[R], *lo = NULL, *hi = NULL;
+    for (int k = 0; k < R; k++) {
+        rec[k] = pooled(m);
+        lo = !lo || rec[k] < lo ? rec[k] : lo;
+        hi = !hi || rec[k] + m > hi ? rec[k] + m : hi;
+    }
+    mark();  /* adopted */
+    fetcher_t fe = {lo, (size_t)(hi - lo) / PG, 0};
+    pthread_t fth;
+    g_done = 0;
+    CHECK(pthread_create(&fth, NULL, fetcher, &fe) == 0);
+    g_go = 1;
+    for (int round = 0; round < R; round++) {
+        for (int k = round; k < R; k++)
+            write_pages(rec[k], m, (uint32_t)round + 1);
+        mark();
+        mark();
+        mark();  /* evicted down to the limit while the fetches bring pages back */
+        for (int k = round; k < R; k++)
+            CHECK(bad_pages(rec[k], m, (uint32_t)round + 1) == 0);
+        free(rec[round]);
+    }
+    __atomic_store_n(&g_done, 3, __ATOMIC_RELEASE);
+    pthread_join(fth, NULL);
+    CHECK(stats_figure("\"evicted_pages\": ") > 0 && stats_figure("\"regions\": ") == R);
+    CHECK(stats_figure("\"forgotten_bytes\": ") >= (long long)(R * (m - PG)));
+    CHECK(stats_figure("\"fetch_filled\": ") == fe.filled && fe.filled > 0);
+    CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"write_errors\": ") == 0 &&
+          stats_figure("\"move_errors\": ") == 0);
+    return test_done("prmalloc_pager fetch_free");
+}
+
 /* The heat scans wait until the process has used tier_pager_heat_from percent of its room (64 MiB here, set by the
  * caller): with 50, none while 8 MiB of rows are written over three steps, the first at the step after 40 MiB are;
  * with 100, the first at the step that passes the limit, before anything is evicted; the data kept through both. */
@@ -437,5 +477,7 @@ int main(int argc, char **argv)
         return likeness();
     if (!strcmp(mode, "heat_from"))
         return heat_from();
+    if (!strcmp(mode, "fetch_free"))
+        return fetch_free();
     return basic();
 }

@@ -33,13 +33,21 @@ def _table_rows(table_gb, widths, features):
     return max(1, int(float(table_gb) * (1 << 30) // (4 * sum(widths) * 2 * features)))
 
 
-def _table_room_problem(table_gb):
+def _table_room_problem(table_gb, args=None, widths=()):
     """The one line saying tables of `table_gb` GiB cannot be held here (memory plus tier mode's pool, when
     `rtkit run` set one up), or None. Eager tables are filled whole; lazy ones as used, but hashed rows may touch
-    every page."""
+    every page: only lazy first-seen rows of power-law ids need no more than the rows the run's steps use
+    (expected), which is what lets the capacity bench run a table past DRAM in DRAM for the steps that fit."""
     from rtkit import config, pool_room
 
     need = float(table_gb) * (1 << 30)
+    if args is not None and args.table_fill == "lazy" and args.row_assign == "first-seen" and args.ids == "zipf":
+        from rtkit.workloads import zipf
+
+        distinct, exponent = _zipf_ids(args)
+        used = sum(min(zipf.expected_distinct(args.steps * args.batch, d, exponent), args.capacity)
+                   for d in zipf.per_feature(distinct))
+        need = min(need, used * 4 * sum(widths) * 2)
     mem = pool_room.mem_total() or 0
     pool = config.from_child_env("tier_pool_size") if config.from_child_env("tier_pool_path") else 0
     if not mem or need <= mem + pool:
@@ -197,7 +205,7 @@ def main(argv=None):
         from rtkit.workloads.data import NUM_CAT
         widths = (args.emb_dim, 1) if args.model == "wdl" else (args.emb_dim,)
         args.capacity = _table_rows(args.table_gb, widths, NUM_CAT)
-        problem = _table_room_problem(args.table_gb)
+        problem = _table_room_problem(args.table_gb, args, widths)
         if problem:
             sys.stderr.write(problem + "\n")
             return 2
