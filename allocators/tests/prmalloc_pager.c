@@ -20,6 +20,7 @@ static in_pmem_fn t_in_pmem;
 static write_fn t_write;
 static long (*t_pager_wait)(void);
 static long (*t_fetch)(const uint64_t *, size_t, size_t);
+static long (*t_resident)(const uint64_t *, size_t, size_t, uint8_t *);
 static long (*t_likeness)(const void *, const void *const *, size_t, size_t, double *);
 
 /* 1 when p lies in a mapping of the pool file (its path in /proc/self/maps), 0 when anonymous */
@@ -253,6 +254,25 @@ static int forked(void)
     return test_done("prmalloc_pager fork");
 }
 
+/* Pages of [p, p + n) where rtkit_tier_resident (the pager's books for its records) and mincore disagree, with a page
+ * outside the pool (mincore's answer) in the same call; (size_t)-1 where a call fails */
+static size_t books_match_mincore(unsigned char *p, size_t n)
+{
+    static uint64_t list[(32u << 20) / PG + 1];
+    static uint8_t said[(32u << 20) / PG + 1];
+    unsigned char vec[(32u << 20) / PG];
+    size_t pages = n / PG, wrong = 0;
+    int here = 1;
+    for (size_t k = 0; k < pages; k++)
+        list[k] = (uintptr_t)p / PG + k;
+    list[pages] = (uintptr_t)&here / PG;  /* this thread's stack: resident, not the pager's */
+    if (n > sizeof vec * PG || t_resident(list, pages + 1, PG, said) < 0 || mincore(p, n, vec) != 0)
+        return (size_t)-1;
+    for (size_t k = 0; k < pages; k++)
+        wrong += said[k] != (vec[k] & 1);
+    return wrong + (said[pages] != 1);
+}
+
 /* After evictions: a fetch of the record's pages brings every evicted one back before any access, so reading them
  * faults none in; pages in DRAM, pages of another size and pages outside the pool are left alone. */
 static int fetch(void)
@@ -261,11 +281,13 @@ static int fetch(void)
     unsigned char *a = pooled(n);
     mark();
     write_pages(a, n, 5);
+    CHECK(books_match_mincore(a, n) == 0);  /* pages filled since the last scan included */
     mark();
     mark();
     mark();
     size_t before = resident_pages(a, n);
     CHECK(before != (size_t)-1 && before < pages);
+    CHECK(books_match_mincore(a, n) == 0);  /* the pager's books say what mincore says, page for page */
     static uint64_t list[(32u << 20) / PG];
     for (size_t k = 0; k < pages; k++)
         list[k] = (uintptr_t)a / PG + (k * 4099) % pages;  /* any order */
@@ -276,6 +298,7 @@ static int fetch(void)
     long got = t_fetch(list, pages, PG);
     /* the evictor runs only at marks: nothing left between the two looks, so every absent page came back */
     CHECK(got == (long)(pages - before) && resident_pages(a, n) == pages);
+    CHECK(books_match_mincore(a, n) == 0);
     CHECK(t_fetch(list, pages, PG) == 0);  /* all in DRAM now */
     CHECK(bad_pages(a, n, 5) == 0);
     CHECK(stats_figure("\"filled_from_file\": ") == from_file);  /* no fault read any of them */
@@ -458,9 +481,10 @@ int main(int argc, char **argv)
     t_write = (write_fn)dlsym(RTLD_DEFAULT, "rtkit_malloc_write_stats");
     t_pager_wait = (long (*)(void))dlsym(RTLD_DEFAULT, "rtkit_tier_pager_wait");
     t_fetch = (long (*)(const uint64_t *, size_t, size_t))dlsym(RTLD_DEFAULT, "rtkit_tier_pager_fetch");
+    t_resident = (long (*)(const uint64_t *, size_t, size_t, uint8_t *))dlsym(RTLD_DEFAULT, "rtkit_tier_resident");
     t_likeness = (long (*)(const void *, const void *const *, size_t, size_t, double *))dlsym(
         RTLD_DEFAULT, "rtkit_tier_pager_likeness");
-    if (!t_in_pmem || !t_write || !t_pager_wait || !t_fetch || !t_likeness) {
+    if (!t_in_pmem || !t_write || !t_pager_wait || !t_fetch || !t_likeness || !t_resident) {
         fprintf(stderr, "FAIL: librtkit_malloc.so without the tier pager\n");
         return 2;
     }

@@ -238,6 +238,7 @@ typedef struct {
 RTK_HIDDEN extern rtk_tier_pager_stats_t rtk_tier_pager_stats;
 RTK_HIDDEN int rtk_tier_pager_wanted(void);
 RTK_HIDDEN int rtk_tier_pager_on(void);
+RTK_HIDDEN int rtk_tier_pager_page_resident(uint64_t vpage);
 RTK_HIDDEN const char *rtk_tier_pager_note(void);
 RTK_HIDDEN int rtk_tier_pager_start(void);
 RTK_HIDDEN uint64_t rtk_tier_pager_adopt(char *lo, uint64_t len);

@@ -60,8 +60,9 @@ static struct {
     int uffd, pagemap;
     uint64_t npages;                      /* of the pool */
     uint64_t *on_file;                    /* a bit per pool page: its data is in the file, read it from there */
+    uint64_t *paged;                      /* a bit per pool page: in a record the pager holds (adopted, not forgotten) */
     uint8_t *age;                         /* per pool page: 0 not resident (or the zero page), 1 written since the
-                                           * last scan, k: unwritten for k - 1 scans */
+                                           * last scan (or filled since), k: unwritten for k - 1 scans */
     uint32_t *busy;                       /* per chunk: a lock (futex word): 1 the evictor's, 2 a handler's */
     char *stage;                          /* STAGE_PAGES registered pages the evictor moves chunks' pages into */
     uint64_t staged;                      /* pages of the stage used since it was last freed */
@@ -97,6 +98,15 @@ static inline void set_on_file(uint64_t i, int v)
         __atomic_or_fetch(&g.on_file[i >> 6], 1ull << (i & 63), __ATOMIC_RELEASE);
     else
         __atomic_and_fetch(&g.on_file[i >> 6], ~(1ull << (i & 63)), __ATOMIC_RELEASE);
+}
+static inline int is_paged(uint64_t i) { return (int)((LD(g.paged[i >> 6]) >> (i & 63)) & 1); }
+static void set_paged(uint64_t i0, uint64_t n, int v)
+{
+    for (uint64_t i = i0; i < i0 + n; i++)
+        if (v)
+            __atomic_or_fetch(&g.paged[i >> 6], 1ull << (i & 63), __ATOMIC_RELEASE);
+        else
+            __atomic_and_fetch(&g.paged[i >> 6], ~(1ull << (i & 63)), __ATOMIC_RELEASE);
 }
 static inline uint64_t page_of(const char *p) { return (uint64_t)(p - rtk_tier.base) / TIER_PAGE; }
 static inline char *addr_of(uint64_t i) { return rtk_tier.base + i * TIER_PAGE; }
@@ -212,6 +222,9 @@ static void serve(char *p, char *buf)
             c.copy = 0;
         }
         if (c.copy > 0) {
+            /* in DRAM now (what rtkit_tier_resident reads): a new row's page, written since any scan */
+            for (uint64_t k = 0; k < (uint64_t)c.copy / TIER_PAGE; k++)
+                __atomic_store_n(&g.age[i + k], 1, __ATOMIC_RELAXED);
             ADD(S.filled_zero, (uint64_t)c.copy / TIER_PAGE);
             rc = 0;  /* the faulting page is the first: it is in; a later one that was there stopped the copy */
         }
@@ -582,6 +595,18 @@ static void *evictor_main(void *arg)
 /* ---------------------------------------------------------------- start, adopt, forget */
 int rtk_tier_pager_wanted(void) { return rtk_setting_on(RTK_OPT_TIER_PAGER) && rtk_tier.fd >= 0; }
 int rtk_tier_pager_on(void) { return g.on == 1; }
+
+/* Whether the 4 KiB page at vpage * 4096 is in DRAM, by the pager's own books (it alone brings a page of its records
+ * in, by a fault, a fill or a fetch, and takes one out, by an eviction): 1 or 0, or -1 where the page is not the
+ * pager's (mincore answers). No system call: the lookahead checks ~70k pages a step at full scale, scattered, one
+ * mincore each cost the step's thread ~6 ms. Advisory while a chunk changes hands. */
+int rtk_tier_pager_page_resident(uint64_t vpage)
+{
+    uintptr_t a = (uintptr_t)(vpage * TIER_PAGE), base = (uintptr_t)rtk_tier.base;
+    if (LD(g.on) != 1 || a < base || (a - base) / TIER_PAGE >= g.npages || !is_paged((a - base) / TIER_PAGE))
+        return -1;
+    return __atomic_load_n(&g.age[(a - base) / TIER_PAGE], __ATOMIC_RELAXED) != 0;
+}
 const char *rtk_tier_pager_note(void) { return g.note; }
 
 static int fail(const char *what, int rc)
@@ -614,6 +639,7 @@ int rtk_tier_pager_start(void)
         return fail("/proc/self/pagemap", g.pagemap);
     g.npages = (rtk_tier.size + TIER_PAGE - 1) / TIER_PAGE;
     g.on_file = rtk_os_reserve((g.npages + 63) / 64 * 8, 0);
+    g.paged = rtk_os_reserve((g.npages + 63) / 64 * 8, 0);
     g.age = rtk_os_reserve(g.npages, 0);
     g.hits = rtk_os_reserve(g.npages, 0);
     g.word = rtk_os_reserve(g.npages, 0);
@@ -622,7 +648,7 @@ int rtk_tier_pager_start(void)
     g.zeros = rtk_os_reserve(FILL_RUN * TIER_PAGE, 0);
     char *bufs = rtk_os_map(HANDLERS * TIER_PAGE, 0);
     g.fetch_buf = rtk_os_map(CHUNK_PAGES * TIER_PAGE, 0);
-    if (!g.on_file || !g.age || !g.hits || !g.word || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
+    if (!g.on_file || !g.paged || !g.age || !g.hits || !g.word || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
         return fail("the pager's maps", -ENOMEM);
     rtk_os_advise(g.stage, STAGE_PAGES * TIER_PAGE, RTK_ADVISE_NOHUGEPAGE);
     struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, STAGE_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
@@ -689,6 +715,7 @@ uint64_t rtk_tier_pager_adopt(char *lo, uint64_t len)
     rtk_spin_lock(&g.lock);
     g.reg[g.nreg++] = (region_t){lo, len};
     rtk_spin_unlock(&g.lock);
+    set_paged(i0, len / TIER_PAGE, 1);
     S.regions++;
     S.adopted_bytes += len;
     S.data_at_adopt += data_pages * TIER_PAGE;
@@ -702,6 +729,7 @@ void rtk_tier_pager_forget(char *lo, uint64_t len)
 {
     if (g.on != 1)
         return;
+    set_paged(page_of(lo), len / TIER_PAGE, 0);  /* residency is mincore's again before the file is mapped back */
     rtk_spin_lock(&g.lock);
     for (uint32_t k = 0; k < g.nreg; k++)
         if (g.reg[k].lo == lo) {

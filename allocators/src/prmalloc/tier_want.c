@@ -106,9 +106,23 @@ EXPORT int rtkit_tier_want_counts(uint64_t *out, int n)
 #define RESIDENT_VEC 4096
 
 /* Which of `pages` (page numbers: address / page_bytes; sorted ascending is cheapest) are in DRAM: out[k] 1 or 0 (a page of
- * several 4 KiB pages counts when all are). One mincore per cluster of pages less than GAP_PAGES apart: a step's
- * rows scattered over a large table cost their own pages, not the table's span, and no call per page. Returns how
- * many are in DRAM, or -1 on bad arguments. A page whose call fails (not mapped) counts as out. */
+ * several 4 KiB pages counts when all are). Pages the pager holds are answered from its own books, no system call;
+ * the others by one mincore per cluster of pages less than GAP_PAGES apart: a step's rows scattered over a large
+ * table cost their own pages, not the table's span, and no call per page. Returns how many are in DRAM, or -1 on bad
+ * arguments. A page whose call fails (not mapped) counts as out. */
+/* The 4 KiB pages [p, p + per) by the pager's books: 1 all in DRAM, 0 one out, -1 one not the pager's */
+static int paged_resident(uint64_t p, uint64_t per)
+{
+    int all = 1;
+    for (uint64_t j = 0; j < per; j++) {
+        int r = rtk_tier_pager_page_resident(p + j);
+        if (r < 0)
+            return -1;
+        all &= r;
+    }
+    return all;
+}
+
 EXPORT long rtkit_tier_resident(const uint64_t *pages, size_t n, size_t page_bytes, uint8_t *out)
 {
     if (!pages || !out || page_bytes < TIER_PAGE || page_bytes % TIER_PAGE || page_bytes / TIER_PAGE > RESIDENT_VEC)
@@ -116,12 +130,19 @@ EXPORT long rtkit_tier_resident(const uint64_t *pages, size_t n, size_t page_byt
     uint64_t per = page_bytes / TIER_PAGE;
     unsigned char vec[RESIDENT_VEC];
     long in = 0;
+    int pager = rtk_tier_pager_on();
     for (size_t a = 0; a < n;) {
-        /* [a, b): a cluster whose 4 KiB pages all fit one vector */
+        int known = pager ? paged_resident(pages[a] * per, per) : -1;
+        if (known >= 0) {
+            out[a++] = (uint8_t)known;
+            in += known;
+            continue;
+        }
+        /* [a, b): a cluster of pages the pager does not hold whose 4 KiB pages all fit one vector */
         uint64_t lo = pages[a] * per;
         size_t b = a + 1;
         while (b < n && pages[b] >= pages[b - 1] && (pages[b] - pages[b - 1]) * per < GAP_PAGES &&
-               (pages[b] + 1) * per - lo <= RESIDENT_VEC)
+               (pages[b] + 1) * per - lo <= RESIDENT_VEC && (!pager || paged_resident(pages[b] * per, per) < 0))
             b++;
         uint64_t span = (pages[b - 1] + 1) * per - lo;
         int ok = rtk_os_resident((void *)(uintptr_t)(lo * TIER_PAGE), span * TIER_PAGE, vec) == 0;
