@@ -16,8 +16,8 @@ ids; `--row-assign hashed` scatters the same ids over every table, one page each
 that at the defaults (2000 steps of 2048, dim 64) the rows used reach ~26 GiB, past this machine's DRAM
 (`touched_bytes` says how much before the runs start). `--compact-steps` adds hot-row compaction to (b).
 
-(a)'s tables are a third of (b)'s, so with first-seen rows they have every row used long before (b)'s (at the
-defaults by about step 800 of 2000): from there (a)'s later ids wrap onto trained rows, and it makes no new rows and
+(a)'s tables are smaller than (b)'s (a third at the defaults), so with first-seen rows they have every row used
+long before (b)'s (at the defaults by about step 800 of 2000): from there (a)'s later ids wrap onto trained rows, and it makes no new rows and
 touches no new pages, while (b) does to the end: (a)'s step is cheaper from there for a reason that is not the tier.
 `--b-dram-steps N` also runs (b)'s size all in DRAM for its first N steps (as many as DRAM holds: a lazily filled
 table needs only the rows its steps use) and compares (b) with it over those steps: the same work with and without

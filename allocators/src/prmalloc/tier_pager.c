@@ -598,8 +598,8 @@ int rtk_tier_pager_on(void) { return g.on == 1; }
 
 /* Whether the 4 KiB page at vpage * 4096 is in DRAM, by the pager's own books (it alone brings a page of its records
  * in, by a fault, a fill or a fetch, and takes one out, by an eviction): 1 or 0, or -1 where the page is not the
- * pager's (mincore answers). No system call: the lookahead checks ~70k pages a step at full scale, scattered, one
- * mincore each cost the step's thread ~6 ms. Advisory while a chunk changes hands. */
+ * pager's (mincore answers). No system call: the lookahead checks ~70k scattered pages a step at full scale, and a
+ * mincore for nearly each of them took ~6 ms a check. Advisory while a chunk changes hands. */
 int rtk_tier_pager_page_resident(uint64_t vpage)
 {
     uintptr_t a = (uintptr_t)(vpage * TIER_PAGE), base = (uintptr_t)rtk_tier.base;

@@ -105,11 +105,6 @@ EXPORT int rtkit_tier_want_counts(uint64_t *out, int n)
 #define GAP_PAGES 64                      /* pages this far apart are looked at by separate calls */
 #define RESIDENT_VEC 4096
 
-/* Which of `pages` (page numbers: address / page_bytes; sorted ascending is cheapest) are in DRAM: out[k] 1 or 0 (a page of
- * several 4 KiB pages counts when all are). Pages the pager holds are answered from its own books, no system call;
- * the others by one mincore per cluster of pages less than GAP_PAGES apart: a step's rows scattered over a large
- * table cost their own pages, not the table's span, and no call per page. Returns how many are in DRAM, or -1 on bad
- * arguments. A page whose call fails (not mapped) counts as out. */
 /* The 4 KiB pages [p, p + per) by the pager's books: 1 all in DRAM, 0 one out, -1 one not the pager's */
 static int paged_resident(uint64_t p, uint64_t per)
 {
@@ -123,6 +118,11 @@ static int paged_resident(uint64_t p, uint64_t per)
     return all;
 }
 
+/* Which of `pages` (page numbers: address / page_bytes; sorted ascending is cheapest) are in DRAM: out[k] 1 or 0 (a page of
+ * several 4 KiB pages counts when all are). Pages the pager holds are answered from its own books, no system call;
+ * the others by one mincore per cluster of pages less than GAP_PAGES apart: a step's rows scattered over a large
+ * table cost their own pages, not the table's span, and no call per page. Returns how many are in DRAM, or -1 on bad
+ * arguments. A page whose call fails (not mapped) counts as out. */
 EXPORT long rtkit_tier_resident(const uint64_t *pages, size_t n, size_t page_bytes, uint8_t *out)
 {
     if (!pages || !out || page_bytes < TIER_PAGE || page_bytes % TIER_PAGE || page_bytes / TIER_PAGE > RESIDENT_VEC)
