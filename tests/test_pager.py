@@ -198,6 +198,16 @@ def test_a_slot_is_told_by_its_write_history(prm, dirs):
     assert "likeness: " in err
 
 
+def test_a_child_past_the_word_copies_gets_sigbus_for_an_absent_page_never_zeros(prm, dirs):
+    # 80k pages kept as their word, past the 65,536 a forked child gets copies of: the child reads the pages in DRAM
+    # at the fork as the parent's and dies of SIGBUS at an absent one (the C program checks the signal); the parent's
+    # pages all read back rebuilt
+    run_dir, pool = dirs
+    doc, _ = run_paged(prm, "fork_words", run_dir, pool)
+    pg = doc["pager"]
+    assert pg["evicted_same"] > 65536 and pg["filled_same"] > 0, pg
+
+
 def test_fetches_racing_frees_leave_every_live_record_as_written(prm, dirs):
     # a thread fetches six records' pages without pause while they are written, evicted, read back and freed one by
     # one: every live record reads back its last writes (the C program checks every page; a fetch that put stale

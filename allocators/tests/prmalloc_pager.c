@@ -1,12 +1,14 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same|likeness|heat_from|fetch_free (RTKIT_TIER_POOL_PATH,
+ * basic|race|fork|fetch|same|likeness|heat_from|fetch_free|fork_words (RTKIT_TIER_POOL_PATH,
  * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -406,6 +408,52 @@ static int likeness(void)
     return test_done("prmalloc_pager likeness");
 }
 
+/* More pages kept as a word than a forked child gets copies of (CHILD_FILL_MAX, 65,536): the child cannot be given
+ * the parent's rows, so an absent page raises SIGBUS in it (never zeros for a row), while the pages in DRAM at the fork
+ * read as the parent's; the parent's pages all read back rebuilt from their word. */
+static int fork_words(void)
+{
+    size_t n = 320u << 20, pages = n / PG;
+    uint64_t word = 0x3e8000003e800000ull;  /* two floats of 0.25: an optimizer slot's constant */
+    uint64_t *a = (uint64_t *)(void *)pooled(n);
+    mark();
+    for (size_t k = 0; k < n / 8; k++)
+        a[k] = word;
+    mark();
+    mark();
+    mark();
+    CHECK(stats_figure("\"evicted_same\": ") > 65536);
+    static unsigned char vec[(320u << 20) / PG];
+    CHECK(mincore(a, n, vec) == 0);
+    size_t gone = pages, kept = pages;
+    for (size_t i = 0; i < pages; i++) {
+        if (!(vec[i] & 1) && gone == pages)
+            gone = i;
+        if ((vec[i] & 1) && kept == pages)
+            kept = i;
+    }
+    CHECK(gone < pages && kept < pages);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});  /* no 320 MiB core for the expected signal */
+        volatile uint64_t *v = a;
+        if (v[kept * (PG / 8)] != word || v[kept * (PG / 8) + PG / 8 - 1] != word)
+            _exit(1);
+        (void)v[gone * (PG / 8)];  /* SIGBUS here */
+        _exit(2);
+    }
+    int st = -1;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS);
+    size_t bad = 0;
+    for (size_t k = 0; k < n / 8; k += 509)
+        bad += a[k] != word;
+    CHECK(bad == 0 && a[n / 8 - 1] == word);
+    CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"move_errors\": ") == 0);
+    free(a);
+    return test_done("prmalloc_pager fork_words");
+}
+
 /* A fetch racing frees: a thread fetches the pages of six records without pause while the main thread writes those
  * still live, has their pages evicted and read back, checks them and frees one, round after round (records are placed
  * before the first step only: the frees are what races here). Every live record reads back what was written last;
@@ -503,5 +551,7 @@ int main(int argc, char **argv)
         return heat_from();
     if (!strcmp(mode, "fetch_free"))
         return fetch_free();
+    if (!strcmp(mode, "fork_words"))
+        return fork_words();
     return basic();
 }
