@@ -137,6 +137,24 @@ class Lookahead:
             self._thread.start()
 
     # ---------------------------------------------------------------- the runner's side
+    def wants_rows(self) -> bool:
+        """Whether the batch the next put stages is looked at (mode on: the back-off decides; measure: every batch).
+        Asked before the put: a put whose batch is not looked at runs without the copied index computation (a
+        read-only lookup of every table's ids: ~4 ms a step at the capacity bench's full scale, on every step of
+        its first half, where the lookahead backs off), and is staged with on_put_unlooked."""
+        if self.mode != "on":
+            return True
+        with self.cond:
+            return self.back_off.looks()
+
+    def on_put_unlooked(self) -> None:
+        """A put staged a batch the lookahead does not look at (backing off): not looked at, not checked."""
+        b = _Batch(rows={})
+        b.skipped = b.started = b.done = True
+        with self.cond:
+            self.items.append(b)
+            self.cond.notify_all()
+
     def on_put(self, index_values: List[np.ndarray]) -> None:
         """A put staged its batch; index_values: the copied index tensors' values, in plan order."""
         # the rows (unique per table) are made off the staging thread, by the worker, and only for batches looked at
@@ -312,11 +330,9 @@ class Lookahead:
                 return
             c0 = time.thread_time()
             try:
-                if self.mode == "on" and not self.back_off.looks():
-                    b.skipped = True
-                else:
-                    read = self._work(b)
-                    if read is not None:
+                read = self._work(b)
+                if read is not None:
+                    with self.cond:
                         self.back_off.read(read)
             except Exception as exc:  # the job goes on without the lookahead's help
                 with self.cond:

@@ -506,11 +506,13 @@ class Pipeline:
                 opts.trace_level = RunOptions.SOFTWARE_TRACE
                 md = RunMetadata()
             la = st.lookahead
-            if la is not None:   # the batch's rows, from the same boundary tensors in the same run
+            if la is not None and la.wants_rows():   # the batch's rows, from the same boundary tensors in the same run
                 out = self._run_internal(sess, [put] + plan.index_tensors, opts, md)
                 la.on_put(out[1:])
             else:
                 self._run_internal(sess, put, opts, md)
+                if la is not None:
+                    la.on_put_unlooked()
             del sess
             if md is not None:
                 self._take_stats(md, st, "put", input_run=True)
@@ -575,8 +577,12 @@ class Pipeline:
             try:
                 with self._internal():
                     out = fn()
+                # one callable (its fetches fixed): the rows come with every batch, looked at or not
                 if st.lookahead is not None:
-                    st.lookahead.on_put(out)
+                    if st.lookahead.wants_rows():
+                        st.lookahead.on_put(out)
+                    else:
+                        st.lookahead.on_put_unlooked()
             finally:
                 self._local.bypass = False
         run_decode.prepare = prepare

@@ -90,11 +90,15 @@ def _staged_lookahead(region, rows_per_table=64):
 
 
 def _batches(la, n, rows):
-    """n staged batches of the given rows, each taken by its step once the worker is done with it (or skipped it)."""
+    """n staged batches of the given rows, each taken by its step once the worker is done with it (or skipped it).
+    As the staging put does: the back-off decides before the put whether its rows are fetched at all."""
     import numpy as np
 
     for _ in range(n):
-        la.on_put([np.asarray(rows, dtype=np.int64)])
+        if la.wants_rows():
+            la.on_put([np.asarray(rows, dtype=np.int64)])
+        else:
+            la.on_put_unlooked()
         with la.cond:
             la.cond.wait_for(lambda: la.items and la.items[0].done, timeout=60)
         la.on_take()
