@@ -215,6 +215,24 @@ static int race(void)
     return test_done("prmalloc_pager race");
 }
 
+/* The first page of [p, p + n) out of DRAM and the first in it (mincore; n up to 320 MiB): 0, or -1 where either is
+ * missing or the call fails */
+static int first_out_and_in(void *p, size_t n, size_t *gone, size_t *kept)
+{
+    static unsigned char vec[(320u << 20) / PG];
+    size_t pages = n / PG;
+    if (pages > sizeof vec || mincore(p, n, vec) != 0)
+        return -1;
+    *gone = *kept = pages;
+    for (size_t i = 0; i < pages; i++) {
+        if (!(vec[i] & 1) && *gone == pages)
+            *gone = i;
+        if ((vec[i] & 1) && *kept == pages)
+            *kept = i;
+    }
+    return *gone < pages && *kept < pages ? 0 : -1;
+}
+
 /* After evictions: a forked child reads the parent's rows, those in DRAM at the fork (its own copy) and those
  * evicted to the file (a private view of it), and zeros where no row was ever written; its writes stay its own; the
  * parent's pager goes on. */
@@ -227,16 +245,8 @@ static int forked(void)
     mark();
     mark();
     mark();
-    unsigned char vec[(32u << 20) / PG];
-    CHECK(mincore(a, n, vec) == 0);
-    size_t gone = n, kept = n;
-    for (size_t i = 0; i < n / PG; i++) {
-        if (!(vec[i] & 1) && gone == n)
-            gone = i;
-        if ((vec[i] & 1) && kept == n)
-            kept = i;
-    }
-    CHECK(gone < n && kept < n);
+    size_t gone, kept;
+    CHECK(first_out_and_in(a, n, &gone, &kept) == 0);
     pid_t pid = fork();
     if (pid == 0) {
         int ok = bad_pages(a, n, 3) == 0 && c[0] == 0 && c[m - 1] == 0;
@@ -413,7 +423,7 @@ static int likeness(void)
  * read as the parent's; the parent's pages all read back rebuilt from their word. */
 static int fork_words(void)
 {
-    size_t n = 320u << 20, pages = n / PG;
+    size_t n = 320u << 20;
     uint64_t word = 0x3e8000003e800000ull;  /* two floats of 0.25: an optimizer slot's constant */
     uint64_t *a = (uint64_t *)(void *)pooled(n);
     mark();
@@ -423,16 +433,8 @@ static int fork_words(void)
     mark();
     mark();
     CHECK(stats_figure("\"evicted_same\": ") > 65536);
-    static unsigned char vec[(320u << 20) / PG];
-    CHECK(mincore(a, n, vec) == 0);
-    size_t gone = pages, kept = pages;
-    for (size_t i = 0; i < pages; i++) {
-        if (!(vec[i] & 1) && gone == pages)
-            gone = i;
-        if ((vec[i] & 1) && kept == pages)
-            kept = i;
-    }
-    CHECK(gone < pages && kept < pages);
+    size_t gone, kept;
+    CHECK(first_out_and_in(a, n, &gone, &kept) == 0);
     pid_t pid = fork();
     if (pid == 0) {
         setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});  /* no 320 MiB core for the expected signal */

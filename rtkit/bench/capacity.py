@@ -262,11 +262,12 @@ def hot_rows(args) -> int:
 MAP_ENTRY_BYTES = 48   # MutableHashTable int64 -> int64: 47 bytes of RssAnon an entry, measured at 4M entries
 
 
-def map_bytes(args) -> float:
-    """Anonymous memory of the id -> row maps at the end of a run (an entry per distinct id and feature)."""
+def map_bytes(args, steps: Optional[int] = None) -> float:
+    """Anonymous memory of the id -> row maps after a run's first `steps` steps (default: all; an entry per distinct
+    id and feature)."""
     if args.ids != "zipf":
         return 0.0
-    return _expected_distinct_all(args) * MAP_ENTRY_BYTES
+    return _expected_distinct_all(args, steps) * MAP_ENTRY_BYTES
 
 
 def touched_bytes(args, steps: Optional[int] = None) -> Optional[float]:
@@ -472,7 +473,7 @@ def check(args, dram: int) -> Optional[str]:
             return ("capacity: --b-dram-steps must be from 10 to --steps, and not beside --b-in-dram (which runs "
                     "them all)")
         used = touched_bytes(args, args.b_dram_steps) or 0.0
-        maps_then = _expected_distinct_all(args, args.b_dram_steps) * MAP_ENTRY_BYTES if args.ids == "zipf" else 0.0
+        maps_then = map_bytes(args, args.b_dram_steps)
         if used + maps_then + 2 * GIB + args.min_available_gb * GIB > avail:
             return (f"capacity: --b-dram-steps {args.b_dram_steps}: (b)'s rows used by then (about {used / GIB:.1f}G, "
                     f"with {maps_then / GIB:.1f}G of id -> row maps and 2G for TensorFlow) do not fit in the "

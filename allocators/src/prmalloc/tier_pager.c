@@ -91,22 +91,21 @@ static struct {
 rtk_tier_pager_stats_t rtk_tier_pager_stats;
 #define S rtk_tier_pager_stats
 
-static inline int on_file(uint64_t i) { return (int)((LD(g.on_file[i >> 6]) >> (i & 63)) & 1); }
-static inline void set_on_file(uint64_t i, int v)
+/* bit i of a per-page bitmap (on_file, paged), read and set atomically: handlers, the evictor and frees share them */
+static inline int bit_at(uint64_t *map, uint64_t i) { return (int)((LD(map[i >> 6]) >> (i & 63)) & 1); }
+static inline void set_bit(uint64_t *map, uint64_t i, int v)
 {
     if (v)
-        __atomic_or_fetch(&g.on_file[i >> 6], 1ull << (i & 63), __ATOMIC_RELEASE);
+        __atomic_or_fetch(&map[i >> 6], 1ull << (i & 63), __ATOMIC_RELEASE);
     else
-        __atomic_and_fetch(&g.on_file[i >> 6], ~(1ull << (i & 63)), __ATOMIC_RELEASE);
+        __atomic_and_fetch(&map[i >> 6], ~(1ull << (i & 63)), __ATOMIC_RELEASE);
 }
-static inline int is_paged(uint64_t i) { return (int)((LD(g.paged[i >> 6]) >> (i & 63)) & 1); }
+static inline int on_file(uint64_t i) { return bit_at(g.on_file, i); }
+static inline void set_on_file(uint64_t i, int v) { set_bit(g.on_file, i, v); }
 static void set_paged(uint64_t i0, uint64_t n, int v)
 {
     for (uint64_t i = i0; i < i0 + n; i++)
-        if (v)
-            __atomic_or_fetch(&g.paged[i >> 6], 1ull << (i & 63), __ATOMIC_RELEASE);
-        else
-            __atomic_and_fetch(&g.paged[i >> 6], ~(1ull << (i & 63)), __ATOMIC_RELEASE);
+        set_bit(g.paged, i, v);
 }
 static inline uint64_t page_of(const char *p) { return (uint64_t)(p - rtk_tier.base) / TIER_PAGE; }
 static inline char *addr_of(uint64_t i) { return rtk_tier.base + i * TIER_PAGE; }
@@ -603,9 +602,10 @@ int rtk_tier_pager_on(void) { return g.on == 1; }
 int rtk_tier_pager_page_resident(uint64_t vpage)
 {
     uintptr_t a = (uintptr_t)(vpage * TIER_PAGE), base = (uintptr_t)rtk_tier.base;
-    if (LD(g.on) != 1 || a < base || (a - base) / TIER_PAGE >= g.npages || !is_paged((a - base) / TIER_PAGE))
+    uint64_t i = (a - base) / TIER_PAGE;
+    if (LD(g.on) != 1 || a < base || i >= g.npages || !bit_at(g.paged, i))
         return -1;
-    return __atomic_load_n(&g.age[(a - base) / TIER_PAGE], __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(&g.age[i], __ATOMIC_RELAXED) != 0;
 }
 const char *rtk_tier_pager_note(void) { return g.note; }
 
