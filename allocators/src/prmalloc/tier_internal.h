@@ -228,7 +228,7 @@ typedef struct {
     uint64_t regions, adopted_bytes, data_at_adopt, adopt_errors, forgotten_bytes, limit, anon_peak;
     uint64_t filled_from_file, filled_zero, fill_ns, busy_waits, read_errors;
     uint64_t scans, scan_errors, resident_at_scan, passes, evictions, evicted_pages, evicted_holes, written_bytes;
-    uint64_t move_errors, move_errno, move_shared, write_errors;
+    uint64_t move_errors, move_errno, move_shared, move_done_eexist, write_errors;
     uint64_t fetch_calls, fetch_asked, fetch_filled, fetch_busy, fetch_ns, evicted_same, filled_same;
     uint64_t fill_cpu_ns, scan_cpu_ns, evict_cpu_ns, evict_moves;  /* CPU the pager's threads spent (its waits not) */
     uint64_t fetch_same;                                              /* pages a fetch rebuilt from their word */

@@ -130,7 +130,7 @@ static long tier_format(char *buf, size_t cap)
             "\"forgotten_bytes\": %llu, \"filled_from_file\": %llu, \"filled_zero\": %llu, \"fill_seconds\": %.3f, "
             "\"busy_waits\": %llu, \"read_errors\": %llu, \"scans\": %llu, \"scan_errors\": %llu, \"scan_seconds\": %.3f, "
             "\"resident_at_scan_bytes\": %llu, \"passes\": %llu, \"evictions\": %llu, \"evicted_pages\": %llu, "
-            "\"evicted_holes\": %llu, \"evicted_bytes\": %llu, \"evict_seconds\": %.3f, \"move_errors\": %llu, \"move_last_errno\": %llu, \"move_shared\": %llu, "
+            "\"evicted_holes\": %llu, \"evicted_bytes\": %llu, \"evict_seconds\": %.3f, \"move_errors\": %llu, \"move_last_errno\": %llu, \"move_shared\": %llu, \"move_done_eexist\": %llu, "
             "\"write_errors\": %llu, \"fetch_calls\": %llu, \"fetch_asked\": %llu, \"fetch_filled\": %llu, \"fetch_busy\": %llu, "
             "\"fetch_seconds\": %.3f, \"evicted_same\": %llu, \"filled_same\": %llu, \"fill_cpu_seconds\": %.3f, "
             "\"scan_cpu_seconds\": %.3f, \"evict_cpu_seconds\": %.3f, \"evict_moves\": %llu, \"fetch_same\": %llu, \"heat_from_bytes\": %llu, \"first_scan_step\": %llu},",
@@ -138,7 +138,8 @@ static long tier_format(char *buf, size_t cap)
         U(pg->adopt_errors), pg->adopt_s, U(pg->forgotten_bytes), U(LD(pg->filled_from_file)), U(LD(pg->filled_zero)),
         (double)LD(pg->fill_ns) * 1e-9, U(LD(pg->busy_waits)), U(LD(pg->read_errors)), U(pg->scans), U(LD(pg->scan_errors)),
         pg->scan_s, U(pg->resident_at_scan), U(pg->passes), U(pg->evictions), U(pg->evicted_pages), U(pg->evicted_holes), U(pg->written_bytes),
-        pg->evict_s, U(LD(pg->move_errors)), U(pg->move_errno), U(LD(pg->move_shared)), U(LD(pg->write_errors)),
+        pg->evict_s, U(LD(pg->move_errors)), U(pg->move_errno), U(LD(pg->move_shared)), U(LD(pg->move_done_eexist)),
+        U(LD(pg->write_errors)),
         U(LD(pg->fetch_calls)), U(LD(pg->fetch_asked)), U(LD(pg->fetch_filled)), U(LD(pg->fetch_busy)),
         (double)LD(pg->fetch_ns) * 1e-9, U(pg->evicted_same), U(LD(pg->filled_same)),
         (double)LD(pg->fill_cpu_ns) * 1e-9, (double)pg->scan_cpu_ns * 1e-9, (double)pg->evict_cpu_ns * 1e-9,
