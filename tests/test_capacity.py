@@ -1,5 +1,6 @@
 # test_capacity.py -- tier mode as a capacity feature, scaled down: a pool larger than the resident budget the test sets.
 import json
+import math
 import os
 import subprocess
 import sys
@@ -100,7 +101,7 @@ _SMALL_A = ["--dram-gb", "1", "--a", "0.1", "--steps", "20", "--min-available-gb
 _SMALL_A_NEEDS_GIB = 0.1 + 0.04 + 2 + 0.5 + 0.2   # the bench's own sum for (a), and a margin
 
 
-@pytest.mark.parametrize("case", ["pool", "pool-dir", "a", "maps", "resident", "max-anon", "b-dram-steps"])
+@pytest.mark.parametrize("case", ["pool", "pool-dir", "a", "maps", "resident", "max-anon", "b-dram-steps", "promote"])
 def test_capacity_bench_refuses_what_cannot_fit(tmp_path, case):
     """Each refusal is one line, exit 2, nothing written, and each case gets its own line (not an earlier one)."""
     from rtkit import pool_room
@@ -117,8 +118,10 @@ def test_capacity_bench_refuses_what_cannot_fit(tmp_path, case):
         "max-anon": (_SMALL_A + ["--pool-dir", str(tmp_path), "--max-anon-gb", f"{avail_gib + 2:.1f}"],
                      "must be positive and fit in"),
         "b-dram-steps": (_SMALL_A + ["--pool-dir", str(tmp_path), "--b-dram-steps", "21"], "--b-dram-steps must be"),
+        "promote": (_SMALL_A + ["--pool-dir", str(tmp_path), "--promote-hot-rows", "5", "--row-assign", "hashed"],
+                    "--promote-hot-rows moves first-seen rows"),
     }[case]
-    if case in ("maps", "resident", "max-anon", "b-dram-steps") and avail_gib < _SMALL_A_NEEDS_GIB:
+    if case in ("maps", "resident", "max-anon", "b-dram-steps", "promote") and avail_gib < _SMALL_A_NEEDS_GIB:
         pytest.skip(f"{avail_gib:.1f} GiB available: the bench refuses (a) before it gets to the {case} check")
     proc = subprocess.run([sys.executable, "-m", "rtkit.bench.capacity", "--out", str(tmp_path / "o"), *args],
                           capture_output=True, text=True, timeout=60)
@@ -288,6 +291,45 @@ def test_compaction_is_loss_neutral(fill, capacity, moved):
     assert int(line[0].split(", ")[1].split()[0]) >= moved and "hot region (200 rows a feature) held" in line[0], line
 
 
+@requires_tf
+@pytest.mark.parametrize("hot,full", [(3000, "0 of 26"), (40, "26 of 26")])
+def test_promotion_is_loss_neutral(hot, full):
+    """Ids met a second time move to the hot region (values and Adagrad rows copied before the step reads them)
+    and new ids' rows start past it: the losses stay bit-identical to first-seen rows without promotion, with the
+    hot regions filling up (40 rows a feature) or not (3000). Without the copy (the moved rows read as zeros) or
+    with initial values following the new row's place instead of its number, they differ from the first steps."""
+    plain, _ = _zipf_wdl(["--table-fill", "lazy"])
+    promoted, err = _zipf_wdl(["--table-fill", "lazy", "--promote-hot-rows", str(hot)])
+    assert len(plain) == 12 and promoted == plain
+    line = [x for x in err.splitlines() if x.startswith("rtkit-workload: promotion: ")]
+    assert len(line) == 1 and f"({hot} rows a feature), {full} regions full" in line[0], err[-2000:]
+    assert int(line[0].split("promotion: ")[1].split()[0]) >= (26 * 40 if hot == 40 else 1000), line
+
+
+@requires_tf
+def test_promotion_past_the_back_region_wraps_and_trains():
+    """New ids past the rows left after the hot region wrap onto rows of the back region (as ids past capacity do
+    without promotion): the run trains to the end with finite losses."""
+    losses, err = _zipf_wdl(["--table-fill", "lazy", "--promote-hot-rows", "300"], capacity=1000)
+    assert len(losses) == 12 and all(math.isfinite(float(x.split()[2])) for x in losses), losses
+    assert "rtkit-workload: promotion: " in err
+
+
+def test_expected_repeated_matches_draws():
+    """The bench's room check counts promoted rows with zipf.expected_repeated: ids drawn at least twice."""
+    import numpy as np
+
+    from rtkit.workloads import zipf
+
+    rng = np.random.default_rng(2)
+    for distinct, exponent, draws in ((2_000_000, 0.9, 400_000), (50_000, 1.2, 100_000)):
+        _, counts = np.unique(zipf._ranks_np(rng.random(draws), distinct, exponent), return_counts=True)
+        seen = int(np.sum(counts >= 2))
+        want = zipf.expected_repeated(draws, distinct, exponent)
+        assert abs(want - seen) <= 0.03 * seen, (distinct, exponent, draws, want, seen)
+    assert zipf.expected_repeated(10, 1_000_000) < 1 < zipf.expected_repeated(4_000_000, 50_000_000)
+
+
 def test_workload_refuses_bad_zipf_and_compaction_flags():
     base = [sys.executable, "-m", "rtkit.workloads", "wdl", "--steps", "2"]
     for extra, word in ((["--distinct", "5"], "--ids zipf"),
@@ -295,6 +337,8 @@ def test_workload_refuses_bad_zipf_and_compaction_flags():
                         (["--feature-distinct-skew", "10"], "--ids zipf"),
                         (["--ids", "zipf", "--feature-distinct-skew", "0.5"], "--feature-distinct-skew"),
                         (["--compact-steps", "5", "--row-assign", "hashed"], "--compact-steps"),
+                        (["--promote-hot-rows", "5"], "--table-fill lazy"),
+                        (["--promote-hot-rows", "5", "--table-fill", "lazy", "--row-assign", "hashed"], "first-seen"),
                         (["--ids", "zipf", "--api", "keras"], "graph API")):
         proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and word in proc.stderr.strip().splitlines()[-1], (extra, proc.stderr)

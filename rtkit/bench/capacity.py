@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-anon-gb", type=float, default=6.0,
                    help="stop (b) when its anonymous RSS passes this plus --dram-head-gb (default 6): the tables "
                         "belong in the pool")
+    p.add_argument("--promote-hot-rows", type=int, default=0, metavar="N",
+                   help="(b) and its size in DRAM: the first N rows of each table kept for ids met a second time "
+                        "(the workload's --promote-hot-rows: rows used again share pages; 0: off)")
     p.add_argument("--b-in-dram", action="store_true",
                    help="also run (b)'s size all in DRAM (scaled runs: the same model with and without the tier)")
     p.add_argument("--b-dram-steps", type=int, default=0, metavar="N",
@@ -224,7 +227,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def workload_args(args, table_gb: float, compact: bool) -> List[str]:
+def workload_args(args, table_gb: float, compact: bool, promote: bool = False) -> List[str]:
     """The workload's command-line arguments for one run."""
     out = ["--table-gb", f"{table_gb:.3f}", "--steps", str(args.steps), "--batch", str(args.batch),
            "--emb-dim", str(args.emb_dim), "--row-assign", args.row_assign, "--table-fill", "lazy"]
@@ -234,6 +237,8 @@ def workload_args(args, table_gb: float, compact: bool) -> List[str]:
             out += ["--feature-distinct-skew", f"{args.feature_distinct_skew:g}"]
     if compact and args.compact_steps:
         out += ["--compact-steps", str(args.compact_steps), "--compact-hot-rows", str(hot_rows(args))]
+    if promote and args.promote_hot_rows:
+        out += ["--promote-hot-rows", str(args.promote_hot_rows)]
     return out + ["--no-progress", "--print-losses"]
 
 
@@ -278,6 +283,18 @@ def touched_bytes(args, steps: Optional[int] = None) -> Optional[float]:
     return _expected_distinct_all(args, steps) * row_bytes(args)
 
 
+def promoted_bytes(args, steps: Optional[int] = None) -> float:
+    """Expected bytes of the second copies --promote-hot-rows makes in its first `steps` steps (at most the ids met
+    twice, at most the hot region a feature), all features together."""
+    if not args.promote_hot_rows or args.ids != "zipf":
+        return 0.0
+    from rtkit.workloads import zipf
+
+    draws = (steps or args.steps) * args.batch
+    return sum(min(args.promote_hot_rows, zipf.expected_repeated(draws, d, args.zipf_exponent))
+               for d in zipf.per_feature(zipf.feature_distinct(args.distinct, args.feature_distinct_skew))) * row_bytes(args)
+
+
 def _expected_distinct_all(args, steps: Optional[int] = None) -> float:
     """Expected distinct ids a run meets in its first `steps` steps (default: all), all features together (each with
     its own --feature-distinct-skew share)."""
@@ -320,7 +337,7 @@ def pager_on(sets: List[str]) -> bool:
 
 
 def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profile: Optional[str] = None,
-         max_anon: Optional[int] = None, compact: bool = False) -> Dict[str, Any]:
+         max_anon: Optional[int] = None, compact: bool = False, promote: bool = False) -> Dict[str, Any]:
     """One `rtkit run` of wdl at table_gb, watched; returns its figures (or raises SystemExit on a stop)."""
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "rtkit", "run", "--quiet", "--run-dir", run_dir]
@@ -328,7 +345,7 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
         cmd += ["--profile", profile]
     for s in sets:
         cmd += ["--set", s]
-    cmd += ["--", sys.executable, "-m", "rtkit.workloads", "wdl"] + workload_args(args, table_gb, compact)
+    cmd += ["--", sys.executable, "-m", "rtkit.workloads", "wdl"] + workload_args(args, table_gb, compact, promote)
     log = open(os.path.join(os.path.dirname(run_dir), f"{os.path.basename(run_dir)}.log"), "w")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
                             env=tree_guard.env_dying_with_me(os.environ))
@@ -385,7 +402,7 @@ def _run(label: str, run_dir: str, table_gb: float, args, sets: List[str], profi
     out["peak_anon_rss_watched_bytes"] = peak_anon   # /proc RssAnon of the whole process group, twice a second
     out["peak_anon_rss_bytes"] = max(out.get("peak_anon_rss_bytes") or 0, peak_anon) or None
     with open(log.name) as fh:
-        out["compaction"] = [line.strip() for line in fh if "compaction:" in line]
+        out["compaction"] = [line.strip() for line in fh if "compaction:" in line or "promotion:" in line]
     return out
 
 
@@ -472,7 +489,7 @@ def check(args, dram: int) -> Optional[str]:
         if args.b_in_dram or not 10 <= args.b_dram_steps <= args.steps:
             return ("capacity: --b-dram-steps must be from 10 to --steps, and not beside --b-in-dram (which runs "
                     "them all)")
-        used = touched_bytes(args, args.b_dram_steps) or 0.0
+        used = (touched_bytes(args, args.b_dram_steps) or 0.0) + promoted_bytes(args, args.b_dram_steps)
         maps_then = map_bytes(args, args.b_dram_steps)
         if used + maps_then + 2 * GIB + args.min_available_gb * GIB > avail:
             return (f"capacity: --b-dram-steps {args.b_dram_steps}: (b)'s rows used by then (about {used / GIB:.1f}G, "
@@ -485,6 +502,13 @@ def check(args, dram: int) -> Optional[str]:
         return "capacity: --steps must be at least 10, --batch and --emb-dim positive"
     if args.ids == "zipf" and (args.distinct < 1 or not 0 < args.zipf_exponent < 4):
         return "capacity: --distinct must be positive and --zipf-exponent in (0, 4), e.g. 0.9"
+    if args.promote_hot_rows and (args.promote_hot_rows < 0 or args.row_assign != "first-seen" or args.compact_steps
+                                  or args.sweep):
+        return ("capacity: --promote-hot-rows moves first-seen rows (no --row-assign, --compact-steps or --sweep "
+                "beside it) and takes a positive row count")
+    if args.promote_hot_rows and args.promote_hot_rows >= capacity_rows(args, args.scale_b * args.dram / GIB):
+        return (f"capacity: --promote-hot-rows {args.promote_hot_rows} leaves none of (b)'s "
+                f"{capacity_rows(args, args.scale_b * args.dram / GIB)} rows a feature for new ids; fewer")
     if args.sweep:
         problem = capacity_sweep.budgets(args, touched_bytes(args))
         if problem:
@@ -620,6 +644,8 @@ def main(argv=None) -> int:
            f"{touched / row_bytes(args) / NUM_CAT / b_rows:.0%} of (b)'s rows" if touched else "")
         + (f"; (b) compacts every {args.compact_steps} steps, {hot_rows(args)} hot rows per feature"
            if args.compact_steps else "")
+        + (f"; (b) promotes ids met again to the first {args.promote_hot_rows} rows of each table"
+           if args.promote_hot_rows else "")
         + (f"; (b) keeps {args.dram_head / GIB:.1f}G of table heads in DRAM" if args.dram_head and not pager_on(tier)
            else "")
         + ("; (b) paged by rtkit (tier_pager, the capacity profile's), its anonymous RSS under MemAvailable less "
@@ -633,7 +659,7 @@ def main(argv=None) -> int:
         run_args = argparse.Namespace(**{**vars(args), "steps": args.b_dram_steps}) \
             if name == "b-dram" and args.b_dram_steps else args
         r = _run(f"({name}) {gb:.1f}G", os.path.join(os.path.abspath(args.out), name), gb, run_args, sets, profile,
-                 max_anon=guard, compact=name == "b")
+                 max_anon=guard, compact=name == "b", promote=name in ("b", "b-dram"))
         r["table_gb"], r["settings"], r["profile"] = gb, sets, profile
         results[name] = r
     atomic.write_json(os.path.join(args.out, "capacity.json"),

@@ -45,7 +45,9 @@ def _table_room_problem(table_gb, args=None, widths=()):
         from rtkit.workloads import zipf
 
         distinct, exponent = _zipf_ids(args)
+        hot = getattr(args, "promote_hot_rows", None) or 0   # promoted rows are a second copy of theirs
         used = sum(min(zipf.expected_distinct(args.steps * args.batch, d, exponent), args.capacity)
+                   + min(hot, zipf.expected_repeated(args.steps * args.batch, d, exponent))
                    for d in zipf.per_feature(distinct))
         need = min(need, used * 4 * sum(widths) * 2)
     mem = pool_room.mem_total() or 0
@@ -113,6 +115,10 @@ def build_parser():
     p.add_argument("--compact-max-swaps", type=_non_negative, default=65536,
                    help="with --compact-steps: rows per feature moved in one pass at most (default 65536; 0: none, "
                         "only the access counts and the hot region's share, a baseline)")
+    p.add_argument("--promote-hot-rows", type=_positive, default=None, metavar="N",
+                   help="first-seen lazily filled tables: keep the first N rows of each for ids met a second time, "
+                        "moved there at that step (new ids' rows start at N): rows used again share pages, apart "
+                        "from the rows used once (rtkit.workloads.ev.IdRowMap; loss-neutral)")
     p.add_argument("--learning-rate", type=float, default=0.05)
     p.add_argument("--print-losses", action="store_true", help="print `loss <step> <value>` per step")
     p.add_argument("--summary-dir", default=None, metavar="DIR",
@@ -224,6 +230,10 @@ def main(argv=None):
         parser.error("--compact-steps moves first-seen rows; drop it or use --row-assign first-seen")
     if args.compact_hot_rows is not None and not args.compact_steps:
         parser.error("--compact-hot-rows goes with --compact-steps")
+    if args.promote_hot_rows and (args.row_assign != "first-seen" or args.table_fill != "lazy" or args.compact_steps
+                                  or args.api not in ("session", "monitored")):
+        parser.error("--promote-hot-rows moves first-seen rows of lazily filled tables (--table-fill lazy), in a "
+                     "graph API (session, monitored), without --compact-steps")
     if args.summary_dir and (args.api not in ("session", "monitored") or _cluster_task(argv) is not None):
         parser.error("--summary-dir: a single-process graph API (--api session or monitored)")
     if args.grappler_arithmetic == "off" and (args.api not in ("session", "monitored") or _cluster_task(argv) is not None):
@@ -252,6 +262,7 @@ def main(argv=None):
     ev.set_row_assign(args.row_assign, _rank_of(args))
     ev.set_table_fill(args.table_fill)
     ev.set_compaction(bool(args.compact_steps))
+    ev.set_promotion(args.promote_hot_rows or 0)
     if task is not None:
         from rtkit.workloads import distributed  # imports TensorFlow
 

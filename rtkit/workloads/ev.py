@@ -59,6 +59,7 @@ _row_assign = "first-seen"
 _rank_of = None                 # frequency rows: (ids, feature) -> ranks from 1 (the most frequent id), 0 if unknown
 _table_fill = "eager"
 _compaction = False
+_promote_rows = 0               # first-seen lazy maps: rows per feature kept for rows used again (0: off)
 _MAPS = "rtkit_ev_compacted_maps"   # graph collection of the IdRowMaps that keep access counts
 _ALL_MAPS = "rtkit_ev_maps"             # graph collection of every IdRowMap (the row layout report)
 PAGE_BYTES = 4096
@@ -89,6 +90,15 @@ def set_compaction(on):
     """Whether the first-seen IdRowMaps built from now on keep access counts for a Compactor."""
     global _compaction
     _compaction = bool(on)
+
+
+def set_promotion(hot_rows):
+    """Rows per feature the first-seen lazily filled IdRowMaps built from now on keep for rows used a second
+    time (0: off; see IdRowMap.rows)."""
+    global _promote_rows
+    if int(hot_rows) < 0:
+        raise ValueError(f"hot rows for promotion: a count >= 0 expected, got {hot_rows!r}")
+    _promote_rows = int(hot_rows)
 
 
 def _unfilled(shape, dtype=tf.float32, partition_info=None):
@@ -125,10 +135,14 @@ def row_values(rows, dim, seed, stddev):
 
 class RowBatch:
     """What IdRowMap.rows gives its variables: `phys` (unique rows of the batch), `idx` (position of each
-    element of the flattened ids in phys) and `fresh` (physical rows used for the first time: to initialise)."""
+    element of the flattened ids in phys), `fresh` (physical rows used for the first time: to initialise) and,
+    with promotion, `fresh_numbers` (the row numbers their initial values follow) and the rows to copy before
+    the gather (`moved_from` -> `moved_to`)."""
 
-    def __init__(self, phys, idx, fresh):
+    def __init__(self, phys, idx, fresh, fresh_numbers=None, moved_from=None, moved_to=None):
         self.phys, self.idx, self.fresh = phys, idx, fresh
+        self.fresh_numbers = fresh if fresh_numbers is None else fresh_numbers
+        self.moved_from, self.moved_to = moved_from, moved_to
 
 
 class IdRowMap:
@@ -145,6 +159,10 @@ class IdRowMap:
             raise ValueError("frequency rows need the map's feature index")
         self.lazy = _table_fill == "lazy"
         self.compact = _compaction and self.assign == "first-seen"
+        self.promote = _promote_rows if self.assign == "first-seen" and self.lazy and not self.compact else 0
+        if self.promote and self.promote >= self.capacity:
+            raise ValueError(f"promotion keeps {self.promote} rows for rows used again, which leaves no row of "
+                             f"{name}'s {self.capacity} for new ids: fewer hot rows, or larger tables")
         self.variables = []      # the EmbeddingVariables' tables addressed by these rows
         self.batch_phys = []     # each rows() call's unique physical rows (the Compactor counts them)
         tf.compat.v1.add_to_collection(_ALL_MAPS, self)
@@ -161,6 +179,10 @@ class IdRowMap:
             self.counter = tf.compat.v1.get_variable(
                 "rows_used", shape=[], dtype=tf.int64, initializer=tf.compat.v1.zeros_initializer(),
                 trainable=False, use_resource=True)
+            if self.promote:   # rows of the hot region [0, promote) given to ids met again
+                self.promoted = tf.compat.v1.get_variable(
+                    "rows_promoted", shape=[], dtype=tf.int64, initializer=tf.compat.v1.zeros_initializer(),
+                    trainable=False, use_resource=True)
             if self.compact:
                 # per position: batches that used it (cumulative), its id and the row number it was given
                 # (`orig`); per row number: where its row is now (`home`: ids past capacity wrap onto the row
@@ -198,6 +220,8 @@ class IdRowMap:
                     return RowBatch(tf.identity(phys), idx, tf.identity(fresh))
             found = self.table.lookup(uniq)
             is_new = found < 0
+            if self.promote:
+                return self._rows_promoting(uniq, idx, found, is_new)
             n_new = tf.reduce_sum(tf.cast(is_new, tf.int64))
             start = self.counter.assign_add(n_new, read_value=True) - n_new
             offsets = tf.cumsum(tf.cast(is_new, tf.int64), exclusive=True)
@@ -221,6 +245,39 @@ class IdRowMap:
                 # a new id past capacity wraps onto a row an earlier id initialised and trained: keep it
                 fresh = tf.boolean_mask(rows, tf.logical_and(is_new, rows < self.capacity)) if self.lazy else None
             return RowBatch(phys, idx, fresh)
+
+
+    def _rows_promoting(self, uniq, idx, found, is_new):
+        """First-seen rows with promotion: a new id's row number n lives at H + n (H = self.promote), in the back
+        region, among rows that may never be used again (under a power law most are used once); an id met again
+        whose row is still there moves to the next free row of the hot region [0, H) (its values and optimizer
+        state copied before the step reads them: EmbeddingVariable.lookup), while the hot region has room. So the
+        rows used more than once share pages, and a tier that keeps pages in DRAM by their use (tier_pager) keeps
+        them, where first-seen pages mix them with rows used once (docs/pmem.md, "Promotion"). Loss-neutral: a
+        row's initial values follow its number n, not where it lives, and a move copies whole rows. Past the back
+        region's H - capacity rows, new ids wrap onto its rows (as past capacity without promotion)."""
+        hot, back = self.promote, self.capacity - self.promote
+        n_new = tf.reduce_sum(tf.cast(is_new, tf.int64))
+        start = self.counter.assign_add(n_new, read_value=True) - n_new
+        numbers = start + tf.cumsum(tf.cast(is_new, tf.int64), exclusive=True)
+        new_at = hot + tf.math.floormod(numbers, back)
+        # ids met again whose row is in the back region, in the batch's order, as many as the hot region has room for
+        again = tf.logical_and(tf.logical_not(is_new), found >= hot)
+        order = tf.cumsum(tf.cast(again, tf.int64), exclusive=True)
+        room = hot - self.promoted.read_value()
+        move = tf.logical_and(again, order < room)
+        n_move = tf.reduce_sum(tf.cast(move, tf.int64))
+        first_free = self.promoted.assign_add(n_move, read_value=True) - n_move
+        moved_to = tf.boolean_mask(first_free + order, move)
+        rows = tf.where(is_new, new_at, tf.where(move, first_free + order, found))
+        deps = [self.table.insert(tf.boolean_mask(uniq, is_new), tf.boolean_mask(new_at, is_new)),
+                self.table.insert(tf.boolean_mask(uniq, move), moved_to)]
+        with tf.control_dependencies(deps):
+            phys = tf.identity(rows)
+            own = tf.logical_and(is_new, numbers < back)   # a wrapped id finds its row initialised and trained
+            fresh = tf.boolean_mask(new_at, own)
+            return RowBatch(phys, idx, fresh, fresh_numbers=tf.boolean_mask(numbers, own),
+                            moved_from=tf.boolean_mask(found, move), moved_to=moved_to)
 
 
 class EmbeddingVariable:
@@ -258,10 +315,16 @@ class EmbeddingVariable:
             if self.accumulator is not None:   # lazy: the batch's first-used rows get their values first
                 init = [tf.raw_ops.ResourceScatterUpdate(
                             resource=self.var.handle, indices=fresh,
-                            updates=row_values(fresh, self.dim, self.seed, self.stddev)),
+                            updates=row_values(batch_rows.fresh_numbers, self.dim, self.seed, self.stddev)),
                         tf.raw_ops.ResourceScatterUpdate(
                             resource=self.accumulator.handle, indices=fresh,
                             updates=tf.fill(tf.stack([tf.size(fresh), self.dim]), ACCUMULATOR_INIT))]
+            if batch_rows.moved_from is not None:   # promoted rows: values and accumulator, before the gather
+                init += [tf.raw_ops.ResourceScatterUpdate(
+                             resource=t.handle, indices=batch_rows.moved_to,
+                             updates=tf.raw_ops.ResourceGather(resource=t.handle, indices=batch_rows.moved_from,
+                                                               dtype=tf.float32))
+                         for t in (self.var, self.accumulator)]
             with tf.control_dependencies(init):
                 uniq_emb = tf.gather(self.var, batch_rows.phys)   # gradient: IndexedSlices on `phys` only
         emb = tf.gather(uniq_emb, batch_rows.idx)
@@ -422,7 +485,8 @@ class RowLayout:
         self.maps = (graph or tf.compat.v1.get_default_graph()).get_collection(_ALL_MAPS)
         self.counted = [m for m in self.maps if m.assign == "first-seen"]
         self.hashed = [m for m in self.maps if m.assign != "first-seen" and m.lazy]   # hashed and frequency rows
-        self.fetches = ([m.counter.read_value() for m in self.counted], [m.table.export()[0] for m in self.hashed])
+        self.fetches = ([m.counter.read_value() for m in self.counted], [m.table.export()[0] for m in self.hashed],
+                        [m.promoted.read_value() if m.promote else tf.constant(0, tf.int64) for m in self.counted])
 
     def read(self, sess):
         import numpy as np
@@ -436,9 +500,13 @@ class RowLayout:
         if any(m.assign != "first-seen" and not m.lazy for m in self.maps):
             out["not_measured"] = (f"{_row_assign} rows in tables filled at initialisation: the map keeps no record of the "
                                    "rows used (--table-fill lazy keeps one)")
-        used, keys = sess.run(self.fetches)
+        used, keys, promoted = sess.run(self.fetches)
         rows_of = {m: np.arange(min(int(n), m.capacity)) for m, n in zip(self.counted, used)}
         rows_of.update({m: np.unique(k) for m, k in zip(self.hashed, keys)})
+        # promotion: rows live in the hot region's first `promoted` rows and in the back region from H (the rows
+        # promoted out of it are counted there too: their pages held them)
+        where = {m: np.concatenate([np.arange(int(p)), m.promote + np.arange(min(int(n), m.capacity - m.promote))])
+                 for m, n, p in zip(self.counted, used, promoted) if m.promote}
         rows_used = row_pages = packed = 0
         for m in self.maps:
             for v in m.variables:
@@ -449,11 +517,24 @@ class RowLayout:
                 if rows is None:
                     continue
                 rows_used += 2 * rows.size
-                row_pages += 2 * _pages(rows, row_bytes)
+                row_pages += 2 * _pages(where.get(m, rows), row_bytes)
                 packed += 2 * _pages(np.arange(rows.size), row_bytes)
         if out["not_measured"] is None:
             out.update(rows_used=int(rows_used), row_pages=int(row_pages), packed_pages=int(packed))
         return out
+
+    def report_promotion(self, sess):
+        """One stderr line with the rows promotion moved (nothing where no map promotes)."""
+        import sys
+
+        maps = [(k, m) for k, m in enumerate(self.counted) if m.promote]
+        if not maps:
+            return
+        promoted = sess.run(self.fetches[2])
+        moved = sum(int(promoted[k]) for k, _ in maps)
+        full = sum(int(promoted[k]) >= m.promote for k, m in maps)
+        sys.stderr.write(f"rtkit-workload: promotion: {moved} rows moved to the hot regions ({maps[0][1].promote} rows "
+                         f"a feature), {full} of {len(maps)} regions full\n")
 
     def write(self, sess):
         """read() into RTKIT_RUN_DIR/rows-<pid>.json under `rtkit run` (the report's rows section)."""

@@ -143,6 +143,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                 if compactor is not None:
                     compactor.report(sess)
                 layout.write(sess)
+                layout.report_promotion(sess)
                 if params is not None:   # after the last step: one run of rtkit-free reads, not a step
                     digest = params_digest([n for n, _ in params], sess.run([t for _, t in params]))
                     sys.stdout.write(f"params {digest}\n")
@@ -162,6 +163,7 @@ def _graph_train(model, api, path, steps, batch, epochs, seed, emb_dim, capacity
                 if compactor is not None:
                     compactor.report(sess)
                 layout.write(sess)
+                layout.report_promotion(sess)
 
 
 def _eager_threads(threads_inter, threads_intra, api):

@@ -68,9 +68,9 @@ def _ranks_np(u, distinct, exponent):
     return np.clip(r, 1, distinct).astype(np.int64)
 
 
-def expected_distinct(draws, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONENT):
-    """Expected distinct ids per feature after `draws` draws: sum over ranks of 1 - (1 - p_r)^draws, with
-    p_r the law's mass on rank r (summed over log-spaced rank bands: cheap for any size)."""
+def _bands(distinct, exponent):
+    """The law over log-spaced rank bands: each band's width and the mass of each of its ranks (the band's mass
+    spread evenly), so that sums over ranks cost 4000 terms for any size."""
     edges = np.unique(np.geomspace(1, distinct + 1, 4000).astype(np.int64))
     lo, hi = edges[:-1].astype(np.float64), edges[1:].astype(np.float64)
 
@@ -79,10 +79,24 @@ def expected_distinct(draws, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONEN
             return np.log(x) / np.log(distinct + 1.0)
         return (x ** (1.0 - exponent) - 1.0) / ((distinct + 1.0) ** (1.0 - exponent) - 1.0)
 
-    mass = cdf(hi) - cdf(lo)                    # the band's mass, spread evenly over its ranks
     width = hi - lo
-    p = mass / width
-    return float(np.sum(width * -np.expm1(draws * np.log1p(-np.minimum(p, 1 - 1e-15)))))
+    return width, np.minimum((cdf(hi) - cdf(lo)) / width, 1 - 1e-15)
+
+
+def expected_distinct(draws, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONENT):
+    """Expected distinct ids per feature after `draws` draws: sum over ranks of 1 - (1 - p_r)^draws, with
+    p_r the law's mass on rank r."""
+    width, p = _bands(distinct, exponent)
+    return float(np.sum(width * -np.expm1(draws * np.log1p(-p))))
+
+
+def expected_repeated(draws, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONENT):
+    """Expected ids per feature drawn at least twice in `draws` draws (an upper bound of the rows a promoting
+    IdRowMap moves: two draws in one batch are one use): sum over ranks of 1 - (1 - p)^n - n p (1 - p)^(n - 1)."""
+    width, p = _bands(distinct, exponent)
+    none = np.exp(draws * np.log1p(-p))
+    once = draws * p * np.exp((draws - 1) * np.log1p(-p))
+    return float(np.sum(width * np.clip(1.0 - none - once, 0.0, 1.0)))
 
 
 def _salt(feature, seed):
