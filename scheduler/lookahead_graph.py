@@ -266,6 +266,12 @@ def _plan(graph, boundary, pipelined, what: str, max_tables: int) -> Tuple[Optio
         return None, "the gathered tables have no static shape"
     for name, slots in _slots(graph, set(tables)).items():
         tables[name].slots = slots
+    # a variable gathered itself that is another gathered table's optimizer slot (a row copy that moves a table's
+    # rows with their slot rows, as the EmbeddingVariable analogue's promotion does) is that table's: the same
+    # rows, read ahead with it (a table of its own would be looked for twice in the same memory, and found neither time)
+    owner = {s.op.name: name for name, t in tables.items() for s in t.slots if s.op.name in tables and s.op.name != name}
+    for slot in owner:
+        del tables[slot]
     gd, ext_names = _graph_def(order, external)
     was_final = graph.finalized
     if was_final:   # MonitoredTrainingSession: new ops only, before its first step (as the staging rewrite does)
@@ -278,7 +284,8 @@ def _plan(graph, boundary, pipelined, what: str, max_tables: int) -> Tuple[Optio
             copied = iter(tf.graph_util.import_graph_def(gd, input_map=input_map, return_elements=wanted, name=SCOPE)
                           if order else [])
             idx = [op.inputs[1] if op.inputs[1].name in boundary else next(copied) for op, _ in kept]
-            p = Plan(index_tensors=list(idx), table_of_index=[h.op.name for _, h in kept], tables=tables,
+            p = Plan(index_tensors=list(idx), table_of_index=[owner.get(h.op.name, h.op.name) for _, h in kept],
+                     tables=tables,
                      gather_ops=[op.name for op, _ in kept],
                      skipped=skipped)
             with graph.name_scope(SCOPE + "_touch/"):

@@ -371,3 +371,32 @@ def test_a_slots_pages_are_its_tables_shifted_only_where_laid_out_alike():
     assert sorted(got) == ["t#0", "t#1", "t#2", "t#3"]
     for i, b in enumerate(bases[:4]):
         assert np.array_equal(got[f"t#{i}"], lp.row_pages(b, row_bytes[i], rows["t"])), i
+
+
+@requires_tf
+def test_a_gathered_optimizer_slot_is_read_ahead_as_its_tables_slot():
+    """A row copy that gathers a table's optimizer slot itself (the EmbeddingVariable analogue's promotion moves a
+    row's values and its Adagrad row) adds no table of its own: the slot's gather is planned as its table's rows, so
+    its region is looked for once, as that table's slot (planned as a second table, the same memory was looked for
+    under two names and found under neither on the full-scale bench)."""
+    import tensorflow as tf
+
+    from rtkit.scheduler import lookahead_graph
+
+    tf1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        ids = tf1.placeholder(tf.int64, [None], name="ids")
+        moved = tf1.placeholder(tf.int64, [None], name="moved")
+        table = tf1.get_variable("table", [1000, 8], use_resource=True)
+        opt = tf1.train.AdagradOptimizer(0.1)
+        loss = tf.reduce_sum(tf.gather(table, ids))
+        train = opt.minimize(loss)
+        slot = opt.get_slot(table, "accumulator")
+        copied = tf.raw_ops.ResourceGather(resource=slot.handle, indices=moved, dtype=tf.float32)
+        plan, why = lookahead_graph.plan_feeds(g)
+    assert plan is not None, why
+    assert list(plan.tables) == [table.handle.op.name], list(plan.tables)
+    assert [s.op.name for s in plan.tables[table.handle.op.name].slots] == [slot.handle.op.name]
+    assert len(plan.index_tensors) == 2 and set(plan.table_of_index) == {table.handle.op.name}, plan.table_of_index
+    assert train is not None and copied is not None

@@ -14,7 +14,8 @@ and disk follow the pages the steps touch: with first-seen rows (packed) that is
 ids; `--row-assign hashed` scatters the same ids over every table, one page each. The data set is
 `--ids zipf` (`rtkit.workloads.zipf`): power-law ids over `--distinct` ids a feature, drawn on the fly, so
 that at the defaults (2000 steps of 2048, dim 64) the rows used reach ~26 GiB, past this machine's DRAM
-(`touched_bytes` says how much before the runs start). `--compact-steps` adds hot-row compaction to (b).
+(`touched_bytes` says how much before the runs start). `--compact-steps` adds hot-row compaction to (b);
+`--promote-hot-rows N` moves the rows of ids met again to the first N rows of (b)'s tables (and of its size in DRAM).
 
 (a)'s tables are smaller than (b)'s (a third at the defaults), so with first-seen rows they have every row used
 long before (b)'s (at the defaults by about step 800 of 2000): from there (a)'s later ids wrap onto trained rows, and it makes no new rows and

@@ -48,7 +48,10 @@ row (the most frequent id at row 0), what a vocabulary adapted on the data gives
 and ``IntegerLookup`` sort by frequency): ``rank_of`` knows the ranks (``rtkit.workloads.zipf.rank_of``). ``--table-gb`` sizes the tables from a byte budget (``python -m rtkit.workloads``).
 :class:`Compactor` (``--compact-steps``) also moves the most used rows to the front at step boundaries, by
 access counts, loss-neutrally; on power-law ids (``--ids zipf``) first-seen order already gets most of what
-it gets (docs/pmem.md).
+it gets (docs/pmem.md). Promotion (``set_promotion``, ``--promote-hot-rows N``) keeps the first N rows of each
+first-seen lazily filled table for ids met a second time, moved there in the step that meets them again, and
+gives new ids rows from N on: under a power law most rows are used once, so the rows used again then share
+pages apart from them (docs/pmem.md, "Promotion").
 """
 import tensorflow as tf
 
@@ -246,7 +249,6 @@ class IdRowMap:
                 fresh = tf.boolean_mask(rows, tf.logical_and(is_new, rows < self.capacity)) if self.lazy else None
             return RowBatch(phys, idx, fresh)
 
-
     def _rows_promoting(self, uniq, idx, found, is_new):
         """First-seen rows with promotion: a new id's row number n lives at H + n (H = self.promote), in the back
         region, among rows that may never be used again (under a power law most are used once); an id met again
@@ -255,7 +257,8 @@ class IdRowMap:
         rows used more than once share pages, and a tier that keeps pages in DRAM by their use (tier_pager) keeps
         them, where first-seen pages mix them with rows used once (docs/pmem.md, "Promotion"). Loss-neutral: a
         row's initial values follow its number n, not where it lives, and a move copies whole rows. Past the back
-        region's H - capacity rows, new ids wrap onto its rows (as past capacity without promotion)."""
+        region's capacity - H rows, new ids wrap onto its rows (as past capacity without promotion; an id promoted
+        from a row that several ids share takes that row's values with it, the others keep the row)."""
         hot, back = self.promote, self.capacity - self.promote
         n_new = tf.reduce_sum(tf.cast(is_new, tf.int64))
         start = self.counter.assign_add(n_new, read_value=True) - n_new
