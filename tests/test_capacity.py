@@ -339,6 +339,7 @@ def test_workload_refuses_bad_zipf_and_compaction_flags():
                         (["--compact-steps", "5", "--row-assign", "hashed"], "--compact-steps"),
                         (["--promote-hot-rows", "5"], "--table-fill lazy"),
                         (["--promote-hot-rows", "5", "--table-fill", "lazy", "--row-assign", "hashed"], "first-seen"),
+                        (["--promote-hot-rows", "500", "--table-fill", "lazy", "--capacity", "500"], "leaves none"),
                         (["--ids", "zipf", "--api", "keras"], "graph API")):
         proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and word in proc.stderr.strip().splitlines()[-1], (extra, proc.stderr)

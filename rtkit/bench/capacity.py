@@ -507,9 +507,10 @@ def check(args, dram: int) -> Optional[str]:
                                   or args.sweep):
         return ("capacity: --promote-hot-rows moves first-seen rows (no --row-assign, --compact-steps or --sweep "
                 "beside it) and takes a positive row count")
-    if args.promote_hot_rows and args.promote_hot_rows >= capacity_rows(args, args.scale_b * args.dram / GIB):
-        return (f"capacity: --promote-hot-rows {args.promote_hot_rows} leaves none of (b)'s "
-                f"{capacity_rows(args, args.scale_b * args.dram / GIB)} rows a feature for new ids; fewer")
+    b_rows = capacity_rows(args, args.scale_b * dram / GIB)
+    if args.promote_hot_rows and args.promote_hot_rows >= b_rows:
+        return (f"capacity: --promote-hot-rows {args.promote_hot_rows} leaves none of (b)'s {b_rows} rows a feature "
+                "for new ids; fewer")
     if args.sweep:
         problem = capacity_sweep.budgets(args, touched_bytes(args))
         if problem:

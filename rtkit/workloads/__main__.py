@@ -234,6 +234,9 @@ def main(argv=None):
                                   or args.api not in ("session", "monitored")):
         parser.error("--promote-hot-rows moves first-seen rows of lazily filled tables (--table-fill lazy), in a "
                      "graph API (session, monitored), without --compact-steps")
+    if args.promote_hot_rows and args.capacity and args.promote_hot_rows >= args.capacity:
+        parser.error(f"--promote-hot-rows {args.promote_hot_rows} leaves none of the tables' {args.capacity} rows for "
+                     "new ids: fewer hot rows, or larger tables (--capacity, --table-gb)")
     if args.summary_dir and (args.api not in ("session", "monitored") or _cluster_task(argv) is not None):
         parser.error("--summary-dir: a single-process graph API (--api session or monitored)")
     if args.grappler_arithmetic == "off" and (args.api not in ("session", "monitored") or _cluster_task(argv) is not None):
