@@ -28,6 +28,7 @@ struct uffd_msg_ { uint8_t event, reserved1; uint16_t reserved2; uint32_t reserv
 #define UFFDIO_REGISTER_ _IOWR(0xAA, 0x00, struct uffdio_register_)
 #define UFFDIO_UNREGISTER_ _IOR(0xAA, 0x01, struct uffdio_range_)
 #define UFFDIO_WAKE_ _IOR(0xAA, 0x02, struct uffdio_range_)
+#define UFFDIO_COPY_MODE_DONTWAKE_ (1ull << 0)
 #define UFFDIO_COPY_ _IOWR(0xAA, 0x03, struct uffdio_copy_)
 #define UFFDIO_ZEROPAGE_ _IOWR(0xAA, 0x04, struct uffdio_zeropage_)
 #define UFFDIO_MOVE_ _IOWR(0xAA, 0x05, struct uffdio_move_)

@@ -155,10 +155,11 @@ static void chunk_unlock(uint64_t c)
 /* ---------------------------------------------------------------- missing pages */
 /* Put the page at `src` in place of pool page i (missing; its chunk locked by the caller): 0, or -errno (EEXIST: a
  * fault or another fill brought it in meanwhile). A page brought back is used again after its eviction: it recurs,
- * and counts as written now. */
-static int put_back(uint64_t i, const char *src)
+ * and counts as written now. `mode` UFFDIO_COPY_MODE_DONTWAKE_: a thread waiting on the page is woken by the caller
+ * (after the books say the page is in), not by the copy. */
+static int put_back(uint64_t i, const char *src, uint64_t mode)
 {
-    struct uffdio_copy_ c = {(uint64_t)(uintptr_t)addr_of(i), (uint64_t)(uintptr_t)src, TIER_PAGE, 0, 0};
+    struct uffdio_copy_ c = {(uint64_t)(uintptr_t)addr_of(i), (uint64_t)(uintptr_t)src, TIER_PAGE, mode, 0};
     int rc;
     while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) == -EAGAIN)
         c.copy = 0;
@@ -182,6 +183,7 @@ static void serve(char *p, char *buf)
     double t0 = rtk_tier_now_s();
     uint64_t cpu0 = rtk_os_thread_cpu_ns();
     int rc;
+    uint64_t filled = TIER_PAGE;  /* bytes put in from p on */
     unsigned id = word_at(i);
     if (id) {
         /* kept as its word: rebuilt in the handler's buffer, no disk. That page only: the rows a step gathers from
@@ -189,7 +191,7 @@ static void serve(char *p, char *buf)
          * pushing out pages the steps use (filling its run of 64 at full scale: 2.5M pages filled and 5.9M evicted
          * against 4.0M) */
         fill_word(buf, id, 1);
-        if ((rc = put_back(i, buf)) == 0)
+        if ((rc = put_back(i, buf, UFFDIO_COPY_MODE_DONTWAKE_)) == 0)
             ADD(S.filled_same, 1);
     } else if (on_file(i)) {
         long got = -1;
@@ -201,7 +203,7 @@ static void serve(char *p, char *buf)
             memset(buf, 0, TIER_PAGE);
             ADD(S.read_errors, 1);
         }
-        if ((rc = put_back(i, buf)) == 0)
+        if ((rc = put_back(i, buf, UFFDIO_COPY_MODE_DONTWAKE_)) == 0)
             ADD(S.filled_from_file, 1);
     } else {
         /* a hole: zeroed pages for it and the holes after it, up to the end of its FILL_RUN window (rows are
@@ -215,7 +217,8 @@ static void serve(char *p, char *buf)
             c1 = e / CHUNK_PAGES;
             e++;
         }
-        struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)g.zeros, (e - i) * TIER_PAGE, 0, 0};
+        struct uffdio_copy_ c = {(uint64_t)(uintptr_t)p, (uint64_t)(uintptr_t)g.zeros, (e - i) * TIER_PAGE,
+                                 UFFDIO_COPY_MODE_DONTWAKE_, 0};
         while ((rc = rtk_os_uffd_call(g.uffd, UFFDIO_COPY_, &c)) != 0 && c.copy <= 0 && rc != -EEXIST && c.len > TIER_PAGE) {
             c.len = rc == -EAGAIN ? c.len : TIER_PAGE;  /* past the record's end (not registered): this page only */
             c.copy = 0;
@@ -225,13 +228,17 @@ static void serve(char *p, char *buf)
             for (uint64_t k = 0; k < (uint64_t)c.copy / TIER_PAGE; k++)
                 __atomic_store_n(&g.age[i + k], 1, __ATOMIC_RELAXED);
             ADD(S.filled_zero, (uint64_t)c.copy / TIER_PAGE);
+            filled = (uint64_t)c.copy;
             rc = 0;  /* the faulting page is the first: it is in; a later one that was there stopped the copy */
         }
     }
     for (uint64_t c = c0; c <= c1; c++)
         chunk_unlock(c);
-    if (rc != 0)
-        wake_page(p);  /* another thread filled it, or the range left the pager (a free): the access retries */
+    /* The copies did not wake the faulting thread: it runs on once the books say its pages are in (a thread that
+     * reads them right after its access, the lookahead's check, would otherwise find them out). Where the copy
+     * failed, another thread filled the page or the range left the pager (a free): the access retries. */
+    struct uffdio_range_ woken = {(uint64_t)(uintptr_t)p, rc == 0 ? filled : TIER_PAGE};
+    rtk_os_uffd_call(g.uffd, UFFDIO_WAKE_, &woken);
     double dt = rtk_tier_now_s() - t0;
     __atomic_fetch_add(&S.fill_ns, (uint64_t)(dt * 1e9), __ATOMIC_RELAXED);
     __atomic_fetch_add(&S.fill_cpu_ns, rtk_os_thread_cpu_ns() - cpu0, __ATOMIC_RELAXED);
@@ -931,7 +938,7 @@ static uint64_t fetch_run(uint64_t i, uint64_t n)
                 continue;
             if (id)
                 fill_word(g.fetch_buf + k * TIER_PAGE, id, 1);
-            if (put_back(i + k, g.fetch_buf + k * TIER_PAGE) == 0)
+            if (put_back(i + k, g.fetch_buf + k * TIER_PAGE, 0) == 0)
                 got++, same += id != 0;
         }
     }  /* a failed read fills nothing here: the step's fault reads it again and counts an error if it fails */
