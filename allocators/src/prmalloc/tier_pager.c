@@ -446,7 +446,8 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
             memset(in_stage, mv.move > 0 ? 1 : 0, sizeof in_stage);
         }
         /* Nor its return code: the same kernel says EEXIST for a page it did move (~1 run of the race mode in 40:
-         * the page in the stage's slot, none left at its place), after an internal retry found its own move done.
+         * the page in the stage's slot, none left at its place; presumably an internal retry that found its own move
+         * done: not traced in the kernel).
          * A failed call's pages count as moved where the stage holds a page and the source holds none; a page
          * still at its place stays, whatever the stage's slot holds (that would be ours to explain: an error) */
         int stray = 0;
@@ -480,7 +481,7 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
         }
         if (any || stray)
             g.staged += e - j;  /* its copies stay until the stage is freed (the data is the file's now); slots
-                                 * holding what no move of ours put there are never moved into again */
+                                 * holding what no move of ours put there are not moved into before then */
         j = e;
     }
     chunk_unlock(c);
