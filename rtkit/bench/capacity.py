@@ -291,9 +291,9 @@ def promoted_bytes(args, steps: Optional[int] = None) -> float:
         return 0.0
     from rtkit.workloads import zipf
 
-    draws = (steps or args.steps) * args.batch
-    return sum(min(args.promote_hot_rows, zipf.expected_repeated(draws, d, args.zipf_exponent))
-               for d in zipf.per_feature(zipf.feature_distinct(args.distinct, args.feature_distinct_skew))) * row_bytes(args)
+    return zipf.expected_repeated_all((steps or args.steps) * args.batch,
+                                      zipf.feature_distinct(args.distinct, args.feature_distinct_skew), args.zipf_exponent,
+                                      at_most=args.promote_hot_rows) * row_bytes(args)
 
 
 def _expected_distinct_all(args, steps: Optional[int] = None) -> float:

@@ -45,10 +45,9 @@ def _table_room_problem(table_gb, args=None, widths=()):
         from rtkit.workloads import zipf
 
         distinct, exponent = _zipf_ids(args)
-        hot = getattr(args, "promote_hot_rows", None) or 0   # promoted rows are a second copy of theirs
-        used = sum(min(zipf.expected_distinct(args.steps * args.batch, d, exponent), args.capacity)
-                   + min(hot, zipf.expected_repeated(args.steps * args.batch, d, exponent))
-                   for d in zipf.per_feature(distinct))
+        draws, hot = args.steps * args.batch, getattr(args, "promote_hot_rows", None) or 0
+        used = sum(min(zipf.expected_distinct(draws, d, exponent), args.capacity) for d in zipf.per_feature(distinct))
+        used += zipf.expected_repeated_all(draws, distinct, exponent, at_most=hot)   # promoted rows: second copies
         need = min(need, used * 4 * sum(widths) * 2)
     mem = pool_room.mem_total() or 0
     pool = config.from_child_env("tier_pool_size") if config.from_child_env("tier_pool_path") else 0

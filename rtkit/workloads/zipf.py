@@ -99,6 +99,13 @@ def expected_repeated(draws, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONEN
     return float(np.sum(width * np.clip(1.0 - none - once, 0.0, 1.0)))
 
 
+def expected_repeated_all(draws, distinct=DEFAULT_DISTINCT, exponent=DEFAULT_EXPONENT, at_most=None):
+    """expected_repeated over all NUM_CAT features (distinct: an int or per feature), each at most `at_most` (the
+    rows a promoting IdRowMap's hot region holds)."""
+    return sum(min(expected_repeated(draws, d, exponent), float("inf") if at_most is None else at_most)
+               for d in per_feature(distinct))
+
+
 def _salt(feature, seed):
     """The 64-bit salt xored into feature `feature`'s ranks before mixing."""
     return (0x632BE5AB * (feature + 1) + 0x7F4A7C15 + int(seed) * 0x9E3779B97F4A7C15) & (2**64 - 1)

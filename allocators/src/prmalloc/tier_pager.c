@@ -119,9 +119,10 @@ static void fill_word(char *dst, unsigned id, uint64_t pages)
         d[k] = w;
 }
 
-static void wake_page(char *p)
+/* wake the threads waiting on [p, p + len) */
+static void wake(char *p, uint64_t len)
 {
-    struct uffdio_range_ r = {(uint64_t)(uintptr_t)p, TIER_PAGE};
+    struct uffdio_range_ r = {(uint64_t)(uintptr_t)p, len};
     rtk_os_uffd_call(g.uffd, UFFDIO_WAKE_, &r);
 }
 
@@ -175,7 +176,7 @@ static void serve(char *p, char *buf)
 {
     uint64_t i = page_of(p);
     if (p < rtk_tier.base || i >= g.npages) {
-        wake_page(p);
+        wake(p, TIER_PAGE);
         return;
     }
     uint64_t c0 = i / CHUNK_PAGES, c1 = c0;  /* the chunks locked: [c0, c1] */
@@ -237,8 +238,7 @@ static void serve(char *p, char *buf)
     /* The copies did not wake the faulting thread: it runs on once the books say its pages are in (a thread that
      * reads them right after its access, the lookahead's check, would otherwise find them out). Where the copy
      * failed, another thread filled the page or the range left the pager (a free): the access retries. */
-    struct uffdio_range_ woken = {(uint64_t)(uintptr_t)p, rc == 0 ? filled : TIER_PAGE};
-    rtk_os_uffd_call(g.uffd, UFFDIO_WAKE_, &woken);
+    wake(p, rc == 0 ? filled : TIER_PAGE);
     double dt = rtk_tier_now_s() - t0;
     __atomic_fetch_add(&S.fill_ns, (uint64_t)(dt * 1e9), __ATOMIC_RELAXED);
     __atomic_fetch_add(&S.fill_cpu_ns, rtk_os_thread_cpu_ns() - cpu0, __ATOMIC_RELAXED);
