@@ -170,6 +170,29 @@ def test_lazy_first_seen_tables_need_only_the_rows_their_steps_use():
     assert "does not fit" in problem(*lazy, "--steps", "100000000")          # the steps use every row
 
 
+@requires_tf
+def test_lazy_rows_initial_values_depend_on_the_row_only_and_look_like_a_truncated_normal():
+    """A lazily filled row's initial values (ev.row_values, one hash per value) are a function of (seed, row,
+    column): the same rows give the same bits alone or in another batch, another seed gives other values, and over
+    many rows they have a truncated normal's moments (mean 0, sd 0.973 stddev, clipped at 2 stddev) with columns
+    and neighbouring rows uncorrelated."""
+    import numpy as np
+    import tensorflow as tf
+    from rtkit.workloads import ev
+
+    stddev = 0.05
+    many = ev.row_values(tf.range(100_000, dtype=tf.int64), 32, 7, stddev).numpy()
+    some = ev.row_values(tf.constant([99_999, 5, 4_242], tf.int64), 32, 7, stddev).numpy()
+    assert np.array_equal(some, many[[99_999, 5, 4_242]])
+    assert not np.allclose(ev.row_values(tf.constant([5], tf.int64), 32, 8, stddev).numpy(), many[5])
+    assert abs(many.mean()) < 1e-3
+    assert abs(many.std() / stddev - 0.973) < 0.01          # a normal truncated at 2 sd: sd 0.880; Irwin-Hall 4 at 2 sd: 0.973
+    assert np.abs(many).max() <= 2 * stddev + 1e-7 and np.abs(many).max() > 1.9 * stddev
+    assert abs(np.corrcoef(many[:, 0], many[:, 1])[0, 1]) < 0.02
+    assert abs(np.corrcoef(many[:-1, 3], many[1:, 3])[0, 1]) < 0.02
+    assert len(np.unique(many)) > 50_000                      # not a coarse grid of values
+
+
 def test_expected_distinct_matches_draws():
     """The bench sizes its runs with zipf.expected_distinct: it must agree with counting real draws of the law
     (numpy, the same inverse CDF as the input graph's), and grow with the draws."""
