@@ -697,6 +697,19 @@ def test_lookahead_words_count_tables_in_the_singular_and_plural():
     assert "(mincore, 1 table)" in words(1) and "(mincore, 2 tables)" in words(2), (words(1), words(2))
 
 
+def test_lookahead_words_say_the_pager_answered_for_its_pages_where_it_ran():
+    # rtkit_tier_resident reads the pager's books for the pages it holds: "mincore" would not be true there
+    from rtkit.report import scheduler_outcome, sections, summary
+
+    la = {"state": "on", "mode": "on", "rows_from": "feeds", "pages_requested": 10, "bytes_requested": 40960,
+          "batches": 3, "resident_share": 0.5, "tables_measured": 2, "worker_cpu_s": 0.1}
+    sc = {"lookahead_only": True, "state": "off (sched=0)", "pipeline": {"enabled": False, "lookahead": la}}
+    paged = {"scheduler": sc, "pmem": {"pager": {"on": True}}}
+    assert "(the pager, 2 tables)" in summary.scheduler_line(paged)
+    assert "(the pager, 2 tables)" in dict(sections.scheduler_section(paged).rows)["lookahead"]
+    assert "(mincore, 2 tables)" in summary.scheduler_line({"scheduler": sc, "pmem": {"pager": {"on": False}}})
+
+
 def test_a_staged_lookahead_that_backed_off_says_how_many_batches_it_did_not_look_at():
     # the share resident is of the batches looked at: the line must not read as if it covered every batch
     from rtkit.report import scheduler_outcome

@@ -114,9 +114,15 @@ def pipeline(sc: Dict[str, Any], steps_source: Optional[str] = None) -> str:
     return "no step pipelined"
 
 
-def lookahead(sc: Dict[str, Any]) -> str:
+def pager_ran(report: Dict[str, Any]) -> bool:
+    """Whether tier mode's own pager (tier_pager) ran in this report's process."""
+    return bool(get(report, "pmem.pager.on"))
+
+
+def lookahead(sc: Dict[str, Any], pager: bool = False) -> str:
     """What the lookahead did: '' when staging was off (nothing to look ahead of), else off with why, or its
-    figures."""
+    figures. pager: tier mode's own pager ran (the report's pmem.pager.on), whose books, not mincore, said which
+    pages of the tables it held were in DRAM (rtkit_tier_resident)."""
     la = get(sc, S.LOOKAHEAD)
     fed = isinstance(la, dict) and la.get("rows_from") == "feeds"
     if not isinstance(la, dict) or not (get(sc, S.PIPELINE_ENABLED) or fed or get(sc, S.LOOKAHEAD_ONLY)):
@@ -131,7 +137,7 @@ def lookahead(sc: Dict[str, Any]) -> str:
     if fmt.is_num(la.get("resident_share")):
         n_tables = la.get("tables_measured")
         text += (f", {fmt.pct(la.get('resident_share'))} of " + ("the step's pages resident already" if fed else
-                 "the next step's pages resident before it") + f" (mincore, {fmt.num(n_tables)} table{'' if n_tables == 1 else 's'})")
+                 "the next step's pages resident before it") + f" ({'the pager' if pager else 'mincore'}, {fmt.num(n_tables)} table{'' if n_tables == 1 else 's'})")
     else:
         text += ", resident share not measured (no table found in a tier pool)"
     found, regions = la.get("regions_found"), la.get("regions")

@@ -397,7 +397,7 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
         return s
     if scheduler_outcome.alone(sc):   # the scheduler off, its lookahead of fed ids alone (tier mode)
         _add(s.rows, "state", None, text=scheduler_outcome.alone(sc))
-        _add(s.rows, "lookahead", None, text=scheduler_outcome.lookahead(sc))
+        _add(s.rows, "lookahead", None, text=scheduler_outcome.lookahead(sc, scheduler_outcome.pager_ran(report)))
         errs = get(sc, S.ERRORS)
         s.notes = ([f"error: {e}" for e in errs] if isinstance(errs, list) else []) + _notes(sc)
         return s
@@ -421,7 +421,7 @@ def scheduler_section(report: Dict[str, Any], view: str = "terminal") -> Section
         _add(s.rows, "input stage share of op time", None, text=f"{fmt.num(get(sc, S.INPUT_SHARE))}% (bounds the gain)")
     if scheduler_outcome.bound(sc):
         _add(s.rows, G.name("overlap_bound"), None, text=scheduler_outcome.bound(sc, named=False))
-    ahead = scheduler_outcome.lookahead(sc)
+    ahead = scheduler_outcome.lookahead(sc, scheduler_outcome.pager_ran(report))
     if ahead:
         _add(s.rows, "lookahead", None, text=ahead)
     shown = {S.NOTES, S.STAGES, S.CHOSEN, S.SPEEDUP, S.TRIALS, S.OCCUPANCY_MEAN, S.OCCUPANCY_SAMPLES, S.STAGED_STEPS,

@@ -181,10 +181,11 @@ def scheduler_line(r: Dict[str, Any]) -> Optional[str]:
     if not isinstance(sc, dict):
         return None
     if scheduler_outcome.alone(sc):   # only the lookahead ran: nothing was applied, staged or tuned to speak of
-        return "rtkit: scheduler: " + _join([scheduler_outcome.alone(sc), scheduler_outcome.lookahead(sc)], "; ")
+        ahead = scheduler_outcome.lookahead(sc, scheduler_outcome.pager_ran(r))
+        return "rtkit: scheduler: " + _join([scheduler_outcome.alone(sc), ahead], "; ")
     source = get(r, "steps." + ST.SOURCE)
     parts = [scheduler_outcome.applied(sc, source), scheduler_outcome.pipeline(sc, source),
-             scheduler_outcome.bound(sc), scheduler_outcome.lookahead(sc)]
+             scheduler_outcome.bound(sc), scheduler_outcome.lookahead(sc, scheduler_outcome.pager_ran(r))]
     tuning = get(sc, S.TUNING)
     if isinstance(tuning, dict):
         parts.append(scheduler_outcome.tuning(r, tuning))

@@ -28,7 +28,8 @@ Lazy initialisation: a table and its Adagrad accumulator are allocated
 without being filled (``Empty(init=False)`` assigned to the resource variable, which takes the buffer as
 it is), so initialising a 36 GiB table costs neither time nor memory nor, in tier mode, disk writes.
 A row gets its value in the step that first uses it, before it is read: approximately normal, clipped at
-2 stddev, from a hash of (seed, row, column) (:func:`row_values`), so it depends on the row only, not on
+2 stddev, the sum of a row of each of two blocks of precomputed values picked by a hash of (seed, row), as
+DeepRec's EmbeddingVariable takes new rows from a block of default values (:func:`row_values`), so it depends on the row only, not on
 the table size or on which step came first; the accumulator row gets the constant ``ACCUMULATOR_INIT``. Rows no id has used
 are never read (their bytes are whatever the allocator gave: zero pages). The accumulator is the slot
 :class:`AdagradOptimizer` uses; stock ``tf.compat.v1.train.AdagradOptimizer`` would make (and fill) its
@@ -53,6 +54,9 @@ first-seen lazily filled table for ids met a second time, moved there in the ste
 gives new ids rows from N on: under a power law most rows are used once, so the rows used again then share
 pages apart from them (docs/pmem.md, "Promotion").
 """
+import weakref
+
+import numpy as np
 import tensorflow as tf
 
 ROW_ASSIGNS = ("first-seen", "frequency", "hashed")
@@ -117,27 +121,68 @@ def _mix(z):
     return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, u(31)))
 
 
-def row_values(rows, dim, seed, stddev):
+INIT_BLOCK_ROWS = 4096          # rows of each block of initial values (DeepRec's default_value_dim default)
+_init_blocks = weakref.WeakKeyDictionary()   # graph -> {(dim, device): (block A, block B) constants}
+_eager_blocks = {}
+
+
+def _mix_np(z):
+    """_mix on a numpy uint64 array (wrapping arithmetic, as the graph's)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+        return z ^ (z >> np.uint64(31))
+
+
+def _unit_block(dim, salt):
+    """[INIT_BLOCK_ROWS, dim] float32 of sd ~0.973 (clipped at 2): per value, the sum of the four 16-bit fields of
+    one hashed word (Irwin-Hall), centred and clipped in integers; a function of (salt, row, column) only."""
+    rows = np.arange(INIT_BLOCK_ROWS, dtype=np.uint64).reshape(-1, 1)
+    cols = np.arange(int(dim), dtype=np.uint64).reshape(1, -1)
+    with np.errstate(over="ignore"):
+        z = _mix_np((rows + np.uint64(1)) * np.uint64(_GAMMA) + (cols + np.uint64(1)) * np.uint64(_MIX2)
+                    + np.uint64(salt))
+    pairs = np.uint64(0x0000FFFF0000FFFF)
+    s = (z & pairs) + ((z >> np.uint64(16)) & pairs)
+    s = (s & np.uint64(0xFFFFFFFF)) + (s >> np.uint64(32))
+    limit = int(round(2 * (1 << 16) / 3 ** 0.5))                   # 2 sd of the sum of 4 U[0, 2^16)
+    centred = np.clip(s.astype(np.int64) - (1 << 17), -limit, limit)
+    return (centred * (3 ** 0.5 / (1 << 16))).astype(np.float32)
+
+
+def _blocks(dim, device):
+    """The two blocks of initial values for tables of `dim` columns on `device`: graph constants made once per graph
+    and device (so a parameter server's tables read their own, never another task's), or eager tensors."""
+    key = (int(dim), device or "")
+    if tf.executing_eagerly():
+        cache = _eager_blocks
+    else:
+        cache = _init_blocks.setdefault(tf.compat.v1.get_default_graph(), {})
+    if key not in cache:
+        with tf.name_scope("rtkit_ev_init_blocks/"):
+            cache[key] = tuple(tf.constant(_unit_block(dim, salt)) for salt in (1, 2))
+    return cache[key]
+
+
+def row_values(rows, dim, seed, stddev, device=""):
     """[len(rows), dim] float32 initial values, a function of (seed, row, column) only: approximately
-    normal(0, stddev) (the sum of the four 16-bit fields of one hashed 64-bit word, Irwin-Hall), clipped at 2
-    stddev as a truncated normal is. The sum, centring and clipping are integer ops and the float part is one
-    conversion and one multiply, so no vectorisation, thread split or Grappler rewrite can change a bit: float
-    formulas (`ndtri`, chains of adds) came out different in the last bit in the scheduler's staged graph.
-    This runs every step that meets new ids (~27k rows a step at full scale), so it is one hash per value:
-    four hashes per value (a 32-bit uniform each) took 33 ms of a full-scale step on 2 cores, this 11 ms."""
-    d = int(dim)
+    normal(0, stddev), clipped at 2 stddev as a truncated normal is. As DeepRec's EmbeddingVariable takes a new
+    row's values from a block of default values (default_value_dim rows), a row here is the sum of a row of each of
+    two blocks of INIT_BLOCK_ROWS precomputed values (_unit_block), both picked by one hash of (seed, row): 2^24
+    combinations for a table's rows, at the cost of two gathers. Hashing every value (one word each) took 11 ms of a
+    full-scale step's ~27k new rows on 2 cores (four words each: 33 ms). A gather, an add, a multiply and a clip
+    are exact or correctly rounded element by element, so no vectorisation, thread split or Grappler rewrite can
+    change a bit (float formulas such as `ndtri` came out different in the last bit in the scheduler's staged
+    graph). `device`: the table's (where the blocks are made)."""
+    first, second = _blocks(dim, device)
     u64 = lambda x: tf.constant(x, tf.uint64)  # noqa: E731
-    r = tf.cast(tf.reshape(rows, [-1, 1]), tf.uint64)
-    lanes = tf.constant([(int(seed) * _GAMMA + (j + 1) * _MIX2) & (2**64 - 1) for j in range(d)], tf.uint64)
-    z = _mix((r + 1) * u64(_GAMMA) + tf.reshape(lanes, [1, d]))
-    # the four fields summed two at a time in 32-bit lanes (each partial sum < 2^17: no carry across lanes)
-    pairs = u64(0x0000FFFF0000FFFF)
-    s = tf.bitwise.bitwise_and(z, pairs) + tf.bitwise.bitwise_and(tf.bitwise.right_shift(z, u64(16)), pairs)
-    s = tf.bitwise.bitwise_and(s, u64(0xFFFFFFFF)) + tf.bitwise.right_shift(s, u64(32))
-    centred = tf.cast(s, tf.int32) - (1 << 17)                       # sum of 4 U[0, 2^16): sd 2^16/sqrt(3)
-    limit = int(round(2 * (1 << 16) / 3 ** 0.5))                     # 2 sd
-    clipped = tf.clip_by_value(centred, -limit, limit)
-    return tf.cast(clipped, tf.float32) * tf.constant(stddev * 3 ** 0.5 / (1 << 16), tf.float32)
+    r = tf.cast(tf.reshape(rows, [-1]), tf.uint64)
+    h = _mix((r + 1) * u64(_GAMMA) + u64((int(seed) * _MIX2 + _GAMMA) & (2**64 - 1)))
+    mask = u64(INIT_BLOCK_ROWS - 1)
+    i = tf.cast(tf.bitwise.bitwise_and(h, mask), tf.int32)
+    j = tf.cast(tf.bitwise.bitwise_and(tf.bitwise.right_shift(h, u64(32)), mask), tf.int32)
+    both = tf.gather(first, i) + tf.gather(second, j)             # sd ~0.973 * sqrt(2)
+    return tf.clip_by_value(both * tf.constant(stddev / 2 ** 0.5, tf.float32), -2 * stddev, 2 * stddev)
 
 
 class RowBatch:
@@ -322,7 +367,8 @@ class EmbeddingVariable:
             if self.accumulator is not None:   # lazy: the batch's first-used rows get their values first
                 init = [tf.raw_ops.ResourceScatterUpdate(
                             resource=self.var.handle, indices=fresh,
-                            updates=row_values(batch_rows.fresh_numbers, self.dim, self.seed, self.stddev)),
+                            updates=row_values(batch_rows.fresh_numbers, self.dim, self.seed, self.stddev,
+                                               self.var.device)),
                         tf.raw_ops.ResourceScatterUpdate(
                             resource=self.accumulator.handle, indices=fresh,
                             updates=tf.fill(tf.stack([tf.size(fresh), self.dim]), ACCUMULATOR_INIT))]
