@@ -194,6 +194,26 @@ def test_lazy_rows_initial_values_depend_on_the_row_only_and_look_like_a_truncat
     assert np.array_equal(ev.row_values(tf.constant([5], tf.int64), 1, 7, stddev).numpy().shape, [1, 1])
 
 
+@requires_tf
+def test_initial_value_blocks_made_under_a_callers_control_dependency_serve_every_table():
+    """The blocks are made once per graph and device, by the first table's step: a control dependency around that
+    first call (a promoting map's insert, say) must not become theirs, or every later table's step would wait on
+    it (or fail to build)."""
+    import numpy as np
+    import tensorflow as tf
+    from rtkit.workloads import ev
+
+    with tf.Graph().as_default() as g:
+        gate = tf.compat.v1.placeholder(tf.float32, [])
+        with tf.control_dependencies([tf.compat.v1.assert_positive(gate)]):
+            first = ev.row_values(tf.constant([1, 2], tf.int64), 4, 1, 0.05)
+        later = ev.row_values(tf.constant([1, 2], tf.int64), 4, 1, 0.05)
+        blocks = [n for n in g.as_graph_def().node if n.name.startswith("rtkit_ev_init_blocks/")]
+        assert len(blocks) == 2 and all(not n.input for n in blocks), blocks
+        with tf.compat.v1.Session() as sess:
+            assert np.array_equal(sess.run(later), sess.run(first, {gate: 1.0}))
+
+
 def test_expected_distinct_matches_draws():
     """The bench sizes its runs with zipf.expected_distinct: it must agree with counting real draws of the law
     (numpy, the same inverse CDF as the input graph's), and grow with the draws."""

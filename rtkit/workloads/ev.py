@@ -159,7 +159,8 @@ def _blocks(dim, device):
     else:
         cache = _init_blocks.setdefault(tf.compat.v1.get_default_graph(), {})
     if key not in cache:
-        with tf.name_scope("rtkit_ev_init_blocks/"):
+        # outside any control dependency or loop of the first caller's: every later table's step reads them
+        with tf.control_dependencies(None), tf.name_scope("rtkit_ev_init_blocks/"):
             cache[key] = tuple(tf.constant(_unit_block(dim, salt)) for salt in (1, 2))
     return cache[key]
 
