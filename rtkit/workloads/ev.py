@@ -29,7 +29,8 @@ without being filled (``Empty(init=False)`` assigned to the resource variable, w
 it is), so initialising a 36 GiB table costs neither time nor memory nor, in tier mode, disk writes.
 A row gets its value in the step that first uses it, before it is read: approximately normal, clipped at
 2 stddev, the sum of a row of each of two blocks of precomputed values picked by a hash of (seed, row), as
-DeepRec's EmbeddingVariable takes new rows from a block of default values (:func:`row_values`), so it depends on the row only, not on
+DeepRec's EmbeddingVariable takes new rows from a block of default values (:func:`row_values`), so it depends
+on the row only, not on
 the table size or on which step came first; the accumulator row gets the constant ``ACCUMULATOR_INIT``. Rows no id has used
 are never read (their bytes are whatever the allocator gave: zero pages). The accumulator is the slot
 :class:`AdagradOptimizer` uses; stock ``tf.compat.v1.train.AdagradOptimizer`` would make (and fill) its
@@ -127,11 +128,10 @@ _eager_blocks = {}
 
 
 def _mix_np(z):
-    """_mix on a numpy uint64 array (wrapping arithmetic, as the graph's)."""
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
-        return z ^ (z >> np.uint64(31))
+    """_mix on a numpy uint64 array (array arithmetic wraps, as the graph's, and never warns)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+    return z ^ (z >> np.uint64(31))
 
 
 def _unit_block(dim, salt):
@@ -139,9 +139,7 @@ def _unit_block(dim, salt):
     one hashed word (Irwin-Hall), centred and clipped in integers; a function of (salt, row, column) only."""
     rows = np.arange(INIT_BLOCK_ROWS, dtype=np.uint64).reshape(-1, 1)
     cols = np.arange(int(dim), dtype=np.uint64).reshape(1, -1)
-    with np.errstate(over="ignore"):
-        z = _mix_np((rows + np.uint64(1)) * np.uint64(_GAMMA) + (cols + np.uint64(1)) * np.uint64(_MIX2)
-                    + np.uint64(salt))
+    z = _mix_np((rows + np.uint64(1)) * np.uint64(_GAMMA) + (cols + np.uint64(1)) * np.uint64(_MIX2) + np.uint64(salt))
     pairs = np.uint64(0x0000FFFF0000FFFF)
     s = (z & pairs) + ((z >> np.uint64(16)) & pairs)
     s = (s & np.uint64(0xFFFFFFFF)) + (s >> np.uint64(32))
