@@ -219,6 +219,17 @@ def test_fetches_racing_frees_leave_every_live_record_as_written(prm, dirs):
     assert pg["fetch_filled"] > 0 and pg["evicted_pages"] > 0, pg
 
 
+def test_eviction_takes_the_coldest_pages_first_and_its_walk_skips_chunks_holding_none(prm, dirs):
+    # 4 MiB written at every step, 4 MiB once, 8 MiB of room: the C program checks that every hot page stayed in DRAM
+    # and the cold ones went (and read back as written); here: the walk for candidates looked at the chunks holding
+    # one, not at the hot chunks and the 8 MiB never touched before them (walking every page it looked at 3,500 or so)
+    run_dir, pool = dirs
+    doc, _ = run_paged(prm, "order", run_dir, pool)
+    pg = doc["pager"]
+    assert 0 < pg["evicted_pages"] <= 1024, pg
+    assert pg["evicted_pages"] <= pg["evict_walked_pages"] <= pg["evicted_pages"] + 256, pg
+
+
 @pytest.mark.parametrize("heat_from", ["50", "100"])
 def test_heat_scans_wait_until_the_process_has_used_its_share_of_the_room(prm, dirs, heat_from):
     # each scan costs the steps a fault at their next write to every page: none while the process is far from its

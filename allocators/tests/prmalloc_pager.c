@@ -1,6 +1,6 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same|likeness|heat_from|fetch_free|fork_words (RTKIT_TIER_POOL_PATH,
+ * basic|race|fork|fetch|same|likeness|heat_from|fetch_free|fork_words|order (RTKIT_TIER_POOL_PATH,
  * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -531,6 +531,38 @@ static int heat_from(void)
     return test_done("prmalloc_pager heat_from");
 }
 
+/* The eviction takes the coldest pages: a 16 MiB record whose first 4 MiB are written at every step and whose last
+ * 4 MiB once, 8 MiB of room. Evicted down under the limit, every hot page stays in DRAM, the cold pages go first
+ * and read back as written; the walk for them skips the chunks that hold none (the hot ones, those never touched):
+ * the pages it looked at are the caller's to check against those it evicted. */
+static int order(void)
+{
+    size_t n = 16u << 20, part = 4u << 20;
+    unsigned char *a = pooled(n), *cold = a + n - part;
+    mark();  /* adopted */
+    for (uint32_t step = 1; step <= 8; step++) {
+        write_pages(a, part, step);
+        if (step == 2)
+            write_pages(cold, part, 100);
+        mark();
+    }
+    CHECK(stats_figure("\"evicted_pages\": ") > 0);
+    CHECK(resident_pages(a, part) == part / PG);  /* read without touching: mincore */
+    CHECK(resident_pages(cold, part) < part / PG);
+    CHECK(bad_pages(a, part, 8) == 0);
+    size_t bad = 0;
+    for (size_t i = 0; i < part / PG; i++) {
+        uint32_t v;
+        memcpy(&v, cold + i * PG + 8, 4);
+        bad += v != value(i, 100);
+    }
+    CHECK(bad == 0);
+    CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"write_errors\": ") == 0 &&
+          stats_figure("\"move_errors\": ") == 0);
+    free(a);
+    return test_done("prmalloc_pager order");
+}
+
 int main(int argc, char **argv)
 {
     test_bind();
@@ -562,5 +594,7 @@ int main(int argc, char **argv)
         return fetch_free();
     if (!strcmp(mode, "fork_words"))
         return fork_words();
+    if (!strcmp(mode, "order"))
+        return order();
     return basic();
 }
