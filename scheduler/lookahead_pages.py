@@ -38,6 +38,7 @@ _want_counts = _preloaded("rtkit_tier_want_counts", ctypes.c_int, [ctypes.c_void
 _resident = _preloaded("rtkit_tier_resident", ctypes.c_long,
                        [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p])
 _fetch = _preloaded("rtkit_tier_pager_fetch", ctypes.c_long, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t])
+_heat = _preloaded("rtkit_tier_pager_heat", ctypes.c_long, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t])
 _likeness = _preloaded("rtkit_tier_pager_likeness", ctypes.c_long,
                        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p])
 _records = _preloaded("rtkit_malloc_pool_records", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64])
@@ -146,6 +147,17 @@ def fetch(pages: np.ndarray) -> int:
         return -1
     a = np.ascontiguousarray(pages, dtype=np.uint64)
     return int(_fetch(a.ctypes.data, a.size, PAGE)) if a.size else 0
+
+
+def tell_heat(pages: np.ndarray) -> int:
+    """Tell tier mode's pager that the next step uses these pages (page numbers, every page of its rows in the regions
+    found): a region told at every step is write-protected for its heat scans once in eight, so the steps fault on
+    their writes eight times less (rtkit_tier_pager_heat). The 4 KiB pages recorded, or -1 where the pager does not
+    run."""
+    if _heat is None:
+        return -1
+    a = np.ascontiguousarray(pages, dtype=np.uint64)
+    return int(_heat(a.ctypes.data, a.size, PAGE))
 
 
 def tell_budget(pages: np.ndarray) -> int:

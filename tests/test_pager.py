@@ -230,6 +230,32 @@ def test_eviction_takes_the_coldest_pages_first_and_its_walk_skips_chunks_holdin
     assert pg["evicted_pages"] <= pg["evict_walked_pages"] <= pg["evicted_pages"] + 256, pg
 
 
+def test_pages_the_lookahead_tells_cost_a_write_fault_once_in_eight_scans_and_keep_their_heat(prm, dirs, tmp_path):
+    # the hot 4 MiB of test_eviction_takes... told before every step (rtkit_tier_pager_heat) and not: told, their
+    # region is write-protected at every eighth scan only, so the steps' writes fault 8x less; both ways the C program
+    # checks that the hot pages stayed in DRAM and the cold ones went
+    faults, docs = {}, {}
+    for mode in ("told", "untold"):
+        run_dir, pool = tmp_path / mode, tmp_path / f"{mode}.pool"
+        run_dir.mkdir()
+        proc = run_pager(prm, mode, run_dir, pool)
+        docs[mode] = pmem_doc(run_dir)
+        skip_where_the_kernel_refuses(docs[mode])
+        assert proc.returncode == 0 and proc.stdout == f"prmalloc_pager {mode}: ok\n", proc.stdout + proc.stderr
+        faults[mode] = int(proc.stderr.split("faults ")[1].split()[0])
+    told, untold = docs["told"]["pager"], docs["untold"]["pager"]
+    assert told["told_pages"] == 40 * 1024 and untold["told_pages"] == 0, (told, untold)
+    assert untold["regions_armed"] == untold["regions_scanned"] == untold["scans"], untold
+    assert told["regions_scanned"] == told["scans"] and told["regions_armed"] <= told["scans"] // 8 + 2, told
+    # 32 steps' writes to 1,024 pages: one fault per page and step untold, at most one per page and protected scan told
+    assert faults["untold"] >= 32 * 1024 and faults["told"] <= faults["untold"] // 6, faults
+    row = dict(tier_view({"pmem": docs["told"]})["rows"])["pager (tier_pager)"]
+    assert (f"; {told['regions_armed']} of {told['scans']} region scans write-protected, the lookahead told the "
+            "others' pages) in " in row), row
+    row = dict(tier_view({"pmem": docs["untold"]})["rows"])["pager (tier_pager)"]
+    assert "write-protected" not in row, row
+
+
 @pytest.mark.parametrize("heat_from", ["50", "100"])
 def test_heat_scans_wait_until_the_process_has_used_its_share_of_the_room(prm, dirs, heat_from):
     # each scan costs the steps a fault at their next write to every page: none while the process is far from its

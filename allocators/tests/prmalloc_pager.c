@@ -1,6 +1,6 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same|likeness|heat_from|fetch_free|fork_words|order (RTKIT_TIER_POOL_PATH,
+ * basic|race|fork|fetch|same|likeness|heat_from|fetch_free|fork_words|order|told|untold (RTKIT_TIER_POOL_PATH,
  * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -24,6 +24,7 @@ static long (*t_pager_wait)(void);
 static long (*t_fetch)(const uint64_t *, size_t, size_t);
 static long (*t_resident)(const uint64_t *, size_t, size_t, uint8_t *);
 static long (*t_likeness)(const void *, const void *const *, size_t, size_t, double *);
+static long (*t_heat)(const uint64_t *, size_t, size_t);
 
 /* 1 when p lies in a mapping of the pool file (its path in /proc/self/maps), 0 when anonymous */
 static int in_file_mapping(const void *p)
@@ -563,6 +564,50 @@ static int order(void)
     return test_done("prmalloc_pager order");
 }
 
+/* The lookahead's tells as the pages' heat: 4 MiB written at every step, 4 MiB once, 8 MiB of room, as in order();
+ * with `tell`, the hot pages are told before each step (rtkit_tier_pager_heat), so that their region is
+ * write-protected only at every eighth scan. The eviction still takes the cold pages and keeps the hot ones; the
+ * minor faults of the last 32 steps' writes go to stderr ("faults N") for the caller to compare with and without. */
+static int told(int tell)
+{
+    size_t n = 16u << 20, part = 4u << 20;
+    unsigned char *a = pooled(n), *cold = a + n - part;
+    uint64_t hot[(4u << 20) / PG];
+    for (size_t i = 0; i < part / PG; i++)
+        hot[i] = (uintptr_t)(a + i * PG) / PG;
+    mark();  /* adopted */
+    long faults = 0;
+    for (uint32_t step = 1; step <= 40; step++) {
+        if (tell)
+            CHECK(t_heat(hot, part / PG, PG) == (long)(part / PG));
+        struct rusage r0, r1;
+        getrusage(RUSAGE_SELF, &r0);
+        write_pages(a, part, step);
+        getrusage(RUSAGE_SELF, &r1);
+        if (step == 2)
+            write_pages(cold, part, 100);
+        else if (step > 8)
+            faults += r1.ru_minflt - r0.ru_minflt;
+        mark();
+    }
+    fprintf(stderr, "faults %ld\n", faults);
+    CHECK(stats_figure("\"evicted_pages\": ") > 0);
+    CHECK(resident_pages(a, part) == part / PG);
+    CHECK(resident_pages(cold, part) < part / PG);
+    CHECK(bad_pages(a, part, 40) == 0);
+    size_t bad = 0;
+    for (size_t i = 0; i < part / PG; i++) {
+        uint32_t v;
+        memcpy(&v, cold + i * PG + 8, 4);
+        bad += v != value(i, 100);
+    }
+    CHECK(bad == 0);
+    CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"write_errors\": ") == 0 &&
+          stats_figure("\"move_errors\": ") == 0);
+    free(a);
+    return test_done(tell ? "prmalloc_pager told" : "prmalloc_pager untold");
+}
+
 int main(int argc, char **argv)
 {
     test_bind();
@@ -573,7 +618,8 @@ int main(int argc, char **argv)
     t_resident = (long (*)(const uint64_t *, size_t, size_t, uint8_t *))dlsym(RTLD_DEFAULT, "rtkit_tier_resident");
     t_likeness = (long (*)(const void *, const void *const *, size_t, size_t, double *))dlsym(
         RTLD_DEFAULT, "rtkit_tier_pager_likeness");
-    if (!t_in_pmem || !t_write || !t_pager_wait || !t_fetch || !t_likeness || !t_resident) {
+    t_heat = (long (*)(const uint64_t *, size_t, size_t))dlsym(RTLD_DEFAULT, "rtkit_tier_pager_heat");
+    if (!t_in_pmem || !t_write || !t_pager_wait || !t_fetch || !t_likeness || !t_resident || !t_heat) {
         fprintf(stderr, "FAIL: librtkit_malloc.so without the tier pager\n");
         return 2;
     }
@@ -596,5 +642,7 @@ int main(int argc, char **argv)
         return fork_words();
     if (!strcmp(mode, "order"))
         return order();
+    if (!strcmp(mode, "told") || !strcmp(mode, "untold"))
+        return told(!strcmp(mode, "told"));
     return basic();
 }

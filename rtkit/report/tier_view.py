@@ -344,13 +344,17 @@ def _where(p) -> str:
 
 def _scans_from(pg: dict) -> str:
     """When the heat scans began (tier_pager_heat_from: not before the process has used a share of its room), or
-    why none ran; '' from a pager that does not say (older builds)."""
+    why none ran, and how many of the regions they scanned they write-protected where the lookahead told the pages of
+    the others (rtkit_tier_pager_heat); '' from a pager that does not say (older builds)."""
     if "first_scan_step" not in pg:
         return ""
     if not pg.get("scans"):
         return (f"(none: the process stayed under {fmt.nbytes(pg.get('heat_from_bytes'))} of anonymous memory, "
                 "where tier_pager_heat_from starts them) ")
-    return f"(from step {fmt.num(pg.get('first_scan_step'))}) "
+    armed, scanned = pg.get("regions_armed"), pg.get("regions_scanned")
+    told = (f"; {fmt.num(armed)} of {fmt.num(scanned)} region scans write-protected, the lookahead told the others' "
+            "pages" if pg.get("told_pages") and scanned else "")
+    return f"(from step {fmt.num(pg.get('first_scan_step'))}{told}) "
 
 
 def _wall_cpu(pg: dict, what: str) -> str:

@@ -233,6 +233,7 @@ typedef struct {
     uint64_t fill_cpu_ns, scan_cpu_ns, evict_cpu_ns, evict_moves;  /* CPU the pager's threads spent (its waits not) */
     uint64_t fetch_same;                                              /* pages a fetch rebuilt from their word */
     uint64_t evict_walked;                /* pages the evictions' walks looked at for candidates */
+    uint64_t told_pages, regions_armed, regions_scanned;  /* pages the lookahead told; regions scans write-protected, of all */
     uint64_t heat_from, first_scan_step;  /* anonymous RSS from which heat scans run; the step mark of the first */
     double adopt_s, scan_s, evict_s;
 } rtk_tier_pager_stats_t;

@@ -44,6 +44,7 @@
 #define HITS_MAX 15
 #define RANKS ((HITS_MAX + 1) * (AGE_MAX + 1))
 #define WORDS 255                         /* distinct repeated words evicted pages are kept as */
+#define ARM_EVERY 8                       /* a region the lookahead tells is write-protected every this many scans */
 #define CHILD_FILL_MAX 65536              /* pages kept as a word that a forked child gets copies of, at most */
 /* The eviction order: pages written in the fewest scans first (rows that never recur: under a power law most of the
  * pages of new rows; docs/results.md's hindsight floor keeps the most-touched pages), the least recently written
@@ -53,7 +54,9 @@ static inline unsigned rank_of(unsigned hits, unsigned age) { return hits * (AGE
 #define ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
 #define ADD(x, v) __atomic_add_fetch(&(x), (v), __ATOMIC_RELAXED)
 
-typedef struct { char *lo; uint64_t len; } region_t;
+/* told: the lookahead told this region's pages of every step of the last heat window (its scan then re-arms it only
+ * every ARM_EVERY-th scan) */
+typedef struct { char *lo; uint64_t len; int told; } region_t;
 
 static struct {
     int on;                               /* 1: running in this process; -1: could not start */
@@ -75,6 +78,10 @@ static struct {
     uint64_t limit, slack_hi, slack_lo;   /* anonymous RSS the evictor keeps the process under, and its margins */
     uint64_t heat_from;                   /* anonymous RSS from which the heat scans run */
     uint8_t *hits;                        /* per pool page: the scans that found it written (and its read-backs) */
+    uint8_t *told;                        /* per pool page: the heat window in which the lookahead last told it */
+    uint64_t *credited;                   /* a bit per pool page: its write since the region was last armed counted */
+    uint8_t window;                       /* the heat window now open (1..255): what the lookahead's tells stamp */
+    uint32_t tells;                       /* the lookahead's tells in the open window */
     uint16_t *chunk_min;                  /* per chunk: the lowest rank of its pages at the last scan (RANKS: none
                                            * resident), so an eviction's walk skips chunks holding no candidate */
     uint8_t *word;                        /* per pool page: 0, or 1 + the index in words[] of the word every 8 bytes
@@ -261,19 +268,23 @@ static void *handler_main(void *arg)
 }
 
 /* ---------------------------------------------------------------- heat */
-/* One scan of a region: re-arm write-protection on every present page and age the pages by what was written.
- * Pages the scan does not return are not present (evicted, never touched): age 0. */
-static void scan_region(const region_t *r, rtk_os_region_t *vec)
+/* One scan of a region: re-arm write-protection on every present page (`arm`) and age the pages by what was written.
+ * A page counts as written in the window the scan closes (`win`) where the lookahead told it for a step of that
+ * window, or where the kernel says it was written since the region was last armed and that write is not counted yet
+ * (a page the lookahead does not tell: written densely, or rows it does not see). Pages the scan does not return are
+ * not present (evicted, never touched): age 0. Returns whether any page was told in the window. */
+static int scan_region(const region_t *r, rtk_os_region_t *vec, int arm, uint8_t win)
 {
     uint64_t start = (uint64_t)(uintptr_t)r->lo, end = start + r->len, next = start;
+    int told_any = 0;
     while (start < end) {
-        struct pm_scan_arg_ a = {sizeof a, PM_SCAN_WP_MATCHING_ | PM_SCAN_CHECK_WPASYNC_, start, end, 0,
+        struct pm_scan_arg_ a = {sizeof a, (arm ? PM_SCAN_WP_MATCHING_ : 0) | PM_SCAN_CHECK_WPASYNC_, start, end, 0,
                                  (uint64_t)(uintptr_t)vec, SCAN_VEC, 0, 0, PAGE_IS_PRESENT_, 0,
                                  PAGE_IS_WRITTEN_ | PAGE_IS_PFNZERO_};
         long n = rtk_os_pagemap_scan(g.pagemap, &a);
         if (n < 0) {
             ADD(S.scan_errors, 1);
-            return;
+            return told_any;
         }
         for (long k = 0; k <= n; k++) {
             uint64_t lo = k < n ? vec[k].start : a.walk_end, hi = k < n ? vec[k].end : a.walk_end;
@@ -282,12 +293,17 @@ static void scan_region(const region_t *r, rtk_os_region_t *vec)
             if (k == n)
                 break;
             for (uint64_t i = page_of((char *)(uintptr_t)lo); i < page_of((char *)(uintptr_t)hi); i++) {
+                int told = __atomic_load_n(&g.told[i], __ATOMIC_RELAXED) == win;
+                int wp = (vec[k].flags & PAGE_IS_WRITTEN_) && !bit_at(g.credited, i);
+                if (vec[k].flags & PAGE_IS_WRITTEN_)
+                    set_bit(g.credited, i, !arm);
+                told_any |= told;
                 uint8_t a8 = vec[k].flags & PAGE_IS_PFNZERO_ ? 0
-                             : vec[k].flags & PAGE_IS_WRITTEN_ ? 1
+                             : told || wp ? 1
                              : g.age[i] && g.age[i] < AGE_MAX ? (uint8_t)(g.age[i] + 1)
                              : g.age[i] ? AGE_MAX : 2;
                 g.age[i] = a8;
-                if (a8 == 1 && (vec[k].flags & PAGE_IS_WRITTEN_) && g.hits[i] < HITS_MAX)
+                if (a8 == 1 && g.hits[i] < HITS_MAX)
                     g.hits[i]++;
                 if (a8) {
                     unsigned rk = rank_of(g.hits[i], a8);
@@ -303,9 +319,10 @@ static void scan_region(const region_t *r, rtk_os_region_t *vec)
             break;
         start = next = a.walk_end;
     }
+    return told_any;
 }
 
-static void scan(void)
+static void scan(uint64_t step)
 {
     static rtk_os_region_t vec[SCAN_VEC];
     double t0 = rtk_tier_now_s();
@@ -314,6 +331,13 @@ static void scan(void)
     for (uint64_t c = 0; c <= g.npages / CHUNK_PAGES; c++)
         g.chunk_min[c] = RANKS;
     g.resident_pages = 0;
+    /* the window closes: tells from here on stamp the next one; it was told whole where every step mark in it had
+     * the lookahead's pages (a lookahead backing off tells only some: those windows are armed) */
+    uint8_t win = g.window;
+    ST(g.window, (uint8_t)(win % 255 + 1));
+    uint32_t tells = __atomic_exchange_n(&g.tells, 0, __ATOMIC_ACQ_REL);
+    int whole = g.scanned && tells >= step - g.last_scan_step;
+    uint64_t armed = 0;
     for (uint32_t k = 0;; k++) {
         rtk_spin_lock(&g.lock);
         if (k >= g.nreg) {
@@ -321,11 +345,15 @@ static void scan(void)
             break;
         }
         region_t r = g.reg[k];
-        scan_region(&r, vec);
+        int arm = !r.told || S.scans % ARM_EVERY == 0;
+        g.reg[k].told = scan_region(&r, vec, arm, win) && whole;
+        armed += arm;
+        S.regions_scanned++;
         rtk_spin_unlock(&g.lock);
         if (LD(g.stop))
             break;
     }
+    S.regions_armed += armed;
     g.scanned = 1;
     S.scans++;
     S.resident_at_scan = g.resident_pages * TIER_PAGE;
@@ -373,7 +401,7 @@ static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
         holes = !on_file(i0 + k) && page_is_zero(from + k * TIER_PAGE);
     if (holes) {
         for (uint64_t k = 0; k < n; k++)
-            __atomic_store_n(&g.word[i0 + k], 0, __ATOMIC_RELEASE), g.age[i0 + k] = 0;
+            __atomic_store_n(&g.word[i0 + k], 0, __ATOMIC_RELEASE), g.age[i0 + k] = 0, set_bit(g.credited, i0 + k, 0);
         S.evicted_holes += n;
         return n;
     }
@@ -383,6 +411,7 @@ static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
             set_on_file(i0 + k, 0);
             __atomic_store_n(&g.word[i0 + k], (uint8_t)id, __ATOMIC_RELEASE);
             g.age[i0 + k] = 0;
+            set_bit(g.credited, i0 + k, 0);  /* back in DRAM it is a new page, unprotected: its next write counts */
             S.evicted_same++;
             done++, k++;
             continue;
@@ -402,6 +431,7 @@ static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
                 set_on_file(i0 + j, 1);
                 __atomic_store_n(&g.word[i0 + j], 0, __ATOMIC_RELEASE);
                 g.age[i0 + j] = 0;
+                set_bit(g.credited, i0 + j, 0);
             }
             S.written_bytes += (e - k) * TIER_PAGE;
             done += e - k;
@@ -541,7 +571,7 @@ static uint64_t evict(uint64_t need, int floor_age)
                 /* Ranks change between scans only where a page leaves (no longer a candidate) or comes in (aged 1:
                  * a candidate past the limit alone, where the last pass looks at every chunk): walking every page
                  * was ~75% of the evictor's own CPU at full scale, most chunks holding none below the cut */
-                if (pass < 2 && g.chunk_min[c] > cut)
+                if (pass < 2 && (g.chunk_min[c] > cut || (g.chunk_min[c] == cut && !at_cut)))
                     continue;
                 S.evict_walked += CHUNK_PAGES;
                 uint32_t mask = 0;
@@ -606,7 +636,7 @@ static void pass(uint64_t step)
         (!g.scanned || step >= g.last_scan_step + (uint64_t)(every > 0 ? every : 1))) {
         if (!g.scanned)
             S.first_scan_step = step;
-        scan();
+        scan(step);
         g.last_scan_step = step;
     }
     if (over && !LD(g.stop)) {
@@ -694,13 +724,16 @@ int rtk_tier_pager_start(void)
     g.age = rtk_os_reserve(g.npages, 0);
     g.hits = rtk_os_reserve(g.npages, 0);
     g.chunk_min = rtk_os_reserve((g.npages / CHUNK_PAGES + 1) * sizeof *g.chunk_min, 0);
+    g.told = rtk_os_reserve(g.npages, 0);
+    g.credited = rtk_os_reserve((g.npages + 63) / 64 * 8, 0);
+    g.window = 1;
     g.word = rtk_os_reserve(g.npages, 0);
     g.busy = rtk_os_reserve((g.npages / CHUNK_PAGES + 1) * 4, 0);
     g.stage = rtk_os_reserve(STAGE_PAGES * TIER_PAGE, 0);
     g.zeros = rtk_os_reserve(FILL_RUN * TIER_PAGE, 0);
     char *bufs = rtk_os_map(HANDLERS * TIER_PAGE, 0);
     g.fetch_buf = rtk_os_map(CHUNK_PAGES * TIER_PAGE, 0);
-    if (!g.on_file || !g.paged || !g.age || !g.hits || !g.chunk_min || !g.word || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
+    if (!g.on_file || !g.paged || !g.age || !g.hits || !g.chunk_min || !g.told || !g.credited || !g.word || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
         return fail("the pager's maps", -ENOMEM);
     rtk_os_advise(g.stage, STAGE_PAGES * TIER_PAGE, RTK_ADVISE_NOHUGEPAGE);
     struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, STAGE_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
@@ -765,7 +798,7 @@ uint64_t rtk_tier_pager_adopt(char *lo, uint64_t len)
         return 0;
     }
     rtk_spin_lock(&g.lock);
-    g.reg[g.nreg++] = (region_t){lo, len};
+    g.reg[g.nreg++] = (region_t){lo, len, 0};
     rtk_spin_unlock(&g.lock);
     set_paged(i0, len / TIER_PAGE, 1);
     S.regions++;
@@ -1032,6 +1065,25 @@ __attribute__((visibility("default"))) long rtkit_tier_pager_likeness(const void
             most = both;
     }
     return (long)most;
+}
+
+/* rtkit/prmalloc.h */
+__attribute__((visibility("default"))) long rtkit_tier_pager_heat(const uint64_t *pages, size_t n, size_t page_bytes)
+{
+    if (LD(g.on) != 1 || !pages || page_bytes < TIER_PAGE || page_bytes % TIER_PAGE)
+        return -1;
+    uint64_t lo = (uint64_t)(uintptr_t)rtk_tier.base, per = page_bytes / TIER_PAGE, told = 0;
+    uint8_t win = LD(g.window);
+    for (size_t k = 0; k < n; k++) {
+        uint64_t a = pages[k] * page_bytes;
+        if (a < lo || (a - lo) / TIER_PAGE + per > g.npages)
+            continue;
+        for (uint64_t i = (a - lo) / TIER_PAGE, j = 0; j < per; j++, told++)
+            __atomic_store_n(&g.told[i + j], win, __ATOMIC_RELAXED);
+    }
+    __atomic_add_fetch(&g.tells, 1, __ATOMIC_ACQ_REL);
+    ADD(S.told_pages, told);
+    return (long)told;
 }
 
 __attribute__((visibility("default"))) long rtkit_tier_pager_fetch(const uint64_t *pages, size_t n, size_t page_bytes)
