@@ -171,7 +171,7 @@ class Lookahead:
         merged, total, capped = {}, 0, 0
         for name, parts in rows.items():
             t = self.plan.tables[name]
-            r = np.unique(np.concatenate(parts))
+            r = pages.distinct(np.concatenate(parts))
             r = r[(r >= 0) & (r < t.rows)]
             if total + r.size > self.max_rows:   # the bound: the rest of this batch's rows are not looked ahead
                 capped += total + r.size - self.max_rows

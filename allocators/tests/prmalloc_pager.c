@@ -532,43 +532,11 @@ static int heat_from(void)
     return test_done("prmalloc_pager heat_from");
 }
 
-/* The eviction takes the coldest pages: a 16 MiB record whose first 4 MiB are written at every step and whose last
- * 4 MiB once, 8 MiB of room. Evicted down under the limit, every hot page stays in DRAM, the cold pages go first
- * and read back as written; the walk for them skips the chunks that hold none (the hot ones, those never touched):
- * the pages it looked at are the caller's to check against those it evicted. */
-static int order(void)
-{
-    size_t n = 16u << 20, part = 4u << 20;
-    unsigned char *a = pooled(n), *cold = a + n - part;
-    mark();  /* adopted */
-    for (uint32_t step = 1; step <= 8; step++) {
-        write_pages(a, part, step);
-        if (step == 2)
-            write_pages(cold, part, 100);
-        mark();
-    }
-    CHECK(stats_figure("\"evicted_pages\": ") > 0);
-    CHECK(resident_pages(a, part) == part / PG);  /* read without touching: mincore */
-    CHECK(resident_pages(cold, part) < part / PG);
-    CHECK(bad_pages(a, part, 8) == 0);
-    size_t bad = 0;
-    for (size_t i = 0; i < part / PG; i++) {
-        uint32_t v;
-        memcpy(&v, cold + i * PG + 8, 4);
-        bad += v != value(i, 100);
-    }
-    CHECK(bad == 0);
-    CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"write_errors\": ") == 0 &&
-          stats_figure("\"move_errors\": ") == 0);
-    free(a);
-    return test_done("prmalloc_pager order");
-}
-
-/* The lookahead's tells as the pages' heat: 4 MiB written at every step, 4 MiB once, 8 MiB of room, as in order();
- * with `tell`, the hot pages are told before each step (rtkit_tier_pager_heat), so that their region is
- * write-protected only at every eighth scan. The eviction still takes the cold pages and keeps the hot ones; the
- * minor faults of the last 32 steps' writes go to stderr ("faults N") for the caller to compare with and without. */
-static int told(int tell)
+/* 4 MiB written at every step (told before each step with `tell`: rtkit_tier_pager_heat), 4 MiB written once at step
+ * 2, 8 MiB of room: evicted down under the limit, every hot page stays in DRAM, the cold pages go first and read back
+ * as written. `faults`: the minor faults of the hot writes from step 9 on go to stderr ("faults N"), for the caller
+ * to compare told and untold (a told region is write-protected at every eighth scan only). */
+static int hot_and_cold(const char *name, uint32_t steps, int tell, int faults)
 {
     size_t n = 16u << 20, part = 4u << 20;
     unsigned char *a = pooled(n), *cold = a + n - part;
@@ -576,8 +544,8 @@ static int told(int tell)
     for (size_t i = 0; i < part / PG; i++)
         hot[i] = (uintptr_t)(a + i * PG) / PG;
     mark();  /* adopted */
-    long faults = 0;
-    for (uint32_t step = 1; step <= 40; step++) {
+    long count = 0;
+    for (uint32_t step = 1; step <= steps; step++) {
         if (tell)
             CHECK(t_heat(hot, part / PG, PG) == (long)(part / PG));
         struct rusage r0, r1;
@@ -587,14 +555,15 @@ static int told(int tell)
         if (step == 2)
             write_pages(cold, part, 100);
         else if (step > 8)
-            faults += r1.ru_minflt - r0.ru_minflt;
+            count += r1.ru_minflt - r0.ru_minflt;
         mark();
     }
-    fprintf(stderr, "faults %ld\n", faults);
+    if (faults)
+        fprintf(stderr, "faults %ld\n", count);
     CHECK(stats_figure("\"evicted_pages\": ") > 0);
-    CHECK(resident_pages(a, part) == part / PG);
+    CHECK(resident_pages(a, part) == part / PG);  /* read without touching: mincore */
     CHECK(resident_pages(cold, part) < part / PG);
-    CHECK(bad_pages(a, part, 40) == 0);
+    CHECK(bad_pages(a, part, steps) == 0);
     size_t bad = 0;
     for (size_t i = 0; i < part / PG; i++) {
         uint32_t v;
@@ -605,7 +574,7 @@ static int told(int tell)
     CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"write_errors\": ") == 0 &&
           stats_figure("\"move_errors\": ") == 0);
     free(a);
-    return test_done(tell ? "prmalloc_pager told" : "prmalloc_pager untold");
+    return test_done(name);
 }
 
 int main(int argc, char **argv)
@@ -640,9 +609,10 @@ int main(int argc, char **argv)
         return fetch_free();
     if (!strcmp(mode, "fork_words"))
         return fork_words();
-    if (!strcmp(mode, "order"))
-        return order();
+    if (!strcmp(mode, "order"))  /* the walk for the cold pages: the caller reads what it looked at */
+        return hot_and_cold("prmalloc_pager order", 8, 0, 0);
     if (!strcmp(mode, "told") || !strcmp(mode, "untold"))
-        return told(!strcmp(mode, "told"));
+        return hot_and_cold(!strcmp(mode, "told") ? "prmalloc_pager told" : "prmalloc_pager untold", 40,
+                            !strcmp(mode, "told"), 1);
     return basic();
 }
