@@ -644,8 +644,10 @@ static void pass(uint64_t step)
         /* pages a step wrote since the last scan go only past the limit itself: hot, but memory is not optional */
         int floor_age = anon > g.limit ? 1 : 2;
         need = evict(need, floor_age);
-        /* the histogram now counts pages gone: take them off the lowest ranks, as they went */
+        /* the histogram now counts pages gone: take them off the lowest ranks old enough to go, as they went */
         for (unsigned r = 0; r < RANKS && need; r++) {
+            if (!old_enough(r, floor_age))
+                continue;
             uint64_t t = g.hist[r] < need ? g.hist[r] : need;
             g.hist[r] -= t;
             need -= t;
