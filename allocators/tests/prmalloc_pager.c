@@ -1,6 +1,7 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same|likeness|heat_from|fetch_free|fork_words|order|told|untold (RTKIT_TIER_POOL_PATH,
+ * basic|race|fork|fetch|same|likeness|heat_from|fetch_free|fork_words|order|told|untold|told_dense
+ * (RTKIT_TIER_POOL_PATH,
  * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -535,19 +536,21 @@ static int heat_from(void)
 /* 4 MiB written at every step (told before each step with `tell`: rtkit_tier_pager_heat), 4 MiB written once at step
  * 2, 8 MiB of room: evicted down under the limit, every hot page stays in DRAM, the cold pages go first and read back
  * as written. `faults`: the minor faults of the hot writes from step 9 on go to stderr ("faults N"), for the caller
- * to compare told and untold (a told region is write-protected at every eighth scan only). */
-static int hot_and_cold(const char *name, uint32_t steps, int tell, int faults)
+ * to compare told and untold (a told region is write-protected at every eighth scan at most). `dense`: the last 512
+ * KiB of the hot 4 MiB is written at every step but never told (an optimizer slot updated densely): it stays hot. */
+static int hot_and_cold(const char *name, uint32_t steps, int tell, int faults, int dense)
 {
     size_t n = 16u << 20, part = 4u << 20;
     unsigned char *a = pooled(n), *cold = a + n - part;
     uint64_t hot[(4u << 20) / PG];
+    size_t told_pages = dense ? part / PG - 128 : part / PG;
     for (size_t i = 0; i < part / PG; i++)
         hot[i] = (uintptr_t)(a + i * PG) / PG;
     mark();  /* adopted */
     long count = 0;
     for (uint32_t step = 1; step <= steps; step++) {
         if (tell)
-            CHECK(t_heat(hot, part / PG, PG) == (long)(part / PG));
+            CHECK(t_heat(hot, told_pages, PG) == (long)told_pages);
         struct rusage r0, r1;
         getrusage(RUSAGE_SELF, &r0);
         write_pages(a, part, step);
@@ -610,9 +613,11 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "fork_words"))
         return fork_words();
     if (!strcmp(mode, "order"))  /* the walk for the cold pages: the caller reads what it looked at */
-        return hot_and_cold("prmalloc_pager order", 8, 0, 0);
-    if (!strcmp(mode, "told") || !strcmp(mode, "untold"))
-        return hot_and_cold(!strcmp(mode, "told") ? "prmalloc_pager told" : "prmalloc_pager untold", 40,
-                            !strcmp(mode, "told"), 1);
+        return hot_and_cold("prmalloc_pager order", 8, 0, 0, 0);
+    if (!strcmp(mode, "told") || !strcmp(mode, "untold") || !strcmp(mode, "told_dense")) {
+        char name[64];
+        snprintf(name, sizeof name, "prmalloc_pager %s", mode);
+        return hot_and_cold(name, 72, strcmp(mode, "untold") != 0, 1, !strcmp(mode, "told_dense"));
+    }
     return basic();
 }

@@ -44,7 +44,9 @@
 #define HITS_MAX 15
 #define RANKS ((HITS_MAX + 1) * (AGE_MAX + 1))
 #define WORDS 255                         /* distinct repeated words evicted pages are kept as */
-#define ARM_EVERY 8                       /* a region the lookahead tells is write-protected every this many scans */
+#define ARM_FIRST 8                       /* a region the lookahead tells is write-protected every this many scans, */
+#define ARM_MOST 256                      /* twice as far apart after each cycle with no write it did not tell, at */
+#define UNTOLD_SHARE 64                   /* most one in this many of the writes a cycle saw; at every scan after one */
 #define CHILD_FILL_MAX 65536              /* pages kept as a word that a forked child gets copies of, at most */
 /* The eviction order: pages written in the fewest scans first (rows that never recur: under a power law most of the
  * pages of new rows; docs/results.md's hindsight floor keeps the most-touched pages), the least recently written
@@ -54,9 +56,13 @@ static inline unsigned rank_of(unsigned hits, unsigned age) { return hits * (AGE
 #define ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
 #define ADD(x, v) __atomic_add_fetch(&(x), (v), __ATOMIC_RELAXED)
 
-/* told: the lookahead told this region's pages of every step of the last heat window (its scan then re-arms it only
- * every ARM_EVERY-th scan) */
-typedef struct { char *lo; uint64_t len; int told; } region_t;
+/* told: the lookahead told this region's pages of every step of the last heat window: its scan then re-arms it every
+ * `every` scans only: ARM_FIRST, doubled after each cycle in which the writes the lookahead did not tell were few
+ * (a protected page faults at its first write whenever it comes, so only far-apart arms save most faults), 1 after
+ * a cycle with many (a slot its optimizer writes whole: between arms its pages would age as if unwritten, and go
+ * before pages the steps use less); since: scans since it was last armed; seen, untold: the first writes since
+ * then, and those of pages the lookahead had told neither in their window nor in the one before */
+typedef struct { char *lo; uint64_t len; int told; uint32_t every, since; uint64_t seen, untold; } region_t;
 
 static struct {
     int on;                               /* 1: running in this process; -1: could not start */
@@ -273,7 +279,7 @@ static void *handler_main(void *arg)
  * window, or where the kernel says it was written since the region was last armed and that write is not counted yet
  * (a page the lookahead does not tell: written densely, or rows it does not see). Pages the scan does not return are
  * not present (evicted, never touched): age 0. Returns whether any page was told in the window. */
-static int scan_region(const region_t *r, rtk_os_region_t *vec, int arm, uint8_t win)
+static int scan_region(region_t *r, rtk_os_region_t *vec, int arm, uint8_t win)
 {
     uint64_t start = (uint64_t)(uintptr_t)r->lo, end = start + r->len, next = start;
     int told_any = 0;
@@ -293,8 +299,13 @@ static int scan_region(const region_t *r, rtk_os_region_t *vec, int arm, uint8_t
             if (k == n)
                 break;
             for (uint64_t i = page_of((char *)(uintptr_t)lo); i < page_of((char *)(uintptr_t)hi); i++) {
-                int told = __atomic_load_n(&g.told[i], __ATOMIC_RELAXED) == win;
+                uint8_t stamp = __atomic_load_n(&g.told[i], __ATOMIC_RELAXED);
+                int told = stamp == win;
                 int wp = (vec[k].flags & PAGE_IS_WRITTEN_) && !bit_at(g.credited, i);
+                if (wp) {  /* the lookahead tells a step's pages during the step before: a window early at its edge */
+                    r->seen++;
+                    r->untold += !told && stamp != (uint8_t)(win == 1 ? 255 : win - 1);
+                }
                 if (vec[k].flags & PAGE_IS_WRITTEN_)
                     set_bit(g.credited, i, !arm);
                 told_any |= told;
@@ -345,8 +356,19 @@ static void scan(uint64_t step)
             break;
         }
         region_t r = g.reg[k];
-        int arm = !r.told || S.scans % ARM_EVERY == 0;
-        g.reg[k].told = scan_region(&r, vec, arm, win) && whole;
+        int arm = !r.told || r.since + 1 >= r.every;
+        if (arm && r.told && r.seen) {  /* a cycle ends: its writes say how far apart the next arms may be */
+            int few = r.untold * UNTOLD_SHARE <= r.seen;
+            r.every = !few ? 1 : r.every < ARM_MOST ? r.every * 2 : ARM_MOST;
+        }
+        if (arm)
+            r.since = 0, r.seen = r.untold = 0;
+        else
+            r.since++;
+        r.told = scan_region(&r, vec, arm, win) && whole;
+        if (!r.told)
+            r.every = ARM_FIRST;
+        g.reg[k] = r;
         armed += arm;
         S.regions_scanned++;
         rtk_spin_unlock(&g.lock);
@@ -800,7 +822,7 @@ uint64_t rtk_tier_pager_adopt(char *lo, uint64_t len)
         return 0;
     }
     rtk_spin_lock(&g.lock);
-    g.reg[g.nreg++] = (region_t){lo, len, 0};
+    g.reg[g.nreg++] = (region_t){lo, len, 0, ARM_FIRST, 0, 0, 0};
     rtk_spin_unlock(&g.lock);
     set_paged(i0, len / TIER_PAGE, 1);
     S.regions++;
