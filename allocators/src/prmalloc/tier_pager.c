@@ -366,7 +366,7 @@ static void scan(uint64_t step)
         else
             r.since++;
         r.told = scan_region(&r, vec, arm, win) && whole;
-        if (!r.told)
+        if (!r.told && r.every > ARM_FIRST)  /* told again, it starts over; one written whole stays protected */
             r.every = ARM_FIRST;
         g.reg[k] = r;
         armed += arm;
