@@ -61,7 +61,8 @@ static inline unsigned rank_of(unsigned hits, unsigned age) { return hits * (AGE
  * (a protected page faults at its first write whenever it comes, so only far-apart arms save most faults), 1 after
  * a cycle with many (a slot its optimizer writes whole: between arms its pages would age as if unwritten, and go
  * before pages the steps use less); since: scans since it was last armed; seen, untold: the first writes since
- * then, and those of pages the lookahead had told neither in their window nor in the one before */
+ * then to pages a scan saw written before, and those of them the lookahead had told neither in their window nor in
+ * the one before */
 typedef struct { char *lo; uint64_t len; int told; uint32_t every, since; uint64_t seen, untold; } region_t;
 
 static struct {
@@ -302,7 +303,10 @@ static int scan_region(region_t *r, rtk_os_region_t *vec, int arm, uint8_t win)
                 uint8_t stamp = __atomic_load_n(&g.told[i], __ATOMIC_RELAXED);
                 int told = stamp == win;
                 int wp = (vec[k].flags & PAGE_IS_WRITTEN_) && !bit_at(g.credited, i);
-                if (wp) {  /* the lookahead tells a step's pages during the step before: a window early at its edge */
+                if (wp && g.hits[i]) {
+                    /* a page no scan saw written yet (a new row's, filled since) was never protected: its write cost
+                     * no fault, and the lookahead does not know new rows; the lookahead tells a step's pages during
+                     * the step before: a window early at its edge */
                     r->seen++;
                     r->untold += !told && stamp != (uint8_t)(win == 1 ? 255 : win - 1);
                 }
