@@ -536,14 +536,14 @@ static int heat_from(void)
 /* 4 MiB written at every step (told before each step with `tell`: rtkit_tier_pager_heat), 4 MiB written once at step
  * 2, 8 MiB of room: evicted down under the limit, every hot page stays in DRAM, the cold pages go first and read back
  * as written. `faults`: the minor faults of the hot writes from step 9 on go to stderr ("faults N"), for the caller
- * to compare told and untold (a told region is write-protected at every eighth scan at most). `dense`: the last 512
- * KiB of the hot 4 MiB is written at every step but never told (an optimizer slot updated densely): it stays hot. */
+ * to compare told and untold (a told region is write-protected at every eighth scan at most). `dense`: the last 1 MiB
+ * of the hot 4 MiB is written at every step but never told (an optimizer slot updated densely): it stays hot. */
 static int hot_and_cold(const char *name, uint32_t steps, int tell, int faults, int dense)
 {
     size_t n = 16u << 20, part = 4u << 20;
     unsigned char *a = pooled(n), *cold = a + n - part;
     uint64_t hot[(4u << 20) / PG];
-    size_t told_pages = dense ? part / PG - 128 : part / PG;
+    size_t told_pages = dense ? part / PG - 256 : part / PG;
     for (size_t i = 0; i < part / PG; i++)
         hot[i] = (uintptr_t)(a + i * PG) / PG;
     mark();  /* adopted */

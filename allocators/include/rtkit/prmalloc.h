@@ -75,9 +75,9 @@ long rtkit_tier_pager_fetch(const uint64_t *pages, size_t n, size_t page_bytes);
 /* Tell the pager that the next step uses `pages` (page numbers as for rtkit_tier_pager_fetch), every page of every
  * region of the pool it will read or write: one call per step. A region told for every step of a heat window is then
  * write-protected at every eighth heat scan, twice as far apart after each cycle in which writes to pages never told
- * were few (up to every 256th), at every scan again after one in which they were many (a slot its optimizer writes
- * whole); its told pages count as written. The steps' writes fault that much less often. Returns the 4 KiB pages
- * recorded, or -1 where the pager does not run. */
+ * were few (at most 1 in 8; up to every 32nd), at every scan again after one in which they were many (a slot its
+ * optimizer writes whole); its told pages count as written. The steps' writes fault that much less often. Returns
+ * the 4 KiB pages recorded, or -1 where the pager does not run. */
 long rtkit_tier_pager_heat(const uint64_t *pages, size_t n, size_t page_bytes);
 /* How alike the write history of `bytes` at `table` is to that at each of cands[0..n) (all in the pool, each at the
  * same offset in its page as `table`), page for page: scores[k] = the share of the pages resident in both, and not

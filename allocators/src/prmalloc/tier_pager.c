@@ -45,8 +45,9 @@
 #define RANKS ((HITS_MAX + 1) * (AGE_MAX + 1))
 #define WORDS 255                         /* distinct repeated words evicted pages are kept as */
 #define ARM_FIRST 8                       /* a region the lookahead tells is write-protected every this many scans, */
-#define ARM_MOST 256                      /* twice as far apart after each cycle with no write it did not tell, at */
-#define UNTOLD_SHARE 64                   /* most one in this many of the writes a cycle saw; at every scan after one */
+#define ARM_MOST 32                       /* twice as far apart after each cycle with few writes it did not tell, at */
+#define UNTOLD_SHARE 8                    /* most one in this many of the writes a cycle saw; at every scan after one
+                                           * with more (rows it misses: ids first seen in the step just before) */
 #define CHILD_FILL_MAX 65536              /* pages kept as a word that a forked child gets copies of, at most */
 /* The eviction order: pages written in the fewest scans first (rows that never recur: under a power law most of the
  * pages of new rows; docs/results.md's hindsight floor keeps the most-touched pages), the least recently written
