@@ -378,7 +378,7 @@ class Lookahead:
         every = np.concatenate([pg for _, pg, _ in checked]) if checked else None
         told = pages.tell_budget(every) if checked else 0
         if checked:
-            pages.tell_heat(every)   # the pager's heat: with every step told, its scans need not write-protect them
+            pages.tell_heat(every)   # the pager's heat: with every step told, its scans write-protect them seldom
         reads = [pg[~res] for _, pg, res in checked]
         # tier mode's own pager holds the tables as anonymous memory, which MADV_WILLNEED cannot bring back: it reads
         # them itself (the pages it filled are counted; others, of records it does not page, are left to the step)

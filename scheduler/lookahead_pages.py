@@ -158,9 +158,9 @@ def fetch(pages: np.ndarray) -> int:
 
 def tell_heat(pages: np.ndarray) -> int:
     """Tell tier mode's pager that the next step uses these pages (page numbers, every page of its rows in the regions
-    found): a region told at every step is write-protected for its heat scans once in eight, so the steps fault on
-    their writes eight times less (rtkit_tier_pager_heat). The 4 KiB pages recorded, or -1 where the pager does not
-    run."""
+    found): a region told at every step is write-protected at every eighth heat scan or further apart, while few
+    writes there were not told, so the steps fault on their writes far less (rtkit_tier_pager_heat). The 4 KiB pages
+    recorded, or -1 where the pager does not run."""
     if _heat is None:
         return -1
     a = np.ascontiguousarray(pages, dtype=np.uint64)

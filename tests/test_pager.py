@@ -232,7 +232,7 @@ def test_eviction_takes_the_coldest_pages_first_and_its_walk_skips_chunks_holdin
 
 def test_pages_the_lookahead_tells_cost_fewer_write_faults_and_keep_their_heat(prm, tmp_path):
     # the hot 4 MiB of test_eviction_takes... told before every step (rtkit_tier_pager_heat) and not: told, their
-    # region is write-protected at every eighth scan, then further apart while no write it was not told turns up, so
+    # region is write-protected at every eighth scan, then further apart while few writes it was not told turn up, so
     # the steps' writes fault far less; both ways the C program checks that the hot pages stayed in DRAM and the cold
     # ones went. told_dense: 1 MiB of the hot pages written at every step but never told (a slot its optimizer
     # writes whole): after one cycle its region is protected at every scan again, so those pages stay hot
