@@ -375,9 +375,11 @@ class Lookahead:
         range of the pool file whatever the process maps there: on a table's DRAM head (a private mapping of the file, tier_dram_head) it would fill the page cache
         with the file's own pages, which no one reads, and push out pool pages the steps need; a page in DRAM (a
         head's included) needs no read. The pages told, or -1 when the budget could not hear."""
-        every = np.concatenate([pg for _, pg, _ in checked]) if checked else None
-        told = pages.tell_budget(every) if checked else 0
+        told = 0
         if checked:
+            # both calls take the page numbers as uint64: converted once
+            every = np.concatenate([pg for _, pg, _ in checked]).astype(np.uint64)
+            told = pages.tell_budget(every)
             pages.tell_heat(every)   # the pager's heat: with every step told, its scans write-protect them seldom
         reads = [pg[~res] for _, pg, res in checked]
         # tier mode's own pager holds the tables as anonymous memory, which MADV_WILLNEED cannot bring back: it reads

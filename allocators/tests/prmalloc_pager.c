@@ -1,8 +1,7 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
  * basic|race|fork|fetch|same|likeness|heat_from|fetch_free|fork_words|order|told|untold|told_dense
- * (RTKIT_TIER_POOL_PATH,
- * RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
+ * (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>

@@ -30,9 +30,9 @@ it is), so initialising a 36 GiB table costs neither time nor memory nor, in tie
 A row gets its value in the step that first uses it, before it is read: approximately normal, clipped at
 2 stddev, the sum of a row of each of two blocks of precomputed values picked by a hash of (seed, row), as
 DeepRec's EmbeddingVariable takes new rows from a block of default values (:func:`row_values`), so it depends
-on the row only, not on
-the table size or on which step came first; the accumulator row gets the constant ``ACCUMULATOR_INIT``. Rows no id has used
-are never read (their bytes are whatever the allocator gave: zero pages). The accumulator is the slot
+on the row only, not on the table size or on which step came first; the accumulator row gets the constant
+``ACCUMULATOR_INIT``. Rows no id has used are never read (their bytes are whatever the allocator gave: zero
+pages). The accumulator is the slot
 :class:`AdagradOptimizer` uses; stock ``tf.compat.v1.train.AdagradOptimizer`` would make (and fill) its
 own, which trains the same.
 

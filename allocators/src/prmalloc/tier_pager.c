@@ -127,6 +127,9 @@ static void set_paged(uint64_t i0, uint64_t n, int v)
 static inline uint64_t page_of(const char *p) { return (uint64_t)(p - rtk_tier.base) / TIER_PAGE; }
 static inline char *addr_of(uint64_t i) { return rtk_tier.base + i * TIER_PAGE; }
 static inline unsigned word_at(uint64_t i) { return __atomic_load_n(&g.word[i], __ATOMIC_ACQUIRE); }
+/* heat windows are numbered 1..255 round (0: a page never told) */
+static inline uint8_t window_after(uint8_t w) { return (uint8_t)(w % 255 + 1); }
+static inline uint8_t window_before(uint8_t w) { return (uint8_t)(w == 1 ? 255 : w - 1); }
 
 /* `pages` pages at dst filled with the word of index id (1-based) */
 static void fill_word(char *dst, unsigned id, uint64_t pages)
@@ -309,7 +312,7 @@ static int scan_region(region_t *r, rtk_os_region_t *vec, int arm, uint8_t win)
                      * no fault, and the lookahead does not know new rows; the lookahead tells a step's pages during
                      * the step before: a window early at its edge */
                     r->seen++;
-                    r->untold += !told && stamp != (uint8_t)(win == 1 ? 255 : win - 1);
+                    r->untold += !told && stamp != window_before(win);
                 }
                 if (vec[k].flags & PAGE_IS_WRITTEN_)
                     set_bit(g.credited, i, !arm);
@@ -350,10 +353,9 @@ static void scan(uint64_t step)
     /* the window closes: tells from here on stamp the next one; it was told whole where every step mark in it had
      * the lookahead's pages (a lookahead backing off tells only some: those windows are armed) */
     uint8_t win = g.window;
-    ST(g.window, (uint8_t)(win % 255 + 1));
+    ST(g.window, window_after(win));
     uint32_t tells = __atomic_exchange_n(&g.tells, 0, __ATOMIC_ACQ_REL);
     int whole = g.scanned && tells >= step - g.last_scan_step;
-    uint64_t armed = 0;
     for (uint32_t k = 0;; k++) {
         rtk_spin_lock(&g.lock);
         if (k >= g.nreg) {
@@ -374,13 +376,12 @@ static void scan(uint64_t step)
         if (!r.told && r.every > ARM_FIRST)  /* told again, it starts over; one written whole stays protected */
             r.every = ARM_FIRST;
         g.reg[k] = r;
-        armed += arm;
+        S.regions_armed += arm;
         S.regions_scanned++;
         rtk_spin_unlock(&g.lock);
         if (LD(g.stop))
             break;
     }
-    S.regions_armed += armed;
     g.scanned = 1;
     S.scans++;
     S.resident_at_scan = g.resident_pages * TIER_PAGE;
