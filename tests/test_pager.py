@@ -284,6 +284,12 @@ def test_the_tier_line_says_why_no_heat_scan_ran():
     assert _scans_from(pg) == ("(none: the process stayed under 3.00 GiB of anonymous memory, where "
                                "tier_pager_heat_from starts them) ")
     assert _scans_from({"scans": 4}) == ""   # an older library's stats: nothing said
+    # the lookahead told pages, but no region's scan was spared (it backed off: no window told whole): no "others"
+    told = {"scans": 26, "first_scan_step": 162, "told_pages": 5855, "regions_armed": 208, "regions_scanned": 208}
+    assert _scans_from(told) == ("(from step 162; all 208 region scans write-protected, though the lookahead told "
+                                 "5,855 pages) ")
+    assert _scans_from({**told, "regions_armed": 150}) == ("(from step 162; 150 of 208 region scans write-protected, "
+                                                           "the lookahead told the others' pages) ")
 
 
 def test_a_slot_is_paired_with_its_table_by_the_pages_the_steps_wrote(prm, dirs):

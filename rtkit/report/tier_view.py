@@ -351,10 +351,16 @@ def _scans_from(pg: dict) -> str:
     if not pg.get("scans"):
         return (f"(none: the process stayed under {fmt.nbytes(pg.get('heat_from_bytes'))} of anonymous memory, "
                 "where tier_pager_heat_from starts them) ")
-    armed, scanned = pg.get("regions_armed"), pg.get("regions_scanned")
-    told = (f"; {fmt.num(armed)} of {fmt.num(scanned)} region scans write-protected, the lookahead told the others' "
-            "pages" if pg.get("told_pages") and scanned else "")
-    return f"(from step {fmt.num(pg.get('first_scan_step'))}{told}) "
+    armed, scanned, told = pg.get("regions_armed"), pg.get("regions_scanned"), pg.get("told_pages")
+    if not told or not scanned:
+        spared = ""
+    elif armed == scanned:   # told, but never every step of a window at few untold writes: no scan spared
+        spared = (f"; all {fmt.num(scanned)} region scans write-protected, though the lookahead told "
+                  f"{fmt.num(told)} pages")
+    else:
+        spared = (f"; {fmt.num(armed)} of {fmt.num(scanned)} region scans write-protected, the lookahead told the "
+                  "others' pages")
+    return f"(from step {fmt.num(pg.get('first_scan_step'))}{spared}) "
 
 
 def _wall_cpu(pg: dict, what: str) -> str:
