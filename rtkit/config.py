@@ -281,10 +281,14 @@ SETTINGS: List[Setting] = [
        "which paged pages the steps wrote (asynchronous write-protect, one cheap fault at the next write to each "
        "page): the eviction order. Fewer scans cost fewer faults and see heat coarser", minimum=1,
        maximum=1 << 20, c="tier"),
-    _s("tier_pager_heat_from", "int", 50, "%", "tier mode with tier_pager: the heat scans start once the process's "
-       "anonymous memory has grown by this share of the pager's room (from the first step mark to its limit): "
-       "before that nothing is near eviction, and a scan costs the steps a fault at the next write to each page "
-       "they write. 0: from the first step mark", minimum=0, maximum=100, c="tier"),
+    _s("tier_pager_heat_from", "int", 90, "%", "tier mode with tier_pager: the heat scans start at the latest once "
+       "the process's anonymous memory has grown by this share of the pager's room (from the first step mark to its "
+       "limit): before that nothing is near eviction, and a scan costs the steps a fault at the next write to each "
+       "page they write. 0: from the first step mark", minimum=0, maximum=100, c="tier"),
+    _s("tier_pager_heat_lead", "int", 8, "scans", "tier mode with tier_pager: the heat scans start earlier, this many "
+       "scans (of tier_pager_heat_every steps) before the process would reach its limit at the rate its anonymous "
+       "memory grew over the last steps: enough scans to rank pages by the first eviction, no faults for the steps "
+       "long before it. 0: by tier_pager_heat_from alone", minimum=0, maximum=1 << 16, c="tier"),
     _s("pmem_segment_size", "size", 1 << 20, "bytes", "segment size of new pools", minimum=64 * 1024,
        maximum=1 << 40, c="pmem"),
     _s("pmem_block_size", "size", 64, "bytes", "block size (smallest unit) of new pools, a power of two >= 8",

@@ -33,6 +33,10 @@ FIND_TRIES = 2            # steps before which the pool is searched in full (its
 # once steps have moved them (at full scale 24 of the capacity bench's 26 deep slots were not found in the first two)
 FIND_RETRY_FIRST = 16
 FIND_RETRIES = 10
+# slots left to pair by the pages the steps wrote before the pager's heat scans have aged any (they start a few scans
+# before its limit): asked again once it has run this many more, without spending a retry (the full-scale bench's
+# retry at batch 1,024 came a step before its first scan, the next was due at 2,048: its 24 slots came back at faults)
+PAIR_AFTER_SCANS = 2
 
 
 # Backing off when the steps' pages are in DRAM already: the lookahead costs its own time on every batch (its rows'
@@ -121,6 +125,7 @@ class Lookahead:
         # table -> base of the variable and of each slot in the pool (None: not found); absent: not looked for yet
         self.bases: Dict[str, List[Optional[int]]] = {}
         self._find_tries = 0
+        self._pair_after_scans = 0             # no retry before the pager's heat scans reach this (slots waiting)
         self._row_bytes_of: Dict = {}
         self.back_off = BackOff()
         self.current: Dict[str, np.ndarray] = {}
@@ -428,6 +433,8 @@ class Lookahead:
         """Whether the pool is to be searched before this step: a table or slot not found yet, tries left."""
         if self.pool is None or not any(None in self.bases.get(n, [None]) for n in self.plan.tables):
             return False
+        if self._pair_after_scans and pages.heat_scans() < self._pair_after_scans:
+            return False
         retry = self._find_tries - FIND_TRIES
         return retry < 0 or (retry < FIND_RETRIES and self.counts["batches"] >= FIND_RETRY_FIRST << retry)
 
@@ -483,10 +490,17 @@ class Lookahead:
                 # page for page: only a slot whose rows are the table's size lies at the same offsets
                 if b[0] is not None and b[i] is None and self._row_bytes(t, i) == self._row_bytes(t, 0):
                     want[f"{name}#{i}"] = (b[0], t.rows * self._row_bytes(t, 0))
-        paired = pages.pair_by_writes(want, records, taken) if want else {}
+        unheard: set = set()
+        paired = pages.pair_by_writes(want, records, taken, unheard) if want else {}
         for key, base in paired.items():
             name, i = key.rsplit("#", 1)
             self.bases[name][int(i)] = base
+        scans = pages.heat_scans()
+        if unheard and scans >= 0 and not any(b[0] is None for b in self.bases.values()) and \
+                self._find_tries > FIND_TRIES:
+            # the slots wait for heat: this try did not count, the next comes once the pager has scanned more
+            self._find_tries -= 1
+            self._pair_after_scans = scans + PAIR_AFTER_SCANS
         with self.cond:
             self.counts["regions_paired"] += len(paired)
 

@@ -41,6 +41,7 @@ _fetch = _preloaded("rtkit_tier_pager_fetch", ctypes.c_long, [ctypes.c_void_p, c
 _heat = _preloaded("rtkit_tier_pager_heat", ctypes.c_long, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t])
 _likeness = _preloaded("rtkit_tier_pager_likeness", ctypes.c_long,
                        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p])
+_scans = _preloaded("rtkit_tier_pager_scans", ctypes.c_long, [])
 _records = _preloaded("rtkit_malloc_pool_records", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64])
 MAX_HITS = 64
 # pair_by_writes: a slot is taken for its table's when their pages' write histories agree this often, this much more
@@ -167,6 +168,11 @@ def tell_heat(pages: np.ndarray) -> int:
     return int(_heat(a.ctypes.data, a.size, PAGE))
 
 
+def heat_scans() -> int:
+    """The heat scans tier mode's pager has run so far, or -1 where it does not run (rtkit_tier_pager_scans)."""
+    return int(_scans()) if _scans is not None else -1
+
+
 def tell_budget(pages: np.ndarray) -> int:
     """Tell the tier's resident budget that the next step uses these pages (page numbers): its next mark drops them
     last. The 4 KiB pages recorded, or -1 when nothing is: the allocator not preloaded, tier mode or its heat budget
@@ -234,13 +240,16 @@ def find_in_records(records: List[Tuple[int, int]], wanted: Dict[str, Tuple[int,
     return out
 
 
-def pair_by_writes(tables: Dict[str, Tuple[int, int]], records: List[Tuple[int, int]], taken: set) -> Dict[str, int]:
+def pair_by_writes(tables: Dict[str, Tuple[int, int]], records: List[Tuple[int, int]], taken: set,
+                   unheard: Optional[set] = None) -> Dict[str, int]:
     """name -> record for each slot of tables[name] = (its table's base, bytes) whose pages the steps wrote as they
     wrote the table's, page for page (tier_pager's heat: rtkit_tier_pager_likeness), among the records of that size
     not in `taken`. An Adagrad slot no step has moved off its 0.1 holds no row that tells it from another slot of its
     shape (find_in_records), but the optimizer writes its rows in the steps that write its table's: the same pages of
     both are written in the same heat scans, another table's at its own rows. A slot two candidates fit alike, or
-    that TWIN_SCORE is not reached for, stays unfound; each record goes to the slot it fits best."""
+    that TWIN_SCORE is not reached for, stays unfound; each record goes to the slot it fits best. The names whose
+    candidates no heat scan has aged yet (fewer than TWIN_PAGES pages to compare: the pager's scans start a few
+    scans before its limit) are added to `unheard`: asked again later, they may pair."""
     if _likeness is None:
         return {}
     scored = []
@@ -251,6 +260,8 @@ def pair_by_writes(tables: Dict[str, Tuple[int, int]], records: List[Tuple[int, 
         scores = (ctypes.c_double * len(cands))()
         most = _likeness(table, (ctypes.c_void_p * len(cands))(*cands), len(cands), nbytes, scores)
         if most < TWIN_PAGES:
+            if unheard is not None:
+                unheard.add(name)
             continue
         ranked = sorted(zip(scores, cands), reverse=True)
         best, second = ranked[0][0], ranked[1][0] if len(ranked) > 1 else -1.0

@@ -7,6 +7,7 @@ import pytest
 
 from test_tier import pmem_doc, run_tier
 from rtkit.report.tier_view import cost_words, tier_view, warning_words
+from rtkit.report import fmt
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -173,6 +174,25 @@ def mark():
     lib.rtkit_tier_pager_wait()
 
 mark()
+records = [(other, n), (slot, n), (table, n), (slot, n + 64)]
+# before any page has aged: the slot cannot be judged, and says so (the lookahead asks again after two more scans)
+unheard = set()
+assert pages.pair_by_writes({"t#1": (table, n)}, records, set(), unheard) == {} and unheard == {"t#1"}, unheard
+scans0 = pages.heat_scans()
+assert scans0 >= 0, scans0
+import types
+import numpy as np
+from rtkit.scheduler import lookahead as la_mod
+t = types.SimpleNamespace(rows=n // 64, row_bytes=64, slots=[None], dtype=np.dtype(np.float32))
+la = la_mod.Lookahead(types.SimpleNamespace(tables={"t": t}, table_of_index=["t"]), "on", max_rows=1 << 20,
+                      pool_path="", run_touch=lambda *a: [], thread_name=None)
+la._row_bytes_of[(id(t), 1)] = 64
+la.pool = (table, table + n)
+la.bases = {"t": [table, None]}
+la._find_tries = la_mod.FIND_TRIES + 1          # a retry: it does not count while the slot waits for heat
+la.counts["batches"] = la_mod.FIND_RETRY_FIRST    # ... and the next is due by the batches
+la._pair_slots(records)
+assert la._find_tries == la_mod.FIND_TRIES and la.bases["t"][1] is None and not la._wants_find(), la.__dict__
 for step in range(6):   # the slot is written where and when its table is; the other record at its own rows
     for i in range(n // pages.PAGE):
         if (i * 2654435761 >> 7) % 6 == step:
@@ -181,7 +201,9 @@ for step in range(6):   # the slot is written where and when its table is; the o
         if (i * 40503 >> 3) % 6 == step:
             ctypes.memset(other + i * pages.PAGE + 8, step, 1)
     mark()
-records = [(other, n), (slot, n), (table, n), (slot, n + 64)]
+assert pages.heat_scans() >= scans0 + 6 and la._wants_find()
+la._pair_slots(records)
+assert la.bases["t"][1] == slot and la.counts["regions_paired"] == 1, la.bases
 assert pages.pair_by_writes({"t#1": (table, n)}, records, set()) == {"t#1": slot}
 assert pages.pair_by_writes({"t#1": (table, n)}, records, {slot}) == {}          # taken: the other is no twin
 both = pages.pair_by_writes({"t#1": (table, n), "u#1": (table, n)}, records, set())
@@ -262,27 +284,43 @@ def test_pages_the_lookahead_tells_cost_fewer_write_faults_and_keep_their_heat(p
     assert "write-protected" not in row, row
 
 
+def _scans_started(prm, dirs, mode, heat_from, lead):
+    """The pager test `mode` with 64 MiB of room: its pager stats and the report's pager row."""
+    run_dir, pool = dirs
+    proc = run_pager(prm, mode, run_dir, pool, {"RTKIT_TIER_PAGER_HEAT_FROM": heat_from,
+                                                "RTKIT_TIER_PAGER_HEAT_LEAD": lead,
+                                                "RTKIT_TIER_PAGER_MAX": str(64 << 20)})
+    doc = pmem_doc(run_dir)
+    skip_where_the_kernel_refuses(doc)
+    assert proc.returncode == 0 and proc.stdout == f"prmalloc_pager {mode}: ok\n", proc.stdout + proc.stderr
+    return doc["pager"], dict(tier_view({"pmem": doc})["rows"])["pager (tier_pager)"]
+
+
 @pytest.mark.parametrize("heat_from", ["50", "100"])
 def test_heat_scans_wait_until_the_process_has_used_its_share_of_the_room(prm, dirs, heat_from):
     # each scan costs the steps a fault at their next write to every page: none while the process is far from its
     # limit; past the limit a scan comes first, so an eviction never runs on ages no scan made
-    run_dir, pool = dirs
-    proc = run_pager(prm, "heat_from", run_dir, pool, {"RTKIT_TIER_PAGER_HEAT_FROM": heat_from,
-                                                       "RTKIT_TIER_PAGER_MAX": str(64 << 20)})
-    doc = pmem_doc(run_dir)
-    skip_where_the_kernel_refuses(doc)
-    assert proc.returncode == 0 and proc.stdout == "prmalloc_pager heat_from: ok\n", proc.stdout + proc.stderr
-    pg = doc["pager"]
+    pg, row = _scans_started(prm, dirs, "heat_from", heat_from, "0")
     assert pg["heat_from_bytes"] == pg["limit_bytes"] - (64 << 20) * (100 - int(heat_from)) // 100, pg
-    row = dict(tier_view({"pmem": doc})["rows"])["pager (tier_pager)"]
     assert f"heat scans (from step {pg['first_scan_step']:,}) in " in row, row
+
+
+def test_heat_scans_start_a_lead_of_scans_before_the_limit_at_the_process_growth(prm, dirs):
+    # a first step of 20 MiB, then 4 MiB of rows a step, against 64 MiB of room: with a lead of 4 one-step scans the
+    # first comes at ~40 MiB (not after the burst), long before tier_pager_heat_from's 100%, and no eviction before
+    # it; the tier line says why they started there
+    pg, row = _scans_started(prm, dirs, "heat_lead", "100", "4")
+    assert pg["first_scan_by_lead"] == 1 and pg["scans"] >= 1, pg
+    assert (f"heat scans (from step {pg['first_scan_step']:,} as its growth of "
+            f"{fmt.nbytes(pg['growth_bytes_per_step'])} a step neared the limit) in ") in row, row
 
 
 def test_the_tier_line_says_why_no_heat_scan_ran():
     pg = {"on": True, "scans": 0, "first_scan_step": 0, "heat_from_bytes": 3 << 30, "limit_bytes": 5 << 30}
     from rtkit.report.tier_view import _scans_from
     assert _scans_from(pg) == ("(none: the process stayed under 3.00 GiB of anonymous memory, where "
-                               "tier_pager_heat_from starts them) ")
+                               "tier_pager_heat_from starts them, and never came within tier_pager_heat_lead scans "
+                               "of its limit) ")
     assert _scans_from({"scans": 4}) == ""   # an older library's stats: nothing said
     # the lookahead told pages, but no region's scan was spared (it backed off: no window told whole): no "others"
     told = {"scans": 26, "first_scan_step": 162, "told_pages": 5855, "regions_armed": 208, "regions_scanned": 208}
@@ -294,7 +332,8 @@ def test_the_tier_line_says_why_no_heat_scan_ran():
 
 def test_a_slot_is_paired_with_its_table_by_the_pages_the_steps_wrote(prm, dirs):
     # lookahead_pages.pair_by_writes through the preloaded pager: three pooled records, one written at the same pages
-    # in the same steps as the table (its optimizer slot), one elsewhere; the slot is paired, once, and nothing else
+    # in the same steps as the table (its optimizer slot), one elsewhere; the slot is paired, once, and nothing else;
+    # before any page aged the lookahead waits for the pager's scans without spending a retry, then pairs it
     run_dir, pool = dirs
     env = {k: v for k, v in os.environ.items() if not k.startswith("RTKIT_") and k != "LD_PRELOAD"}
     env.pop("_RTKIT_MALLOC_ROOT", None)

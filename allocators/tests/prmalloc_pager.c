@@ -1,6 +1,6 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same|likeness|heat_from|fetch_free|fork_words|order|told|untold|told_dense
+ * basic|race|fork|fetch|same|likeness|heat_from|heat_lead|fetch_free|fork_words|order|told|untold|told_dense
  * (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -532,6 +532,34 @@ static int heat_from(void)
     return test_done("prmalloc_pager heat_from");
 }
 
+/* The heat scans start tier_pager_heat_lead scans (4, of one step each here, set by the caller with a room of 64 MiB
+ * and tier_pager_heat_from 100) before the process would reach its limit at its growth: a first step of 20 MiB (a
+ * job's start, which alone would put the limit 2 steps away), then 4 MiB of rows a step: no scan while 32 MiB are
+ * written (~22 MiB short of the limit less its 8 MiB slack: 5 steps), the first by 44 MiB; the data kept. */
+static int heat_lead(void)
+{
+    size_t n = 96u << 20, mib = 1u << 20, written = 0;
+    unsigned char *a = pooled(n);
+    mark();  /* adopted */
+    for (int k = 0; k < 7; k++) {
+        size_t now = k ? 4 * mib : 20 * mib;
+        write_pages(a + written, now, 1);
+        written += now;
+        mark();
+        if (k == 3)
+            CHECK(stats_figure("\"scans\": ") == 0);
+    }
+    CHECK(stats_figure("\"scans\": ") >= 1 && stats_figure("\"first_scan_step\": ") > 5);
+    CHECK(stats_figure("\"first_scan_by_lead\": ") == 1 && stats_figure("\"evicted_pages\": ") == 0);
+    long long growth = stats_figure("\"growth_bytes_per_step\": ");
+    CHECK(growth >= (long long)(3 * mib) && growth <= (long long)(5 * mib));
+    CHECK(bad_pages(a, 20 * mib, 1) == 0);
+    for (size_t at = 20 * mib; at < written; at += 4 * mib)
+        CHECK(bad_pages(a + at, 4 * mib, 1) == 0);
+    free(a);
+    return test_done("prmalloc_pager heat_lead");
+}
+
 /* 4 MiB written at every step (told before each step with `tell`: rtkit_tier_pager_heat), 4 MiB written once at step
  * 2, 8 MiB of room: evicted down under the limit, every hot page stays in DRAM, the cold pages go first and read back
  * as written. `faults`: the minor faults of the hot writes from step 9 on go to stderr ("faults N"), for the caller
@@ -607,6 +635,8 @@ int main(int argc, char **argv)
         return likeness();
     if (!strcmp(mode, "heat_from"))
         return heat_from();
+    if (!strcmp(mode, "heat_lead"))
+        return heat_lead();
     if (!strcmp(mode, "fetch_free"))
         return fetch_free();
     if (!strcmp(mode, "fork_words"))

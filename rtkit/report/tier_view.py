@@ -343,14 +343,18 @@ def _where(p) -> str:
 
 
 def _scans_from(pg: dict) -> str:
-    """When the heat scans began (tier_pager_heat_from: not before the process has used a share of its room), or
-    why none ran, and how many of the regions they scanned they write-protected where the lookahead told the pages of
-    the others (rtkit_tier_pager_heat); '' from a pager that does not say (older builds)."""
+    """When the heat scans began (tier_pager_heat_lead scans before the limit at the process's growth, or at the
+    latest at tier_pager_heat_from's share of its room), or why none ran, and how many of the regions they scanned
+    they write-protected where the lookahead told the pages of the others (rtkit_tier_pager_heat); '' from a pager
+    that does not say (older builds)."""
     if "first_scan_step" not in pg:
         return ""
     if not pg.get("scans"):
         return (f"(none: the process stayed under {fmt.nbytes(pg.get('heat_from_bytes'))} of anonymous memory, "
-                "where tier_pager_heat_from starts them) ")
+                "where tier_pager_heat_from starts them, and never came within tier_pager_heat_lead scans of its "
+                "limit) ")
+    near = (f" as its growth of {fmt.nbytes(pg.get('growth_bytes_per_step'))} a step neared the limit"
+            if pg.get("first_scan_by_lead") else "")
     armed, scanned, told = pg.get("regions_armed"), pg.get("regions_scanned"), pg.get("told_pages")
     if not told or not scanned:
         spared = ""
@@ -360,7 +364,7 @@ def _scans_from(pg: dict) -> str:
     else:
         spared = (f"; {fmt.num(armed)} of {fmt.num(scanned)} region scans write-protected, the lookahead told the "
                   "others' pages")
-    return f"(from step {fmt.num(pg.get('first_scan_step'))}{spared}) "
+    return f"(from step {fmt.num(pg.get('first_scan_step'))}{near}{spared}) "
 
 
 def _wall_cpu(pg: dict, what: str) -> str:

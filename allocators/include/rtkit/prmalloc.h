@@ -86,6 +86,9 @@ long rtkit_tier_pager_heat(const uint64_t *pages, size_t n, size_t page_bytes);
  * in the same steps: its score is near 1, another table's slot's far less. Returns the most pages compared, or -1
  * where the pager does not run or `table` is not in the pool. */
 long rtkit_tier_pager_likeness(const void *table, const void *const *cands, size_t n, size_t bytes, double *scores);
+/* The heat scans the pager has run so far (they start a few scans before it nears its limit, so a caller pairing
+ * records by their write histories waits for two), or -1 where the pager does not run. */
+long rtkit_tier_pager_scans(void);
 
 /* Schema version of allocator-<pid>.json and of the plan file format. */
 #define RTKIT_MALLOC_STATS_SCHEMA 2

@@ -21,9 +21,10 @@
  *   it to a 256 KiB boundary: new rows are handed out in order, one trip to the handler serves many);
  * - every tier_pager_heat_every marks, one PAGEMAP_SCAN re-arms asynchronous write-protection and says which pages
  *   were written since the last scan: a page's age is the number of scans since a step last wrote it. The scans
- *   start once the process has used tier_pager_heat_from percent of its room: each costs the steps a fault at the
- *   next write to every page they write (~0.5 us each, ~25k a step at full scale), which buys nothing while no
- *   eviction is near;
+ *   start tier_pager_heat_lead scans before the process would reach its limit at the rate its anonymous memory
+ *   grows (or at the latest once it has used tier_pager_heat_from percent of its room): each costs the steps a
+ *   fault at the next write to every page they write (~0.5 us each, ~20-25k a step at full scale), which buys
+ *   nothing while no eviction is near;
  * - once the process's anonymous memory nears its limit, pages are moved out (UFFDIO_MOVE: atomic, an access after
  *   it faults to a handler, which waits for that chunk's eviction to end), written to the file and freed: pages
  *   written in the fewest scans first, the least recently written first among them. Nothing is written while a
@@ -85,6 +86,10 @@ static struct {
     rtk_spin_t lock;                      /* the regions and the evictor's batches: fork and frees wait for it */
     uint64_t limit, slack_hi, slack_lo;   /* anonymous RSS the evictor keeps the process under, and its margins */
     uint64_t heat_from;                   /* anonymous RSS from which the heat scans run */
+    uint64_t grown_at, grown_step, growth; /* anonymous RSS and step where the last scan interval began; its growth
+                                            * a step: the lower of the last two intervals' (`intervals` measured) */
+    uint64_t grown_last;                  /* the growth a step over the last interval alone */
+    uint32_t intervals;
     uint8_t *hits;                        /* per pool page: the scans that found it written (and its read-backs) */
     uint8_t *told;                        /* per pool page: the heat window in which the lookahead last told it */
     uint64_t *credited;                   /* a bit per pool page: its write since the region was last armed counted */
@@ -506,7 +511,13 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
          * machine (Linux 6.18) left pages in the stage that it had not reported (the next moves into it failed
          * with EEXIST) and the table read those rows back stale from the file (prmalloc_pager race, ~1 run in 30) */
         unsigned char in_stage[CHUNK_PAGES];
-        if (rtk_os_resident(st, len, in_stage) != 0) {
+        if (rc == 0 && mv.move == (int64_t)len) {
+            /* A call that says it moved every page did: with no mode set, a page absent at its place fails the
+             * call (-ENOENT) and a slot taken in the stage fails it (-EEXIST). What follows is for the other answers
+             * (the count short of len, an error): the stage's check there was ~1.3% of the tail's CPU, most moves
+             * whole */
+            memset(in_stage, 1, sizeof in_stage);
+        } else if (rtk_os_resident(st, len, in_stage) != 0) {
             ADD(S.move_errors, 1);
             memset(in_stage, mv.move > 0 ? 1 : 0, sizeof in_stage);
         }
@@ -654,16 +665,37 @@ static uint64_t anon_rss(void)
     return (uint64_t)(res - shared) * TIER_PAGE;
 }
 
+/* Whether the limit is near enough for the scans to start: within tier_pager_heat_lead scans at the rate the
+ * process's anonymous memory grew, measured over whole scan intervals, the lower of the last two: a job's first
+ * steps allocate in bursts (the full-scale bench's first pass measured 156 MB a step, which started the scans at its
+ * second step), and a late start costs no more than tier_pager_heat_from allows (past the limit a scan comes first) */
+static int limit_near(uint64_t anon, uint64_t step, uint64_t every)
+{
+    if (!g.grown_at) {
+        g.grown_at = anon, g.grown_step = step;
+        return 0;
+    }
+    if (step < g.grown_step + every)
+        return 0;
+    uint64_t per = anon > g.grown_at ? (anon - g.grown_at) / (step - g.grown_step) : 0;
+    g.growth = g.intervals++ && g.grown_last < per ? g.grown_last : per;
+    g.grown_last = per;
+    S.growth = g.growth;
+    g.grown_at = anon, g.grown_step = step;
+    uint64_t lead = (uint64_t)rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_LEAD), left = g.limit - g.slack_hi - anon;
+    return lead && g.intervals >= 2 && g.growth && anon + g.slack_hi < g.limit &&
+           left / (lead * every) < g.growth;  /* no overflow */
+}
+
 static void pass(uint64_t step)
 {
-    long every = rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_EVERY);
-    uint64_t anon = anon_rss();
-    int over = anon + g.slack_hi > g.limit;
+    long every_n = rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_EVERY);
+    uint64_t every = (uint64_t)(every_n > 0 ? every_n : 1), anon = anon_rss();
+    int over = anon + g.slack_hi > g.limit, near = !g.scanned && limit_near(anon, step, every);
     /* an eviction never runs on ages no scan made: past the limit a scan comes first whatever heat_from says */
-    if ((anon >= g.heat_from || over) &&
-        (!g.scanned || step >= g.last_scan_step + (uint64_t)(every > 0 ? every : 1))) {
+    if ((anon >= g.heat_from || over || near || g.scanned) && (!g.scanned || step >= g.last_scan_step + every)) {
         if (!g.scanned)
-            S.first_scan_step = step;
+            S.first_scan_step = step, S.first_scan_near = near && anon < g.heat_from && !over;
         scan(step);
         g.last_scan_step = step;
     }
@@ -1095,6 +1127,12 @@ __attribute__((visibility("default"))) long rtkit_tier_pager_likeness(const void
             most = both;
     }
     return (long)most;
+}
+
+/* rtkit/prmalloc.h */
+__attribute__((visibility("default"))) long rtkit_tier_pager_scans(void)
+{
+    return LD(g.on) == 1 ? (long)LD(S.scans) : -1;
 }
 
 /* rtkit/prmalloc.h */
