@@ -285,7 +285,7 @@ SETTINGS: List[Setting] = [
        "the process's anonymous memory has grown by this share of the pager's room (from the first step mark to its "
        "limit): before that nothing is near eviction, and a scan costs the steps a fault at the next write to each "
        "page they write. 0: from the first step mark", minimum=0, maximum=100, c="tier"),
-    _s("tier_pager_heat_lead", "int", 8, "scans", "tier mode with tier_pager: the heat scans start earlier, this many "
+    _s("tier_pager_heat_lead", "int", 16, "scans", "tier mode with tier_pager: the heat scans start earlier, this many "
        "scans (of tier_pager_heat_every steps) before the process would reach its limit at the rate its anonymous "
        "memory grew over the last steps: enough scans to rank pages by the first eviction, no faults for the steps "
        "long before it. 0: by tier_pager_heat_from alone", minimum=0, maximum=1 << 16, c="tier"),

@@ -284,6 +284,25 @@ def test_pages_the_lookahead_tells_cost_fewer_write_faults_and_keep_their_heat(p
     assert "write-protected" not in row, row
 
 
+def test_a_heat_window_a_tell_short_still_counts_as_told(prm, tmp_path):
+    # the lookahead tells the next step's pages while a step runs, so a window a scan cuts may hold a tell fewer than
+    # its marks: told at 7 steps of every 8 (scans every 8 marks), the region is still protected seldom and the
+    # writes fault far less than untold; a lookahead backing off (every second step or fewer) is not told whole
+    faults, docs = {}, {}
+    for mode in ("told_gaps", "untold"):
+        run_dir, pool = tmp_path / mode, tmp_path / f"{mode}.pool"
+        run_dir.mkdir()
+        proc = run_pager(prm, mode, run_dir, pool, {"RTKIT_TIER_PAGER_HEAT_EVERY": "8"})
+        docs[mode] = pmem_doc(run_dir)
+        skip_where_the_kernel_refuses(docs[mode])
+        assert proc.returncode == 0 and proc.stdout == f"prmalloc_pager {mode}: ok\n", proc.stdout + proc.stderr
+        faults[mode] = int(proc.stderr.split("faults ")[1].split()[0])
+    gaps, untold = docs["told_gaps"]["pager"], docs["untold"]["pager"]
+    assert gaps["told_pages"] == 63 * 1024 and untold["regions_armed"] == untold["scans"], (gaps, untold)
+    assert gaps["scans"] >= 8 and gaps["regions_armed"] <= gaps["scans"] // 2, gaps
+    assert faults["told_gaps"] <= faults["untold"] // 2, faults
+
+
 def _scans_started(prm, dirs, mode, heat_from, lead):
     """The pager test `mode` with 64 MiB of room: its pager stats and the report's pager row."""
     run_dir, pool = dirs

@@ -1,6 +1,6 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same|likeness|heat_from|heat_lead|fetch_free|fork_words|order|told|untold|told_dense
+ * basic|race|fork|fetch|same|likeness|heat_from|heat_lead|fetch_free|fork_words|order|told|untold|told_dense|told_gaps
  * (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -121,7 +121,10 @@ static int basic(void)
     mark();  /* unwritten for a scan: evicted down to the limit */
     mark();
     long long evicted = stats_figure("\"evicted_pages\": "), written = stats_figure("\"evicted_bytes\": ");
-    CHECK(evicted > 0 && written >= evicted * (long long)PG);
+    /* every page evicted is written, but those of one repeated word (b's, which a loaded machine's timing can rank
+     * among the oldest: 2 of them in one run) */
+    long long kept_as_word = stats_figure("\"evicted_same\": ");
+    CHECK(evicted > 0 && kept_as_word >= 0 && written >= (evicted - kept_as_word) * (long long)PG);
     size_t res = resident_pages(a, n);
     CHECK(res != (size_t)-1 && res < n / PG);
     CHECK(bad_pages(a, n, 1) == 0);  /* every evicted page read back from the file */
@@ -563,8 +566,9 @@ static int heat_lead(void)
 /* 4 MiB written at every step (told before each step with `tell`: rtkit_tier_pager_heat), 4 MiB written once at step
  * 2, 8 MiB of room: evicted down under the limit, every hot page stays in DRAM, the cold pages go first and read back
  * as written. `faults`: the minor faults of the hot writes from step 9 on go to stderr ("faults N"), for the caller
- * to compare told and untold (a told region is write-protected at every eighth scan at most). `dense`: the last 1 MiB
- * of the hot 4 MiB is written at every step but never told (an optimizer slot updated densely): it stays hot. */
+ * to compare told and untold (a told region is write-protected at every eighth scan at most); `tell` 2: told at 7
+ * steps in 8 only. `dense`: the last 1 MiB of the hot 4 MiB is written at every step but never told (an optimizer
+ * slot updated densely): it stays hot. */
 static int hot_and_cold(const char *name, uint32_t steps, int tell, int faults, int dense)
 {
     size_t n = 16u << 20, part = 4u << 20;
@@ -576,7 +580,7 @@ static int hot_and_cold(const char *name, uint32_t steps, int tell, int faults, 
     mark();  /* adopted */
     long count = 0;
     for (uint32_t step = 1; step <= steps; step++) {
-        if (tell)
+        if (tell && !(tell == 2 && step % 8 == 0))  /* 2: a step in 8 untold (a lookahead a tell short) */
             CHECK(t_heat(hot, told_pages, PG) == (long)told_pages);
         struct rusage r0, r1;
         getrusage(RUSAGE_SELF, &r0);
@@ -643,10 +647,11 @@ int main(int argc, char **argv)
         return fork_words();
     if (!strcmp(mode, "order"))  /* the walk for the cold pages: the caller reads what it looked at */
         return hot_and_cold("prmalloc_pager order", 8, 0, 0, 0);
-    if (!strcmp(mode, "told") || !strcmp(mode, "untold") || !strcmp(mode, "told_dense")) {
+    if (!strcmp(mode, "told") || !strcmp(mode, "untold") || !strcmp(mode, "told_dense") || !strcmp(mode, "told_gaps")) {
         char name[64];
         snprintf(name, sizeof name, "prmalloc_pager %s", mode);
-        return hot_and_cold(name, 72, strcmp(mode, "untold") != 0, 1, !strcmp(mode, "told_dense"));
+        int tell = !strcmp(mode, "untold") ? 0 : !strcmp(mode, "told_gaps") ? 2 : 1;
+        return hot_and_cold(name, 72, tell, 1, !strcmp(mode, "told_dense"));
     }
     return basic();
 }

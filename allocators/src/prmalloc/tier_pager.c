@@ -49,6 +49,7 @@
 #define ARM_MOST 32                       /* twice as far apart after each cycle with few writes it did not tell, at */
 #define UNTOLD_SHARE 8                    /* most one in this many of the writes a cycle saw; at every scan after one
                                            * with more (rows it misses: ids first seen in the step just before) */
+#define WHOLE_OF 8                        /* a heat window is told whole with tells for all but 1 in this many marks */
 #define CHILD_FILL_MAX 65536              /* pages kept as a word that a forked child gets copies of, at most */
 /* The eviction order: pages written in the fewest scans first (rows that never recur: under a power law most of the
  * pages of new rows; docs/results.md's hindsight floor keeps the most-touched pages), the least recently written
@@ -355,12 +356,16 @@ static void scan(uint64_t step)
     for (uint64_t c = 0; c <= g.npages / CHUNK_PAGES; c++)
         g.chunk_min[c] = RANKS;
     g.resident_pages = 0;
-    /* the window closes: tells from here on stamp the next one; it was told whole where every step mark in it had
-     * the lookahead's pages (a lookahead backing off tells only some: those windows are armed) */
+    /* the window closes: tells from here on stamp the next one; it was told whole where nearly every step mark in
+     * it had the lookahead's pages (a lookahead backing off tells every second step or fewer: those windows are
+     * armed). Nearly: its worker tells the next step's pages while this one runs, so a window cut by a scan holds
+     * one tell fewer or more than its marks (full scale: the last window of a run had 31 tells for 32 marks, and
+     * a window short by one armed every region) */
     uint8_t win = g.window;
     ST(g.window, window_after(win));
     uint32_t tells = __atomic_exchange_n(&g.tells, 0, __ATOMIC_ACQ_REL);
-    int whole = g.scanned && tells >= step - g.last_scan_step;
+    uint64_t marks = step - g.last_scan_step;
+    int whole = g.scanned && (uint64_t)tells * WHOLE_OF >= marks * (WHOLE_OF - 1);
     for (uint32_t k = 0;; k++) {
         rtk_spin_lock(&g.lock);
         if (k >= g.nreg) {
