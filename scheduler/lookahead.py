@@ -495,12 +495,11 @@ class Lookahead:
         for key, base in paired.items():
             name, i = key.rsplit("#", 1)
             self.bases[name][int(i)] = base
-        scans = pages.heat_scans()
-        if unheard and scans >= 0 and not any(b[0] is None for b in self.bases.values()) and \
-                self._find_tries > FIND_TRIES:
-            # the slots wait for heat: this try did not count, the next comes once the pager has scanned more
-            self._find_tries -= 1
-            self._pair_after_scans = scans + PAIR_AFTER_SCANS
+        if unheard and self._find_tries > FIND_TRIES and not any(b[0] is None for b in self.bases.values()):
+            scans = pages.heat_scans()
+            if scans >= 0:   # the slots wait for heat: this try did not count, the next once the pager scanned more
+                self._find_tries -= 1
+                self._pair_after_scans = scans + PAIR_AFTER_SCANS
         with self.cond:
             self.counts["regions_paired"] += len(paired)
 

@@ -235,7 +235,8 @@ typedef struct {
     uint64_t evict_walked;                /* pages the evictions' walks looked at for candidates */
     uint64_t told_pages, regions_armed, regions_scanned;  /* pages the lookahead told; regions scans write-protected, of all */
     uint64_t heat_from, first_scan_step;  /* anonymous RSS from which heat scans run; the step mark of the first */
-    uint64_t growth, first_scan_near;     /* anonymous growth a step (smoothed); 1: the first scan came by the lead */
+    uint64_t growth, first_scan_near;     /* anonymous growth a step (the lower of the last two scan intervals');
+                                           * 1: the first scan came by tier_pager_heat_lead */
     double adopt_s, scan_s, evict_s;
 } rtk_tier_pager_stats_t;
 RTK_HIDDEN extern rtk_tier_pager_stats_t rtk_tier_pager_stats;

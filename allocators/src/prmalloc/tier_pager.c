@@ -687,9 +687,10 @@ static int limit_near(uint64_t anon, uint64_t step, uint64_t every)
     g.grown_last = per;
     S.growth = g.growth;
     g.grown_at = anon, g.grown_step = step;
-    uint64_t lead = (uint64_t)rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_LEAD), left = g.limit - g.slack_hi - anon;
-    return lead && g.intervals >= 2 && g.growth && anon + g.slack_hi < g.limit &&
-           left / (lead * every) < g.growth;  /* no overflow */
+    uint64_t lead = (uint64_t)rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_LEAD);
+    if (!lead || g.intervals < 2 || !g.growth || anon + g.slack_hi >= g.limit)
+        return 0;
+    return (g.limit - g.slack_hi - anon) / (lead * every) < g.growth;  /* the bytes left within the lead: no overflow */
 }
 
 static void pass(uint64_t step)
@@ -697,8 +698,9 @@ static void pass(uint64_t step)
     long every_n = rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_EVERY);
     uint64_t every = (uint64_t)(every_n > 0 ? every_n : 1), anon = anon_rss();
     int over = anon + g.slack_hi > g.limit, near = !g.scanned && limit_near(anon, step, every);
-    /* an eviction never runs on ages no scan made: past the limit a scan comes first whatever heat_from says */
-    if ((anon >= g.heat_from || over || near || g.scanned) && (!g.scanned || step >= g.last_scan_step + every)) {
+    /* once started the scans run every `every` marks; an eviction never runs on ages no scan made: past the limit a
+     * scan comes first whatever heat_from and the lead say */
+    if (g.scanned ? step >= g.last_scan_step + every : anon >= g.heat_from || over || near) {
         if (!g.scanned)
             S.first_scan_step = step, S.first_scan_near = near && anon < g.heat_from && !over;
         scan(step);
