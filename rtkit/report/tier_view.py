@@ -382,8 +382,10 @@ def pager_words(p: Dict[str, Any]) -> str:
         return ""
     n = pg.get("regions")
     words = (f"paged by rtkit (tier_pager): {fmt.nbytes(pg.get('adopted_bytes'))} in {fmt.num(n)} pooled "
-             f"allocation{'' if n == 1 else 's'} of 1 MiB or more, anonymous memory held under "
-             f"{fmt.nbytes(pg.get('limit_bytes'))}; {fmt.num(pg.get('evicted_pages'))} pages evicted by write heat "
+             f"allocation{'' if n == 1 else 's'} of 1 MiB or more, its limit on anonymous memory "
+             f"{fmt.nbytes(pg.get('limit_bytes'))} (peak {fmt.nbytes(pg.get('anon_peak_bytes'))}: evictions start "
+             f"near the limit and cannot take what the steps hold at once); {fmt.num(pg.get('evicted_pages'))} pages "
+             "evicted by write heat "
              f"({fmt.nbytes(pg.get('evicted_bytes'))} written to the pool"
              + (f", {fmt.num(pg.get('evicted_same'))} kept as a repeated word (not written)" if pg.get("evicted_same")
                 else "")
