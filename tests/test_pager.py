@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from test_tier import pmem_doc, run_tier
-from rtkit.report.tier_view import cost_words, tier_view, warning_words
+from rtkit.report.tier_view import cost_words, room_that_holds, tier_view, warning_words
 from rtkit.report import fmt
 
 pytestmark = pytest.mark.timeout(300)
@@ -254,6 +254,38 @@ def test_eviction_takes_the_coldest_pages_first_and_its_walk_skips_chunks_holdin
     pg = doc["pager"]
     assert 0 < pg["evicted_pages"] <= 1024, pg
     assert pg["evicted_pages"] <= pg["evict_walked_pages"] <= pg["evicted_pages"] + 256, pg
+
+
+def _room_short(report):
+    return [w for w in warning_words(report) if "pager's room" in w]
+
+
+def test_a_room_below_what_a_step_touches_is_warned_with_the_room_that_holds_it(prm, tmp_path):
+    # each step writes its whole 32 MiB record against 8 MiB of room (a slot that a dense optimizer update writes
+    # whole): nearly every page evicted is back within two steps, and the summary says the room is short and what
+    # holds at least that; 4 MiB hot and 4 MiB written once (the mode of test_eviction_takes...): the cold pages
+    # went for good, no warning
+    docs = {}
+    for mode in ("whole", "order"):
+        run_dir = tmp_path / mode
+        run_dir.mkdir()
+        docs[mode], _ = run_paged(prm, mode, run_dir, tmp_path / f"{mode}.pool")
+    whole, order = docs["whole"]["pager"], docs["order"]["pager"]
+    assert whole["room_bytes"] == 8 << 20 and whole["room_by_max"] == 1, whole
+    assert 0 < whole["evicted_pages"] < whole["back_within_two_steps"] * 2, whole
+    line = _room_short({"pmem": docs["whole"]})
+    assert len(line) == 1 and line[0].startswith("warning: the pager's room (8.00 MiB) is below what the steps touch: ")
+    # the room that holds it: at least the 32 MiB record a step writes whole, in whole 64 MiB
+    holds = room_that_holds(whole)
+    assert holds % (64 << 20) == 0 and holds >= 32 << 20, whole
+    assert f"; set tier_pager_max to {fmt.nbytes(holds)} or more (the most the process held over its start" in line[0]
+    assert 0 < order["evicted_pages"] and order["back_within_two_steps"] * 4 < order["evicted_pages"], order
+    assert _room_short({"pmem": docs["order"]}) == []
+    # a room that MemAvailable set: no tier_pager_max to raise
+    by_memory = {**docs["whole"], "pager": {**whole, "room_by_max": 0}}
+    assert _room_short({"pmem": by_memory})[0].endswith(
+        "the DRAM left for it (MemAvailable less tier_pager_reserve) holds no more: give the job more memory or a "
+        "smaller tier_pager_reserve")
 
 
 def test_pages_the_lookahead_tells_cost_fewer_write_faults_and_keep_their_heat(prm, tmp_path):

@@ -1,6 +1,7 @@
 /* prmalloc_pager.c -- tier mode's own pager (tier_pager) under LD_PRELOAD: data kept through adoption, eviction and
  * refill, writes racing evictions and fetches ahead, a forked child, frees, fetches ahead. Usage: prmalloc_pager
- * basic|race|fork|fetch|same|likeness|heat_from|heat_lead|fetch_free|fork_words|order|told|untold|told_dense|told_gaps
+ * basic|race|fork|fetch|same|likeness|heat_from|heat_lead|fetch_free|fork_words|order|told|untold|told_dense|told_gaps|
+ * whole
  * (RTKIT_TIER_POOL_PATH, RTKIT_RUN_DIR, RTKIT_TIER_PAGER=1 and a small RTKIT_TIER_PAGER_MAX set by the caller). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -563,6 +564,28 @@ static int heat_lead(void)
     return test_done("prmalloc_pager heat_lead");
 }
 
+/* Each step writes its whole 32 MiB record (a slot that a dense optimizer update writes whole) against 8 MiB of room
+ * (set by the caller): each pass evicts what the next step writes again, so nearly every page evicted comes back
+ * within two steps (back_within_two_steps: the caller reads the report's words on it); the data kept. */
+static int whole_steps(void)
+{
+    size_t n = 32u << 20;
+    uint32_t steps = 6;
+    unsigned char *a = pooled(n);
+    mark();  /* adopted */
+    for (uint32_t step = 1; step <= steps; step++) {
+        write_pages(a, n, step);
+        mark();
+    }
+    CHECK(bad_pages(a, n, steps) == 0);
+    long long evicted = stats_figure("\"evicted_pages\": "), back = stats_figure("\"back_within_two_steps\": ");
+    CHECK(evicted > 0 && back * 2 > evicted);
+    CHECK(stats_figure("\"read_errors\": ") == 0 && stats_figure("\"write_errors\": ") == 0 &&
+          stats_figure("\"move_errors\": ") == 0);
+    free(a);
+    return test_done("prmalloc_pager whole");
+}
+
 /* 4 MiB written at every step (told before each step with `tell`: rtkit_tier_pager_heat), 4 MiB written once at step
  * 2, 8 MiB of room: evicted down under the limit, every hot page stays in DRAM, the cold pages go first and read back
  * as written. `faults`: the minor faults of the hot writes from step 9 on go to stderr ("faults N"), for the caller
@@ -645,6 +668,8 @@ int main(int argc, char **argv)
         return fetch_free();
     if (!strcmp(mode, "fork_words"))
         return fork_words();
+    if (!strcmp(mode, "whole"))
+        return whole_steps();
     if (!strcmp(mode, "order"))  /* the walk for the cold pages: the caller reads what it looked at */
         return hot_and_cold("prmalloc_pager order", 8, 0, 0, 0);
     if (!strcmp(mode, "told") || !strcmp(mode, "untold") || !strcmp(mode, "told_dense") || !strcmp(mode, "told_gaps")) {

@@ -248,21 +248,23 @@ def _late_words(p: Dict[str, Any]) -> Optional[str]:
             f"once, at step mark {fmt.num(d.get('peak_at_mark'))}): tier mode places what exists before the first step "
             "and, after it, only sizes its profile saw outlive steps; models built or first trained after the first "
             "step (a second model's variables and optimizer slots) are not placed: build every model, and its "
-            "optimizer's slots, before the first training step to have them placed")
+            "optimizer's slots, before the first training step to have them placed; nor is what grows while "
+            "training (a hash table of ids, such as a MutableHashTable, moves to larger buckets as it fills)")
 
 
 def warning_words(report: Dict[str, Any]) -> List[str]:
     """What tier mode cost without saving, for the summary: requests the pool had no room for (no_room_words), the
-    pool held more in DRAM than lived in it at the highest RSS sampled (raised_rss), the tables left the pool in the first steps (left_pool), the steps write the
-    whole tables (written_per_sample), no step mark ever reached it (so only placement before a first step ran), the
-    pool's pages in DRAM stayed well above the resident budget, and where placement before the first step stopped
-    because the pool churned."""
+    pool held more in DRAM than lived in it at the highest RSS sampled (raised_rss), the tables left the pool in the
+    first steps (left_pool), the steps write the whole tables (written_per_sample), the pager's room is below what
+    the steps touch (_room_short_words), no step mark ever reached it (so only placement before a first step ran),
+    the pool's pages in DRAM stayed well above the resident budget, and where placement before the first step
+    stopped because the pool churned."""
     p = _pmem(report)
     if p is None or p.get(PM.STATE) != "on" or p.get("step_marks") is None:
         return []
     pre = p.get("placed_before_first_step") or {}
     out = [w for w in (_no_room_words(p), _raised_words(report, p), _left_words(p), _whole_writes_words(p),
-                       _late_words(p), _pager_off_words(p)) if w]
+                       _late_words(p), _pager_off_words(p), _room_short_words(p)) if w]
     if p.get("step_marks") == 0:
         out.append("warning: no training step reached tier mode, so only its placement before a first step ran "
                    f"({fmt.nbytes(pre.get('bytes'))} placed, {fmt.nbytes(pre.get('freed_bytes'))} freed again); "
@@ -389,7 +391,9 @@ def pager_words(p: Dict[str, Any]) -> str:
              f"({fmt.nbytes(pg.get('evicted_bytes'))} written to the pool"
              + (f", {fmt.num(pg.get('evicted_same'))} kept as a repeated word (not written)" if pg.get("evicted_same")
                 else "")
-             + f"), {fmt.num(pg.get('filled_from_file'))} read back at a fault")
+             + f"), {fmt.num(pg.get('filled_from_file'))} read back at a fault"
+             + (f" and {fmt.num(pg.get('filled_same'))} rebuilt from their word at a fault" if pg.get("filled_same")
+                else ""))
     if pg.get("fetch_filled"):
         words += (f" and {fmt.num(pg.get('fetch_filled'))} read ahead of their step (the lookahead"
                   + (f"; {fmt.num(pg.get('fetch_same'))} of them rebuilt from their word" if pg.get("fetch_same")
@@ -398,6 +402,48 @@ def pager_words(p: Dict[str, Any]) -> str:
     if errors:
         words += f"; {fmt.num(errors)} errors (read {fmt.num(pg.get('read_errors'))}: pages that read as zeros)"
     return words
+
+
+ROOM_SHORT_MIN_EVICTIONS = 4   # fewer evicting steps than this say nothing steady about the room
+ROOM_ROUND = 64 << 20
+ROOM_MARGIN = 64 << 20         # tier_pager.c's SLACK_HI: evictions start this far under the limit
+
+
+def room_that_holds(pg: Dict[str, Any]) -> Optional[int]:
+    """The tier_pager_max at least, where the pager's room fell short of what the steps touch: the most anonymous
+    memory the process held over its start (a step's temporaries count against the room too: rtkit's allocator keeps
+    them for the next step), plus the pages that came back a step (held at no one time while they were evicted), plus
+    the margin under the limit where evictions start, rounded up. A floor where evictions kept the peak down: a TF2
+    loop (a 1M x 64 table, Keras 3 Adagrad) given 64 MiB ran 739 ms a step and was told 832 MiB; at 832 MiB it ran
+    121 ms, 11 MiB a step still back, and was told 960 MiB; at 1 GiB nothing was evicted, 93 ms."""
+    back, evictions, room, limit, peak = (pg.get(k) for k in ("back_within_two_steps", "evictions", "room_bytes",
+                                                               "limit_bytes", "anon_peak_bytes"))
+    if not all(fmt.is_num(x) for x in (back, evictions, room, limit, peak)) or not evictions:
+        return None
+    over_start = max(peak - (limit - room), room)
+    need = over_start + back * 4096 // evictions + ROOM_MARGIN
+    return -(-need // ROOM_ROUND) * ROOM_ROUND
+
+
+def _room_short_words(p: Dict[str, Any]) -> Optional[str]:
+    """The warning when the pager's room is below what the steps touch: half or more of the pages it evicted were
+    back in DRAM within two steps (tier_pager.c's back_within_two_steps: each at a fault or a read ahead), with the
+    room that holds at least them (room_that_holds), or None."""
+    pg = p.get("pager") or {}
+    back, evicted, evictions = (pg.get(k) for k in ("back_within_two_steps", "evicted_pages", "evictions"))
+    if (not all(fmt.is_num(x) for x in (back, evicted, evictions)) or evictions < ROOM_SHORT_MIN_EVICTIONS
+            or back * 2 < evicted or room_that_holds(pg) is None):
+        return None
+    fix = (f"set tier_pager_max to {fmt.nbytes(room_that_holds(pg))} or more (the most the process held over its "
+           "start, what came back a step and the margin where evictions start)" if pg.get("room_by_max") else
+           "the DRAM left for it (MemAvailable less tier_pager_reserve) holds no more: give the job more memory or "
+           "a smaller tier_pager_reserve")
+    return (f"warning: the pager's room ({fmt.nbytes(pg['room_bytes'])}) is below what the steps touch: "
+            f"{fmt.num(back)} of the {fmt.num(evicted)} pages it evicted ({100 * back / evicted:.0f}%) were back "
+            f"within two steps, about {fmt.nbytes(back * 4096 // evictions)} a step that evicted, each brought back "
+            "at a fault or ahead of its step (a table or optimizer slot that every step reads or writes whole needs "
+            "room for all of it, and a step's temporaries count too: Keras 3's Adagrad reads its whole accumulator, "
+            f"a dense update writes it); {fix}")
 
 
 def _pager_off_words(p: Dict[str, Any]) -> str:

@@ -237,6 +237,8 @@ typedef struct {
     uint64_t heat_from, first_scan_step;  /* anonymous RSS from which heat scans run; the step mark of the first */
     uint64_t growth, first_scan_near;     /* anonymous growth a step (the lower of the last two scan intervals');
                                            * 1: the first scan came by tier_pager_heat_lead */
+    uint64_t back_soon;                   /* pages back in DRAM (a fault or a fetch) within two steps of their eviction */
+    uint64_t room, room_by_max;           /* the limit less the anonymous memory at the start; 1: tier_pager_max set it */
     double adopt_s, scan_s, evict_s;
 } rtk_tier_pager_stats_t;
 RTK_HIDDEN extern rtk_tier_pager_stats_t rtk_tier_pager_stats;

@@ -102,6 +102,10 @@ static struct {
                                            * of it held when evicted (kept as that, not written to the file) */
     uint64_t words[WORDS];
     uint32_t nwords;
+    uint64_t *gone[2];                    /* a bit per pool page: evicted in this pass (gone[gone_now]) or the one
+                                           * before: a page back in DRAM meanwhile was needed again within two steps */
+    uint32_t gone_now;
+    int gone_any[2];                      /* the map holds a bit (an empty one is not cleared again) */
     uint64_t last_scan_step, hist[RANKS], resident_pages;
     int scanned;
     uint32_t asked, pause, stop;          /* futex words: marks ask for passes; fork pauses; exit stops */
@@ -184,6 +188,12 @@ static void chunk_unlock(uint64_t c)
  * fault or another fill brought it in meanwhile). A page brought back is used again after its eviction: it recurs,
  * and counts as written now. `mode` UFFDIO_COPY_MODE_DONTWAKE_: a thread waiting on the page is woken by the caller
  * (after the books say the page is in), not by the copy. */
+static void count_back(uint64_t i)
+{
+    if (bit_at(g.gone[0], i) | bit_at(g.gone[1], i))
+        ADD(S.back_soon, 1);
+}
+
 static int put_back(uint64_t i, const char *src, uint64_t mode)
 {
     struct uffdio_copy_ c = {(uint64_t)(uintptr_t)addr_of(i), (uint64_t)(uintptr_t)src, TIER_PAGE, mode, 0};
@@ -194,6 +204,7 @@ static int put_back(uint64_t i, const char *src, uint64_t mode)
         __atomic_store_n(&g.age[i], 1, __ATOMIC_RELAXED);
         if (g.hits[i] < HITS_MAX)
             g.hits[i]++;
+        count_back(i);
     }
     return rc;
 }
@@ -253,7 +264,7 @@ static void serve(char *p, char *buf)
         if (c.copy > 0) {
             /* in DRAM now (what rtkit_tier_resident reads): a new row's page, written since any scan */
             for (uint64_t k = 0; k < (uint64_t)c.copy / TIER_PAGE; k++)
-                __atomic_store_n(&g.age[i + k], 1, __ATOMIC_RELAXED);
+                __atomic_store_n(&g.age[i + k], 1, __ATOMIC_RELAXED), count_back(i + k);
             ADD(S.filled_zero, (uint64_t)c.copy / TIER_PAGE);
             filled = (uint64_t)c.copy;
             rc = 0;  /* the faulting page is the first: it is in; a later one that was there stopped the copy */
@@ -428,6 +439,13 @@ static unsigned word_of(const char *p)
     return ++g.nwords;
 }
 
+/* Page i left DRAM in this pass: a fault or fetch bringing it back before the next pass but one counts (back_soon) */
+static void mark_gone(uint64_t i)
+{
+    set_bit(g.gone[g.gone_now], i, 1);
+    g.gone_any[g.gone_now] = 1;
+}
+
 /* Pages [i0, i0 + len) moved into the stage at `from`: to the file (pages still zero that never were the file's
  * go without a write: still holes; pages of one repeated word are kept as that word), or, where the write fails,
  * back where they were (nothing may be lost). The pages that left DRAM. */
@@ -439,7 +457,8 @@ static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
         holes = !on_file(i0 + k) && page_is_zero(from + k * TIER_PAGE);
     if (holes) {
         for (uint64_t k = 0; k < n; k++)
-            __atomic_store_n(&g.word[i0 + k], 0, __ATOMIC_RELEASE), g.age[i0 + k] = 0, set_bit(g.credited, i0 + k, 0);
+            __atomic_store_n(&g.word[i0 + k], 0, __ATOMIC_RELEASE), g.age[i0 + k] = 0, set_bit(g.credited, i0 + k, 0),
+                mark_gone(i0 + k);
         S.evicted_holes += n;
         return n;
     }
@@ -450,6 +469,7 @@ static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
             __atomic_store_n(&g.word[i0 + k], (uint8_t)id, __ATOMIC_RELEASE);
             g.age[i0 + k] = 0;
             set_bit(g.credited, i0 + k, 0);  /* back in DRAM it is a new page, unprotected: its next write counts */
+            mark_gone(i0 + k);
             S.evicted_same++;
             done++, k++;
             continue;
@@ -470,6 +490,7 @@ static uint64_t write_out(uint64_t i0, char *from, uint64_t len)
                 __atomic_store_n(&g.word[i0 + j], 0, __ATOMIC_RELEASE);
                 g.age[i0 + j] = 0;
                 set_bit(g.credited, i0 + j, 0);
+                mark_gone(i0 + j);
             }
             S.written_bytes += (e - k) * TIER_PAGE;
             done += e - k;
@@ -693,8 +714,21 @@ static int limit_near(uint64_t anon, uint64_t step, uint64_t every)
     return (g.limit - g.slack_hi - anon) / (lead * every) < g.growth;  /* the bytes left within the lead: no overflow */
 }
 
+/* A new pass: the map of the pass before last is cleared and takes this pass's evictions (handlers read both
+ * meanwhile: a page read in the clearing counts or not, a count, not the data) */
+static void gone_turn(void)
+{
+    uint32_t next = g.gone_now ^ 1;
+    if (g.gone_any[next])
+        for (uint64_t w = 0; w < (g.npages + 63) / 64; w++)
+            ST(g.gone[next][w], 0);
+    g.gone_any[next] = 0;
+    ST(g.gone_now, next);
+}
+
 static void pass(uint64_t step)
 {
+    gone_turn();
     long every_n = rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_EVERY);
     uint64_t every = (uint64_t)(every_n > 0 ? every_n : 1), anon = anon_rss();
     int over = anon + g.slack_hi > g.limit, near = !g.scanned && limit_near(anon, step, every);
@@ -797,12 +831,14 @@ int rtk_tier_pager_start(void)
     g.credited = rtk_os_reserve((g.npages + 63) / 64 * 8, 0);
     g.window = 1;
     g.word = rtk_os_reserve(g.npages, 0);
+    g.gone[0] = rtk_os_reserve((g.npages + 63) / 64 * 8, 0);
+    g.gone[1] = rtk_os_reserve((g.npages + 63) / 64 * 8, 0);
     g.busy = rtk_os_reserve((g.npages / CHUNK_PAGES + 1) * 4, 0);
     g.stage = rtk_os_reserve(STAGE_PAGES * TIER_PAGE, 0);
     g.zeros = rtk_os_reserve(FILL_RUN * TIER_PAGE, 0);
     char *bufs = rtk_os_map(HANDLERS * TIER_PAGE, 0);
     g.fetch_buf = rtk_os_map(CHUNK_PAGES * TIER_PAGE, 0);
-    if (!g.on_file || !g.paged || !g.age || !g.hits || !g.chunk_min || !g.told || !g.credited || !g.word || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
+    if (!g.on_file || !g.paged || !g.age || !g.hits || !g.chunk_min || !g.told || !g.credited || !g.word || !g.gone[0] || !g.gone[1] || !g.busy || !g.stage || !g.zeros || !bufs || !g.fetch_buf)
         return fail("the pager's maps", -ENOMEM);
     rtk_os_advise(g.stage, STAGE_PAGES * TIER_PAGE, RTK_ADVISE_NOHUGEPAGE);
     struct uffdio_register_ reg = {(uint64_t)(uintptr_t)g.stage, STAGE_PAGES * TIER_PAGE, UFFDIO_REGISTER_MODE_MISSING_,
@@ -825,7 +861,8 @@ int rtk_tier_pager_start(void)
     uint64_t avail = rtk_os_mem_available(), reserve = rtk_setting_bytes(RTK_OPT_TIER_PAGER_RESERVE);
     uint64_t room = avail != SIZE_MAX && avail > reserve ? avail - reserve : 0, max = rtk_setting_bytes(RTK_OPT_TIER_PAGER_MAX);
     if (max && max < room)
-        room = max;
+        room = max, S.room_by_max = 1;
+    S.room = room;
     uint64_t anon = anon_rss();
     g.limit = anon + room;
     g.heat_from = anon + room * (uint64_t)rtk_setting_num(RTK_OPT_TIER_PAGER_HEAT_FROM) / 100;  /* room < 2^57 */

@@ -135,7 +135,8 @@ static long tier_format(char *buf, size_t cap)
             "\"fetch_seconds\": %.3f, \"evicted_same\": %llu, \"filled_same\": %llu, \"fill_cpu_seconds\": %.3f, "
             "\"scan_cpu_seconds\": %.3f, \"evict_cpu_seconds\": %.3f, \"evict_moves\": %llu, \"fetch_same\": %llu, \"heat_from_bytes\": %llu, \"first_scan_step\": %llu, "
             "\"evict_walked_pages\": %llu, \"told_pages\": %llu, \"regions_armed\": %llu, \"regions_scanned\": %llu, "
-            "\"growth_bytes_per_step\": %llu, \"first_scan_by_lead\": %llu},",
+            "\"growth_bytes_per_step\": %llu, \"first_scan_by_lead\": %llu, \"back_within_two_steps\": %llu, "
+            "\"room_bytes\": %llu, \"room_by_max\": %llu},",
         U(pg->limit), U(pg->anon_peak), U(pg->regions), U(pg->adopted_bytes), U(pg->data_at_adopt),
         U(pg->adopt_errors), pg->adopt_s, U(pg->forgotten_bytes), U(LD(pg->filled_from_file)), U(LD(pg->filled_zero)),
         (double)LD(pg->fill_ns) * 1e-9, U(LD(pg->busy_waits)), U(LD(pg->read_errors)), U(pg->scans), U(LD(pg->scan_errors)),
@@ -146,7 +147,7 @@ static long tier_format(char *buf, size_t cap)
         (double)LD(pg->fetch_ns) * 1e-9, U(pg->evicted_same), U(LD(pg->filled_same)),
         (double)LD(pg->fill_cpu_ns) * 1e-9, (double)pg->scan_cpu_ns * 1e-9, (double)pg->evict_cpu_ns * 1e-9,
         U(pg->evict_moves), U(LD(pg->fetch_same)), U(pg->heat_from), U(pg->first_scan_step), U(pg->evict_walked), U(LD(pg->told_pages)), U(pg->regions_armed), U(pg->regions_scanned),
-        U(pg->growth), U(pg->first_scan_near));
+        U(pg->growth), U(pg->first_scan_near), U(LD(pg->back_soon)), U(pg->room), U(pg->room_by_max));
     rtk_out_put(&o, "%s\"bad_frees\": %llu,%s\"child_frees_ignored\": %llu,%s\"pool_errors\": %llu,", nl, U(LD(t->bad_frees)),
         nl, U(LD(t->child_frees)), nl, U(LD(t->errors_other)));
     /* DRAM saved: what sat in the pool at the last step mark (steady state), else what sits there now, less the
