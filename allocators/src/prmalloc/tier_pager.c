@@ -49,6 +49,7 @@
 #define ARM_MOST 32                       /* twice as far apart after each cycle with few writes it did not tell, at */
 #define UNTOLD_SHARE 8                    /* most one in this many of the writes a cycle saw; at every scan after one
                                            * with more (rows it misses: ids first seen in the step just before) */
+#define RUN_FILL_MIN 3                    /* a chunk with this many candidates is moved in runs (run_fill) */
 #define WHOLE_OF 8                        /* a heat window is told whole with tells for all but 1 in this many marks */
 #define CHILD_FILL_MAX 65536              /* pages kept as a word that a forked child gets copies of, at most */
 /* The eviction order: pages written in the fewest scans first (rows that never recur: under a power law most of the
@@ -597,6 +598,26 @@ static uint64_t evict_chunk(uint64_t c, uint32_t mask)
  * every chunk, pages filled since the scan included. Returns the pages evicted. */
 static inline int old_enough(unsigned rank, int floor_age) { return AGE_MAX - rank % (AGE_MAX + 1) >= (unsigned)floor_age; }
 
+/* The pages of chunk c a move takes beside its candidates `mask`: where RUN_FILL_MIN of its pages are candidates,
+ * its other pages old enough to go (unwritten for a whole scan) of at most one hit more than the cut's. A page moved
+ * alone costs ~3x a page of a 16-page move (docs/pmem.md), and heat-ranked candidates lie in runs of ~1.8 pages;
+ * whether a page of 1-4 hits came back within 100 steps of its eviction hardly depended on its hits or how long it
+ * had lived (17-23% at full scale, 30-36% for pages not yet scanned: docs/results.md), so the order spared here
+ * bought little. */
+static uint32_t run_fill(uint64_t c, uint64_t lo, uint64_t hi, uint32_t mask, unsigned cut, int floor_age)
+{
+    if (__builtin_popcount(mask) < RUN_FILL_MIN)
+        return 0;
+    unsigned most = cut / (AGE_MAX + 1) + 1, oldest = floor_age > 2 ? (unsigned)floor_age : 2;
+    uint32_t more = 0;
+    for (uint32_t j = 0; j < CHUNK_PAGES; j++) {
+        uint64_t i = c * CHUNK_PAGES + j;
+        if (!(mask >> j & 1) && i >= lo && i < hi && g.age[i] >= oldest && g.hits[i] <= most)
+            more |= 1u << j;
+    }
+    return more;
+}
+
 static uint64_t evict(uint64_t need, int floor_age)
 {
     double t0 = rtk_tier_now_s();
@@ -656,6 +677,7 @@ static uint64_t evict(uint64_t need, int floor_age)
                 }
                 if (!mask)
                     continue;
+                mask |= run_fill(c, lo, hi, mask, cut, floor_age);
                 rtk_spin_lock(&g.lock);
                 /* the region may have left (a free) while the lock was free */
                 int still = rk < g.nreg && page_of(g.reg[rk].lo) == lo;
