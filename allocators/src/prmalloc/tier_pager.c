@@ -601,7 +601,7 @@ static inline int old_enough(unsigned rank, int floor_age) { return AGE_MAX - ra
 /* The pages of chunk c a move takes beside its candidates `mask`: where RUN_FILL_MIN of its pages are candidates,
  * its other pages old enough to go (unwritten for a whole scan) of at most one hit more than the cut's. A page moved
  * alone costs ~3x a page of a 16-page move (docs/pmem.md), and heat-ranked candidates lie in runs of ~1.8 pages;
- * whether a page of 1-4 hits came back within 100 steps of its eviction hardly depended on its hits or how long it
+ * whether a page of 1-3 hits came back within 100 steps of its eviction hardly depended on its hits or how long it
  * had lived (17-23% at full scale, 30-36% for pages not yet scanned: docs/results.md), so the order spared here
  * bought little. */
 static uint32_t run_fill(uint64_t c, uint64_t lo, uint64_t hi, uint32_t mask, unsigned cut, int floor_age)
