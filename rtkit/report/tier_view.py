@@ -412,8 +412,7 @@ ROOM_MARGIN = 64 << 20         # tier_pager.c's SLACK_HI: evictions start this f
 def room_that_holds(pg: Dict[str, Any]) -> Optional[int]:
     """The tier_pager_max at least, where the pager's room fell short of what the steps touch: the most anonymous
     memory the process held over its start (a step's temporaries count against the room too: rtkit's allocator keeps
-    them for the next step), plus the pages that came back a step (held at no one time while they were evicted), plus
-    the margin under the limit where evictions start, rounded up. A floor where evictions kept the peak down: a TF2
+    them for the next step), plus the pages that came back a step (evicted, so not in that peak), plus the margin under the limit where evictions start, rounded up. A floor where evictions kept the peak down: a TF2
     loop (a 1M x 64 table, Keras 3 Adagrad) given 64 MiB ran 739 ms a step and was told 832 MiB; at 832 MiB it ran
     121 ms, 11 MiB a step still back, and was told 960 MiB; at 1 GiB nothing was evicted, 93 ms."""
     back, evictions, room, limit, peak = (pg.get(k) for k in ("back_within_two_steps", "evictions", "room_bytes",
@@ -442,8 +441,8 @@ def _room_short_words(p: Dict[str, Any]) -> Optional[str]:
             f"{fmt.num(back)} of the {fmt.num(evicted)} pages it evicted ({100 * back / evicted:.0f}%) were back "
             f"within two steps, about {fmt.nbytes(back * 4096 // evictions)} a step that evicted, each brought back "
             "at a fault or ahead of its step (a table or optimizer slot that every step reads or writes whole needs "
-            "room for all of it, and a step's temporaries count too: Keras 3's Adagrad reads its whole accumulator, "
-            f"a dense update writes it); {fix}")
+            "room for all of it, as Keras 3's Adagrad reads its accumulator and a dense update writes it, and the "
+            f"step's temporaries take the same room); {fix}")
 
 
 def _pager_off_words(p: Dict[str, Any]) -> str:

@@ -185,16 +185,17 @@ static void chunk_unlock(uint64_t c)
 }
 
 /* ---------------------------------------------------------------- missing pages */
-/* Put the page at `src` in place of pool page i (missing; its chunk locked by the caller): 0, or -errno (EEXIST: a
- * fault or another fill brought it in meanwhile). A page brought back is used again after its eviction: it recurs,
- * and counts as written now. `mode` UFFDIO_COPY_MODE_DONTWAKE_: a thread waiting on the page is woken by the caller
- * (after the books say the page is in), not by the copy. */
+/* Pool page i is back in DRAM: within two steps of its eviction, it counts (back_soon) */
 static void count_back(uint64_t i)
 {
     if (bit_at(g.gone[0], i) | bit_at(g.gone[1], i))
         ADD(S.back_soon, 1);
 }
 
+/* Put the page at `src` in place of pool page i (missing; its chunk locked by the caller): 0, or -errno (EEXIST: a
+ * fault or another fill brought it in meanwhile). A page brought back is used again after its eviction: it recurs,
+ * and counts as written now. `mode` UFFDIO_COPY_MODE_DONTWAKE_: a thread waiting on the page is woken by the caller
+ * (after the books say the page is in), not by the copy. */
 static int put_back(uint64_t i, const char *src, uint64_t mode)
 {
     struct uffdio_copy_ c = {(uint64_t)(uintptr_t)addr_of(i), (uint64_t)(uintptr_t)src, TIER_PAGE, mode, 0};
