@@ -106,7 +106,7 @@ def test_a_fetch_ahead_brings_evicted_pages_back_before_any_access(prm, dirs):
     assert pg["fetch_asked"] == pg["fetch_filled"] and pg["fetch_seconds"] > 0, pg
     assert pg["read_errors"] == 0 and pg["write_errors"] == 0 and pg["move_errors"] == 0
     words = cost_words({"pmem": doc})
-    assert any(f"read back at a fault and {pg['fetch_filled']:,} read ahead of their step (the lookahead)" in w
+    assert any(f"read from the pool at a fault and {pg['fetch_filled']:,} read ahead of their step (the lookahead)" in w
                for w in words), words
 
 

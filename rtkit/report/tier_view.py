@@ -383,16 +383,21 @@ def pager_words(p: Dict[str, Any]) -> str:
     if not pg.get("on"):
         return ""
     n = pg.get("regions")
+    data = pg.get("data_at_adopt_bytes")
+    # what the job wrote before the first step (a table's initial values) is the file's: read in at its first touch,
+    # not brought back, so the reads are not all evictions undone
+    first = (f" ({fmt.nbytes(data)} of it written before the first step, read in from the pool at its first touch)"
+             if fmt.is_num(data) and data >= 1 << 20 else "")
     words = (f"paged by rtkit (tier_pager): {fmt.nbytes(pg.get('adopted_bytes'))} in {fmt.num(n)} pooled "
-             f"allocation{'' if n == 1 else 's'} of 1 MiB or more, its limit on anonymous memory "
+             f"allocation{'' if n == 1 else 's'} of 1 MiB or more{first}, its limit on anonymous memory "
              f"{fmt.nbytes(pg.get('limit_bytes'))} (peak {fmt.nbytes(pg.get('anon_peak_bytes'))}: evictions start "
              f"near the limit and cannot take what the steps hold at once); {fmt.num(pg.get('evicted_pages'))} pages "
              "evicted by write heat "
              f"({fmt.nbytes(pg.get('evicted_bytes'))} written to the pool"
              + (f", {fmt.num(pg.get('evicted_same'))} kept as a repeated word (not written)" if pg.get("evicted_same")
                 else "")
-             + f"), {fmt.num(pg.get('filled_from_file'))} read back at a fault"
-             + (f" and {fmt.num(pg.get('filled_same'))} rebuilt from their word at a fault" if pg.get("filled_same")
+             + f"), {fmt.num(pg.get('filled_from_file'))} read from the pool at a fault"
+             + (f", {fmt.num(pg.get('filled_same'))} rebuilt from their word at a fault" if pg.get("filled_same")
                 else ""))
     if pg.get("fetch_filled"):
         words += (f" and {fmt.num(pg.get('fetch_filled'))} read ahead of their step (the lookahead"
