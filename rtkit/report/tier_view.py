@@ -411,21 +411,23 @@ def pager_words(p: Dict[str, Any]) -> str:
 
 ROOM_SHORT_MIN_EVICTIONS = 4   # fewer evicting steps than this say nothing steady about the room
 ROOM_ROUND = 64 << 20
-ROOM_MARGIN = 64 << 20         # tier_pager.c's SLACK_HI: evictions start this far under the limit
+ROOM_MARGIN = 64 << 20         # tier_pager.c's SLACK_HI, the margin under the limit where evictions start, at a room
+                               # of 512 MiB or more (an eighth of a smaller one): what the suggested room has
 
 
 def room_that_holds(pg: Dict[str, Any]) -> Optional[int]:
     """The tier_pager_max at least, where the pager's room fell short of what the steps touch: the most anonymous
     memory the process held over its start (a step's temporaries count against the room too: rtkit's allocator keeps
-    them for the next step), plus the pages that came back a step (evicted, so not in that peak), plus the margin under the limit where evictions start, rounded up. A floor where evictions kept the peak down: a TF2
-    loop (a 1M x 64 table, Keras 3 Adagrad) given 64 MiB ran 739 ms a step and was told 832 MiB; at 832 MiB it ran
-    121 ms, 11 MiB a step still back, and was told 960 MiB; at 1 GiB nothing was evicted, 93 ms."""
+    them for the next step), plus the pages that came back a step (evicted, so not in that peak), plus the margin
+    under the limit where evictions start, rounded up. A floor where evictions kept the peak down: a TF2 loop (a
+    1M x 64 table, Keras 3 Adagrad) given 64 MiB ran 739 ms a step and was told 832 MiB; at 832 MiB it ran 121 ms,
+    11 MiB a step still back, and was told 960 MiB; at 1 GiB nothing was evicted, 93 ms."""
     back, evictions, room, limit, peak = (pg.get(k) for k in ("back_within_two_steps", "evictions", "room_bytes",
                                                                "limit_bytes", "anon_peak_bytes"))
     if not all(fmt.is_num(x) for x in (back, evictions, room, limit, peak)) or not evictions:
         return None
     over_start = max(peak - (limit - room), room)
-    need = over_start + back * 4096 // evictions + ROOM_MARGIN
+    need = over_start + back * PAGE // evictions + ROOM_MARGIN
     return -(-need // ROOM_ROUND) * ROOM_ROUND
 
 
@@ -435,16 +437,17 @@ def _room_short_words(p: Dict[str, Any]) -> Optional[str]:
     room that holds at least them (room_that_holds), or None."""
     pg = p.get("pager") or {}
     back, evicted, evictions = (pg.get(k) for k in ("back_within_two_steps", "evicted_pages", "evictions"))
+    holds = room_that_holds(pg)
     if (not all(fmt.is_num(x) for x in (back, evicted, evictions)) or evictions < ROOM_SHORT_MIN_EVICTIONS
-            or back * 2 < evicted or room_that_holds(pg) is None):
+            or back * 2 < evicted or holds is None):
         return None
-    fix = (f"set tier_pager_max to {fmt.nbytes(room_that_holds(pg))} or more (the most the process held over its "
+    fix = (f"set tier_pager_max to {fmt.nbytes(holds)} or more (the most the process held over its "
            "start, what came back a step and the margin where evictions start)" if pg.get("room_by_max") else
            "the DRAM left for it (MemAvailable less tier_pager_reserve) holds no more: give the job more memory or "
            "a smaller tier_pager_reserve")
     return (f"warning: the pager's room ({fmt.nbytes(pg['room_bytes'])}) is below what the steps touch: "
             f"{fmt.num(back)} of the {fmt.num(evicted)} pages it evicted ({100 * back / evicted:.0f}%) were back "
-            f"within two steps, about {fmt.nbytes(back * 4096 // evictions)} a step that evicted, each brought back "
+            f"within two steps, about {fmt.nbytes(back * PAGE // evictions)} a step that evicted, each brought back "
             "at a fault or ahead of its step (a table or optimizer slot that every step reads or writes whole needs "
             "room for all of it, as Keras 3's Adagrad reads its accumulator and a dense update writes it, and the "
             f"step's temporaries take the same room); {fix}")
